@@ -1,0 +1,130 @@
+// W4A16 weight quantiser and the quantised bundle (docs/quantisation.md).
+//
+// Scheme: a Linear weight W [rows = out, cols = in] is split, per output row, into
+// blocks of 128 consecutive input channels (the last block is partial when
+// cols % 128 != 0). Each block b of row r has an fp16 scale s[r][b] and an integer
+// zero point z[r][b] in [0, 15] (stored as uint8); each weight has an unsigned 4-bit
+// code q in [0, 15]; the dequantised weight is  w = (q - z) * s  with s the fp16 value
+// (the product is exact in fp32).
+//
+// Quantiser contract (deterministic, bit-identical on every machine):
+//  - The block range [lo, hi] is [min, max] widened to include 0, so z is representable
+//    and a zero weight dequantises to exactly 0.
+//  - Clipping search (QuantOptions::clip_search): candidate ranges [f*lo, f*hi] for the
+//    factors in kClipFactors (1.0 first); each is scored by the squared error of the
+//    DEQUANTISED block (fp16 scale, rounded codes); the smallest wins, ties go to the
+//    earlier (larger) factor. f = 1.0 is plain min/max, so the search is never worse.
+//  - For a range [lo, hi]: s = (hi - lo) / 15 rounded UP to fp16 (so the 16-level grid
+//    covers the range: every weight inside it is within s/2 of its dequantised value),
+//    z = round(-lo / s), q = clamp(round(w / s) + z, 0, 15). round() is half away from
+//    zero. An all-zero block gets s = 0, z = 0, q = 0.
+//  - Codes: two per byte, low nibble = even column, row-major, row stride ceil(cols/2)
+//    bytes (an odd last column leaves the high nibble 0).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gpnpu::model {
+
+class Checkpoint;
+struct ModelConfig;
+
+inline constexpr int kQuantBlock = 128;  // input channels per scale/zero block
+// Range-shrink factors tried by the clipping search, 1.0 (plain min/max) first.
+inline constexpr float kClipFactors[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f, 0.7f, 0.65f, 0.6f};
+
+struct QuantTensor {
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> codes;    // [rows][row_stride()], two codes per byte
+  std::vector<uint16_t> scales;  // [rows][nblocks()] fp16 bits
+  std::vector<uint8_t> zeros;    // [rows][nblocks()] in 0..15
+
+  int64_t nblocks() const { return (cols + kQuantBlock - 1) / kQuantBlock; }
+  int64_t row_stride() const { return (cols + 1) / 2; }
+  uint8_t code(int64_t r, int64_t c) const {
+    uint8_t b = codes[size_t(r * row_stride() + c / 2)];
+    return (c & 1) ? uint8_t(b >> 4) : uint8_t(b & 15);
+  }
+  float scale(int64_t r, int64_t blk) const;  // fp16 -> float
+  uint8_t zero(int64_t r, int64_t blk) const { return zeros[size_t(r * nblocks() + blk)]; }
+  float dequant(int64_t r, int64_t c) const;  // (q - z) * s
+};
+
+struct QuantOptions {
+  bool clip_search = true;  // false: plain min/max range
+  int threads = 0;          // 0: std::thread::hardware_concurrency(); results do not depend on it
+};
+
+// Quantises a row-major [rows, cols] float matrix. gpnpu::Error on a non-finite weight
+// or a scale that overflows fp16 (|w| > ~983000), naming `what` (e.g. the tensor name).
+QuantTensor quantise(const float* w, int64_t rows, int64_t cols, const QuantOptions& opt = {},
+                     const std::string& what = "weight");
+std::vector<float> dequantise(const QuantTensor& q);
+void dequantise_row(const QuantTensor& q, int64_t r, float* out);  // out: cols floats
+
+// Per-block error of a quantised matrix against its source, [rows][nblocks] each.
+struct QuantErrorReport {
+  int64_t rows = 0, nblocks = 0;
+  std::vector<float> max_abs_err;      // max |w - deq| over the whole block
+  std::vector<float> max_abs_err_in;   // same, over weights inside the grid [-z*s, (15-z)*s]
+  std::vector<float> half_step;        // s / 2: the bound for weights inside the grid
+  std::vector<double> sse;             // sum of squared errors of the block
+  std::vector<int32_t> clipped;        // weights outside the grid (only with clipping)
+  // Summary figures.
+  double total_sse = 0;
+  float worst_ratio_in = 0;            // max over blocks of max_abs_err_in / half_step
+  int64_t blocks_over_bound = 0;       // blocks with max_abs_err_in > half_step (expect 0)
+};
+QuantErrorReport quant_error_report(const float* w, const QuantTensor& q);
+
+// ---- the quantised bundle -----------------------------------------------------------
+// A safetensors file: for every quantised tensor NAME (TensorSpec::quantised(): all
+// Linear weights, the patch embedding as [out, C*T*P*P], the tied embed_tokens):
+//   NAME.qcodes U8 [rows, ceil(cols/2)], NAME.scales F16 [rows, nblocks],
+//   NAME.zeros U8 [rows, nblocks];
+// every other tensor (norms, biases, pos_embed) as NAME F32 with its original shape.
+// Metadata: "format" = "gpnpu-w4a16", "version" = "1", "block" = "128",
+// "config" = the config JSON (so the bundle alone describes the model),
+// "source" = the checkpoint path.
+inline constexpr const char* kQCodesSuffix = ".qcodes";
+inline constexpr const char* kScalesSuffix = ".scales";
+inline constexpr const char* kZerosSuffix = ".zeros";
+
+struct BundleStats {
+  int64_t quantised_tensors = 0, float_tensors = 0;
+  int64_t weights = 0;  // quantised weights
+  int64_t blocks = 0;
+  int64_t blocks_over_bound = 0;  // from quant_error_report (in-grid weights); expect 0
+  double seconds = 0;
+  uint64_t bytes = 0;  // file size
+};
+
+// Quantises every tensor of `ck` (checked against cfg first) into `out_path`, tensor
+// by tensor (streaming). Deterministic for any thread count.
+BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg,
+                               const std::string& out_path, const QuantOptions& opt = {});
+
+// Reads a bundle back (mmapped). Checks format metadata and every tensor against the
+// config stored in it; gpnpu::Error naming the file and tensor otherwise.
+class QuantBundle {
+ public:
+  explicit QuantBundle(const std::string& path);
+  ~QuantBundle();
+  QuantBundle(QuantBundle&&) noexcept;
+  QuantBundle& operator=(QuantBundle&&) noexcept;
+
+  const ModelConfig& config() const;
+  bool is_quantised(const std::string& name) const;
+  QuantTensor get_quant(const std::string& name) const;     // copies codes/scales/zeros
+  std::vector<float> get_dequant(const std::string& name) const;  // dequantised, [rows*cols]
+  std::vector<float> get_f32(const std::string& name) const;      // a float tensor
+  const std::string& path() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpnpu::model
