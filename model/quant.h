@@ -16,8 +16,8 @@
 //    earlier (larger) factor. f = 1.0 is plain min/max, so the search is never worse.
 //  - For a range [lo, hi]: s = (hi - lo) / 15 rounded UP to fp16 (so the 16-level grid
 //    covers the range: every weight inside it is within s/2 of its dequantised value),
-//    z = round(-lo / s), q = clamp(round(w / s) + z, 0, 15). round() is half away from
-//    zero. An all-zero block gets s = 0, z = 0, q = 0.
+//    z = round(-lo / s) (in double), q = clamp(floor(w * inv + 0.5) + z, 0, 15) with
+//    inv = 1/s in fp32 (ties round up). An all-zero block gets s = 0, z = 0, q = 0.
 //  - Codes: two per byte, low nibble = even column, row-major, row stride ceil(cols/2)
 //    bytes (an odd last column leaves the high nibble 0).
 #pragma once

@@ -1,0 +1,366 @@
+// W4A16 quantiser and bundle I/O. See quant.h and docs/quantisation.md.
+#include "model/quant.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "isa/error.h"
+#include "isa/fp16.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace gpnpu::model {
+
+float QuantTensor::scale(int64_t r, int64_t blk) const { return f16_to_f32(scales[size_t(r * nblocks() + blk)]); }
+
+float QuantTensor::dequant(int64_t r, int64_t c) const {
+  int64_t b = c / kQuantBlock;
+  return float(int(code(r, c)) - int(zero(r, b))) * scale(r, b);
+}
+
+namespace {
+
+struct BlockParams {
+  uint16_t s_bits = 0;
+  float s = 0;       // fp16 value of the scale
+  float inv = 0;     // 1 / s (0 when s == 0)
+  int z = 0;
+};
+
+// Scale and zero for the range [lo, hi] (lo <= 0 <= hi, hi > lo). The scale is the
+// smallest fp16 with 15 * s >= hi - lo, so the 16-level grid spans the range.
+BlockParams params_for(float lo, float hi) {
+  BlockParams p;
+  const double span = double(hi) - double(lo);  // exact in double
+  uint16_t sb = f32_to_f16(float(span / 15.0));
+  while (15.0 * double(f16_to_f32(sb)) < span) ++sb;  // positive finite: next bits = next larger value
+  if ((sb & 0x7c00) == 0x7c00) return p;  // overflow: caller reports
+  if (sb == 0) sb = 1;                    // smallest subnormal (span is tiny but nonzero)
+  p.s_bits = sb;
+  p.s = f16_to_f32(sb);
+  p.inv = 1.0f / p.s;
+  double z = std::round(-double(lo) / double(p.s));
+  p.z = int(std::clamp(z, 0.0, 15.0));
+  return p;
+}
+
+inline int code_of(float w, const BlockParams& p) {
+  float t = std::floor(w * p.inv + 0.5f) + float(p.z);  // round half up on the scaled value
+  t = std::min(std::max(t, 0.0f), 15.0f);
+  return int(t);
+}
+
+// Squared error of the dequantised block under p.
+double block_sse(const float* w, int n, const BlockParams& p) {
+  float acc = 0;  // fixed order: deterministic
+  double total = 0;
+  for (int i = 0; i < n; ++i) {
+    float t = std::floor(w[i] * p.inv + 0.5f) + float(p.z);
+    t = std::min(std::max(t, 0.0f), 15.0f);
+    float d = w[i] - (t - float(p.z)) * p.s;
+    acc += d * d;
+    if ((i & 31) == 31) {
+      total += acc;
+      acc = 0;
+    }
+  }
+  return total + acc;
+}
+
+void quantise_rows(const float* w, int64_t r0, int64_t r1, QuantTensor& q, bool clip, const std::string& what,
+                   std::string& err) {
+  const int64_t cols = q.cols, nb = q.nblocks(), stride = q.row_stride();
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = w + r * cols;
+    uint8_t* crow = q.codes.data() + r * stride;
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * kQuantBlock;
+      const int n = int(std::min<int64_t>(kQuantBlock, cols - c0));
+      const float* x = row + c0;
+      float lo = 0, hi = 0;  // include 0 so the zero point is representable
+      for (int i = 0; i < n; ++i) {
+        if (!std::isfinite(x[i])) {
+          if (err.empty())
+            err = fmt::format("{}: non-finite weight {} at row {}, column {}; the checkpoint is corrupt", what, x[i],
+                              r, c0 + i);
+          return;
+        }
+        lo = std::min(lo, x[i]);
+        hi = std::max(hi, x[i]);
+      }
+      BlockParams best;
+      if (hi > lo) {
+        double best_sse = std::numeric_limits<double>::infinity();
+        const int ncand = clip ? int(std::size(kClipFactors)) : 1;
+        for (int k = 0; k < ncand; ++k) {
+          const float f = kClipFactors[k];
+          BlockParams p = params_for(lo * f, hi * f);
+          if (p.s_bits == 0) {
+            if (err.empty())
+              err = fmt::format("{}: block at row {}, columns {}..{} spans [{}, {}]: the scale overflows fp16", what, r,
+                                c0, c0 + n - 1, lo, hi);
+            return;
+          }
+          double e = block_sse(x, n, p);
+          if (e < best_sse) {
+            best_sse = e;
+            best = p;
+          }
+        }
+      }
+      q.scales[size_t(r * nb + b)] = best.s_bits;
+      q.zeros[size_t(r * nb + b)] = uint8_t(best.z);
+      for (int i = 0; i < n; ++i) {
+        const int c = int(c0) + i;
+        const int code = best.s_bits ? code_of(x[i], best) : 0;
+        uint8_t& byte = crow[c / 2];
+        if (c & 1) byte = uint8_t((byte & 0x0f) | (code << 4));
+        else byte = uint8_t((byte & 0xf0) | code);
+      }
+    }
+  }
+}
+
+int resolve_threads(int t) {
+  if (t > 0) return t;
+  unsigned h = std::thread::hardware_concurrency();
+  return h ? int(h) : 1;
+}
+
+}  // namespace
+
+QuantTensor quantise(const float* w, int64_t rows, int64_t cols, const QuantOptions& opt, const std::string& what) {
+  if (rows <= 0 || cols <= 0) fail("{}: cannot quantise an empty matrix [{}, {}]", what, rows, cols);
+  QuantTensor q;
+  q.rows = rows;
+  q.cols = cols;
+  q.codes.assign(size_t(rows * q.row_stride()), 0);
+  q.scales.assign(size_t(rows * q.nblocks()), 0);
+  q.zeros.assign(size_t(rows * q.nblocks()), 0);
+  const int nt = int(std::min<int64_t>(resolve_threads(opt.threads), rows));
+  std::vector<std::string> errs(static_cast<size_t>(nt));
+  if (nt <= 1) {
+    quantise_rows(w, 0, rows, q, opt.clip_search, what, errs[0]);
+  } else {
+    std::vector<std::thread> th;
+    for (int t = 0; t < nt; ++t) {
+      int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+      th.emplace_back([&, r0, r1, t] { quantise_rows(w, r0, r1, q, opt.clip_search, what, errs[size_t(t)]); });
+    }
+    for (auto& x : th) x.join();
+  }
+  for (const auto& e : errs)
+    if (!e.empty()) throw Error(e);
+  return q;
+}
+
+void dequantise_row(const QuantTensor& q, int64_t r, float* out) {
+  const int64_t nb = q.nblocks();
+  const uint8_t* crow = q.codes.data() + r * q.row_stride();
+  for (int64_t b = 0; b < nb; ++b) {
+    const float s = f16_to_f32(q.scales[size_t(r * nb + b)]);
+    const int z = q.zeros[size_t(r * nb + b)];
+    const int64_t c1 = std::min<int64_t>(q.cols, (b + 1) * kQuantBlock);
+    for (int64_t c = b * kQuantBlock; c < c1; ++c) {
+      const uint8_t byte = crow[c / 2];
+      const int code = (c & 1) ? (byte >> 4) : (byte & 15);
+      out[c] = float(code - z) * s;
+    }
+  }
+}
+
+std::vector<float> dequantise(const QuantTensor& q) {
+  std::vector<float> out(size_t(q.rows * q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) dequantise_row(q, r, out.data() + r * q.cols);
+  return out;
+}
+
+QuantErrorReport quant_error_report(const float* w, const QuantTensor& q) {
+  QuantErrorReport rep;
+  rep.rows = q.rows;
+  rep.nblocks = q.nblocks();
+  const size_t nblk = size_t(q.rows * rep.nblocks);
+  rep.max_abs_err.assign(nblk, 0);
+  rep.max_abs_err_in.assign(nblk, 0);
+  rep.half_step.assign(nblk, 0);
+  rep.sse.assign(nblk, 0);
+  rep.clipped.assign(nblk, 0);
+  std::vector<float> row(size_t(q.cols));
+  for (int64_t r = 0; r < q.rows; ++r) {
+    dequantise_row(q, r, row.data());
+    for (int64_t b = 0; b < rep.nblocks; ++b) {
+      const size_t k = size_t(r * rep.nblocks + b);
+      const float s = q.scale(r, b);
+      const int z = q.zero(r, b);
+      // Weights within half a step of the 16-level grid round to a code within s/2.
+      const double glo = (double(-z) - 0.5) * s, ghi = (double(15 - z) + 0.5) * s;
+      rep.half_step[k] = 0.5f * s;
+      const int64_t c1 = std::min<int64_t>(q.cols, (b + 1) * kQuantBlock);
+      for (int64_t c = b * kQuantBlock; c < c1; ++c) {
+        const float x = w[r * q.cols + c];
+        const float e = std::fabs(x - row[size_t(c)]);
+        rep.sse[k] += double(e) * e;
+        rep.max_abs_err[k] = std::max(rep.max_abs_err[k], e);
+        if (x >= glo && x <= ghi) rep.max_abs_err_in[k] = std::max(rep.max_abs_err_in[k], e);
+        else rep.clipped[k]++;
+      }
+      rep.total_sse += rep.sse[k];
+      // A tiny allowance for the fp32 rounding of w * (1/s) at exact ties.
+      if (rep.max_abs_err_in[k] > rep.half_step[k] * (1 + 1e-5f)) rep.blocks_over_bound++;
+      if (rep.half_step[k] > 0) rep.worst_ratio_in = std::max(rep.worst_ratio_in, rep.max_abs_err_in[k] / rep.half_step[k]);
+    }
+  }
+  return rep;
+}
+
+// ---- bundle ---------------------------------------------------------------------------
+
+BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, const std::string& out_path,
+                               const QuantOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  ck.check(cfg);
+  const auto specs = expected_tensors(cfg);
+  std::vector<TensorDecl> decls;
+  for (const auto& s : specs) {
+    if (s.quantised()) {
+      const int64_t rows = s.rows(), cols = s.cols(), nb = (cols + kQuantBlock - 1) / kQuantBlock;
+      decls.push_back({s.name + kQCodesSuffix, DType::U8, {rows, (cols + 1) / 2}});
+      decls.push_back({s.name + kScalesSuffix, DType::F16, {rows, nb}});
+      decls.push_back({s.name + kZerosSuffix, DType::U8, {rows, nb}});
+    } else {
+      decls.push_back({s.name, DType::F32, s.shape});
+    }
+  }
+  std::map<std::string, std::string> meta = {{"format", "gpnpu-w4a16"},
+                                             {"version", "1"},
+                                             {"block", std::to_string(kQuantBlock)},
+                                             {"clip_search", opt.clip_search ? "true" : "false"},
+                                             {"config", cfg.to_json().dump()},
+                                             {"source", ck.path()}};
+  BundleStats st;
+  SafetensorsWriter wr(out_path, decls, meta);
+  for (const auto& s : specs) {
+    const TensorView& tv = ck.get(s.name);
+    std::vector<float> w = tv.to_f32();
+    if (s.quantised()) {
+      QuantTensor q = quantise(w.data(), s.rows(), s.cols(), opt, s.name);
+      QuantErrorReport rep = quant_error_report(w.data(), q);
+      if (rep.blocks_over_bound)
+        fail("{}: internal error: {} blocks of '{}' exceed the half-step error bound", out_path, rep.blocks_over_bound,
+             s.name);
+      st.blocks_over_bound += rep.blocks_over_bound;
+      wr.write(s.name + kQCodesSuffix, q.codes.data(), q.codes.size());
+      wr.write(s.name + kScalesSuffix, q.scales.data(), q.scales.size() * 2);
+      wr.write(s.name + kZerosSuffix, q.zeros.data(), q.zeros.size());
+      st.quantised_tensors++;
+      st.weights += s.numel();
+      st.blocks += int64_t(q.scales.size());
+    } else {
+      wr.write_f32(s.name, w.data(), w.size());
+      st.float_tensors++;
+    }
+  }
+  wr.finish();
+  st.bytes = std::filesystem::file_size(out_path);
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
+
+struct QuantBundle::Impl {
+  std::unique_ptr<SafetensorsFile> file;
+  ModelConfig cfg;
+  std::map<std::string, TensorSpec> specs;
+};
+
+QuantBundle::QuantBundle(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  impl_->file = std::make_unique<SafetensorsFile>(path);
+  const auto& md = impl_->file->metadata();
+  auto it = md.find("format");
+  if (it == md.end() || it->second != "gpnpu-w4a16")
+    fail("{}: not a gpnpu W4A16 bundle (metadata 'format' is not 'gpnpu-w4a16'); make one with `gpnpu quantize`", path);
+  auto bl = md.find("block");
+  if (bl == md.end() || bl->second != std::to_string(kQuantBlock))
+    fail("{}: bundle block size '{}' is not {}; re-quantise with this version", path,
+         bl == md.end() ? std::string("?") : bl->second, kQuantBlock);
+  auto c = md.find("config");
+  if (c == md.end()) fail("{}: bundle metadata has no 'config'; re-quantise with this version", path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(c->second);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail("{}: bundle metadata 'config' is not valid JSON ({})", path, e.what());
+  }
+  impl_->cfg = ModelConfig::from_json(j, path + " (metadata config)");
+  for (const auto& s : expected_tensors(impl_->cfg)) {
+    auto check = [&](const std::string& name, DType dt, const std::vector<int64_t>& shape) {
+      if (!impl_->file->has(name))
+        fail("{}: missing tensor '{}' in the W4A16 bundle; re-run `gpnpu quantize`", path, name);
+      const TensorView& t = impl_->file->get(name);
+      if (t.dtype != dt)
+        fail("{}: wrong dtype for tensor '{}': expected {}, got {}", path, name, dtype_name(dt), dtype_name(t.dtype));
+      if (t.shape != shape)
+        fail("{}: wrong shape for tensor '{}': expected {}, got {}", path, name, shape_str(shape), shape_str(t.shape));
+    };
+    if (s.quantised()) {
+      const int64_t rows = s.rows(), cols = s.cols(), nb = (cols + kQuantBlock - 1) / kQuantBlock;
+      check(s.name + kQCodesSuffix, DType::U8, {rows, (cols + 1) / 2});
+      check(s.name + kScalesSuffix, DType::F16, {rows, nb});
+      check(s.name + kZerosSuffix, DType::U8, {rows, nb});
+    } else {
+      check(s.name, DType::F32, s.shape);
+    }
+    impl_->specs.emplace(s.name, s);
+  }
+}
+
+QuantBundle::~QuantBundle() = default;
+QuantBundle::QuantBundle(QuantBundle&&) noexcept = default;
+QuantBundle& QuantBundle::operator=(QuantBundle&&) noexcept = default;
+
+const ModelConfig& QuantBundle::config() const { return impl_->cfg; }
+const std::string& QuantBundle::path() const { return impl_->file->path(); }
+
+bool QuantBundle::is_quantised(const std::string& name) const {
+  auto it = impl_->specs.find(name);
+  return it != impl_->specs.end() && it->second.quantised();
+}
+
+QuantTensor QuantBundle::get_quant(const std::string& name) const {
+  auto it = impl_->specs.find(name);
+  if (it == impl_->specs.end()) fail("{}: missing tensor '{}' (not a tensor of this model)", path(), name);
+  if (!it->second.quantised())
+    fail("{}: tensor '{}' is stored as F32, not quantised; use get_f32()", path(), name);
+  const TensorSpec& s = it->second;
+  QuantTensor q;
+  q.rows = s.rows();
+  q.cols = s.cols();
+  const TensorView& c = impl_->file->get(name + kQCodesSuffix);
+  const TensorView& sc = impl_->file->get(name + kScalesSuffix);
+  const TensorView& z = impl_->file->get(name + kZerosSuffix);
+  q.codes.assign(c.data, c.data + c.nbytes);
+  q.scales.resize(sc.nbytes / 2);
+  std::memcpy(q.scales.data(), sc.data, sc.nbytes);
+  q.zeros.assign(z.data, z.data + z.nbytes);
+  for (size_t i = 0; i < q.zeros.size(); ++i)
+    if (q.zeros[i] > 15) fail("{}: tensor '{}': zero point {} > 15 at block {}; the bundle is corrupt", path(), name + kZerosSuffix, q.zeros[i], i);
+  return q;
+}
+
+std::vector<float> QuantBundle::get_dequant(const std::string& name) const { return dequantise(get_quant(name)); }
+
+std::vector<float> QuantBundle::get_f32(const std::string& name) const {
+  auto it = impl_->specs.find(name);
+  if (it == impl_->specs.end()) fail("{}: missing tensor '{}' (not a tensor of this model)", path(), name);
+  if (it->second.quantised())
+    fail("{}: tensor '{}' is quantised; use get_quant() or get_dequant()", path(), name);
+  return impl_->file->get(name).to_f32();
+}
+
+}  // namespace gpnpu::model
