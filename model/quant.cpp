@@ -51,27 +51,64 @@ BlockParams params_for(float lo, float hi) {
   return p;
 }
 
-inline int code_of(float w, const BlockParams& p) {
-  float t = std::floor(w * p.inv + 0.5f) + float(p.z);  // round half up on the scaled value
+// q = clamp(trunc(w * inv + (z + 0.5)), 0, 15): round to nearest (ties up) of w/s + z.
+// For t < 0 truncation and floor both clamp to 0, so trunc is exact here; the vector and
+// scalar forms below perform the same fp32 operations, element by element.
+inline float code_f(float w, float inv, float zh) {
+  float t = w * inv + zh;
   t = std::min(std::max(t, 0.0f), 15.0f);
-  return int(t);
+  return float(int(t));
 }
 
-// Squared error of the dequantised block under p.
-double block_sse(const float* w, int n, const BlockParams& p) {
-  float acc = 0;  // fixed order: deterministic
-  double total = 0;
-  for (int i = 0; i < n; ++i) {
-    float t = std::floor(w[i] * p.inv + 0.5f) + float(p.z);
-    t = std::min(std::max(t, 0.0f), 15.0f);
-    float d = w[i] - (t - float(p.z)) * p.s;
-    acc += d * d;
-    if ((i & 31) == 31) {
-      total += acc;
-      acc = 0;
+inline int code_of(float w, const BlockParams& p) { return int(code_f(w, p.inv, float(p.z) + 0.5f)); }
+
+typedef float v8f __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+// Fast score of a full block for the clipping search: squared error of the dequantised
+// block, accumulated in 8 fp32 lanes (lane j takes elements j, j+8, ...), lanes summed
+// in order. Deterministic; the final choice is re-checked with block_sse_exact.
+float block_score(const float* w, int n, const BlockParams& p) {
+  const float zh = float(p.z) + 0.5f, zf = float(p.z);
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  if (n >= 8) {
+    const v8f inv = {p.inv, p.inv, p.inv, p.inv, p.inv, p.inv, p.inv, p.inv};
+    const v8f vzh = {zh, zh, zh, zh, zh, zh, zh, zh};
+    const v8f vz = {zf, zf, zf, zf, zf, zf, zf, zf};
+    const v8f vs = {p.s, p.s, p.s, p.s, p.s, p.s, p.s, p.s};
+    const v8f lo = {0, 0, 0, 0, 0, 0, 0, 0}, hi = {15, 15, 15, 15, 15, 15, 15, 15};
+    v8f acc = lo;
+    for (; i + 8 <= n; i += 8) {
+      v8f x;
+      std::memcpy(&x, w + i, sizeof x);
+      v8f t = x * inv + vzh;
+      t = t < lo ? lo : t;
+      t = t > hi ? hi : t;
+      v8f q = __builtin_convertvector(__builtin_convertvector(t, v8i), v8f);
+      v8f d = x - (q - vz) * vs;
+      acc += d * d;
     }
+    std::memcpy(lanes, &acc, sizeof acc);
   }
-  return total + acc;
+  for (; i < n; ++i) {
+    float d = w[i] - (code_f(w[i], p.inv, zh) - zf) * p.s;
+    lanes[i & 7] += d * d;
+  }
+  float total = 0;
+  for (float l : lanes) total += l;
+  return total;
+}
+
+// Squared error exactly as quant_error_report computes it (double sum in element order).
+double block_sse_exact(const float* w, int n, const BlockParams& p) {
+  const float zh = float(p.z) + 0.5f, zf = float(p.z);
+  double sse = 0;
+  for (int i = 0; i < n; ++i) {
+    float e = std::fabs(w[i] - (code_f(w[i], p.inv, zh) - zf) * p.s);
+    sse += double(e) * e;
+  }
+  return sse;
 }
 
 void quantise_rows(const float* w, int64_t r0, int64_t r1, QuantTensor& q, bool clip, const std::string& what,
@@ -97,22 +134,30 @@ void quantise_rows(const float* w, int64_t r0, int64_t r1, QuantTensor& q, bool 
       }
       BlockParams best;
       if (hi > lo) {
-        double best_sse = std::numeric_limits<double>::infinity();
-        const int ncand = clip ? int(std::size(kClipFactors)) : 1;
-        for (int k = 0; k < ncand; ++k) {
-          const float f = kClipFactors[k];
-          BlockParams p = params_for(lo * f, hi * f);
-          if (p.s_bits == 0) {
-            if (err.empty())
-              err = fmt::format("{}: block at row {}, columns {}..{} spans [{}, {}]: the scale overflows fp16", what, r,
-                                c0, c0 + n - 1, lo, hi);
-            return;
+        const BlockParams minmax = params_for(lo, hi);
+        if (minmax.s_bits == 0) {
+          if (err.empty())
+            err = fmt::format("{}: block at row {}, columns {}..{} spans [{}, {}]: the scale overflows fp16", what, r,
+                              c0, c0 + n - 1, lo, hi);
+          return;
+        }
+        best = minmax;
+        if (clip) {
+          float best_score = block_score(x, n, minmax);
+          for (size_t k = 1; k < std::size(kClipFactors); ++k) {
+            const float f = kClipFactors[k];
+            BlockParams p = params_for(lo * f, hi * f);
+            if (p.s_bits == 0) continue;
+            float e = block_score(x, n, p);
+            if (e < best_score) {
+              best_score = e;
+              best = p;
+            }
           }
-          double e = block_sse(x, n, p);
-          if (e < best_sse) {
-            best_sse = e;
-            best = p;
-          }
+          // Never worse than min/max in the report's own arithmetic (the fp32 lane sums
+          // can differ from it in the last bits).
+          if (best.s_bits != minmax.s_bits || best.z != minmax.z)
+            if (block_sse_exact(x, n, best) > block_sse_exact(x, n, minmax)) best = minmax;
         }
       }
       q.scales[size_t(r * nb + b)] = best.s_bits;

@@ -12,12 +12,14 @@
 //    and a zero weight dequantises to exactly 0.
 //  - Clipping search (QuantOptions::clip_search): candidate ranges [f*lo, f*hi] for the
 //    factors in kClipFactors (1.0 first); each is scored by the squared error of the
-//    DEQUANTISED block (fp16 scale, rounded codes); the smallest wins, ties go to the
-//    earlier (larger) factor. f = 1.0 is plain min/max, so the search is never worse.
+//    DEQUANTISED block (fp16 scale, rounded codes; fp32 lane sums); the smallest wins,
+//    ties go to the earlier (larger) factor. The winner is re-checked against f = 1.0
+//    (plain min/max) with the double-precision sum quant_error_report uses, so the
+//    search is never worse than min/max, block by block, in that measure.
 //  - For a range [lo, hi]: s = (hi - lo) / 15 rounded UP to fp16 (so the 16-level grid
 //    covers the range: every weight inside it is within s/2 of its dequantised value),
-//    z = round(-lo / s) (in double), q = clamp(floor(w * inv + 0.5) + z, 0, 15) with
-//    inv = 1/s in fp32 (ties round up). An all-zero block gets s = 0, z = 0, q = 0.
+//    z = round(-lo / s) (in double), q = clamp(trunc(w * inv + (z + 0.5)), 0, 15) in
+//    fp32 with inv = 1/s (nearest, ties up). An all-zero block gets s = 0, z = 0, q = 0.
 //  - Codes: two per byte, low nibble = even column, row-major, row stride ceil(cols/2)
 //    bytes (an odd last column leaves the high nibble 0).
 #pragma once
