@@ -1,0 +1,419 @@
+// The text assembler and the program file formats. Operand parsing is driven by
+// the instruction table's operand kinds; nothing here lists instructions.
+#include <algorithm>
+#include <bit>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "isa/error.h"
+#include "isa/program.h"
+
+namespace gpnpu::isa {
+
+uint32_t Program::intern(std::string_view name) {
+  for (size_t k = 0; k < names.size(); ++k)
+    if (names[k] == name) return uint32_t(k);
+  names.emplace_back(name);
+  return uint32_t(names.size() - 1);
+}
+
+namespace {
+
+constexpr char kMagic[8] = {'G', 'P', 'N', 'P', 'U', 'B', 'I', 'N'};
+constexpr uint32_t kVersion = 1;
+
+struct Token {
+  std::string text;
+  int col;  // 1-based column of its first character
+};
+
+std::string trim(std::string_view s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(uint8_t(s[b]))) ++b;
+  while (e > b && std::isspace(uint8_t(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+bool is_ident(std::string_view s) {
+  if (s.empty() || !(std::isalpha(uint8_t(s[0])) || s[0] == '_' || s[0] == '.')) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(uint8_t(c)) || c == '_' || c == '.'; });
+}
+
+class Assembler {
+ public:
+  Assembler(std::string_view text, std::string_view file) : text_(text), file_(file) {}
+
+  Program run() {
+    prog_.source = file_;
+    // Pass 1: labels and .equ; pass 2: encode.
+    for (int pass = 1; pass <= 2; ++pass) {
+      pass_ = pass;
+      pc_ = 0;
+      line_no_ = 0;
+      size_t pos = 0;
+      while (pos <= text_.size()) {
+        size_t nl = text_.find('\n', pos);
+        if (nl == std::string_view::npos) nl = text_.size();
+        ++line_no_;
+        line(text_.substr(pos, nl - pos));
+        pos = nl + 1;
+      }
+    }
+    return std::move(prog_);
+  }
+
+ private:
+  [[noreturn]] void error(int col, const std::string& msg) const {
+    fail("{}:{}:{}: {}", file_, line_no_, col, msg);
+  }
+
+  void line(std::string_view raw) {
+    // strip comments (outside string literals)
+    size_t cut = raw.size();
+    bool in_str = false;
+    for (size_t k = 0; k < raw.size(); ++k) {
+      if (raw[k] == '"') in_str = !in_str;
+      if (!in_str && (raw[k] == '#' || raw[k] == ';')) { cut = k; break; }
+    }
+    std::string_view body = raw.substr(0, cut);
+    size_t start = 0;
+    while (start < body.size() && std::isspace(uint8_t(body[start]))) ++start;
+    // labels: ident ':' (possibly several)
+    for (;;) {
+      size_t k = start;
+      while (k < body.size() && (std::isalnum(uint8_t(body[k])) || body[k] == '_' || body[k] == '.')) ++k;
+      if (k > start && k < body.size() && body[k] == ':') {
+        std::string name(body.substr(start, k - start));
+        if (!is_ident(name)) error(int(start) + 1, fmt::format("'{}' is not a valid label name", name));
+        if (pass_ == 1) {
+          if (labels_.count(name) || equs_.count(name))
+            error(int(start) + 1, fmt::format("label '{}' is defined twice", name));
+          labels_[name] = pc_;
+        }
+        start = k + 1;
+        while (start < body.size() && std::isspace(uint8_t(body[start]))) ++start;
+        continue;
+      }
+      break;
+    }
+    if (start >= body.size()) return;
+    size_t k = start;
+    while (k < body.size() && !std::isspace(uint8_t(body[k]))) ++k;
+    std::string mnemonic(body.substr(start, k - start));
+    std::vector<Token> ops = split_operands(body, k);
+    if (mnemonic == ".equ") return equ(ops, int(start) + 1);
+    if (mnemonic[0] == '.') error(int(start) + 1, fmt::format("unknown directive '{}' (known: .equ)", mnemonic));
+    const OpInfo* info = find_mnemonic(mnemonic);
+    if (!info) error(int(start) + 1, fmt::format("unknown instruction '{}' (docs/isa.md lists them)", mnemonic));
+    if (pass_ == 2) encode(*info, ops, int(start) + 1);
+    ++pc_;
+  }
+
+  std::vector<Token> split_operands(std::string_view body, size_t from) {
+    std::vector<Token> out;
+    size_t k = from;
+    while (k < body.size()) {
+      while (k < body.size() && std::isspace(uint8_t(body[k]))) ++k;
+      if (k >= body.size()) break;
+      size_t b = k;
+      bool in_str = false;
+      while (k < body.size() && (in_str || body[k] != ',')) {
+        if (body[k] == '"') in_str = !in_str;
+        ++k;
+      }
+      out.push_back({trim(body.substr(b, k - b)), int(b) + 1});
+      if (out.back().text.empty()) error(int(b) + 1, "empty operand");
+      if (k < body.size()) {
+        ++k;  // comma
+        if (k >= body.size() || trim(body.substr(k)).empty()) error(int(k), "operand missing after ','");
+      }
+    }
+    // A trailing "@pN" predicate may follow the last operand after whitespace.
+    if (!out.empty()) {
+      Token& last = out.back();
+      size_t at = last.text.rfind('@');
+      if (at != std::string::npos && at > 0 && last.text[0] != '"') {
+        Token pred{trim(last.text.substr(at)), last.col + int(at)};
+        last.text = trim(last.text.substr(0, at));
+        out.push_back(pred);
+      }
+    }
+    return out;
+  }
+
+  void equ(const std::vector<Token>& ops, int col) {
+    if (ops.size() != 2) error(col, ".equ takes a name and a value: .equ NAME, VALUE");
+    if (!is_ident(ops[0].text)) error(ops[0].col, fmt::format("'{}' is not a valid name", ops[0].text));
+    if (pass_ == 1) {
+      if (equs_.count(ops[0].text) || labels_.count(ops[0].text))
+        error(ops[0].col, fmt::format("'{}' is defined twice", ops[0].text));
+      equs_[ops[0].text] = integer(ops[1]);
+    }
+  }
+
+  // Integer expression: terms joined by + - *, each a literal or a .equ name.
+  int64_t integer(const Token& t) {
+    const std::string& s = t.text;
+    int64_t acc = 0;
+    char op = '+';
+    size_t k = 0;
+    if (s.empty()) error(t.col, "expected a number");
+    while (k < s.size()) {
+      while (k < s.size() && s[k] == ' ') ++k;
+      size_t b = k;
+      if (k < s.size() && (s[k] == '-' || s[k] == '+')) ++k;
+      while (k < s.size() && (std::isalnum(uint8_t(s[k])) || s[k] == '_' || s[k] == '.')) ++k;
+      std::string term = s.substr(b, k - b);
+      int64_t v = 0;
+      if (term.empty()) error(t.col + int(b), fmt::format("expected a number in '{}'", s));
+      std::string mag = (term[0] == '-' || term[0] == '+') ? term.substr(1) : term;
+      if (auto it = equs_.find(mag); it != equs_.end()) {
+        v = it->second;
+      } else {
+        errno = 0;
+        char* end = nullptr;
+        long long parsed = std::strtoll(mag.c_str(), &end, 0);
+        if (mag.empty() || *end || errno) error(t.col + int(b), fmt::format("'{}' is not a number or a defined .equ name", term));
+        v = parsed;
+      }
+      if (term[0] == '-') v = -v;
+      acc = op == '+' ? acc + v : op == '-' ? acc - v : acc * v;
+      while (k < s.size() && s[k] == ' ') ++k;
+      if (k < s.size()) {
+        op = s[k];
+        if (op != '+' && op != '-' && op != '*') error(t.col + int(k), fmt::format("unexpected '{}' in '{}'", op, s));
+        ++k;
+      }
+    }
+    return acc;
+  }
+
+  int32_t imm32(const Token& t) {
+    int64_t v = integer(t);
+    if (v < INT32_MIN || v > int64_t(UINT32_MAX))
+      error(t.col, fmt::format("immediate {} does not fit in 32 bits", v));
+    return int32_t(uint32_t(v));
+  }
+
+  uint8_t reg(const Token& t, char prefix, int count, const char* what) {
+    const std::string& s = t.text;
+    if (s.size() < 2 || s[0] != prefix || !std::all_of(s.begin() + 1, s.end(), ::isdigit))
+      error(t.col, fmt::format("expected {} {}0..{}{}, got '{}'", what, prefix, prefix, count - 1, s));
+    int n = std::atoi(s.c_str() + 1);
+    if (n >= count) error(t.col, fmt::format("{} {} does not exist ({}0..{}{})", what, s, prefix, prefix, count - 1));
+    return uint8_t(n);
+  }
+
+  void encode(const OpInfo& info, std::vector<Token> ops, int col) {
+    Fields f;
+    f.opcode = info.opcode;
+    if (!ops.empty() && ops.back().text[0] == '@') {
+      Token p = ops.back();
+      ops.pop_back();
+      if (!info.predicated) error(p.col, fmt::format("'{}' takes no predicate", info.mnemonic));
+      Token r{p.text.substr(1), p.col + 1};
+      f.p = reg(r, 'p', 8, "predicate register");
+    }
+    if (ops.size() != info.nops) {
+      std::string want = info.nops ? info.operands : "no operands";
+      error(col, fmt::format("'{}' takes {} operand{} ({}), got {}", info.mnemonic, info.nops,
+                             info.nops == 1 ? "" : "s", want, ops.size()));
+    }
+    auto set = [&](char field, uint8_t v) {
+      switch (field) {
+        case 'a': f.a = v; break;
+        case 'b': f.b = v; break;
+        case 'c': f.c = v; break;
+        default: f.d = v; break;
+      }
+    };
+    for (size_t k = 0; k < ops.size(); ++k) {
+      const OperandSpec& o = info.ops[k];
+      const Token& t = ops[k];
+      switch (o.kind) {
+        case 'X': set(o.field, reg(t, 'x', 32, "scalar register")); break;
+        case 'V': set(o.field, reg(t, 'v', 32, "vector register")); break;
+        case 'P': set(o.field, reg(t, 'p', 8, "predicate register")); break;
+        case 'C': set(o.field, reg(t, 'c', 32, "DMA channel")); break;
+        case 'N': {
+          int64_t v = integer(t);
+          if (v < 0 || v > 31) error(t.col, fmt::format("'{}' must be 0..31", t.text));
+          set(o.field, uint8_t(v));
+          break;
+        }
+        case 'D': {
+          static const std::string dirs[] = {"n", "e", "s", "w"};
+          auto it = std::find(std::begin(dirs), std::end(dirs), t.text);
+          if (it == std::end(dirs)) error(t.col, fmt::format("expected a direction n, e, s or w, got '{}'", t.text));
+          set(o.field, uint8_t(it - std::begin(dirs)));
+          break;
+        }
+        case 'I': f.imm = imm32(t); break;
+        case 'F': f.imm = float_bits(t); break;
+        case 'L': {
+          auto it = labels_.find(t.text);
+          if (it == labels_.end()) error(t.col, fmt::format("undefined label '{}'", t.text));
+          f.imm = int32_t(int64_t(it->second) - int64_t(pc_));
+          break;
+        }
+        case 'S': {
+          if (t.text.size() < 2 || t.text.front() != '"' || t.text.back() != '"')
+            error(t.col, fmt::format("expected a quoted name, got {}", t.text));
+          std::string name = t.text.substr(1, t.text.size() - 2);
+          if (name.empty()) error(t.col, "a mark name cannot be empty");
+          f.imm = int32_t(prog_.intern(name));
+          break;
+        }
+        case 'M': {
+          size_t lp = t.text.find('('), rp = t.text.rfind(')');
+          if (lp == std::string::npos || rp != t.text.size() - 1 || rp < lp)
+            error(t.col, fmt::format("expected a memory operand OFFSET(xN), got '{}'", t.text));
+          std::string off = trim(t.text.substr(0, lp));
+          f.imm = off.empty() ? 0 : imm32(Token{off, t.col});
+          set(o.field, reg(Token{trim(t.text.substr(lp + 1, rp - lp - 1)), t.col + int(lp) + 1}, 'x', 32, "scalar register"));
+          break;
+        }
+      }
+    }
+    prog_.words.push_back(pack(f));
+    prog_.lines.push_back(uint32_t(line_no_));
+  }
+
+  int32_t float_bits(const Token& t) {
+    const std::string& s = t.text;
+    if (s.size() > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) return imm32(t);  // raw bits
+    errno = 0;
+    char* end = nullptr;
+    float v = std::strtof(s.c_str(), &end);
+    if (s.empty() || *end) error(t.col, fmt::format("'{}' is not a floating-point number", s));
+    if (errno == ERANGE && std::isinf(v)) error(t.col, fmt::format("'{}' overflows fp32", s));
+    return int32_t(std::bit_cast<uint32_t>(v));
+  }
+
+  std::string_view text_;
+  std::string file_;
+  Program prog_;
+  std::map<std::string, uint32_t> labels_;
+  std::map<std::string, int64_t> equs_;
+  int pass_ = 1;
+  uint32_t pc_ = 0;
+  int line_no_ = 0;
+};
+
+template <typename T>
+void put(std::ostream& o, T v) {
+  o.write(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+}  // namespace
+
+Program assemble(std::string_view text, std::string_view filename) {
+  return Assembler(text, filename).run();
+}
+
+void Program::write_binary(const std::string& path) const {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream o(tmp, std::ios::binary);
+    if (!o) fail("cannot write '{}': {}", path, std::strerror(errno));
+    o.write(kMagic, 8);
+    put(o, kVersion);
+    put(o, uint32_t(words.size()));
+    put(o, uint32_t(names.size()));
+    for (uint64_t w : words) put(o, w);
+    for (const std::string& n : names) {
+      put(o, uint32_t(n.size()));
+      o.write(n.data(), std::streamsize(n.size()));
+    }
+    if (!o.flush()) fail("cannot write '{}': {}", path, std::strerror(errno));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot write '{}': {}", path, std::strerror(errno));
+}
+
+Program Program::read_binary(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open program '{}': {}", path, std::strerror(errno));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t pos = 0;
+  auto take = [&](void* dst, size_t n, const char* what) {
+    if (pos + n > data.size())
+      fail("program '{}' is truncated: {} needs bytes [{}, {}) but the file has {}; re-run `gpnpu asm`",
+           path, what, pos, pos + n, data.size());
+    std::memcpy(dst, data.data() + pos, n);
+    pos += n;
+  };
+  char magic[8];
+  take(magic, 8, "the magic");
+  if (std::memcmp(magic, kMagic, 8) != 0)
+    fail("'{}' is not a gpnpu program (no GPNPUBIN magic); assemble text with `gpnpu asm`", path);
+  uint32_t version, nwords, nnames;
+  take(&version, 4, "the version");
+  if (version != kVersion) fail("program '{}' has format version {}, this gpnpu reads {}", path, version, kVersion);
+  take(&nwords, 4, "the instruction count");
+  take(&nnames, 4, "the name count");
+  Program p;
+  p.source = path;
+  if (uint64_t(nwords) * 8 > data.size()) fail("program '{}' is truncated: it declares {} instructions but has {} bytes", path, nwords, data.size());
+  p.words.resize(nwords);
+  take(p.words.data(), size_t(nwords) * 8, "the instructions");
+  for (uint32_t k = 0; k < nnames; ++k) {
+    uint32_t len;
+    take(&len, 4, "a name length");
+    std::string n(len > data.size() ? 0 : len, '\0');
+    if (len > data.size()) fail("program '{}' is corrupt: name {} has length {}", path, k, len);
+    take(n.data(), len, "a name");
+    p.names.push_back(std::move(n));
+  }
+  if (pos != data.size()) fail("program '{}' has {} unexpected trailing bytes", path, data.size() - pos);
+  return p;
+}
+
+Program Program::load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail("cannot open program '{}': {}", path, std::strerror(errno));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (data.size() >= 8 && std::memcmp(data.data(), kMagic, 8) == 0) return read_binary(path);
+  return assemble(data, path);
+}
+
+std::vector<Insn> Program::decode() const {
+  std::vector<Insn> out;
+  out.reserve(words.size());
+  for (uint32_t pc = 0; pc < words.size(); ++pc) {
+    out.push_back(isa::decode(words[pc], pc));
+    const Insn& i = out.back();
+    for (int k = 0; k < i.info->nops; ++k)
+      if (i.info->ops[k].kind == 'S' && uint32_t(i.imm) >= names.size())
+        fail("pc {}: {} names mark #{} but the program has {} names", pc, i.info->mnemonic, i.imm, names.size());
+  }
+  return out;
+}
+
+std::string Program::disassemble() const {
+  std::vector<Insn> insns = decode();
+  std::set<uint32_t> targets;
+  for (uint32_t pc = 0; pc < insns.size(); ++pc) {
+    uint32_t t;
+    if (branch_target(insns[pc], pc, t)) targets.insert(t);
+  }
+  DisasmContext ctx;
+  ctx.name_of = [this](uint32_t id) { return id < names.size() ? names[id] : fmt::format("#{}", id); };
+  std::string out;
+  for (uint32_t pc = 0; pc <= insns.size(); ++pc) {
+    if (targets.count(pc)) out += fmt::format("L{}:\n", pc);
+    if (pc == insns.size()) break;
+    out += fmt::format("    {:<40} # {}\n", isa::disassemble(insns[pc], pc, ctx), pc);
+  }
+  return out;
+}
+
+}  // namespace gpnpu::isa

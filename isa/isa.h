@@ -1,0 +1,100 @@
+// The GPNPU instruction set, as data derived from isa_table.def.
+// Contract: `table()` lists every instruction once; `decode` turns a 64-bit word into
+// a predecoded Insn (semantics pointer, fields, scoreboard registers) or throws
+// gpnpu::Error for an illegal encoding; `encode` is its inverse; `disassemble`
+// prints the text `Assembler` accepts. Timing is not here (see sim/).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpnpu::isa {
+
+struct ArchState;
+struct Insn;
+using SemFn = void (*)(ArchState&, const Insn&);
+
+// Timing classes. Each has lat.<name> and occ.<name> in the machine config.
+#define GPNPU_UNITS(U) U(scalar) U(smem) U(branch) U(ctrl) U(pred) U(valu) U(vfpu) \
+  U(mac16) U(mac8) U(sfu) U(xlane) U(lrm) U(ocm_bc) U(ocm_rd) U(ocm_wr) U(dma)
+enum class Unit : uint8_t {
+#define GPNPU_UNIT_ENUM(n) n,
+  GPNPU_UNITS(GPNPU_UNIT_ENUM)
+#undef GPNPU_UNIT_ENUM
+  count
+};
+constexpr int kNumUnits = int(Unit::count);
+std::string_view unit_name(Unit u);
+// Array units: predicated, their arithmetic is skipped in timing-only mode.
+constexpr bool is_array_unit(Unit u) { return u >= Unit::valu && u <= Unit::ocm_wr; }
+// Units whose semantics touch only array registers (skippable in timing-only mode).
+constexpr bool is_array_compute(Unit u) { return u >= Unit::valu && u <= Unit::xlane; }
+
+struct OperandSpec {
+  char kind = 0;    // X V P C N D I F L S M (see isa_table.def)
+  char field = 0;   // a b c d i
+  char access = 0;  // 0 read, '=' write, '+' read-write
+};
+
+struct OpInfo {
+  const char* ident;
+  const char* mnemonic;
+  uint8_t opcode;
+  Unit unit;
+  std::array<OperandSpec, 4> ops;
+  uint8_t nops;
+  bool predicated;
+  uint8_t mem_bytes;     // bytes per PE of a memory row (64, or 32 for ".h" rows), else 0
+  const char* operands;  // the table's operand string
+  const char* description;
+  SemFn sem;
+};
+
+// The whole table, in table order.
+const std::vector<OpInfo>& table();
+// Lookup by mnemonic ("vmac.f16"); nullptr if unknown.
+const OpInfo* find_mnemonic(std::string_view mnemonic);
+// Lookup by opcode; nullptr if no row has it.
+const OpInfo* find_opcode(uint8_t opcode);
+
+// Register ids in one numbering for the scoreboard: x0..x31, v0..v31, p0..p7.
+constexpr uint8_t kRegX = 0, kRegV = 32, kRegP = 64, kNumRegs = 72;
+
+// A predecoded instruction: what the sequencer executes and times.
+struct Insn {
+  SemFn exec = nullptr;
+  const OpInfo* info = nullptr;
+  uint8_t a = 0, b = 0, c = 0, d = 0, p = 0;
+  int32_t imm = 0;
+  uint8_t nsrc = 0, ndst = 0;
+  std::array<uint8_t, 5> src{};  // scoreboard ids read
+  std::array<uint8_t, 2> dst{};  // scoreboard ids written
+  uint64_t word = 0;
+};
+
+// Field layout of the 64-bit word.
+struct Fields {
+  uint8_t opcode = 0, a = 0, b = 0, c = 0, d = 0, p = 0;
+  int32_t imm = 0;
+};
+uint64_t pack(const Fields& f);
+Fields unpack(uint64_t word);
+
+// Decode one word; throws gpnpu::Error("illegal encoding ...") naming the pc.
+Insn decode(uint64_t word, uint32_t pc);
+
+// Text of one instruction. `name_of(id)` gives mark names; `label_of(pc)` gives a
+// label for a branch target (default: "L<pc>").
+struct DisasmContext {
+  std::function<std::string(uint32_t)> name_of;
+  std::function<std::string(uint32_t)> label_of;
+};
+std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx = {});
+
+// pc-relative target of a label operand, if the row has one.
+bool branch_target(const Insn& insn, uint32_t pc, uint32_t& target);
+
+}  // namespace gpnpu::isa

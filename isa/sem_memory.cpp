@@ -1,0 +1,144 @@
+// Semantics of the memory instructions: PE local memory (LRM), OCM <-> array
+// broadcast/scatter/gather, and DMA descriptors. Addresses are checked in every
+// mode; data moves only in functional runs (not with --timing-only).
+#include <algorithm>
+#include <cstring>
+
+#include "isa/error.h"
+#include "isa/semantics.h"
+
+namespace gpnpu::isa {
+
+void check_range(const char* memory, uint64_t addr, uint64_t bytes, uint64_t limit) {
+  if (addr + bytes > limit)
+    fail("{} access out of range: bytes [0x{:x}, 0x{:x}) but the {} has 0x{:x} bytes", memory, addr,
+         addr + bytes, memory, limit);
+}
+
+namespace {
+
+constexpr uint32_t kVecBytes = kLanes * 4;   // a full register: 64 bytes
+constexpr uint32_t kHalfBytes = kLanes * 2;  // 16 fp16: 32 bytes
+
+uint32_t address(const ArchState& s, const Insn& i) { return X(s, i.b) + uint32_t(i.imm); }
+
+// Copy 16 fp16 into the low halves of 16 lanes (high halves zero) and back.
+inline void halves_to_lanes(const uint8_t* src, uint32_t* lanes) {
+  uint16_t h[kLanes];
+  std::memcpy(h, src, kHalfBytes);
+  for (int l = 0; l < kLanes; ++l) lanes[l] = h[l];
+}
+inline void lanes_to_halves(const uint32_t* lanes, uint8_t* dst) {
+  uint16_t h[kLanes];
+  for (int l = 0; l < kLanes; ++l) h[l] = uint16_t(lanes[l]);
+  std::memcpy(dst, h, kHalfBytes);
+}
+
+template <bool kHalf>
+void lrm_load(ArchState& s, const Insn& i) {
+  uint32_t addr = address(s, i);
+  check_range("LRM", addr, kHalf ? kHalfBytes : kVecBytes, s.lrm_bytes);
+  if (!s.functional) return;
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    const uint8_t* src = s.lrm_of(e) + addr;
+    if constexpr (kHalf) halves_to_lanes(src, a + size_t(e) * kLanes);
+    else std::memcpy(a + size_t(e) * kLanes, src, kVecBytes);
+  });
+}
+template <bool kHalf>
+void lrm_store(ArchState& s, const Insn& i) {
+  uint32_t addr = address(s, i);
+  check_range("LRM", addr, kHalf ? kHalfBytes : kVecBytes, s.lrm_bytes);
+  if (!s.functional) return;
+  const uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    uint8_t* dst = s.lrm_of(e) + addr;
+    if constexpr (kHalf) lanes_to_halves(a + size_t(e) * kLanes, dst);
+    else std::memcpy(dst, a + size_t(e) * kLanes, kVecBytes);
+  });
+}
+
+template <bool kHalf>
+void ocm_broadcast(ArchState& s, const Insn& i) {
+  uint32_t addr = address(s, i);
+  check_range("OCM", addr, kHalf ? kHalfBytes : kVecBytes, s.ocm.size());
+  if (!s.functional) return;
+  uint32_t row[kLanes];
+  if constexpr (kHalf) halves_to_lanes(&s.ocm[addr], row);
+  else std::memcpy(row, &s.ocm[addr], kVecBytes);
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) { std::memcpy(a + size_t(e) * kLanes, row, kVecBytes); });
+}
+
+// Checks the address range that the enabled PEs touch: base + pe * stride.
+void check_strided(const ArchState& s, const Insn& i, uint32_t base, uint32_t stride, uint32_t bytes) {
+  const uint8_t* pr = s.predicate(i.p);
+  uint32_t first = s.npe, last = 0;
+  for (uint32_t e = 0; e < s.npe; ++e)
+    if (pr[e]) { first = std::min(first, e); last = e; }
+  if (first == s.npe) return;
+  check_range("OCM", uint64_t(base) + uint64_t(first) * stride, bytes, s.ocm.size());
+  check_range("OCM", uint64_t(base) + uint64_t(last) * stride, bytes, s.ocm.size());
+}
+
+template <bool kHalf>
+void ocm_scatter(ArchState& s, const Insn& i) {
+  uint32_t base = address(s, i), stride = X(s, i.c);
+  constexpr uint32_t bytes = kHalf ? kHalfBytes : kVecBytes;
+  check_strided(s, i, base, stride, bytes);
+  if (!s.functional) return;
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    const uint8_t* src = &s.ocm[base + size_t(e) * stride];
+    if constexpr (kHalf) halves_to_lanes(src, a + size_t(e) * kLanes);
+    else std::memcpy(a + size_t(e) * kLanes, src, bytes);
+  });
+}
+template <bool kHalf>
+void ocm_gather(ArchState& s, const Insn& i) {
+  uint32_t base = address(s, i), stride = X(s, i.c);
+  constexpr uint32_t bytes = kHalf ? kHalfBytes : kVecBytes;
+  check_strided(s, i, base, stride, bytes);
+  if (!s.functional) return;
+  const uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    uint8_t* dst = &s.ocm[base + size_t(e) * stride];
+    if constexpr (kHalf) lanes_to_halves(a + size_t(e) * kLanes, dst);
+    else std::memcpy(dst, a + size_t(e) * kLanes, bytes);
+  });
+}
+
+}  // namespace
+
+SEM(vld) { lrm_load<false>(s, i); }
+SEM(vst) { lrm_store<false>(s, i); }
+SEM(vld_h) { lrm_load<true>(s, i); }
+SEM(vst_h) { lrm_store<true>(s, i); }
+SEM(obcast) { ocm_broadcast<false>(s, i); }
+SEM(obcast_h) { ocm_broadcast<true>(s, i); }
+SEM(oscatter) { ocm_scatter<false>(s, i); }
+SEM(oscatter_h) { ocm_scatter<true>(s, i); }
+SEM(ogather) { ocm_gather<false>(s, i); }
+SEM(ogather_h) { ocm_gather<true>(s, i); }
+
+SEM(dma_start) {
+  uint32_t addr = X(s, i.b);
+  check_range("scalar memory (DMA descriptor)", addr, kDmaDescWords * 4, s.smem.size());
+  uint32_t w[kDmaDescWords];
+  std::memcpy(w, &s.smem[addr], sizeof w);
+  DmaDescriptor d{w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[8]};
+  if (d.row_bytes == 0 || d.rows == 0 || d.planes == 0)
+    fail("dma.start c{}: descriptor at scalar address 0x{:x} has an empty shape (row_bytes {}, rows {}, planes {}); every dimension must be at least 1",
+         i.a, addr, d.row_bytes, d.rows, d.planes);
+  s.dma = d;
+  s.effect = Effect::dma_start;
+  s.effect_arg = i.a;
+}
+SEM(dma_wait) {
+  s.effect = Effect::dma_wait;
+  s.effect_arg = i.a;
+}
+SEM(dma_waitall) { s.effect = Effect::dma_waitall; }
+
+}  // namespace gpnpu::isa

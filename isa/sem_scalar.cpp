@@ -1,0 +1,131 @@
+// Semantics of the scalar unit, control flow, marks and per-PE predicates.
+#include <algorithm>
+#include <cstring>
+
+#include "isa/error.h"
+#include "isa/semantics.h"
+
+namespace gpnpu::isa {
+
+namespace {
+inline int32_t sx(uint32_t v) { return int32_t(v); }
+inline uint32_t IMM(const Insn& i) { return uint32_t(i.imm); }
+inline void branch_if(ArchState& s, const Insn& i, bool taken) {
+  if (taken) s.next_pc = uint32_t(int64_t(s.pc) + i.imm);
+}
+}  // namespace
+
+SEM(nop) {}
+SEM(add) { WX(s, i.a, X(s, i.b) + X(s, i.c)); }
+SEM(sub) { WX(s, i.a, X(s, i.b) - X(s, i.c)); }
+SEM(and_) { WX(s, i.a, X(s, i.b) & X(s, i.c)); }
+SEM(or_) { WX(s, i.a, X(s, i.b) | X(s, i.c)); }
+SEM(xor_) { WX(s, i.a, X(s, i.b) ^ X(s, i.c)); }
+SEM(sll) { WX(s, i.a, X(s, i.b) << (X(s, i.c) & 31)); }
+SEM(srl) { WX(s, i.a, X(s, i.b) >> (X(s, i.c) & 31)); }
+SEM(sra) { WX(s, i.a, uint32_t(sx(X(s, i.b)) >> (X(s, i.c) & 31))); }
+SEM(mul) { WX(s, i.a, X(s, i.b) * X(s, i.c)); }
+SEM(slt) { WX(s, i.a, sx(X(s, i.b)) < sx(X(s, i.c))); }
+SEM(sltu) { WX(s, i.a, X(s, i.b) < X(s, i.c)); }
+SEM(divu) { WX(s, i.a, X(s, i.c) ? X(s, i.b) / X(s, i.c) : 0xffffffffu); }
+SEM(remu) { WX(s, i.a, X(s, i.c) ? X(s, i.b) % X(s, i.c) : X(s, i.b)); }
+SEM(min) { WX(s, i.a, uint32_t(std::min(sx(X(s, i.b)), sx(X(s, i.c))))); }
+SEM(max) { WX(s, i.a, uint32_t(std::max(sx(X(s, i.b)), sx(X(s, i.c))))); }
+SEM(addi) { WX(s, i.a, X(s, i.b) + IMM(i)); }
+SEM(andi) { WX(s, i.a, X(s, i.b) & IMM(i)); }
+SEM(ori) { WX(s, i.a, X(s, i.b) | IMM(i)); }
+SEM(xori) { WX(s, i.a, X(s, i.b) ^ IMM(i)); }
+SEM(slli) { WX(s, i.a, X(s, i.b) << (IMM(i) & 31)); }
+SEM(srli) { WX(s, i.a, X(s, i.b) >> (IMM(i) & 31)); }
+SEM(srai) { WX(s, i.a, uint32_t(sx(X(s, i.b)) >> (IMM(i) & 31))); }
+SEM(muli) { WX(s, i.a, X(s, i.b) * IMM(i)); }
+SEM(slti) { WX(s, i.a, sx(X(s, i.b)) < i.imm); }
+SEM(li) { WX(s, i.a, IMM(i)); }
+
+SEM(lw) {
+  uint32_t addr = X(s, i.b) + IMM(i);
+  check_range("scalar memory", addr, 4, s.smem.size());
+  uint32_t v;
+  std::memcpy(&v, &s.smem[addr], 4);
+  WX(s, i.a, v);
+}
+SEM(sw) {
+  uint32_t addr = X(s, i.b) + IMM(i);
+  check_range("scalar memory", addr, 4, s.smem.size());
+  uint32_t v = X(s, i.c);
+  std::memcpy(&s.smem[addr], &v, 4);
+}
+
+SEM(beq) { branch_if(s, i, X(s, i.b) == X(s, i.c)); }
+SEM(bne) { branch_if(s, i, X(s, i.b) != X(s, i.c)); }
+SEM(blt) { branch_if(s, i, sx(X(s, i.b)) < sx(X(s, i.c))); }
+SEM(bge) { branch_if(s, i, sx(X(s, i.b)) >= sx(X(s, i.c))); }
+SEM(bltu) { branch_if(s, i, X(s, i.b) < X(s, i.c)); }
+SEM(bgeu) { branch_if(s, i, X(s, i.b) >= X(s, i.c)); }
+SEM(jal) {
+  WX(s, i.a, s.pc + 1);
+  branch_if(s, i, true);
+}
+SEM(jalr) {
+  uint32_t target = X(s, i.b) + IMM(i);
+  WX(s, i.a, s.pc + 1);
+  s.next_pc = target;
+}
+SEM(loop) {
+  uint32_t count = X(s, i.b);
+  uint32_t end = uint32_t(int64_t(s.pc) + i.imm);
+  if (end <= s.pc + 1) fail("loop at pc {}: the body is empty (end label must come after the next instruction)", s.pc);
+  if (count == 0) {
+    s.next_pc = end;
+    return;
+  }
+  if (s.loop_depth == kLoopDepth) fail("loop at pc {}: more than {} nested hardware loops", s.pc, kLoopDepth);
+  s.loops[s.loop_depth++] = LoopFrame{s.pc + 1, end, count};
+}
+SEM(halt) { s.effect = Effect::halt; }
+SEM(mark_begin) {
+  s.effect = Effect::mark_begin;
+  s.effect_arg = IMM(i);
+}
+SEM(mark_end) {
+  s.effect = Effect::mark_end;
+  s.effect_arg = IMM(i);
+}
+
+namespace {
+template <typename F>
+void set_pred(ArchState& s, int p, F&& f) {
+  if (p == 0) fail("p0 is the constant all-ones predicate and cannot be written");
+  uint8_t* pr = &s.pred[size_t(p) * s.npe];
+  uint32_t n = 0;
+  for (uint32_t e = 0; e < s.npe; ++e) n += (pr[e] = f(e) ? 1 : 0);
+  s.pred_count[p] = n;
+}
+}  // namespace
+
+SEM(pset_range) {
+  uint32_t lo = X(s, i.b), hi = X(s, i.c);
+  set_pred(s, i.a, [&](uint32_t e) { return e >= lo && e < hi; });
+}
+SEM(pset_rows) {
+  uint32_t lo = X(s, i.b), hi = X(s, i.c), cols = s.shape.cols;
+  set_pred(s, i.a, [&](uint32_t e) { return e / cols >= lo && e / cols < hi; });
+}
+SEM(pset_cols) {
+  uint32_t lo = X(s, i.b), hi = X(s, i.c), cols = s.shape.cols;
+  set_pred(s, i.a, [&](uint32_t e) { return e % cols >= lo && e % cols < hi; });
+}
+SEM(pand) {
+  const uint8_t *b = s.predicate(i.b), *c = s.predicate(i.c);
+  set_pred(s, i.a, [&](uint32_t e) { return b[e] & c[e]; });
+}
+SEM(por) {
+  const uint8_t *b = s.predicate(i.b), *c = s.predicate(i.c);
+  set_pred(s, i.a, [&](uint32_t e) { return b[e] | c[e]; });
+}
+SEM(pnot) {
+  const uint8_t* b = s.predicate(i.b);
+  set_pred(s, i.a, [&](uint32_t e) { return !b[e]; });
+}
+
+}  // namespace gpnpu::isa

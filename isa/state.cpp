@@ -1,0 +1,36 @@
+// ArchState construction and the pc / hardware-loop advance rule.
+#include "isa/state.h"
+
+#include "isa/error.h"
+
+namespace gpnpu::isa {
+
+ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes, std::span<uint8_t> ocm_)
+    : smem(smem_bytes, 0),
+      shape(shape_),
+      npe(shape_.npe()),
+      v(size_t(kVregs) * shape_.npe() * kLanes, 0),
+      pred(size_t(kPregs) * shape_.npe(), 0),
+      lrm_bytes(lrm_bytes_),
+      lrm(size_t(shape_.npe()) * lrm_bytes_, 0),
+      ocm(ocm_) {
+  std::fill(pred.begin(), pred.begin() + npe, 1);  // p0: every PE
+  pred_count[0] = npe;
+  for (int p = 1; p < kPregs; ++p) pred_count[p] = 0;
+}
+
+void ArchState::advance() {
+  // A taken branch or jump has already set next_pc; a fall-through closes a loop
+  // iteration when it reaches the body's end (several loops may end together).
+  if (next_pc != pc + 1) return;
+  while (loop_depth > 0 && next_pc == loops[loop_depth - 1].end) {
+    LoopFrame& f = loops[loop_depth - 1];
+    if (--f.remaining > 0) {
+      next_pc = f.start;
+      return;
+    }
+    --loop_depth;
+  }
+}
+
+}  // namespace gpnpu::isa

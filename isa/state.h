@@ -1,0 +1,88 @@
+// Architectural state of the GPNPU: what the semantics functions read and write.
+// Contract: the functional model only. Nothing here knows about cycles. The PE
+// array is structure-of-arrays so that one array instruction is one loop over
+// pes * 16 lanes: vector register r of PE e, lane l is v[(r * npe + e) * 16 + l].
+// OCM storage belongs to the platform (sim/) and is lent to the state as a span.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "isa/isa.h"
+
+namespace gpnpu::isa {
+
+constexpr int kLanes = 16;        // 32-bit lanes per PE vector register
+constexpr int kVregs = 32;
+constexpr int kXregs = 32;
+constexpr int kPregs = 8;
+constexpr int kLoopDepth = 4;     // nested hardware loops
+constexpr int kDmaDescWords = 9;  // words of a DMA descriptor in scalar memory
+
+struct ArrayShape {
+  uint32_t rows = 32, cols = 32;
+  uint32_t npe() const { return rows * cols; }
+};
+
+// A DMA descriptor as read from scalar memory (9 little-endian 32-bit words):
+//   src, dst            bus addresses (see the platform memory map)
+//   row_bytes           contiguous bytes per row (> 0)
+//   rows, src_stride, dst_stride        second dimension (rows >= 1)
+//   planes, src_plane_stride, dst_plane_stride   third dimension (planes >= 1)
+struct DmaDescriptor {
+  uint32_t src = 0, dst = 0, row_bytes = 0;
+  uint32_t rows = 1, src_stride = 0, dst_stride = 0;
+  uint32_t planes = 1, src_plane_stride = 0, dst_plane_stride = 0;
+  uint64_t bytes() const { return uint64_t(row_bytes) * rows * planes; }
+};
+
+// Side effects that the sequencer (timing model, platform) carries out.
+enum class Effect : uint8_t { none, halt, mark_begin, mark_end, dma_start, dma_wait, dma_waitall };
+
+struct LoopFrame {
+  uint32_t start = 0, end = 0, remaining = 0;
+};
+
+struct ArchState {
+  ArchState(ArrayShape shape, uint32_t lrm_bytes, uint32_t smem_bytes, std::span<uint8_t> ocm);
+
+  // scalar unit
+  uint32_t x[kXregs] = {};
+  uint32_t pc = 0, next_pc = 0;
+  LoopFrame loops[kLoopDepth];
+  int loop_depth = 0;
+  std::vector<uint8_t> smem;
+
+  // PE array
+  ArrayShape shape;
+  uint32_t npe;
+  std::vector<uint32_t> v;      // [reg][pe][lane]
+  std::vector<uint8_t> pred;    // [preg][pe], 0 or 1; p0 is all ones
+  uint32_t pred_count[kPregs];  // active PEs per predicate
+  uint32_t lrm_bytes;
+  std::vector<uint8_t> lrm;     // [pe][lrm_bytes]
+  std::span<uint8_t> ocm;
+
+  // false in --timing-only runs: memory instructions check addresses but move no data
+  bool functional = true;
+
+  // the last instruction's side effect for the sequencer
+  Effect effect = Effect::none;
+  uint32_t effect_arg = 0;  // mark id or DMA channel
+  DmaDescriptor dma;
+
+  uint32_t* vreg(int r) { return &v[size_t(r) * npe * kLanes]; }
+  const uint8_t* predicate(int p) const { return &pred[size_t(p) * npe]; }
+  uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_bytes]; }
+
+  // Advance pc after the instruction at `pc` executed (branches set next_pc);
+  // closes hardware-loop iterations.
+  void advance();
+};
+
+// Bounds checks used by the semantics; they throw gpnpu::Error saying which memory,
+// which address range and the limit. The sequencer adds pc, instruction and mark.
+void check_range(const char* memory, uint64_t addr, uint64_t bytes, uint64_t limit);
+
+}  // namespace gpnpu::isa

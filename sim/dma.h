@@ -1,0 +1,57 @@
+// The DMA engine: `dma_channels` channels, each a SystemC thread that takes
+// descriptors from its queue (depth dma_queue_depth) in order. For a descriptor
+// it issues every contiguous source run and destination run on the bus at once
+// (requests are pipelined; the ports serialise them), waits until the last one
+// completes, then moves the payload (not in timing-only runs) with debug
+// transport, so data appears at the destination when the descriptor completes.
+#pragma once
+#include <deque>
+#include <memory>
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_initiator_socket.h>
+#include <vector>
+
+#include "isa/state.h"
+#include "sim/clock.h"
+
+namespace gpnpu::sim {
+
+class DmaEngine : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_initiator_socket<DmaEngine> socket;
+
+  DmaEngine(sc_core::sc_module_name name, const Clock& clock);
+
+  // Applies channel count, queue depth, setup cost and mode; call while idle.
+  void configure(uint32_t channels, uint32_t queue_depth, Cycles setup, bool functional);
+
+  // From the sequencer's thread. submit() blocks (SystemC wait) while the queue is full.
+  void submit(uint32_t channel, const isa::DmaDescriptor& d);
+  void wait_idle(uint32_t channel);
+  void wait_all_idle();
+  bool idle(uint32_t channel) const { return channels_[channel]->queue.empty(); }
+
+  uint32_t channels() const { return active_; }
+  Cycles busy_cycles(uint32_t channel) const { return channels_[channel]->busy; }
+  // Cycle at which each channel last completed a descriptor.
+  Cycles last_done() const;
+
+ private:
+  struct Channel {
+    std::deque<isa::DmaDescriptor> queue;
+    sc_core::sc_event work, changed;
+    Cycles busy = 0, last_done = 0;
+  };
+  void channel_thread(uint32_t ch);
+  void run(const isa::DmaDescriptor& d);
+
+  const Clock& clock_;
+  std::vector<std::unique_ptr<Channel>> channels_;
+  uint32_t active_ = 0, depth_ = 1;
+  Cycles setup_ = 0;
+  bool functional_ = true;
+  std::vector<uint8_t> buffer_;
+};
+
+}  // namespace gpnpu::sim

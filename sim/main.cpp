@@ -1,0 +1,118 @@
+// gpnpu: the command-line tool. Subcommands: asm, disasm, run, config, and the
+// model's (make-checkpoint, quantize, tokenize, detokenize, preprocess, ...).
+// Every user error is a gpnpu::Error: printed as "error: ..." with exit code 1.
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "isa/error.h"
+#include "isa/program.h"
+#include "model/commands.h"
+#include "sim/config.h"
+#include "sim/run.h"
+
+using namespace gpnpu;
+
+namespace {
+
+struct MachineOptions {
+  std::string preset = "qc-u";
+  std::vector<std::string> sets;
+  void add(CLI::App* cmd) {
+    cmd->add_option("--preset", preset, "machine preset (sim/presets/NAME.cfg) or a .cfg path")->capture_default_str();
+    cmd->add_option("--set", sets, "override a config key: --set key=value (repeatable); `gpnpu config --list`");
+  }
+  sim::Config config() const { return sim::Config::make(preset, sets); }
+};
+
+void add_isa_commands(CLI::App& app) {
+  auto* as = app.add_subcommand("asm", "assemble a program: gpnpu asm IN.s -o OUT.bin");
+  static std::string as_in, as_out;
+  as->add_option("input", as_in, "assembly source")->required();
+  as->add_option("-o,--output", as_out, "output binary")->required();
+  as->callback([] {
+    isa::Program p = isa::Program::load(as_in);
+    p.write_binary(as_out);
+    std::printf("%s: %zu instructions, %zu mark names -> %s\n", as_in.c_str(), p.words.size(), p.names.size(), as_out.c_str());
+  });
+
+  auto* dis = app.add_subcommand("disasm", "disassemble a program (binary or text) to assembly");
+  static std::string dis_in;
+  dis->add_option("input", dis_in, "program binary")->required();
+  dis->callback([] { std::fputs(isa::Program::load(dis_in).disassemble().c_str(), stdout); });
+}
+
+void add_run_command(CLI::App& app) {
+  auto* run = app.add_subcommand("run", "run a program (assembly or binary) on the simulated GPNPU");
+  static std::string prog;
+  static MachineOptions mo;
+  static bool timing_only = false, quiet = false;
+  static std::string stats_json, stats_h5;
+  run->add_option("program", prog, "PROG.s or PROG.bin")->required();
+  mo.add(run);
+  run->add_flag("--timing-only", timing_only, "skip array arithmetic and DMA payloads (same cycles, faster)");
+  run->add_option("--stats-json", stats_json, "write stats and the resolved config as JSON");
+  run->add_option("--stats-h5", stats_h5, "write every mark region call as an HDF5 table");
+  run->add_flag("-q,--quiet", quiet, "print nothing but errors");
+  run->callback([] {
+    sim::Config cfg = mo.config();
+    isa::Program p = isa::Program::load(prog);
+    auto t0 = std::chrono::steady_clock::now();
+    sim::Stats st = sim::run_program(p, cfg, timing_only);
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!stats_json.empty()) sim::write_file_atomic(stats_json, st.to_json(cfg, timing_only) + "\n");
+    if (!stats_h5.empty()) st.write_hdf5(stats_h5);
+    if (!quiet) {
+      std::fputs(st.to_text(cfg).c_str(), stdout);
+      uint64_t cycles = st.total[sim::Stat::cycles];
+      std::printf("simulated %llu cycles in %.3f s wall (%.3g cycles/s)%s\n", (unsigned long long)cycles, wall,
+                  wall > 0 ? double(cycles) / wall : 0.0, timing_only ? ", timing only" : "");
+    }
+  });
+}
+
+void add_config_command(CLI::App& app) {
+  auto* c = app.add_subcommand("config", "print the resolved machine config (JSON), or every key with --list");
+  static MachineOptions mo;
+  static bool list = false;
+  mo.add(c);
+  c->add_flag("--list", list, "list every key with its type, default, unit and description");
+  c->callback([] {
+    if (list) {
+      for (const sim::ParamInfo& p : sim::param_table())
+        std::printf("%-20s %-6s %-14s %-12s %s\n", p.key,
+                    p.type == sim::ParamType::count ? "count" : p.type == sim::ParamType::bytes ? "bytes" : "real",
+                    p.default_text, p.unit, p.description);
+      std::string presets;
+      for (const std::string& n : sim::Config::preset_names()) presets += " " + n;
+      std::printf("presets:%s\n", presets.c_str());
+      return;
+    }
+    std::printf("%s\n", mo.config().to_json().c_str());
+  });
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpnpu: cycle-level simulator of a GPNPU, with Qwen3-VL-2B compiled for it"};
+  app.require_subcommand(1);
+  add_isa_commands(app);
+  add_run_command(app);
+  add_config_command(app);
+  model::add_checkpoint_commands(app);
+  model::add_tokenizer_commands(app);
+  model::add_image_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

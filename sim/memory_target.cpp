@@ -1,0 +1,87 @@
+#include "sim/memory_target.h"
+
+#include <cstring>
+
+namespace gpnpu::sim {
+
+MemoryTarget::MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock)
+    : sc_module(name), socket("socket"), sparse_(sparse), clock_(clock) {
+  socket.register_b_transport(this, &MemoryTarget::b_transport);
+  socket.register_transport_dbg(this, &MemoryTarget::transport_dbg);
+}
+
+void MemoryTarget::configure(uint64_t size, PortModel port) {
+  size_ = size;
+  port_ = port;
+  pages_.clear();
+  dense_.clear();
+  if (sparse_) pages_.resize((size_ + kPageBytes - 1) / kPageBytes);
+  else dense_.assign(size_, 0);
+}
+
+uint8_t* MemoryTarget::page(uint64_t index) {
+  auto& p = pages_[index];
+  if (!p) {
+    p = std::make_unique<uint8_t[]>(kPageBytes);
+    std::memset(p.get(), 0, kPageBytes);
+  }
+  return p.get();
+}
+
+uint64_t MemoryTarget::pages_touched() const {
+  uint64_t n = 0;
+  for (const auto& p : pages_) n += p != nullptr;
+  return n;
+}
+
+void MemoryTarget::read(uint64_t addr, void* dst, uint64_t n) const {
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  if (!sparse_) {
+    std::memcpy(out, dense_.data() + addr, n);
+    return;
+  }
+  while (n) {
+    uint64_t idx = addr / kPageBytes, off = addr % kPageBytes, k = std::min(n, kPageBytes - off);
+    if (pages_[idx]) std::memcpy(out, pages_[idx].get() + off, k);
+    else std::memset(out, 0, k);
+    out += k; addr += k; n -= k;
+  }
+}
+
+void MemoryTarget::write(uint64_t addr, const void* src, uint64_t n) {
+  const uint8_t* in = static_cast<const uint8_t*>(src);
+  if (!sparse_) {
+    std::memcpy(dense_.data() + addr, in, n);
+    return;
+  }
+  while (n) {
+    uint64_t idx = addr / kPageBytes, off = addr % kPageBytes, k = std::min(n, kPageBytes - off);
+    std::memcpy(page(idx) + off, in, k);
+    in += k; addr += k; n -= k;
+  }
+}
+
+void MemoryTarget::b_transport(tlm::tlm_generic_payload& trans, sc_core::sc_time& delay) {
+  uint64_t addr = trans.get_address(), n = trans.get_data_length();
+  if (addr + n > size_) {
+    trans.set_response_status(tlm::TLM_ADDRESS_ERROR_RESPONSE);
+    return;
+  }
+  Cycles at = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
+  Cycles done = port_.request(at, n);
+  delay = clock_.to_time(done) - sc_core::sc_time_stamp();
+  if (trans.is_read()) read(addr, trans.get_data_ptr(), n);
+  else if (trans.is_write()) write(addr, trans.get_data_ptr(), n);
+  trans.set_response_status(tlm::TLM_OK_RESPONSE);
+}
+
+unsigned int MemoryTarget::transport_dbg(tlm::tlm_generic_payload& trans) {
+  uint64_t addr = trans.get_address(), n = trans.get_data_length();
+  if (addr >= size_) return 0;
+  n = std::min(n, size_ - addr);
+  if (trans.is_read()) read(addr, trans.get_data_ptr(), n);
+  else if (trans.is_write()) write(addr, trans.get_data_ptr(), n);
+  return unsigned(n);
+}
+
+}  // namespace gpnpu::sim

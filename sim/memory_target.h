@@ -1,0 +1,51 @@
+// A TLM-2.0 target memory with a bandwidth/latency port: the DDR port (sparse
+// pages allocated on first write) and the OCM (dense, shared with the PE array's
+// functional model). b_transport annotates timing and moves data unless the
+// command is TLM_IGNORE_COMMAND (timing only); transport_dbg moves data, no time.
+#pragma once
+#include <memory>
+#include <string>
+#include <systemc>
+#include <tlm>
+#include <tlm_utils/simple_target_socket.h>
+#include <vector>
+
+#include "sim/clock.h"
+#include "sim/port_model.h"
+
+namespace gpnpu::sim {
+
+class MemoryTarget : public sc_core::sc_module {
+ public:
+  tlm_utils::simple_target_socket<MemoryTarget> socket;
+
+  // sparse = true: pages of kPageBytes allocated on first write, reads of
+  // untouched pages return zeros.
+  MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock);
+  // Sets the size and the port, and clears the contents.
+  void configure(uint64_t size, PortModel port);
+
+  uint64_t size() const { return size_; }
+  void read(uint64_t addr, void* dst, uint64_t n) const;
+  void write(uint64_t addr, const void* src, uint64_t n);
+  // Dense storage (OCM only): the PE array's functional model reads it directly.
+  uint8_t* dense() { return dense_.data(); }
+  const PortModel& port() const { return port_; }
+  uint64_t pages_touched() const;
+
+  static constexpr uint64_t kPageBytes = 1ull << 16;
+
+ private:
+  void b_transport(tlm::tlm_generic_payload& trans, sc_core::sc_time& delay);
+  unsigned int transport_dbg(tlm::tlm_generic_payload& trans);
+  uint8_t* page(uint64_t index);
+
+  uint64_t size_ = 0;
+  bool sparse_;
+  const Clock& clock_;
+  PortModel port_{1, 1, 0, 1};
+  std::vector<uint8_t> dense_;
+  std::vector<std::unique_ptr<uint8_t[]>> pages_;
+};
+
+}  // namespace gpnpu::sim

@@ -1,0 +1,79 @@
+#include "sim/platform.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "isa/error.h"
+#include "sim/memory_map.h"
+
+// libsystemc's own main() calls sc_main and prints a banner before it; our
+// programs define main() themselves and drive SystemC through the Platform, so
+// this sc_main only satisfies the library's reference and is never called.
+int sc_main(int, char**) { return 1; }
+
+namespace gpnpu::sim {
+
+Platform& Platform::get() {
+  static Platform p;
+  return p;
+}
+
+Platform::Platform() {
+  // SystemC prints a banner and info reports unless told not to.
+  setenv("SYSTEMC_DISABLE_COPYRIGHT_MESSAGE", "1", 1);
+  sc_core::sc_report_handler::set_actions(sc_core::SC_INFO, sc_core::SC_DO_NOTHING);
+  build();
+  configure(cfg_, false);
+}
+
+void Platform::build() {
+  clock_ = std::make_unique<Clock>(cfg_.clock_ghz);
+  ddr_ = std::make_unique<MemoryTarget>("ddr", /*sparse=*/true, *clock_);
+  ocm_ = std::make_unique<MemoryTarget>("ocm", /*sparse=*/false, *clock_);
+  bus_ = std::make_unique<Bus>("bus");
+  dma_ = std::make_unique<DmaEngine>("dma", *clock_);
+  seq_ = std::make_unique<Sequencer>("sequencer", *clock_, *dma_, *bus_);
+  // Wiring from the memory map: one route per region.
+  dma_->socket.bind(bus_->target);
+  bus_->route(kDdrRegion).bind(ddr_->socket);
+  bus_->route(kOcmRegion).bind(ocm_->socket);
+}
+
+void Platform::configure(const Config& cfg, bool timing_only) {
+  cfg.validate();
+  cfg_ = cfg;
+  timing_only_ = timing_only;
+  *clock_ = Clock(cfg.clock_ghz);
+  ddr_->configure(cfg.ddr_bytes, PortModel(cfg.ddr_gbps, cfg.clock_ghz, cfg.ddr_latency_cycles, uint32_t(cfg.ddr_burst_bytes)));
+  ocm_->configure(cfg.ocm_bytes, PortModel(double(cfg.ocm_dma_bytes), 1.0, 1, 1));
+  bus_->set_size(kDdrRegion, cfg.ddr_bytes);
+  bus_->set_size(kOcmRegion, cfg.ocm_bytes);
+  dma_->configure(uint32_t(cfg.dma_channels), uint32_t(cfg.dma_queue_depth), cfg.dma_setup_cycles, !timing_only);
+  state_ = std::make_unique<isa::ArchState>(isa::ArrayShape{uint32_t(cfg.pe_rows), uint32_t(cfg.pe_cols)},
+                                            uint32_t(cfg.lrm_bytes), uint32_t(cfg.smem_bytes),
+                                            std::span<uint8_t>(ocm_->dense(), cfg.ocm_bytes));
+  state_->functional = !timing_only;
+}
+
+void Platform::write_smem(uint32_t addr, const void* data, uint32_t bytes) {
+  isa::check_range("scalar memory", addr, bytes, state_->smem.size());
+  std::memcpy(&state_->smem[addr], data, bytes);
+}
+
+const Stats& Platform::run(const isa::Program& program) {
+  isa::ArchState& st = *state_;
+  std::fill(std::begin(st.x), std::end(st.x), 0);
+  st.loop_depth = 0;
+  std::fill(st.v.begin(), st.v.end(), 0);
+  std::fill(st.pred.begin() + st.npe, st.pred.end(), 0);
+  for (int p = 1; p < isa::kPregs; ++p) st.pred_count[p] = 0;
+  stats_ = Stats();
+  seq_->prepare(cfg_, st, program, stats_, timing_only_);
+  seq_->start();
+  sc_core::sc_start();
+  if (!seq_->done()) fail("internal: the simulation stopped before the program halted");
+  if (!seq_->error().empty()) throw Error(seq_->error());
+  return stats_;
+}
+
+}  // namespace gpnpu::sim

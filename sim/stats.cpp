@@ -1,0 +1,154 @@
+#include "sim/stats.h"
+
+#include <fmt/format.h>
+#include <hdf5.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "isa/error.h"
+#include "sim/config.h"
+
+namespace gpnpu::sim {
+
+namespace {
+const StatInfo kStats[] = {
+#define GPNPU_STAT_INFO(n, unit, desc) {#n, unit, desc},
+    GPNPU_STATS(GPNPU_STAT_INFO)
+#undef GPNPU_STAT_INFO
+};
+
+nlohmann::ordered_json counters_json(const Counters& c, const Config& cfg) {
+  nlohmann::ordered_json j;
+  for (int s = 0; s < kNumStats; ++s) j[kStats[s].name] = c.v[s];
+  double cycles = double(c[Stat::cycles]);
+  double ddr = double(c[Stat::ddr_bytes_read] + c[Stat::ddr_bytes_written]);
+  double bpc = cycles > 0 ? ddr / cycles : 0.0;
+  j["ddr_bytes_per_cycle"] = bpc;
+  j["ddr_roofline_fraction"] = bpc / cfg.ddr_bytes_per_cycle();
+  j["macs_per_cycle"] = cycles > 0 ? double(c[Stat::macs]) / cycles : 0.0;
+  j["time_ms"] = cycles / (cfg.clock_ghz * 1e6);
+  nlohmann::ordered_json units;
+  for (int u = 0; u < isa::kNumUnits; ++u)
+    if (c.by_unit[u]) units[std::string(isa::unit_name(isa::Unit(u)))] = c.by_unit[u];
+  j["instructions_by_unit"] = units;
+  return j;
+}
+}  // namespace
+
+const StatInfo& stat_info(Stat s) { return kStats[int(s)]; }
+
+void Counters::add_diff(const Counters& end, const Counters& begin) {
+  for (int s = 0; s < kNumStats; ++s) v[s] += end.v[s] - begin.v[s];
+  for (int u = 0; u < isa::kNumUnits; ++u) by_unit[u] += end.by_unit[u] - begin.by_unit[u];
+}
+
+void Stats::begin(uint32_t name, Cycles now) { open_.push_back({name, now, total}); }
+
+bool Stats::end(uint32_t name, Cycles now) {
+  if (open_.empty() || open_.back().name != name) return false;
+  Open o = open_.back();
+  open_.pop_back();
+  RegionCall call{name, uint32_t(open_.size()), o.begin, now, {}};
+  call.counters.add_diff(total, o.at_begin);
+  call.counters[Stat::cycles] = now - o.begin;
+  calls_.push_back(call);
+  return true;
+}
+
+std::string Stats::current_region() const {
+  return open_.empty() ? std::string() : names.at(open_.back().name);
+}
+
+std::vector<Stats::Region> Stats::regions() const {
+  std::vector<Region> out;
+  std::map<uint32_t, size_t> index;
+  for (const RegionCall& c : calls_) {
+    auto [it, fresh] = index.try_emplace(c.name, out.size());
+    if (fresh) out.push_back({names.at(c.name), 0, {}});
+    Region& r = out[it->second];
+    r.calls++;
+    for (int s = 0; s < kNumStats; ++s) r.counters.v[s] += c.counters.v[s];
+    for (int u = 0; u < isa::kNumUnits; ++u) r.counters.by_unit[u] += c.counters.by_unit[u];
+  }
+  return out;
+}
+
+std::string Stats::to_json(const Config& cfg, bool timing_only) const {
+  nlohmann::ordered_json j = counters_json(total, cfg);
+  j["timing_only"] = timing_only;
+  nlohmann::ordered_json regs = nlohmann::ordered_json::object();
+  for (const Region& r : regions()) {
+    nlohmann::ordered_json rj = counters_json(r.counters, cfg);
+    rj["calls"] = r.calls;
+    regs[r.name] = rj;
+  }
+  j["regions"] = regs;
+  j["stat_units"] = [] {
+    nlohmann::ordered_json u;
+    for (const StatInfo& s : kStats) u[s.name] = {{"unit", s.unit}, {"description", s.description}};
+    return u;
+  }();
+  j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
+  return j.dump(2);
+}
+
+std::string Stats::to_text(const Config& cfg) const {
+  auto line = [&](const std::string& name, const Counters& c, uint64_t calls) {
+    double cycles = double(c[Stat::cycles]);
+    double ddr = double(c[Stat::ddr_bytes_read] + c[Stat::ddr_bytes_written]);
+    double bpc = cycles > 0 ? ddr / cycles : 0;
+    return fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8.2f} {:>6.1f}%\n", name, calls,
+                       c[Stat::cycles], c[Stat::instructions], c[Stat::macs], uint64_t(ddr), bpc,
+                       100.0 * bpc / cfg.ddr_bytes_per_cycle());
+  };
+  std::string s = fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8} {:>7}\n", "region", "calls",
+                              "cycles", "insns", "MACs", "DDR bytes", "B/cycle", "roofl.");
+  s += line("(total)", total, 1);
+  for (const Region& r : regions()) s += line(r.name, r.counters, r.calls);
+  s += fmt::format("{} cycles = {:.3f} ms at {} GHz; DDR roofline {:.2f} bytes/cycle ({} GB/s)\n",
+                   total[Stat::cycles], double(total[Stat::cycles]) / (cfg.clock_ghz * 1e6), cfg.clock_ghz,
+                   cfg.ddr_bytes_per_cycle(), cfg.ddr_gbps);
+  return s;
+}
+
+void Stats::write_hdf5(const std::string& path) const {
+  std::string tmp = path + ".tmp";
+  hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0) fail("cannot write stats HDF5 file '{}'", path);
+  auto column = [&](const char* name, const std::vector<uint64_t>& v) {
+    hsize_t n = v.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(f, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (n) H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
+    H5Dclose(d);
+    H5Sclose(space);
+  };
+  std::vector<uint64_t> col(calls_.size());
+  auto fill = [&](auto get) {
+    for (size_t k = 0; k < calls_.size(); ++k) col[k] = get(calls_[k]);
+    return col;
+  };
+  column("name_id", fill([](const RegionCall& c) { return uint64_t(c.name); }));
+  column("depth", fill([](const RegionCall& c) { return uint64_t(c.depth); }));
+  column("begin", fill([](const RegionCall& c) { return c.begin; }));
+  column("end", fill([](const RegionCall& c) { return c.end; }));
+  for (int s = 0; s < kNumStats; ++s)
+    column(kStats[s].name, fill([s](const RegionCall& c) { return c.counters.v[s]; }));
+  // names as a variable-length string dataset
+  std::vector<const char*> ptrs;
+  for (const std::string& n : names) ptrs.push_back(n.c_str());
+  hsize_t nn = ptrs.size();
+  hid_t st = H5Tcopy(H5T_C_S1);
+  H5Tset_size(st, H5T_VARIABLE);
+  hid_t space = H5Screate_simple(1, &nn, nullptr);
+  hid_t d = H5Dcreate2(f, "names", st, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  if (nn) H5Dwrite(d, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data());
+  H5Dclose(d);
+  H5Sclose(space);
+  H5Tclose(st);
+  if (H5Fclose(f) < 0 || std::rename(tmp.c_str(), path.c_str()) != 0)
+    fail("cannot write stats HDF5 file '{}'", path);
+}
+
+}  // namespace gpnpu::sim
