@@ -70,12 +70,6 @@ inline __attribute__((always_inline)) void tile(const float* const* xs, const fl
     }
 }
 
-template <int RM, int RO>
-void tile_fn(const float* const* xs, const float* const* ws, int64_t n, float* out,
-             int64_t out_stride) {
-  tile<RM, RO>(xs, ws, n, out, out_stride);
-}
-
 // Runs fn(i) for i in [0, n) split into `threads` contiguous chunks, one std::thread each.
 template <typename F>
 void parallel_ranges(int64_t n, int threads, F&& fn) {
@@ -105,15 +99,12 @@ void parallel_ranges(int64_t n, int threads, F&& fn) {
 // Register tile of 4 activation rows x 2 weight rows; the edges use smaller tiles that
 // evaluate the same per-element order.
 constexpr int kTileM = 4, kTileO = 2;
-constexpr int64_t kWeightBlock = 32;  // weight rows loaded (dequantised) at a time
-
-using TileFn = void (*)(const float* const*, const float* const*, int64_t, float*, int64_t);
-constexpr TileFn kTiles[kTileM][kTileO] = {
-    {tile_fn<1, 1>, tile_fn<1, 2>},
-    {tile_fn<2, 1>, tile_fn<2, 2>},
-    {tile_fn<3, 1>, tile_fn<3, 2>},
-    {tile_fn<4, 1>, tile_fn<4, 2>},
-};
+// Weight rows loaded (dequantised) at a time: 32 for many activation rows; for a few
+// rows (decode) as many as fit in ~32 KB, so the block is reused from L1.
+int64_t weight_block(int64_t M, int64_t K) {
+  if (M >= 8) return 32;
+  return std::clamp<int64_t>(8192 / std::max<int64_t>(K, 1), 2, 32) & ~int64_t(1);
+}
 
 // y[m][o0 + j] for j < nb from the weight rows wblk (nb rows of K), all M activation rows.
 __attribute__((target_clones("avx512f", "avx2", "default"))) void linear_block(
@@ -128,10 +119,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void linear_block(
       const float* ws[kTileO];
       for (int t = 0; t < ro; ++t) ws[t] = wblk + (j + t) * K;
       float* out = y + m * ystride + j;
-      if (rm == 4 && ro == 2)
-        tile<4, 2>(xs, ws, K, out, ystride);
-      else
-        kTiles[rm - 1][ro - 1](xs, ws, K, out, ystride);
+      // Every shape is inlined here, so each ISA clone vectorises all of them.
+      switch ((rm - 1) * kTileO + (ro - 1)) {
+        case 0: tile<1, 1>(xs, ws, K, out, ystride); break;
+        case 1: tile<1, 2>(xs, ws, K, out, ystride); break;
+        case 2: tile<2, 1>(xs, ws, K, out, ystride); break;
+        case 3: tile<2, 2>(xs, ws, K, out, ystride); break;
+        case 4: tile<3, 1>(xs, ws, K, out, ystride); break;
+        case 5: tile<3, 2>(xs, ws, K, out, ystride); break;
+        case 6: tile<4, 1>(xs, ws, K, out, ystride); break;
+        default: tile<4, 2>(xs, ws, K, out, ystride); break;
+      }
     }
   }
 }
@@ -245,6 +243,7 @@ void linear(std::span<const float> x, const Matrix& W, std::span<const float> bi
   if (!W.f32 && !W.load) fail("ops::linear: weight {} has neither data nor a loader", W.name);
   if (M == 0) return;
   // Split output features into ranges aligned to the weight block.
+  const int64_t kWeightBlock = weight_block(M, K);
   const int64_t nblk = (N + kWeightBlock - 1) / kWeightBlock;
   parallel_ranges(nblk, threads, [&](int64_t b0, int64_t b1) {
     std::vector<float> buf;

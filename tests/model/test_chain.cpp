@@ -309,6 +309,79 @@ TEST(Chain, CheckpointAndBundleSources) {
 
 // ---- the gate against the PyTorch reference goldens -----------------------------------
 
+// SHA-256 (FIPS 180-4) of a safetensors file's data section, the bytes after the header:
+// the goldens record it for the checkpoint and the bundle they were made from.
+std::string sha256_data(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot open {}", path);
+  uint64_t n = 0;
+  if (std::fread(&n, 8, 1, f) != 1 || std::fseek(f, long(n), SEEK_CUR) != 0) fail("bad header in {}", path);
+  static const uint32_t K[64] = {
+      0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+      0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+      0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+      0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+      0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+      0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+      0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+      0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+  uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+  auto rotr = [](uint32_t x, int r) { return (x >> r) | (x << (32 - r)); };
+  auto block = [&](const uint8_t* p) {
+    uint32_t w[64];
+    for (int i = 0; i < 16; ++i) w[i] = uint32_t(p[4 * i]) << 24 | uint32_t(p[4 * i + 1]) << 16 | uint32_t(p[4 * i + 2]) << 8 | p[4 * i + 3];
+    for (int i = 16; i < 64; ++i) {
+      uint32_t s0 = rotr(w[i - 15], 7) ^ rotr(w[i - 15], 18) ^ (w[i - 15] >> 3);
+      uint32_t s1 = rotr(w[i - 2], 17) ^ rotr(w[i - 2], 19) ^ (w[i - 2] >> 10);
+      w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    uint32_t a = h[0], b = h[1], c = h[2], d = h[3], e = h[4], f2 = h[5], g = h[6], hh = h[7];
+    for (int i = 0; i < 64; ++i) {
+      uint32_t t1 = hh + (rotr(e, 6) ^ rotr(e, 11) ^ rotr(e, 25)) + ((e & f2) ^ (~e & g)) + K[i] + w[i];
+      uint32_t t2 = (rotr(a, 2) ^ rotr(a, 13) ^ rotr(a, 22)) + ((a & b) ^ (a & c) ^ (b & c));
+      hh = g, g = f2, f2 = e, e = d + t1, d = c, c = b, b = a, a = t1 + t2;
+    }
+    h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f2, h[6] += g, h[7] += hh;
+  };
+  std::vector<uint8_t> buf(1 << 20);
+  uint64_t total = 0;
+  size_t got, have = 0;
+  while ((got = std::fread(buf.data() + have, 1, buf.size() - have, f)) > 0) {
+    have += got;
+    size_t full = have / 64 * 64;
+    for (size_t i = 0; i < full; i += 64) block(buf.data() + i);
+    total += full;
+    std::memmove(buf.data(), buf.data() + full, have - full);
+    have -= full;
+  }
+  std::fclose(f);
+  total += have;
+  uint8_t tail[128] = {};
+  std::memcpy(tail, buf.data(), have);
+  tail[have] = 0x80;
+  size_t len = have + 1 + 8 <= 64 ? 64 : 128;
+  uint64_t bits = total * 8;
+  for (int i = 0; i < 8; ++i) tail[len - 1 - i] = uint8_t(bits >> (8 * i));
+  for (size_t i = 0; i < len; i += 64) block(tail + i);
+  std::string hex;
+  for (uint32_t v : h) hex += fmt::format("{:08x}", v);
+  return hex;
+}
+
+TEST(Chain, Sha256OfDataSection) {
+  // "abc" as the data section of a minimal file (header length 2, header "{}").
+  fs::path p = fs::temp_directory_path() / ("gpnpu_test_chain_sha_" + std::to_string(::getpid()));
+  {
+    std::FILE* f = std::fopen(p.c_str(), "wb");
+    uint64_t n = 2;
+    std::fwrite(&n, 8, 1, f);
+    std::fwrite("{}abc", 1, 5, f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(sha256_data(p.string()), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  fs::remove(p);
+}
+
 #ifdef GPNPU_HAVE_HDF5
 struct Golden {
   std::vector<int> ids, grid;  // grid: n x 3
@@ -320,6 +393,7 @@ struct Golden {
     std::vector<float> logits;  // (steps + 1) x vocab
   };
   std::map<std::string, Mode> modes;
+  std::map<std::string, std::string> attrs;  // string attributes (the data hashes)
 };
 
 template <typename T>
@@ -349,6 +423,29 @@ Golden read_golden(const std::string& path) {
   H5Aread(a, H5T_NATIVE_LLONG, &steps);
   H5Aclose(a);
   g.steps = int(steps);
+  for (const char* name : {"checkpoint_data_sha256", "bundle_data_sha256"}) {
+    if (H5Aexists(f, name) <= 0) continue;
+    hid_t at = H5Aopen(f, name, H5P_DEFAULT);
+    hid_t ty = H5Aget_type(at);
+    std::string val;
+    if (H5Tis_variable_str(ty) > 0) {
+      char* str = nullptr;
+      hid_t mt = H5Tcopy(H5T_C_S1);
+      H5Tset_size(mt, H5T_VARIABLE);
+      H5Tset_cset(mt, H5Tget_cset(ty));
+      H5Aread(at, mt, &str);
+      if (str) val = str;
+      H5free_memory(str);
+      H5Tclose(mt);
+    } else {
+      std::vector<char> b(H5Tget_size(ty) + 1, 0);
+      H5Aread(at, ty, b.data());
+      val = b.data();
+    }
+    H5Tclose(ty);
+    H5Aclose(at);
+    g.attrs[name] = val;
+  }
   for (const char* m : {"fp32", "w4a16"}) {
     if (H5Lexists(f, m, H5P_DEFAULT) <= 0) continue;
     Golden::Mode mode;
@@ -402,7 +499,10 @@ TEST(Chain, MatchesPytorchReferenceGolden) {
   GTEST_SKIP() << "HDF5 is not linked into test_model (target_link_libraries(test_model PRIVATE "
                   "HDF5::HDF5)); the golden gate cannot run";
 #else
-  const fs::path path = fs::path(GPNPU_SOURCE_DIR) / "tests/model/golden/reference_tiny_seed1.h5";
+  // GPNPU_CHAIN_GOLDEN overrides the file (a freshly generated golden, before it is committed).
+  const char* env = std::getenv("GPNPU_CHAIN_GOLDEN");
+  const fs::path path = env && *env ? fs::path(env)
+                                    : fs::path(GPNPU_SOURCE_DIR) / "tests/model/golden/reference_tiny_seed1.h5";
   if (!fs::exists(path)) GTEST_SKIP() << path << " not committed yet (scripts/reference/check_goldens.sh --bless)";
   Golden g = read_golden(path.string());
   ASSERT_GT(g.steps, 0);
@@ -410,6 +510,15 @@ TEST(Chain, MatchesPytorchReferenceGolden) {
   Files& files = tiny_files(1);
   auto ckw = checkpoint_weights(*files.ck);
   auto bw = bundle_weights(*files.bundle);
+  // The golden must come from the very weights this test regenerates; otherwise the gate
+  // compares different models (a changed generator or quantiser needs a rebless).
+  ASSERT_EQ(g.attrs["checkpoint_data_sha256"], sha256_data((files.dir / "model.safetensors").string()))
+      << "the golden was made from another checkpoint: rebless (scripts/reference/check_goldens.sh --bless)";
+  if (g.modes.count("w4a16")) {
+    EXPECT_EQ(g.attrs["bundle_data_sha256"], sha256_data((files.dir / "w4a16.safetensors").string()))
+        << "the W4A16 golden was made from another bundle (the quantiser changed?): rebless "
+           "(scripts/reference/check_goldens.sh --bless)";
+  }
   const double gate = 0.99999;
   for (const auto& [mode, want] : g.modes) {
     ASSERT_EQ(want.logits.size(), size_t(g.steps + 1) * size_t(cfg.text.vocab_size)) << mode;
