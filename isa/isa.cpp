@@ -122,7 +122,8 @@ std::vector<OpInfo> build_table() {
     info.predicated = is_array_unit(row.unit);
     std::string_view mn = row.mnemonic;
     bool array_mem = row.unit >= Unit::lrm && row.unit <= Unit::ocm_wr;
-    info.mem_bytes = array_mem ? (mn.ends_with(".h") ? 32 : 64) : 0;
+    // Bytes per PE of an array memory row, from its width suffix.
+    info.mem_bytes = !array_mem ? 0 : mn.ends_with(".h") ? 32 : mn.ends_with(".w1") ? 4 : mn.ends_with(".h1") ? 2 : 64;
     info.operands = row.operands;
     info.description = row.description;
     info.sem = kSem[r];

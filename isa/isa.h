@@ -47,7 +47,7 @@ struct OpInfo {
   std::array<OperandSpec, 4> ops;
   uint8_t nops;
   bool predicated;
-  uint8_t mem_bytes;     // bytes per PE of a memory row (64, or 32 for ".h" rows), else 0
+  uint8_t mem_bytes;     // bytes per PE of an array memory row (64; ".h" 32, ".w1" 4, ".h1" 2), else 0
   const char* operands;  // the table's operand string
   const char* description;
   SemFn sem;

@@ -245,6 +245,11 @@ SEM(vmovn) {
     std::memcpy(a + size_t(e) * kLanes, &src[size_t(r * cols + c) * kLanes], kLanes * 4);
   });
 }
+SEM(vdup) {
+  if (i.d >= kLanes) fail("vdup: lane {} out of range (0..15)", i.d);
+  const uint32_t* b = s.vreg(i.b);
+  per_pe(s, i, [&](uint32_t e, uint32_t* out) { std::fill(out, out + kLanes, b[size_t(e) * kLanes + i.d]); });
+}
 SEM(vext) {
   uint32_t idx = uint32_t(i.imm);
   if (idx >= s.npe * kLanes)

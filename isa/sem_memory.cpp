@@ -109,8 +109,33 @@ void ocm_gather(ArchState& s, const Insn& i) {
   });
 }
 
+// One element per PE: scatter splats a 32-bit word into every lane, gather
+// stores lane 0 (32 bits, or its low fp16).
+void ocm_scatter_word(ArchState& s, const Insn& i) {
+  uint32_t base = address(s, i), stride = X(s, i.c);
+  check_strided(s, i, base, stride, 4);
+  if (!s.functional) return;
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    uint32_t w;
+    std::memcpy(&w, &s.ocm[base + size_t(e) * stride], 4);
+    std::fill(a + size_t(e) * kLanes, a + size_t(e + 1) * kLanes, w);
+  });
+}
+template <uint32_t kBytes>
+void ocm_gather_element(ArchState& s, const Insn& i) {
+  uint32_t base = address(s, i), stride = X(s, i.c);
+  check_strided(s, i, base, stride, kBytes);
+  if (!s.functional) return;
+  const uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) { std::memcpy(&s.ocm[base + size_t(e) * stride], a + size_t(e) * kLanes, kBytes); });
+}
+
 }  // namespace
 
+SEM(oscatter_w1) { ocm_scatter_word(s, i); }
+SEM(ogather_w1) { ocm_gather_element<4>(s, i); }
+SEM(ogather_h1) { ocm_gather_element<2>(s, i); }
 SEM(vld) { lrm_load<false>(s, i); }
 SEM(vst) { lrm_store<false>(s, i); }
 SEM(vld_h) { lrm_load<true>(s, i); }

@@ -1,0 +1,50 @@
+// W4A16 GEMV for decode: y[n] = sum_k W[n][k] x[k], W as 4-bit codes with an fp16
+// scale and a uint8 zero point per 128-block (w = (q - z) * s), x and y fp16 in OCM.
+//
+// Mapping: each PE owns one output column of a tile of npe columns; the 16 lanes
+// of a PE take 16 consecutive k. Per 128-block a PE unpacks its 128 codes (one
+// vector register), dequantises them exactly as the reference does, and
+// multiply-accumulates against the broadcast x; lanes are summed at the tile's end.
+//
+// DDR layout (pack_gemv_weight): tile-major, then block-major; one block of a
+// tile is [npe x 64 B codes][npe x 2 B fp16 scales][npe x 1 B zeros] = 67 B per
+// column. A chunk of G consecutive blocks of one tile is one contiguous DMA
+// descriptor.
+//
+// Tiling rule: one OCM buffer per DMA channel; G is the largest divisor of the
+// block count such that every buffer fits the scratch area. Chunks are
+// round-robined over the channels and the next chunk of a channel starts as soon
+// as its buffer is consumed, so the DDR port always has work queued.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/builder.h"
+#include "model/quant.h"
+#include "sim/config.h"
+
+namespace gpnpu::kernels {
+
+constexpr uint32_t kGemvColumnBlockBytes = 67;  // 64 codes + 2 scale + 1 zero
+
+struct GemvArgs {
+  uint32_t n = 0, k = 0;      // output and input sizes (k a multiple of 128)
+  uint32_t w_ddr = 0;         // bus address of the packed weight (pack_gemv_weight)
+  uint32_t x_ocm = 0;         // OCM offset of x, k fp16 values
+  uint32_t y_ocm = 0;         // OCM offset of y, n fp16 values
+  uint32_t scratch_ocm = 0;   // OCM offset of the DMA buffers
+  uint32_t scratch_bytes = 0;
+  uint32_t smem = 0;          // scalar-memory bytes for descriptors (64 per channel)
+};
+
+// Packs a quantised [n][k] weight into the layout above for an array of `npe` PEs.
+std::vector<uint8_t> pack_gemv_weight(const model::QuantTensor& w, uint32_t npe);
+uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe);
+
+// Blocks per DMA chunk for this config and scratch size (the tiling rule).
+uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a);
+
+// Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
+void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a);
+
+}  // namespace gpnpu::kernels
