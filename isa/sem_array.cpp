@@ -174,6 +174,27 @@ SEM(vcvt_f16_f32) { map1(s, i, [](uint32_t b) { return uint32_t(f32_to_f16(as_f3
 SEM(vcvt_f32_i32) { map1(s, i, [](uint32_t b) { return as_u32(float(int32_t(b))); }); }
 SEM(vcvt_i32_f32) { map1(s, i, [](uint32_t b) { return f32_to_i32_sat(as_f32(b)); }); }
 
+namespace {
+template <bool kF16>
+void dequant4(ArchState& s, const Insn& i) {
+  check_sel(i, 8);
+  const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
+  per_pe(s, i, [&](uint32_t e, uint32_t* out) {
+    const uint32_t* codes = b + size_t(e) * kLanes;
+    const float scale = as_f32(c[size_t(e) * kLanes]), zero = as_f32(c[size_t(e) * kLanes + 1]);
+    for (int l = 0; l < kLanes; ++l) {
+      uint32_t code = i.d * 16 + l;
+      float q = float((codes[code / 8] >> (4 * (code % 8))) & 0xf);
+      float w = (q - zero) * scale;
+      out[l] = kF16 ? uint32_t(f32_to_f16(w)) : as_u32(w);
+    }
+  });
+}
+}  // namespace
+
+SEM(vdq4_f32) { dequant4<false>(s, i); }
+SEM(vdq4_f16) { dequant4<true>(s, i); }
+
 SEM(vmac_f16) {
   const float* t = f16_table();
   uint32_t* a = s.vreg(i.a);

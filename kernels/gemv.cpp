@@ -80,6 +80,9 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("min", {X{17}, X{15}, X{16}});
   b.op("pset.range", {P{1}, X{0}, X{17}});
   b.op("vsplati", {V{30}, int64_t(0xff)});
+  b.op("vlaneid", {V{31}});
+  b.op("vsplati", {V{29}, int64_t(0)});
+  b.op("vcmpeq.i32", {V{31}, V{31}, V{29}});  // lane-0 mask
   b.op("vsplati", {V{8}, int64_t(0)});
   b.op("vsplati", {V{9}, int64_t(0)});
   for (uint32_t c = 0; c < ch; ++c) b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), chunk_bytes);
@@ -120,13 +123,11 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
     b.op("vcvt.f32.f16", {V{2}, V{1}});
     b.op("vand", {V{3}, V{3}, V{30}});
     b.op("vcvt.f32.i32", {V{3}, V{3}});
+    b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
     // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
     for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
-    for (int n = 0; n < 8; ++n) b.op("vunpack.u4", {V{uint8_t(18 + n)}, V{0}, int64_t(n)});
+    for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
     for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
-    for (int n = 0; n < 8; ++n) b.op("vcvt.f32.i32", {V{uint8_t(18 + n)}, V{uint8_t(18 + n)}});
-    for (int n = 0; n < 8; ++n) b.op("vsub.f32", {V{uint8_t(18 + n)}, V{uint8_t(18 + n)}, V{3}});
-    for (int n = 0; n < 8; ++n) b.op("vmul.f32", {V{uint8_t(18 + n)}, V{uint8_t(18 + n)}, V{2}});
     for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
     b.op("addi", {X{7}, X{7}, block_bytes});
     b.op("addi", {X{5}, X{5}, kBlock * 2});

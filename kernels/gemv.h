@@ -2,8 +2,8 @@
 // scale and a uint8 zero point per 128-block (w = (q - z) * s), x and y fp16 in OCM.
 //
 // Mapping: each PE owns one output column of a tile of npe columns; the 16 lanes
-// of a PE take 16 consecutive k. Per 128-block a PE unpacks its 128 codes (one
-// vector register), dequantises them exactly as the reference does, and
+// of a PE take 16 consecutive k. Per 128-block a PE dequantises its 128 codes (one
+// vector register) with vdq4.f32, exactly as the reference does, and
 // multiply-accumulates against the broadcast x; lanes are summed at the tile's end.
 //
 // DDR layout (pack_gemv_weight): tile-major, then block-major; one block of a
