@@ -108,6 +108,9 @@ SynthScale synthetic_scale(const TensorSpec& spec, const ModelConfig& cfg) {
 
 void synthetic_values(const TensorSpec& spec, const ModelConfig& cfg, uint64_t seed, int64_t first, int64_t count,
                       float* out) {
+  if (first < 0 || count < 0 || first + count > spec.numel())
+    fail("synthetic_values: elements [{}, {}) are outside tensor '{}' of {} elements", first, first + count, spec.name,
+         spec.numel());
   const SynthScale sc = synthetic_scale(spec, cfg);
   const int64_t cols = spec.cols();
   const int64_t wide_end = sc.wide_rows * cols;  // element index where the wide rows end

@@ -158,6 +158,8 @@ TEST(Synthetic, PinnedValues) {
   synthetic_values(spec(kEmbedTokens), cfg, 7, 0, int64_t(all.size()), all.data());
   synthetic_values(spec(kEmbedTokens), cfg, 7, kSynthChunk - 10, 20, part.data());
   for (int i = 0; i < 20; ++i) EXPECT_EQ(part[size_t(i)], all[size_t(kSynthChunk - 10 + i)]);
+  // Past the end of the tensor is an error, not a hang.
+  EXPECT_THROW(synthetic_values(spec(kFinalNorm), cfg, 7, 100, 100, part.data()), gpnpu::Error);
 }
 
 // The scales of docs testing-notes.md item 2.
