@@ -111,7 +111,8 @@ class Assembler {
     std::string mnemonic(body.substr(start, k - start));
     std::vector<Token> ops = split_operands(body, k);
     if (mnemonic == ".equ") return equ(ops, int(start) + 1);
-    if (mnemonic[0] == '.') error(int(start) + 1, fmt::format("unknown directive '{}' (known: .equ)", mnemonic));
+    if (mnemonic == ".name") return name(ops, int(start) + 1);
+    if (mnemonic[0] == '.') error(int(start) + 1, fmt::format("unknown directive '{}' (known: .equ, .name)", mnemonic));
     const OpInfo* info = find_mnemonic(mnemonic);
     if (!info) error(int(start) + 1, fmt::format("unknown instruction '{}' (docs/isa.md lists them)", mnemonic));
     if (pass_ == 2) encode(*info, ops, int(start) + 1);
@@ -158,6 +159,14 @@ class Assembler {
         error(ops[0].col, fmt::format("'{}' is defined twice", ops[0].text));
       equs_[ops[0].text] = integer(ops[1]);
     }
+  }
+
+  // .name "text": adds a mark name to the table now, so a disassembled program
+  // keeps its name numbering (names are otherwise numbered by first use).
+  void name(const std::vector<Token>& ops, int col) {
+    if (ops.size() != 1 || ops[0].text.size() < 3 || ops[0].text.front() != '"' || ops[0].text.back() != '"')
+      error(col, ".name takes one quoted, non-empty name: .name \"attention\"");
+    if (pass_ == 2) prog_.intern(ops[0].text.substr(1, ops[0].text.size() - 2));
   }
 
   // Integer expression: terms joined by + - *, each a literal or a .equ name.
@@ -408,6 +417,7 @@ std::string Program::disassemble() const {
   DisasmContext ctx;
   ctx.name_of = [this](uint32_t id) { return id < names.size() ? names[id] : fmt::format("#{}", id); };
   std::string out;
+  for (const std::string& n : names) out += fmt::format(".name \"{}\"\n", n);
   for (uint32_t pc = 0; pc <= insns.size(); ++pc) {
     if (targets.count(pc)) out += fmt::format("L{}:\n", pc);
     if (pc == insns.size()) break;

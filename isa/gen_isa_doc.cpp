@@ -58,8 +58,11 @@ int main(int argc, char** argv) {
          "A predicate `@pN` follows the last operand. `gpnpu disasm` prints text that assembles back to the same bits.\n\n";
   std::string current;
   out += "## Instructions\n\n| opcode | syntax | unit | semantics |\n|---|---|---|---|\n";
-  for (const OpInfo& o : table())
-    out += fmt::format("| 0x{:02x} | `{}` | {} | {} |\n", o.opcode, syntax(o), unit_name(o.unit), o.description);
+  for (const OpInfo& o : table()) {
+    std::string desc = o.description;
+    for (size_t p = desc.find('|'); p != std::string::npos; p = desc.find('|', p + 2)) desc.replace(p, 1, "\\|");
+    out += fmt::format("| 0x{:02x} | `{}` | {} | {} |\n", o.opcode, syntax(o), unit_name(o.unit), desc);
+  }
   out += "\nUnits are timing classes: each has a latency (`lat.<unit>`) and an occupancy (`occ.<unit>`) in the machine config (docs/config.md).\n";
   std::ofstream f(argv[1]);
   f << out;

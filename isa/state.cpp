@@ -20,9 +20,10 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
 }
 
 void ArchState::advance() {
-  // A taken branch or jump has already set next_pc; a fall-through closes a loop
-  // iteration when it reaches the body's end (several loops may end together).
-  if (next_pc != pc + 1) return;
+  // A taken branch or jump has already set next_pc; a fall-through, or a jump to
+  // the innermost body's end (a skipped count-0 loop ending there too), closes a
+  // loop iteration there (several loops may end together).
+  if (next_pc != pc + 1 && !(loop_depth > 0 && next_pc == loops[loop_depth - 1].end)) return;
   while (loop_depth > 0 && next_pc == loops[loop_depth - 1].end) {
     LoopFrame& f = loops[loop_depth - 1];
     if (--f.remaining > 0) {

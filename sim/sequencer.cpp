@@ -52,6 +52,8 @@ void Sequencer::thread() {
       execute();
     } catch (const Error& e) {
       error_ = e.what();
+      // Let descriptors already queued finish, so the next run starts with idle channels.
+      dma_.wait_all_idle();
     }
     done_ = true;
     sc_core::sc_pause();

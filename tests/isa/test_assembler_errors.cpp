@@ -22,7 +22,7 @@ TEST(AssemblerErrors, UnknownMnemonic) {
   expect_errors({
       {"nop\n  vfoo v1, v2\n", "f.s:2:3: unknown instruction 'vfoo'"},
       {"# comment\n\n\tadd.i32 x1, x2, x3", "f.s:3:2: unknown instruction 'add.i32'"},
-      {".word 3", "f.s:1:1: unknown directive '.word' (known: .equ)"},
+      {".word 3", "f.s:1:1: unknown directive '.word' (known: .equ, .name)"},
   });
 }
 
