@@ -1,0 +1,93 @@
+// Row norms of fp16 activations in OCM: RMSNorm (the LM), per-head RMSNorm (Qwen3
+// q_norm / k_norm) and LayerNorm with bias (the vision tower and its mergers).
+//
+//   RMSNorm:   y = w * (x / sqrt(mean(x^2) + eps))            (model::ops::rmsnorm_rows)
+//   LayerNorm: y = ((x - mean) / sqrt(var + eps)) * w + b      (model::ops::layernorm_rows)
+//
+// x, y, w, b are fp16 in OCM; y may equal x (in place). Sums, the normalisation and
+// the scaling are fp32; y is rounded to fp16 (nearest even) once, at the end.
+//
+// The row is cut in chunks of 32 fp16 (64 B, one vector register). Sums of x and x^2
+// run on the MAC array (vmac.f16 of the raw fp16 against fp16 1.0 or against itself:
+// exact products, fp32 accumulation), the rest on the fp32 unit; fp16 <-> fp32
+// conversions use vunpack.f16 / vpack.f16 (integer unit, occupancy 1).
+// LayerNorm takes three passes (sum, sum of (x - mean)^2, output): the variance is
+// never formed as E[x^2] - mean^2, which cancels when |mean| >> std.
+//
+// Two mappings (NormMapping):
+//  - rows:  PE r owns row r of a tile of npe rows (oscatter with the row stride); a
+//           PE walks its row chunk by chunk; w and b are broadcast (obcast). The row
+//           is cached in LRM after the first pass when ceil(dim/32)*64 <= lrm_bytes,
+//           otherwise every pass re-reads it from OCM.
+//  - split: one row at a time, spread over P = min(npe, ceil(dim/32)) PEs: chunk q of
+//           the row goes to PE q % P (pass q / P). Each PE reduces its lanes
+//           (vredsum), writes its partial sum to OCM scratch (ogather.w1), and every PE
+//           reads all P partials back (obcast) and adds them in the same order, so
+//           every PE holds the identical row sum. For decode (rows = 1).
+// Rule (automatic): the mapping with the lower estimate of norm_estimate_cycles(),
+// a cycle model fitted to measured runs (Norm.MappingRuleFollowsMeasurements runs
+// both mappings and checks the pick is within 15 % of the better); in practice split
+// for rows <= ~14 at dim 2048 (qc-u and mini), rows otherwise.
+//
+// dim need not be a multiple of 32 (the tail chunk is masked: its extra lanes are
+// zeroed before the sums and the bytes past the row end are written back unchanged,
+// read-modify-write), rows need not be a multiple of npe (the last tile is
+// predicated with pset.range). The kernel READS up to 62 B past the end of the last
+// row of x, y, w, b: those bytes must lie inside OCM.
+//
+// Resources: scalar x1..x31, vector v0..v31, predicates p1..p3, 2 hardware-loop
+// levels, LRM bytes [0, ceil(dim/32)*64) (rows mapping, when it fits) or
+// [0, passes*64) (split), OCM scratch 4*16*ceil(P/16) bytes (split only).
+#pragma once
+#include <cstdint>
+
+#include "kernels/builder.h"
+#include "kernels/cost.h"
+#include "sim/config.h"
+
+namespace gpnpu::kernels {
+
+enum class NormKind { rms, layer };
+enum class NormMapping { automatic, rows, split };
+
+struct NormArgs {
+  NormKind kind = NormKind::rms;
+  uint32_t rows = 0, dim = 0;
+  uint32_t x_ocm = 0, x_stride = 0;   // OCM offset of row 0, bytes between rows (0: dim*2)
+  uint32_t y_ocm = 0, y_stride = 0;   // output (may equal x), bytes between rows (0: dim*2)
+  uint32_t w_ocm = 0;                 // dim fp16 weights
+  uint32_t b_ocm = 0;                 // dim fp16 bias (LayerNorm only)
+  float eps = 1e-6f;
+  uint32_t scratch_ocm = 0, scratch_bytes = 0;  // split mapping: norm_scratch_bytes(cfg) bytes
+  NormMapping mapping = NormMapping::automatic;
+};
+
+// Per-head RMSNorm in place or out of place: each row is `heads` consecutive vectors of
+// head_dim, all normalised with the same w[head_dim]. Rows must be dense
+// (x_stride = y_stride = heads*head_dim*2): the kernel is the rows mapping over
+// rows*heads vectors of head_dim.
+struct HeadNormArgs {
+  uint32_t rows = 0, heads = 0, head_dim = 0;
+  uint32_t x_ocm = 0, x_stride = 0;  // 0: heads*head_dim*2
+  uint32_t y_ocm = 0, y_stride = 0;  // may equal x
+  uint32_t w_ocm = 0;                // head_dim fp16
+  float eps = 1e-6f;
+};
+
+// OCM scratch the split mapping needs (partial sums, one fp32 per PE, 64 B blocks).
+uint32_t norm_scratch_bytes(const sim::Config& cfg);
+// The mapping `automatic` resolves to for these args.
+NormMapping norm_pick_mapping(const sim::Config& cfg, const NormArgs& a);
+// The cycle model behind the rule (an estimate, not a simulation).
+double norm_estimate_cycles(const sim::Config& cfg, const NormArgs& a, NormMapping m);
+
+// Bytes through the OCM port at the minimum: read x once, write y once (the w and b
+// broadcasts are 64 B per chunk step, not per PE, and are left out).
+KernelCost cost_norm(const sim::Config& cfg, const NormArgs& a);
+KernelCost cost_head_norm(const sim::Config& cfg, const HeadNormArgs& a);
+
+// Emit the kernels (no halt). Throw gpnpu::Error if a shape or a buffer does not fit.
+void emit_norm(Builder& b, const sim::Config& cfg, const NormArgs& a);
+void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a);
+
+}  // namespace gpnpu::kernels
