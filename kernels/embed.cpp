@@ -1,0 +1,87 @@
+#include "kernels/embed.h"
+
+#include "isa/error.h"
+#include "kernels/gemv.h"
+#include "sim/memory_map.h"
+
+namespace gpnpu::kernels {
+
+uint32_t embed_scratch_bytes(uint32_t dim) { return dim / 128 * kGemvColumnBlockBytes + 8; }
+
+KernelCost cost_embed(const sim::Config&, const EmbedArgs& a) {
+  KernelCost c;
+  c.ddr_bytes = uint64_t(a.rows) * (a.dim / 128) * kGemvColumnBlockBytes;
+  c.ocm_bytes = uint64_t(a.rows) * a.dim * 2;
+  return c;
+}
+
+void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
+  if (a.dim == 0 || a.dim % 128) fail("embed: dim {} must be a positive multiple of 128", a.dim);
+  if (a.rows == 0) fail("embed: no rows to look up");
+  const uint32_t T = cfg.npe(), nblk = a.dim / 128;
+  const uint32_t block_bytes = T * kGemvColumnBlockBytes;
+  const uint32_t codes = a.scratch_ocm, scales = codes + nblk * 64, zeros = scales + nblk * 2;
+  const uint32_t out_stride = a.out_stride ? a.out_stride : a.dim * 2;
+  const uint32_t passes = (nblk + T - 1) / T;
+  // Descriptors: codes (64 B x nblk), scales (2 B x nblk), zeros (1 B x nblk), block stride apart.
+  b.descriptor(a.smem, 0, sim::ocm_addr(codes), 64, nblk, block_bytes, 64);
+  b.descriptor(a.smem + 64, 0, sim::ocm_addr(scales), 2, nblk, block_bytes, 2);
+  b.descriptor(a.smem + 128, 0, sim::ocm_addr(zeros), 1, nblk, block_bytes, 1);
+  b.op("vlaneid", {V{31}});
+  b.op("vsplati", {V{29}, int64_t(0)});
+  b.op("vcmpeq.i32", {V{31}, V{31}, V{29}});  // lane-0 mask
+  b.op("vsplati", {V{30}, int64_t(0xff)});
+  b.li(X{1}, a.ids_smem);
+  b.li(X{2}, a.out_ocm);
+  b.li(X{3}, a.rows);
+  b.li(X{4}, T);
+  b.li(X{5}, 64);
+  b.li(X{6}, 2);
+  b.li(X{7}, 1);
+  b.li(X{8}, 256);  // output bytes per block
+  b.li(X{12}, a.smem);
+  b.li(X{13}, a.smem + 64);
+  b.li(X{14}, a.smem + 128);
+  b.loop(X{3}, [&] {
+    // Address of token t's codes: table + (t / T) * nblk * block_bytes + (t % T) * 64.
+    b.op("lw", {X{9}, Mem{X{1}, 0}});
+    b.op("divu", {X{10}, X{9}, X{4}});
+    b.op("remu", {X{11}, X{9}, X{4}});
+    b.op("muli", {X{10}, X{10}, int64_t(nblk) * block_bytes});
+    b.op("addi", {X{10}, X{10}, a.table_ddr});
+    b.op("muli", {X{15}, X{11}, 64});
+    b.op("add", {X{15}, X{15}, X{10}});
+    b.op("sw", {X{15}, Mem{X{0}, a.smem}});
+    b.op("muli", {X{15}, X{11}, 2});
+    b.op("add", {X{15}, X{15}, X{10}});
+    b.op("addi", {X{15}, X{15}, int64_t(T) * 64});
+    b.op("sw", {X{15}, Mem{X{0}, a.smem + 64}});
+    b.op("add", {X{15}, X{11}, X{10}});
+    b.op("addi", {X{15}, X{15}, int64_t(T) * 66});
+    b.op("sw", {X{15}, Mem{X{0}, a.smem + 128}});
+    b.op("dma.start", {Chan{0}, X{12}});
+    b.op("dma.start", {Chan{1}, X{13}});
+    b.op("dma.start", {Chan{2}, X{14}});
+    b.op("dma.waitall");
+    // PE q (pass p) dequantises block p * T + q.
+    for (uint32_t p = 0; p < passes; ++p) {
+      uint32_t first = p * T, count = std::min(T, nblk - first);
+      b.li(X{16}, count);
+      b.op("pset.range", {P{1}, X{0}, X{16}});
+      b.op("oscatter", {V{0}, Mem{X{0}, codes + first * 64}, X{5}}, P{1});
+      b.op("oscatter.w1", {V{1}, Mem{X{0}, scales + first * 2}, X{6}}, P{1});
+      b.op("oscatter.w1", {V{3}, Mem{X{0}, zeros + first}, X{7}}, P{1});
+      b.op("vcvt.f32.f16", {V{2}, V{1}}, P{1});
+      b.op("vand", {V{3}, V{3}, V{30}}, P{1});
+      b.op("vcvt.f32.i32", {V{3}, V{3}}, P{1});
+      b.op("vsel", {V{4}, V{2}, V{3}, V{31}}, P{1});
+      for (int n = 0; n < 8; ++n) b.op("vdq4.f16", {V{uint8_t(8 + n)}, V{0}, V{4}, int64_t(n)}, P{1});
+      for (int n = 0; n < 8; ++n)
+        b.op("ogather.h", {V{uint8_t(8 + n)}, Mem{X{2}, int64_t(first) * 256 + 32 * n}, X{8}}, P{1});
+    }
+    b.op("addi", {X{1}, X{1}, 4});
+    b.op("addi", {X{2}, X{2}, out_stride});
+  });
+}
+
+}  // namespace gpnpu::kernels
