@@ -1,0 +1,481 @@
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "isa/error.h"
+#include "sim/memory_map.h"
+
+namespace gpnpu::kernels {
+
+namespace {
+
+constexpr uint32_t kJ = 16;          // keys per block = lanes
+constexpr float kNegBig = -1e30f;    // "minus infinity" that keeps exp() finite arithmetic NaN-free
+
+// Vector registers shared by the decode and OCM kernels.
+V Q(uint32_t c) { return V{uint8_t(c)}; }        // q, head_dim/16 registers (fp16 low halves)
+V ACC(uint32_t c) { return V{uint8_t(8 + c)}; }  // fp32 output accumulator
+const V KR[3] = {V{16}, V{17}, V{18}};           // rotating k/v chunk registers
+const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, RV{29}, TMP{30}, TMP2{31};
+
+struct BlockSpec {
+  uint32_t C = 0;                 // head_dim / 16
+  float scale = 0;
+  bool causal = false;            // RV = row index - block start per PE
+  int64_t key_stride = 0;         // bytes from one key row to the next
+  P mac_pred{0};
+  // Chunk c of the current key (address in x13) reaches the PEs in `groups` predicated
+  // writes to one register (group s: load(c, s, dst)).
+  uint32_t groups = 1;
+  std::function<void(uint32_t c, uint32_t s, V dst)> load;
+  std::vector<V> pool;  // registers the loads may rotate over (>= 3)
+};
+
+// Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
+// chunk c's MAC issues at step c + la. Two writes to one register wait for the first
+// one's latency (in-order writes), so the groups of a chunk are spaced d steps apart
+// (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
+void emit_chunks(Builder& b, const BlockSpec& s, const std::function<void()>& after_first_loads,
+                 const std::function<void(uint32_t c, V reg)>& mac) {
+  const uint32_t C = s.C, ng = s.groups, pool = uint32_t(s.pool.size());
+  uint32_t d = ng * 2 + 1 <= pool ? 2 : (ng + 1 <= pool ? 1 : 0);
+  const uint32_t la = std::max(d * ng, std::min(pool - 1, 2u));
+  const uint32_t nreg = la + 1;
+  for (uint32_t i = 0; i < C + la; ++i) {
+    for (uint32_t g = 0; g < ng; ++g) {
+      const int64_t c = d ? int64_t(i) - int64_t(d * g) : int64_t(i);
+      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c), g, s.pool[size_t(c) % nreg]);
+    }
+    if (i == 0) after_first_loads();
+    int64_t c = int64_t(i) - int64_t(la);
+    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), s.pool[size_t(c) % nreg]);
+  }
+}
+
+// One block of nk (x8, 1..16) keys whose first K row is at x10 and V row at x12:
+// scores into lanes, online-softmax update, V accumulation. Uses x9, x13.
+void emit_block(Builder& b, const BlockSpec& s) {
+  const uint32_t C = s.C;
+  auto insert_prev = [&] {
+    b.op("vsplat", {IV, X{9}});
+    b.op("vcmpeq.i32", {MK, LANE, IV});
+    if (s.causal) {  // key (block-relative x9) beyond this PE's row: score -> -big
+      b.op("vsplat.f32", {TMP, F32{kNegBig}});
+      b.op("vcmplt.i32", {TMP2, RV, IV});
+      b.op("vsel", {T, TMP, T, TMP2});
+    }
+    b.op("vsel", {SV, T, SV, MK});
+  };
+  // ---- scores: key j's partial sums reduce while key j+1 loads and MACs ----
+  b.op("vsplat.f32", {SV, F32{kNegBig}});
+  b.op("vsplati", {A0, int64_t(0)});
+  b.op("vsplati", {A1, int64_t(0)});
+  b.li(X{9}, -1);
+  b.op("addi", {X{13}, X{10}, 0});
+  b.loop(X{8}, [&] {
+    emit_chunks(
+        b, s,
+        [&] {
+          b.op("vadd.f32", {T, A0, A1});
+          b.op("vsplati", {A0, int64_t(0)});
+          b.op("vsplati", {A1, int64_t(0)});
+        },
+        [&](uint32_t c, V reg) {
+          b.op("vmac.f16", {c % 2 ? A1 : A0, reg, Q(c)}, s.mac_pred);
+          if (c == 1) b.op("vredsum.f32", {T, T});
+        });
+    insert_prev();
+    b.op("addi", {X{9}, X{9}, 1});
+    b.op("addi", {X{13}, X{13}, s.key_stride});
+  });
+  b.op("vadd.f32", {T, A0, A1});
+  b.op("vredsum.f32", {T, T});
+  insert_prev();
+  // ---- online softmax over the block (lanes = keys) ----
+  b.op("vsplat.f32", {TMP, F32{s.scale}});
+  b.op("vmul.f32", {SV, SV, TMP});
+  b.op("vredmax.f32", {KR[0], SV});
+  b.op("vmax.f32", {KR[1], M, KR[0]});  // new running max
+  b.op("vsub.f32", {KR[2], M, KR[1]});
+  b.op("vexp.f32", {A0, KR[2]});        // rescale of the old state
+  b.op("vsub.f32", {KR[2], SV, KR[1]});
+  b.op("vexp.f32", {A1, KR[2]});        // p of the block's keys (0 for masked lanes)
+  b.op("vredsum.f32", {T, A1});
+  b.op("vmul.f32", {L, L, A0});
+  b.op("vadd.f32", {L, L, T});
+  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), A0});
+  b.op("vcvt.f16.f32", {P16, A1});
+  b.op("vmov", {M, KR[1]});
+  // ---- values: p_j (fp16) spread over the lanes, MAC the V row ----
+  b.li(X{9}, 0);
+  b.op("addi", {X{13}, X{12}, 0});
+  b.op("vsplati", {TMP, int64_t(0)});
+  b.loop(X{8}, [&] {
+    b.op("vsplat", {IV, X{9}});
+    b.op("vcmpeq.i32", {MK, LANE, IV});
+    b.op("vsel", {T, P16, TMP, MK});
+    emit_chunks(
+        b, s, [&] { b.op("vredsum.i32", {T, T}); },  // one non-zero lane: every lane = p_j's fp16 bits
+        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+    b.op("addi", {X{9}, X{9}, 1});
+    b.op("addi", {X{13}, X{13}, s.key_stride});
+  });
+}
+
+void init_state(Builder& b, uint32_t C) {
+  for (uint32_t c = 0; c < C; ++c) b.op("vsplati", {ACC(c), int64_t(0)});
+  b.op("vsplat.f32", {M, F32{kNegBig}});
+  b.op("vsplati", {L, int64_t(0)});
+}
+
+// out = acc / l, rounded to fp16 (low halves of ACC).
+void normalise(Builder& b, uint32_t C) {
+  b.op("vrcp.f32", {T, L});
+  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), T});
+  for (uint32_t c = 0; c < C; ++c) b.op("vcvt.f16.f32", {ACC(c), ACC(c)});
+}
+
+void check_heads(const char* what, uint32_t qh, uint32_t kvh, uint32_t hd) {
+  if (qh == 0 || kvh == 0 || qh % kvh) fail("{}: q heads {} must be a positive multiple of kv heads {}", what, qh, kvh);
+  if (hd == 0 || hd % 32 || hd > 128) fail("{}: head_dim {} must be a multiple of 32, at most 128", what, hd);
+}
+
+}  // namespace
+
+// ================================ KV-cache append ================================
+
+void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
+  if (a.kv_heads == 0 || a.head_dim == 0 || a.rows == 0) fail("kv_write: kv_heads, head_dim and rows must be positive");
+  if (a.row_stride < a.kv_heads * a.head_dim * 2) fail("kv_write: row stride {} < {} heads x {} fp16", a.row_stride, a.kv_heads, a.head_dim);
+  const uint32_t hd2 = a.head_dim * 2;
+  const uint32_t nch = uint32_t(cfg.dma_channels);
+  const uint8_t chK = 0, chV = uint8_t(1 % nch);
+  // One 3-D descriptor per tensor: planes = kv heads, rows = new rows.
+  b.descriptor(a.smem, sim::ocm_addr(a.k_ocm), 0, hd2, a.rows, a.row_stride, hd2, a.kv_heads, hd2, a.max_seq * hd2);
+  b.descriptor(a.smem + 64, sim::ocm_addr(a.v_ocm), 0, hd2, a.rows, a.row_stride, hd2, a.kv_heads, hd2, a.max_seq * hd2);
+  b.op("lw", {X{1}, Mem{X{0}, a.pos_smem}});
+  b.op("muli", {X{1}, X{1}, hd2});
+  b.li(X{2}, a.k_cache_ddr);
+  b.op("add", {X{2}, X{2}, X{1}});
+  b.op("sw", {X{2}, Mem{X{0}, a.smem + 4}});
+  b.li(X{2}, a.v_cache_ddr);
+  b.op("add", {X{2}, X{2}, X{1}});
+  b.op("sw", {X{2}, Mem{X{0}, a.smem + 64 + 4}});
+  b.li(X{3}, a.smem);
+  b.op("dma.start", {Chan{chK}, X{3}});
+  b.li(X{3}, a.smem + 64);
+  b.op("dma.start", {Chan{chV}, X{3}});
+  // The attention that follows reads the new slot from DDR: finish here.
+  b.op("dma.wait", {Chan{chK}});
+  b.op("dma.wait", {Chan{chV}});
+}
+
+KernelCost cost_kv_write(const sim::Config&, const KvWriteArgs& a) {
+  KernelCost c;
+  c.ddr_bytes = uint64_t(a.rows) * a.kv_heads * a.head_dim * 2 * 2;
+  return c;
+}
+
+// ================================ decode ================================
+
+uint32_t attention_decode_scratch_bytes(const sim::Config&, const DecodeAttnArgs& a) {
+  const uint32_t G = a.q_heads / std::max(a.kv_heads, 1u);
+  const uint32_t SB = a.kv_heads * kJ * a.head_dim * 2;  // one slot of K (or V)
+  const uint32_t need_base = (G - 1) * SB;              // scatter bases of PE group s >= 0
+  const uint32_t pad = a.scratch_ocm >= need_base ? 0 : need_base - a.scratch_ocm;
+  return pad + 4 * SB;
+}
+
+void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnArgs& a) {
+  check_heads("attention_decode", a.q_heads, a.kv_heads, a.head_dim);
+  const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, hd2 = a.head_dim * 2, C = a.head_dim / 16;
+  if (H > cfg.npe()) fail("attention_decode: {} query heads need {} PEs, the array has {}", H, H, cfg.npe());
+  if (G > 5) fail("attention_decode: GQA group {} > 5 (one predicate per group member)", G);
+  const uint32_t P_ = kJ * hd2, SB = KV * P_;
+  const uint32_t need = attention_decode_scratch_bytes(cfg, a);
+  if (need > a.scratch_bytes)
+    fail("attention_decode: needs {} bytes of OCM scratch (2 slots x K,V x {} heads x {} keys x {} B), has {}", need, KV, kJ, hd2, a.scratch_bytes);
+  const uint32_t base = a.scratch_ocm + (need - 4 * SB);
+  auto kslot = [&](uint32_t s) { return base + s * SB; };
+  auto vslot = [&](uint32_t s) { return base + (2 + s) * SB; };
+  const uint32_t nch = uint32_t(cfg.dma_channels);
+  auto chK = [&](uint32_t s) { return Chan{uint8_t((2 * s) % nch)}; };
+  auto chV = [&](uint32_t s) { return Chan{uint8_t((2 * s + 1) % nch)}; };
+  auto dK = [&](uint32_t s) { return a.smem + (2 * s) * 64; };
+  auto dV = [&](uint32_t s) { return a.smem + (2 * s + 1) * 64; };
+
+  // ---- prologue ----
+  for (uint32_t s = 0; s < 2; ++s) {
+    b.descriptor(dK(s), 0, sim::ocm_addr(kslot(s)), 0, 1, 0, 0, KV, a.max_seq * hd2, P_);
+    b.descriptor(dV(s), 0, sim::ocm_addr(vslot(s)), 0, 1, 0, 0, KV, a.max_seq * hd2, P_);
+  }
+  b.op("lw", {X{1}, Mem{X{0}, a.len_smem}});
+  b.li(X{2}, 0);  // next key to fetch
+  b.li(X{3}, 0);  // next key to consume
+  b.li(X{4}, a.k_cache_ddr);
+  b.li(X{5}, a.v_cache_ddr);
+  b.li(X{11}, P_);
+  b.li(X{15}, kJ);
+  b.li(X{16}, hd2);
+  auto issue = [&](uint32_t s) {
+    Label skip = b.label();
+    b.op("bge", {X{2}, X{1}, skip});
+    b.op("sub", {X{17}, X{1}, X{2}});
+    b.op("min", {X{17}, X{17}, X{15}});
+    b.op("mul", {X{18}, X{17}, X{16}});  // row bytes of this block: only the valid keys
+    b.op("sw", {X{4}, Mem{X{0}, dK(s)}});
+    b.op("sw", {X{18}, Mem{X{0}, dK(s) + 8}});
+    b.li(X{19}, dK(s));
+    b.op("dma.start", {chK(s), X{19}});
+    b.op("sw", {X{5}, Mem{X{0}, dV(s)}});
+    b.op("sw", {X{18}, Mem{X{0}, dV(s) + 8}});
+    b.li(X{19}, dV(s));
+    b.op("dma.start", {chV(s), X{19}});
+    b.op("addi", {X{4}, X{4}, int64_t(P_)});
+    b.op("addi", {X{5}, X{5}, int64_t(P_)});
+    b.op("add", {X{2}, X{2}, X{15}});
+    b.bind(skip);
+  };
+  issue(0);
+  issue(1);
+  for (uint32_t s = 0; s < G; ++s) {
+    b.li(X{20}, s * KV);
+    b.li(X{21}, (s + 1) * KV);
+    b.op("pset.range", {P{uint8_t(1 + s)}, X{20}, X{21}});
+  }
+  b.li(X{20}, H);
+  b.op("pset.range", {P{7}, X{0}, X{20}});
+  // q: PE e = s*KV + g gets head g*G + s (one PE per broadcast).
+  b.li(X{20}, a.q_ocm);
+  b.li(X{21}, 0);
+  b.li(X{22}, G);
+  b.li(X{23}, KV);
+  auto per_pe = [&](const std::function<void()>& body) {
+    b.loop(X{22}, [&] {
+      b.op("addi", {X{24}, X{20}, 0});
+      b.loop(X{23}, [&] {
+        b.op("addi", {X{25}, X{21}, 1});
+        b.op("pset.range", {P{6}, X{21}, X{25}});
+        body();
+        b.op("addi", {X{24}, X{24}, int64_t(G) * hd2});
+        b.op("addi", {X{21}, X{21}, 1});
+      });
+      b.op("addi", {X{20}, X{20}, hd2});
+    });
+  };
+  per_pe([&] {
+    for (uint32_t c = 0; c < C; ++c) b.op("obcast.h", {Q(c), Mem{X{24}, 32 * c}}, P{6});
+  });
+  init_state(b, C);
+  b.op("vlaneid", {LANE});
+
+  BlockSpec bs;
+  bs.C = C;
+  bs.scale = a.scale;
+  bs.key_stride = hd2;
+  bs.mac_pred = P{7};
+  bs.groups = G;
+  bs.pool = {KR[0], KR[1], KR[2], RV, TMP2};  // RV, TMP2: free in decode (no causal mask)
+  bs.load = [&](uint32_t c, uint32_t s, V dst) {
+    // PE e = s*KV + g reads slot + g*P + key*hd2: base x13 - s*KV*P (>= 0 by the pad).
+    b.op("oscatter.h", {dst, Mem{X{13}, int64_t(32 * c) - int64_t(s) * KV * P_}, X{11}}, P{uint8_t(1 + s)});
+  };
+
+  // ---- main loop: slot 0, slot 1, ... ----
+  Label round = b.label(), done = b.label(), block = b.label();
+  b.bind(round);
+  for (uint32_t s = 0; s < 2; ++s) {
+    b.op("bge", {X{3}, X{1}, done});
+    b.op("dma.wait", {chK(s)});
+    b.op("dma.wait", {chV(s)});
+    b.li(X{10}, kslot(s));
+    b.li(X{12}, vslot(s));
+    b.op("sub", {X{8}, X{1}, X{3}});
+    b.op("min", {X{8}, X{8}, X{15}});
+    b.op("jal", {X{14}, block});
+    b.op("add", {X{3}, X{3}, X{15}});
+    issue(s);
+  }
+  b.op("jal", {X{0}, round});
+  b.bind(block);
+  emit_block(b, bs);
+  b.op("jalr", {X{0}, X{14}, 0});
+
+  // ---- epilogue: normalise, one gather per PE ----
+  b.bind(done);
+  normalise(b, C);
+  b.li(X{20}, a.out_ocm);
+  b.li(X{21}, 0);
+  per_pe([&] {
+    for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {ACC(c), Mem{X{24}, 32 * c}, X{0}}, P{6});
+  });
+}
+
+KernelCost cost_attention_decode(const sim::Config&, const DecodeAttnArgs& a, uint32_t len) {
+  KernelCost c;
+  c.ddr_bytes = uint64_t(len) * a.kv_heads * a.head_dim * 2 * 2;
+  c.macs = uint64_t(len) * a.q_heads * a.head_dim * 2;
+  return c;
+}
+
+// ================================ OCM attention ================================
+
+void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a) {
+  check_heads("attention_ocm", a.q_heads, a.kv_heads, a.head_dim);
+  const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, S = a.seq, hd2 = a.head_dim * 2, C = a.head_dim / 16;
+  const uint32_t npe = cfg.npe();
+  if (S == 0) fail("attention_ocm: seq must be positive");
+  if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
+  // Tiling rule.
+  const uint32_t R = std::min(S, npe / G);
+  // GP <= pool - 1 lets the broadcasts of the groups of a chunk pipeline (emit_chunks):
+  // 3 rotating registers with the causal mask, 5 without (measured on qc-u: prefill S=128
+  // 79k cycles at GP=2 vs 132k at GP=4; tower S=256 138k at GP=4 vs 172k at GP=2).
+  const uint32_t GP = std::min({KV, npe / (G * R), a.causal ? 2u : 4u, a.max_groups ? a.max_groups : 6u});
+  if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
+
+  struct Pass {
+    uint32_t r0, nrows, g0, ng;
+  };
+  std::vector<Pass> passes;
+  for (uint32_t r0 = 0; r0 < S; r0 += R)
+    for (uint32_t g0 = 0; g0 < KV; g0 += GP) passes.push_back({r0, std::min(R, S - r0), g0, std::min(GP, KV - g0)});
+
+  // Direct access needs base + sub*hs - sub*R*rs >= 0 for every pass and sub.
+  auto direct = [&](uint32_t base, uint32_t rs, uint32_t hs) {
+    for (const Pass& p : passes)
+      for (uint32_t sub = 0; sub < p.ng * G; ++sub) {
+        int64_t addr = int64_t(base) + int64_t(p.r0) * rs + int64_t(p.g0 * G + sub) * hs - int64_t(sub) * R * rs;
+        if (addr < 0) return false;
+      }
+    return true;
+  };
+  const bool q_direct = direct(a.q_ocm, a.q_row_stride, a.q_head_stride);
+  const bool o_direct = direct(a.out_ocm, a.out_row_stride, a.out_head_stride);
+  const uint32_t hm_bytes = H * S * hd2;
+  if ((!q_direct || !o_direct) && a.scratch_bytes < hm_bytes)
+    fail("attention_ocm: q/out are not head-major, the head-major staging needs {} bytes of OCM scratch, has {}", hm_bytes,
+         a.scratch_bytes);
+  uint32_t qb = a.q_ocm, qrs = a.q_row_stride, qhs = a.q_head_stride;
+  uint32_t ob = a.out_ocm, ors = a.out_row_stride, ohs = a.out_head_stride;
+  if (!q_direct) {
+    b.descriptor(a.smem, sim::ocm_addr(a.q_ocm), sim::ocm_addr(a.scratch_ocm), hd2, S, a.q_row_stride, hd2, H,
+                 a.q_head_stride, S * hd2);
+    b.li(X{1}, a.smem);
+    b.op("dma.start", {Chan{0}, X{1}});
+    b.op("dma.wait", {Chan{0}});
+    qb = a.scratch_ocm, qrs = hd2, qhs = S * hd2;
+  }
+  if (!o_direct) ob = a.scratch_ocm, ors = hd2, ohs = S * hd2;
+
+  b.li(X{11}, qrs);
+  b.li(X{30}, ors);
+  b.li(X{15}, kJ);
+  b.op("vlaneid", {LANE});
+  Label pass_fn = b.label(), end = b.label();
+  for (const Pass& p : passes) {
+    const uint32_t h0 = p.g0 * G;
+    for (uint32_t gl = 0; gl < GP; ++gl) {
+      uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
+      b.li(X{20}, lo);
+      b.li(X{21}, hi);
+      b.op("pset.range", {P{uint8_t(1 + gl)}, X{20}, X{21}});
+    }
+    b.li(X{20}, p.ng * G * R);
+    b.op("pset.range", {P{7}, X{0}, X{20}});
+    b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
+    b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
+    b.li(X{22}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
+    b.li(X{23}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
+    b.li(X{24}, p.nrows);
+    b.li(X{25}, p.r0);
+    b.li(X{26}, a.causal ? std::min(S, p.r0 + p.nrows) : S);
+    b.li(X{27}, p.ng * G);
+    b.op("jal", {X{14}, pass_fn});
+  }
+  b.op("jal", {X{0}, end});
+
+  // ---- one pass (registers above) ----
+  b.bind(pass_fn);
+  auto per_sub = [&](const std::function<void(uint32_t)>& body) {
+    for (uint32_t sub = 0; sub < GP * G; ++sub) {
+      Label skip = b.label();
+      b.li(X{13}, sub);
+      b.op("bge", {X{13}, X{27}, skip});
+      b.li(X{9}, int64_t(sub) * R);
+      b.op("add", {X{10}, X{9}, X{24}});
+      b.op("pset.range", {P{6}, X{9}, X{10}});
+      body(sub);
+      b.bind(skip);
+    }
+  };
+  per_sub([&](uint32_t sub) {
+    const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
+    for (uint32_t c = 0; c < C; ++c) b.op("oscatter.h", {Q(c), Mem{X{20}, off + 32 * c}, X{11}}, P{6});
+    if (a.causal) {  // RV = absolute row of the PE
+      b.op("vpeid", {RV}, P{6});
+      b.op("addi", {X{13}, X{25}, -int64_t(sub) * R});
+      b.op("vsplat", {TMP, X{13}});
+      b.op("vadd.i32", {RV, RV, TMP}, P{6});
+    }
+  });
+  init_state(b, C);
+  BlockSpec bs;
+  bs.C = C;
+  bs.scale = a.scale;
+  bs.causal = a.causal;
+  bs.key_stride = a.kv_row_stride;
+  bs.mac_pred = P{7};
+  bs.groups = GP;
+  bs.pool = {KR[0], KR[1], KR[2]};
+  if (!a.causal) bs.pool.insert(bs.pool.end(), {RV, TMP2});
+  bs.load = [&](uint32_t c, uint32_t gl, V dst) {
+    b.op("obcast.h", {dst, Mem{X{13}, int64_t(gl) * hd2 + 32 * c}}, P{uint8_t(1 + gl)});
+  };
+  b.li(X{3}, 0);
+  b.op("addi", {X{28}, X{22}, 0});
+  b.op("addi", {X{29}, X{23}, 0});
+  Label blocks = b.label(), blocks_end = b.label();
+  b.bind(blocks);
+  b.op("bge", {X{3}, X{26}, blocks_end});
+  b.op("sub", {X{8}, X{26}, X{3}});
+  b.op("min", {X{8}, X{8}, X{15}});
+  b.op("addi", {X{10}, X{28}, 0});
+  b.op("addi", {X{12}, X{29}, 0});
+  emit_block(b, bs);
+  if (a.causal) {
+    b.op("vsplati", {TMP, int64_t(kJ)});
+    b.op("vsub.i32", {RV, RV, TMP});
+  }
+  b.op("add", {X{3}, X{3}, X{15}});
+  b.op("addi", {X{28}, X{28}, int64_t(kJ) * a.kv_row_stride});
+  b.op("addi", {X{29}, X{29}, int64_t(kJ) * a.kv_row_stride});
+  b.op("jal", {X{0}, blocks});
+  b.bind(blocks_end);
+  normalise(b, C);
+  per_sub([&](uint32_t sub) {
+    const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
+    for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {ACC(c), Mem{X{21}, off + 32 * c}, X{30}}, P{6});
+  });
+  b.op("jalr", {X{0}, X{14}, 0});
+
+  b.bind(end);
+  if (!o_direct) {
+    b.descriptor(a.smem + 64, sim::ocm_addr(a.scratch_ocm), sim::ocm_addr(a.out_ocm), hd2, S, hd2, a.out_row_stride, H,
+                 S * hd2, a.out_head_stride);
+    b.li(X{1}, a.smem + 64);
+    b.op("dma.start", {Chan{0}, X{1}});
+    b.op("dma.wait", {Chan{0}});
+  }
+}
+
+KernelCost cost_attention_ocm(const sim::Config&, const OcmAttnArgs& a) {
+  KernelCost c;
+  const uint64_t pairs = a.causal ? uint64_t(a.seq) * (a.seq + 1) / 2 : uint64_t(a.seq) * a.seq;
+  c.macs = pairs * a.q_heads * a.head_dim * 2;
+  return c;
+}
+
+}  // namespace gpnpu::kernels

@@ -1,0 +1,90 @@
+// Attention kernels: KV-cache append, decode attention against the cache in DDR,
+// and attention over q/k/v resident in OCM (causal GQA prefill, full tower).
+// All of them: fp16 in memory, fp32 scores/softmax/accumulation, max-subtracted
+// softmax, query head h reads kv head h / (q_heads / kv_heads), scores * scale.
+//
+// ---- KV cache layout (DDR, one layer) ---------------------------------------------
+// K and V each [kv_heads][max_seq][head_dim] fp16 at k_cache_ddr / v_cache_ddr (bus
+// addresses): one head's keys are contiguous, so a block of consecutive keys of one
+// head is one DMA row. Slot `pos` of head g is at base + (g*max_seq + pos)*head_dim*2.
+//
+// ---- decode (emit_attention_decode) ------------------------------------------------
+// One query row q [q_heads*head_dim] fp16 in OCM against L cached keys (the new one
+// included, already appended). L is read at run time from a scalar-memory word
+// (len_smem), so one compiled decode program serves every step.
+// Mapping: PE e = s*kv_heads + g owns query head g*G + s (G = q_heads/kv_heads); its
+// lanes take 16 dims (head_dim/16 registers of q and of the fp32 accumulator).
+// The cache streams DDR -> OCM in blocks of J = 16 keys per kv head (K on one DMA
+// channel, V on another, two slots double-buffered, so OCM use does not grow with L).
+// Per key a PE scatters its kv head's row from the slot and MACs it against q; the 16
+// scores of a block land in the 16 lanes; the block updates the running max / sum
+// (flash style, exp on the SFU), rescales the accumulator once, then each key's
+// probability (rounded to fp16) is spread over the lanes and MACs the V row in.
+// Tiling rule: J = 16 (lanes); scratch = 2 slots x (K + V) x kv_heads x J x head_dim x 2
+// bytes (+ a pad so that the scatter bases of the G PE groups stay >= 0).
+// Only the L valid keys are read from DDR (the last block's DMA is shortened).
+//
+// ---- OCM attention (emit_attention_ocm): prefill (causal) and tower (full) ----------
+// q [seq][q_heads*head_dim] at q_ocm with row stride / head stride (bytes), k and v
+// [seq][kv_heads*head_dim] (row stride kv_row_stride, heads head_dim*2 apart), out like
+// q. Mapping: a pass holds R query rows x GP kv groups; PE e = sub*R + il with
+// sub = gl*G + s (query head h0 + sub, kv head g0 + gl): the PEs of one kv group are
+// contiguous, so each key/value row reaches them with one predicated broadcast per 16
+// dims (obcast, 1 port cycle) — no scatter traffic in the key loop. Keys go in blocks
+// of 16 into lanes exactly as in decode; causal rows mask keys j > row.
+// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), causal ? 2 : 4)
+// (the groups' broadcasts to one register must be spaced by its latency; see .cpp).
+// q must be readable by one stride per head group: a head-major q (head stride >=
+// R * row stride) is used in place; otherwise (row-major) the kernel first DMAs q
+// OCM->OCM into head-major scratch [q_heads][seq][head_dim] and writes out head-major
+// there, then DMAs it back (costs ~2 x q bytes / ocm_dma_bytes cycles each way:
+// a producer that writes q head-major avoids it; scratch_bytes >= q_heads*seq*head_dim*2).
+#pragma once
+#include <cstdint>
+
+#include "kernels/builder.h"
+#include "kernels/cost.h"
+#include "sim/config.h"
+
+namespace gpnpu::kernels {
+
+struct KvWriteArgs {
+  uint32_t kv_heads = 0, head_dim = 0, rows = 0;  // rows appended (1 at decode, S at prefill)
+  uint32_t k_ocm = 0, v_ocm = 0, row_stride = 0;  // new rows [rows][kv_heads*head_dim] fp16
+  uint32_t k_cache_ddr = 0, v_cache_ddr = 0;      // bus addresses (sim::ddr_addr)
+  uint32_t max_seq = 0;                           // slots per head
+  uint32_t pos_smem = 0;                          // scalar-memory word: first slot written
+  uint32_t smem = 0;                              // 128 bytes for two descriptors
+};
+void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a);
+KernelCost cost_kv_write(const sim::Config& cfg, const KvWriteArgs& a);
+
+struct DecodeAttnArgs {
+  uint32_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 0;
+  uint32_t q_ocm = 0, out_ocm = 0;              // [q_heads*head_dim] fp16 each
+  uint32_t k_cache_ddr = 0, v_cache_ddr = 0, max_seq = 0;
+  uint32_t len_smem = 0;                        // scalar-memory word: L >= 1 cached keys
+  uint32_t scratch_ocm = 0, scratch_bytes = 0;  // DMA slots
+  uint32_t smem = 0;                            // 256 bytes for four descriptors
+};
+uint32_t attention_decode_scratch_bytes(const sim::Config& cfg, const DecodeAttnArgs& a);
+void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnArgs& a);
+// `len` is the L the cost is asked for (the kernel itself reads L at run time).
+KernelCost cost_attention_decode(const sim::Config& cfg, const DecodeAttnArgs& a, uint32_t len);
+
+struct OcmAttnArgs {
+  uint32_t q_heads = 0, kv_heads = 0, head_dim = 0, seq = 0;
+  bool causal = false;
+  float scale = 0;
+  uint32_t q_ocm = 0, q_row_stride = 0, q_head_stride = 0;
+  uint32_t k_ocm = 0, v_ocm = 0, kv_row_stride = 0;
+  uint32_t out_ocm = 0, out_row_stride = 0, out_head_stride = 0;
+  uint32_t scratch_ocm = 0, scratch_bytes = 0;  // head-major staging when q/out are row-major
+  uint32_t smem = 0;                            // 128 bytes for two descriptors
+  uint32_t max_groups = 0;                      // cap on kv groups per pass (0: the tiling rule)
+};
+void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);
+KernelCost cost_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);
+
+}  // namespace gpnpu::kernels

@@ -1,0 +1,135 @@
+#include "kernels/rope.h"
+
+#include <cmath>
+
+#include "isa/error.h"
+#include "model/ops.h"
+
+namespace gpnpu::kernels {
+
+void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
+  const uint32_t npe = cfg.npe(), H = a.heads, hd = a.head_dim;
+  if (hd == 0 || hd % 32 || hd > 128) fail("rope: head_dim {} must be a multiple of 32, at most 128", hd);
+  if (H == 0 || H > npe) fail("rope: {} heads do not fit the {} PEs (one PE per head of a row)", H, npe);
+  if (a.rows == 0) fail("rope: rows must be positive");
+  const uint32_t hd2 = hd * 2, C = hd / 16, half = C / 2;
+  if (a.x_row_stride < H * hd2 || a.out_row_stride < H * hd2)
+    fail("rope: row strides {} / {} are smaller than a row of {} heads x {} fp16", a.x_row_stride, a.out_row_stride, H, hd);
+  const uint32_t TR = npe / H;  // tiling rule: rows per tile
+  const uint32_t tiles = (a.rows + TR - 1) / TR;
+  const int64_t tchunk = a.tab_f32 ? 64 : 32;
+  auto Xr = [](uint32_t c) { return V{uint8_t(c)}; };
+  auto Cr = [](uint32_t c) { return V{uint8_t(8 + c)}; };
+  auto Sr = [](uint32_t c) { return V{uint8_t(16 + c)}; };
+
+  b.li(X{1}, tiles);
+  b.li(X{2}, a.rows);
+  b.li(X{4}, TR);
+  b.li(X{5}, a.x_ocm);
+  b.li(X{6}, a.cos_ocm);
+  b.li(X{7}, a.sin_ocm);
+  b.li(X{8}, a.out_ocm);
+  b.li(X{11}, hd2);
+  b.loop(X{1}, [&] {
+    b.op("min", {X{3}, X{2}, X{4}});
+    // ---- load the tile: per row, x (stride hd*2 across its heads) and cos/sin (stride 0) ----
+    b.li(X{9}, 0);
+    b.li(X{10}, H);
+    b.op("addi", {X{16}, X{5}, 0});
+    b.op("addi", {X{17}, X{6}, 0});
+    b.op("addi", {X{18}, X{7}, 0});
+    b.loop(X{3}, [&] {
+      b.op("pset.range", {P{1}, X{9}, X{10}});
+      for (uint32_t c = 0; c < C; ++c) b.op("oscatter.h", {Xr(c), Mem{X{16}, 32 * c}, X{11}}, P{1});
+      const char* tl = a.tab_f32 ? "oscatter" : "oscatter.h";
+      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}, X{0}}, P{1});
+      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}, X{0}}, P{1});
+      b.op("addi", {X{9}, X{9}, H});
+      b.op("addi", {X{10}, X{10}, H});
+      b.op("addi", {X{16}, X{16}, int64_t(a.x_row_stride) - int64_t(H) * hd2});
+      b.op("addi", {X{17}, X{17}, a.tab_row_stride});
+      b.op("addi", {X{18}, X{18}, a.tab_row_stride});
+    });
+    // ---- rotate (fp32), every PE; only the loaded ones are stored ----
+    if (!a.tab_f32)
+      for (uint32_t c = 0; c < C; ++c) {
+        b.op("vcvt.f32.f16", {Cr(c), Cr(c)});
+        b.op("vcvt.f32.f16", {Sr(c), Sr(c)});
+      }
+    for (uint32_t c = 0; c < C; ++c) b.op("vcvt.f32.f16", {Xr(c), Xr(c)});
+    for (uint32_t c = 0; c < half; ++c) {
+      const uint32_t lo = c, hi = c + half;
+      V t1{24}, t2{25}, t3{26}, t4{27};
+      b.op("vmul.f32", {t1, Xr(lo), Cr(lo)});
+      b.op("vmul.f32", {t2, Xr(hi), Sr(lo)});
+      b.op("vmul.f32", {t3, Xr(hi), Cr(hi)});
+      b.op("vmul.f32", {t4, Xr(lo), Sr(hi)});
+      b.op("vsub.f32", {t1, t1, t2});
+      b.op("vadd.f32", {t3, t3, t4});
+      b.op("vcvt.f16.f32", {Xr(lo), t1});
+      b.op("vcvt.f16.f32", {Xr(hi), t3});
+    }
+    // ---- store the tile ----
+    b.li(X{9}, 0);
+    b.li(X{10}, H);
+    b.op("addi", {X{19}, X{8}, 0});
+    b.loop(X{3}, [&] {
+      b.op("pset.range", {P{1}, X{9}, X{10}});
+      for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {Xr(c), Mem{X{19}, 32 * c}, X{11}}, P{1});
+      b.op("addi", {X{9}, X{9}, H});
+      b.op("addi", {X{10}, X{10}, H});
+      b.op("addi", {X{19}, X{19}, int64_t(a.out_row_stride) - int64_t(H) * hd2});
+    });
+    b.op("addi", {X{5}, X{5}, int64_t(TR) * a.x_row_stride});
+    b.op("addi", {X{6}, X{6}, int64_t(TR) * a.tab_row_stride});
+    b.op("addi", {X{7}, X{7}, int64_t(TR) * a.tab_row_stride});
+    b.op("addi", {X{8}, X{8}, int64_t(TR) * a.out_row_stride});
+    b.op("sub", {X{2}, X{2}, X{4}});
+  });
+}
+
+KernelCost cost_rope(const sim::Config&, const RopeArgs& a) {
+  KernelCost c;
+  const uint64_t tab = a.tab_f32 ? 4 : 2;
+  // x in and out (fp16) plus one cos and one sin row per PE of the row.
+  c.ocm_bytes = uint64_t(a.rows) * a.heads * a.head_dim * (2 + 2 + 2 * tab);
+  return c;
+}
+
+void rope_tables_mrope(std::span<const std::array<int, 3>> pos, int head_dim, float theta,
+                       std::span<const int> section, std::vector<float>& cos_t, std::vector<float>& sin_t) {
+  const int half = head_dim / 2;
+  std::vector<int> axis = model::ops::mrope_axes(section, head_dim);
+  std::vector<float> inv = model::ops::inv_freq(theta, head_dim);
+  cos_t.assign(pos.size() * size_t(head_dim), 0.0f);
+  sin_t.assign(pos.size() * size_t(head_dim), 0.0f);
+  for (size_t n = 0; n < pos.size(); ++n)
+    for (int j = 0; j < half; ++j) {
+      float ang = float(pos[n][size_t(axis[size_t(j)])]) * inv[size_t(j)];
+      float c = std::cos(ang), s = std::sin(ang);
+      for (int k : {j, j + half}) {
+        cos_t[n * size_t(head_dim) + size_t(k)] = c;
+        sin_t[n * size_t(head_dim) + size_t(k)] = s;
+      }
+    }
+}
+
+void rope_tables_2d(std::span<const std::array<int, 2>> rq, int head_dim, float theta,
+                    std::vector<float>& cos_t, std::vector<float>& sin_t) {
+  const int half = head_dim / 2, nf = head_dim / 4;
+  std::vector<float> inv = model::ops::inv_freq(theta, half);
+  cos_t.assign(rq.size() * size_t(head_dim), 0.0f);
+  sin_t.assign(rq.size() * size_t(head_dim), 0.0f);
+  for (size_t n = 0; n < rq.size(); ++n)
+    for (int k = 0; k < nf; ++k)
+      for (int axis = 0; axis < 2; ++axis) {
+        float ang = float(rq[n][size_t(axis)]) * inv[size_t(k)];
+        float c = std::cos(ang), s = std::sin(ang);
+        for (int d : {axis * nf + k, axis * nf + k + half}) {
+          cos_t[n * size_t(head_dim) + size_t(d)] = c;
+          sin_t[n * size_t(head_dim) + size_t(d)] = s;
+        }
+      }
+}
+
+}  // namespace gpnpu::kernels

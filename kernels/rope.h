@@ -1,0 +1,58 @@
+// Rotary position embedding applied to q or k rows in OCM, from cos/sin tables the
+// host (compiler) precomputes per row:
+//
+//   x'[d] = x[d] * cos[r][d] + rotate_half(x)[d] * sin[r][d]
+//   rotate_half(x)[d] = -x[d + hd/2] (d < hd/2),  x[d - hd/2] (d >= hd/2)
+//
+// i.e. x'[d] = x[d] cos[d] - x[d+h] sin[d] and x'[d+h] = x[d+h] cos[d+h] + x[d] sin[d+h]
+// (docs qwen3-vl-2b.md 3.3 and 5.3). The tables already encode which position
+// (interleaved M-RoPE t/h/w axis per frequency, or the tower's 2-D row/column rule)
+// drives each dimension, so this one kernel serves the LM and the tower:
+// cos[r][d] = cos(angle_r[d mod hd/2]), sin likewise (build them with
+// rope_tables_mrope / rope_tables_2d below, or any other rule).
+//
+// Layouts:
+//   x    fp16 in OCM, row-major [rows][heads*head_dim], row stride x_row_stride bytes
+//        (heads contiguous, head_dim*2 bytes apart); out the same with out_row_stride
+//        (out may equal x: in place).
+//   cos, sin: fp32 (tab_f32) or fp16 in OCM, [rows][head_dim], row stride tab_row_stride.
+//
+// Mapping: PE e = rl * heads + h holds head h of row r0 + rl of a tile of
+// TR = npe / heads rows; its 16 lanes take 16 consecutive dimensions (head_dim/16
+// registers). Per row of the tile one predicated scatter per 16 dims brings x (stride
+// head_dim*2 across the row's PEs) and the row's cos/sin (stride 0); the rotation is
+// fp32 on the vector FPU; one gather per 16 dims writes the fp16 result back.
+// Tiling rule: TR = floor(npe / heads) rows per tile (fails if heads > npe);
+// head_dim must be a multiple of 32 and at most 128 (3 x head_dim/16 registers).
+#pragma once
+#include <array>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/builder.h"
+#include "kernels/cost.h"
+#include "sim/config.h"
+
+namespace gpnpu::kernels {
+
+struct RopeArgs {
+  uint32_t rows = 0, heads = 0, head_dim = 0;
+  uint32_t x_ocm = 0, x_row_stride = 0;      // input rows (bytes)
+  uint32_t out_ocm = 0, out_row_stride = 0;  // output rows (may equal x)
+  uint32_t cos_ocm = 0, sin_ocm = 0, tab_row_stride = 0;
+  bool tab_f32 = true;  // tables fp32 (else fp16)
+};
+
+void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a);
+KernelCost cost_rope(const sim::Config& cfg, const RopeArgs& a);
+
+// Host-side table builders (fp32 [rows][head_dim] each), the same angles as
+// model::ops::mrope / model::ops::rope_2d: angle[j] = pos * inv_freq[j], j < hd/2,
+// cos/sin of a float as std::cos/std::sin, duplicated to cat(a, a).
+void rope_tables_mrope(std::span<const std::array<int, 3>> pos, int head_dim, float theta,
+                       std::span<const int> section, std::vector<float>& cos_t, std::vector<float>& sin_t);
+void rope_tables_2d(std::span<const std::array<int, 2>> rq, int head_dim, float theta,
+                    std::vector<float>& cos_t, std::vector<float>& sin_t);
+
+}  // namespace gpnpu::kernels

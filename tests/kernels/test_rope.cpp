@@ -1,0 +1,135 @@
+// RoPE kernel against model::ops::mrope (interleaved M-RoPE) and model::ops::rope_2d
+// (tower), on the very fp16 values the device reads, with the host-built tables;
+// negative control (sin of the wrong sign, i.e. the other rotate_half convention);
+// timing-only cycles equal the functional run.
+#include "kernels/rope.h"
+
+#include "kernel_harness.h"
+#include "model/ops.h"
+#include "sim/run.h"
+
+namespace gpnpu::kernels::test {
+namespace {
+
+struct RopeShape {
+  const char* preset;
+  uint32_t rows, heads, head_dim;
+  bool mrope;      // else the tower's 2-D rule
+  bool tab_f32;
+  uint32_t pad;    // extra fp16 per row stride
+  bool in_place;
+};
+
+struct RopeRun {
+  std::vector<float> y, ref;
+  uint64_t cycles = 0;
+};
+
+uint32_t up64(uint32_t v) { return (v + 63) / 64 * 64; }
+
+RopeRun run_rope(const RopeShape& s, bool timing_only, bool flip_sin = false) {
+  sim::Config cfg = sim::Config::make(s.preset, {});
+  const uint32_t width = s.heads * s.head_dim, stride = (width + s.pad) * 2;
+  RopeArgs a;
+  a.rows = s.rows;
+  a.heads = s.heads;
+  a.head_dim = s.head_dim;
+  a.x_ocm = 0;
+  a.x_row_stride = stride;
+  a.out_ocm = s.in_place ? 0 : up64(s.rows * stride);
+  a.out_row_stride = stride;
+  const uint32_t tb = s.tab_f32 ? 4 : 2;
+  a.tab_row_stride = s.head_dim * tb;
+  a.cos_ocm = up64(a.out_ocm + s.rows * stride);
+  a.sin_ocm = up64(a.cos_ocm + s.rows * a.tab_row_stride);
+  a.tab_f32 = s.tab_f32;
+
+  // Positions: M-RoPE triples with distinct t/h/w (an image block), or grid (r, q).
+  std::vector<std::array<int, 3>> pos3(s.rows);
+  std::vector<std::array<int, 2>> pos2(s.rows);
+  for (uint32_t n = 0; n < s.rows; ++n) {
+    pos3[n] = {int(3 + n / 7), int(5 + n % 7), int(11 + 2 * n)};
+    pos2[n] = {int(n / 6), int(n % 6 + 2 * (n / 12))};
+  }
+  std::vector<float> cs, sn;
+  const int section_lm[3] = {24, 20, 20};
+  std::vector<int> section(section_lm, section_lm + 3);
+  if (s.head_dim != 128) section = {int(s.head_dim / 2) - 2 * int(s.head_dim / 6), int(s.head_dim / 6), int(s.head_dim / 6)};
+  const float theta = s.mrope ? 5e6f : 10000.0f;
+  if (s.mrope) rope_tables_mrope(pos3, int(s.head_dim), theta, section, cs, sn);
+  else rope_tables_2d(pos2, int(s.head_dim), theta, cs, sn);
+
+  std::vector<float> x = random_vector(size_t(s.rows) * width, 17 + s.rows, 1.0f);
+  for (float& v : x) v = round_f16(v);
+
+  Builder b;
+  emit_rope(b, cfg, a);
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, timing_only);
+  RopeRun r;
+  if (!timing_only) {
+    for (uint32_t n = 0; n < s.rows; ++n) {
+      std::vector<float> row(x.begin() + n * width, x.begin() + (n + 1) * width);
+      write_ocm_f16(a.x_ocm + n * stride, row);
+    }
+    std::vector<float> sn_dev = sn;
+    if (flip_sin)
+      for (float& v : sn_dev) v = -v;
+    if (s.tab_f32) {
+      p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
+      p.ocm().write(a.sin_ocm, sn_dev.data(), sn_dev.size() * 4);
+    } else {
+      write_ocm_f16(a.cos_ocm, cs);
+      write_ocm_f16(a.sin_ocm, sn_dev);
+    }
+  }
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  if (timing_only) return r;
+  for (uint32_t n = 0; n < s.rows; ++n) {
+    std::vector<float> row = read_ocm_f16(a.out_ocm + n * stride, width);
+    r.y.insert(r.y.end(), row.begin(), row.end());
+  }
+  r.ref = x;
+  if (s.mrope) model::ops::mrope(r.ref, int(s.heads), int(s.head_dim), pos3, theta, section);
+  else model::ops::rope_2d(r.ref, int(s.heads), int(s.head_dim), pos2, theta);
+  return r;
+}
+
+class RopeShapes : public ::testing::TestWithParam<RopeShape> {};
+
+TEST_P(RopeShapes, MatchesChainRope) {
+  RopeShape s = GetParam();
+  RopeRun r = run_rope(s, false);
+  Compare c = compare(r.y, r.ref);
+  // fp32 tables: only the fp16 output rounding (half an ulp, 2^-11 relative);
+  // fp16 tables add 2^-11 relative on each of cos and sin.
+  double bound = c.max_ref * (s.tab_f32 ? 1.0 / 1024 : 1.0 / 256);
+  EXPECT_GE(c.cosine, 0.9999);
+  EXPECT_LE(c.max_abs, bound) << "max |y - ref| " << c.max_abs << ", max |ref| " << c.max_ref;
+  RopeRun t = run_rope(s, true);
+  EXPECT_EQ(t.cycles, r.cycles) << "timing-only must give the functional cycle count";
+  std::printf("rope %s rows %u heads %u hd %u %s %s: cos %.7f max_abs %.3g (bound %.3g), %llu cycles\n", s.preset, s.rows,
+              s.heads, s.head_dim, s.mrope ? "mrope" : "2d", s.tab_f32 ? "f32" : "f16", c.cosine, c.max_abs, bound,
+              (unsigned long long)r.cycles);
+}
+
+// Rows not a multiple of the tile (npe/heads), heads not a power of two, strided rows,
+// in place and out of place, fp32 and fp16 tables, both position rules.
+INSTANTIATE_TEST_SUITE_P(Shapes, RopeShapes,
+                         ::testing::Values(RopeShape{"mini", 7, 3, 64, true, true, 0, false},
+                                           RopeShape{"mini", 13, 2, 128, true, false, 16, true},
+                                           RopeShape{"mini", 37, 5, 64, false, true, 8, false},
+                                           RopeShape{"qc-u", 128, 16, 128, true, true, 0, true},
+                                           RopeShape{"qc-u", 256, 16, 64, false, true, 0, false}));
+
+TEST(Rope, NegativeControlWrongRotateHalfSignFailsTheGate) {
+  RopeShape s{"mini", 7, 3, 64, true, true, 0, false};
+  RopeRun r = run_rope(s, false, /*flip_sin=*/true);
+  Compare c = compare(r.y, r.ref);
+  EXPECT_TRUE(c.cosine < 0.9999 || c.max_abs > c.max_ref / 1024) << "cos " << c.cosine << " max_abs " << c.max_abs;
+}
+
+}  // namespace
+}  // namespace gpnpu::kernels::test
