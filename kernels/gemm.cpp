@@ -1,0 +1,392 @@
+#include "kernels/gemm.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "isa/error.h"
+#include "isa/fp16.h"
+#include "sim/memory_map.h"
+
+namespace gpnpu::kernels {
+
+namespace {
+constexpr uint32_t kBlock = 128;
+constexpr uint32_t kMaxRows = 16;  // accumulators v0..v15
+// A unit sits kUnitPad bytes into its OCM buffer, so the odd-PE meta scatter of split 2
+// (base 2*nblk bytes below the unit) stays inside the buffer.
+constexpr uint32_t kUnitPad = 128;
+uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+uint32_t meta_lrm_bytes(uint32_t p) { return ceil_div(p, 8) * 32; }
+// Two LRM buffers of nblk blocks at split s (64/s code bytes per block) + look-ahead pad.
+uint32_t lrm_need(uint32_t nblk, uint32_t s) { return 2 * (meta_lrm_bytes(nblk) + 64 / s * nblk) + 64; }
+// OCM buffer of DMA channel c: unit 0 (meta + first codes) always lands on channel 0.
+uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
+  return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
+}
+uint32_t buffers_bytes(const GemmPlan& pl) { return unit_buffer(pl, 0) + (pl.channels - 1) * unit_buffer(pl, 1); }
+}  // namespace
+
+uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
+  if (k == 0 || k % kBlock) fail("gemm: K = {} must be a positive multiple of {}", k, kBlock);
+  const uint32_t nblk = k / kBlock;
+  auto ok = [&](uint32_t s) {
+    return s >= 1 && s <= 2 && cfg.pe_cols % s == 0 && nblk % s == 0 && (s == 1 || 2 * nblk <= kUnitPad) &&
+           lrm_need(nblk, s) <= cfg.lrm_bytes;
+  };
+  if (split) {
+    if (!ok(split))
+      fail("gemm: split {} does not fit K = {} (needs split 1 or 2 dividing pe_cols = {} and the {} blocks, and "
+           "{} LRM bytes <= lrm_bytes = {})",
+           split, k, cfg.pe_cols, nblk, lrm_need(nblk, std::max(split, 1u)), cfg.lrm_bytes);
+    return split;
+  }
+  for (uint32_t s = 1; s <= 2; s *= 2)
+    if (ok(s)) return s;
+  fail("gemm: K = {} does not fit: two LRM buffers of {} blocks need {} bytes, lrm_bytes = {} (split 2 needs an "
+       "even block count and pe_cols); split the call along K",
+       k, nblk, lrm_need(nblk, 2), cfg.lrm_bytes);
+}
+
+GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
+  if (n == 0) fail("gemm: N must be positive");
+  GemmPlan p;
+  p.split = gemm_split(cfg, k, split);
+  p.cols = cfg.npe() / p.split;
+  p.tiles = ceil_div(n, p.cols);
+  p.blocks = k / kBlock;
+  p.meta_lrm = meta_lrm_bytes(p.blocks);
+  p.units = p.blocks / p.split;
+  // Channels: the most (<= dma_channels) that divide the unit count, so unit u of every
+  // tile is on channel u % C and the next tile's units start in order.
+  for (p.channels = std::min<uint32_t>(uint32_t(cfg.dma_channels), p.units); p.units % p.channels; --p.channels) {}
+  p.meta_unit = p.cols * p.blocks * 4;
+  p.code_unit = cfg.npe() * 64;
+  p.tile_bytes = uint64_t(p.cols) * p.blocks * 68;
+  if (m) {
+    p.rows = m >= kMaxRows ? kMaxRows : (m + 3) / 4 * 4;
+    p.groups = ceil_div(m, p.rows);
+    p.last_rows = m - (p.groups - 1) * p.rows;
+  }
+  return p;
+}
+
+uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
+  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
+  return p.tiles * p.tile_bytes;
+}
+
+uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
+  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
+  return buffers_bytes(p);
+}
+
+std::vector<uint8_t> pack_gemm_weight(const model::QuantTensor& w, const sim::Config& cfg, uint32_t split) {
+  const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols);
+  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
+  const uint32_t npe = cfg.npe(), S = p.split, B = p.blocks;
+  std::vector<uint8_t> out(size_t(p.tiles) * p.tile_bytes, 0);
+  for (uint32_t t = 0; t < p.tiles; ++t) {
+    uint8_t* tile = &out[size_t(t) * p.tile_bytes];
+    // Unit 0: per column, per block (fp16 s, fp16 z).
+    for (uint32_t c = 0; c < p.cols && t * p.cols + c < n; ++c)
+      for (uint32_t j = 0; j < B; ++j) {
+        const uint32_t col = t * p.cols + c;
+        uint16_t meta[2] = {w.scales[size_t(col) * B + j], f32_to_f16(float(w.zeros[size_t(col) * B + j]))};
+        std::memcpy(tile + (size_t(c) * B + j) * 4, meta, 4);
+      }
+    // Code units: PE e's code stream (k of parity e % S, in k order), 64 B per unit.
+    for (uint32_t e = 0; e < npe; ++e) {
+      const uint32_t col = t * p.cols + e / S, par = e % S;
+      if (col >= n) continue;  // padding columns: zero codes, zero scale
+      const uint32_t per_pe = k / S;  // codes of this PE
+      for (uint32_t i = 0; i < per_pe; ++i) {
+        const uint8_t q = w.code(col, int64_t(i) * S + par);
+        const uint32_t byte = i / 2, unit = byte / 64;
+        uint8_t& dst = tile[p.meta_unit + (size_t(unit) * npe + e) * 64 + byte % 64];
+        dst |= (i & 1) ? uint8_t(q << 4) : q;
+      }
+    }
+  }
+  return out;
+}
+
+KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a) {
+  KernelCost c;
+  c.macs = uint64_t(a.m) * a.n * a.k;
+  c.ddr_bytes = gemm_weight_bytes(cfg, a.n, a.k, a.split);
+  return c;
+}
+
+void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
+  if (a.m == 0) fail("gemm: M must be positive");
+  const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
+  const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
+  const uint32_t C = pl.channels;
+  const uint32_t need = buffers_bytes(pl);
+  const uint32_t BS = pl.meta_lrm + 64 / S * B;  // one LRM buffer
+  const uint32_t ocm = uint32_t(cfg.ocm_bytes);
+  if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
+  if (a.y_stride < 2 * a.n || a.y_stride % 2) fail("gemm: y_stride {} must be even and >= 2*N = {}", a.y_stride, 2 * a.n);
+  if (uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k > ocm)
+    fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.k, a.x_ocm, a.x_stride, ocm);
+  if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + 2 * a.n > ocm)
+    fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
+  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + need > ocm)
+    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
+         need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
+  if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
+  if (uint64_t(a.w_ddr) + pl.tiles * pl.tile_bytes > uint64_t(UINT32_MAX))
+    fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.tiles * pl.tile_bytes);
+
+  auto buf = [&](uint32_t c) {  // the unit's data
+    return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
+  };
+  auto desc = [&](uint32_t c) { return a.smem + c * 64; };
+  auto unit_off = [&](uint32_t u) -> int64_t { return u == 0 ? 0 : int64_t(pl.meta_unit) + int64_t(u) * pl.code_unit; };
+  const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
+
+  // ---- registers ----
+  // x1 tiles left, x2 DDR base of the tile being filled, x3 tiles after it, x4/x5 LRM
+  // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
+  // x9 npe, x10 X of the row group, x11 Y of the row group, x12-x14 routine temps,
+  // x16 loop count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P,
+  // x23 fills left, x24/x25 unit sizes, x26 bias stride, x27 buffer xor.
+  // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
+  // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
+  const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xNpe{9}, xAct{10}, xYg{11};
+  const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
+  const X xMetaSz{24}, xCodeSz{25}, xBs{26}, xSwap{27}, xT3{28};
+
+  b.li(xT, pl.tiles);
+  b.li(xD, a.w_ddr);
+  b.li(xMore, pl.tiles - 1);
+  b.li(xCur, 0);
+  b.li(xFill, 0);
+  b.li(xY, a.y_ocm);
+  b.li(xB, a.bias_ocm);
+  b.li(xCols, a.n);
+  b.li(xNpe, npe);
+  b.li(xGs, 2 / S);
+  b.li(x64, 64);
+  b.li(xMs, 4 * B / S);
+  b.li(xFills, pl.tiles - 1);
+  b.li(xMetaSz, pl.meta_unit + pl.code_unit);
+  b.li(xCodeSz, pl.code_unit);
+  b.li(xBs, bias_bytes / S);
+  b.li(xSwap, BS);
+  b.op("vlaneid", {V{21}});
+  b.op("vsplati", {V{20}, int64_t(0)});
+  b.op("vcmpeq.i32", {V{21}, V{21}, V{20}});  // lane-0 mask
+  if (S == 2) {
+    // p2 = PEs in even columns (they own the first K half and gather), p3 = odd.
+    b.op("pset.range", {P{2}, X{0}, X{0}});
+    b.li(xT1, 0);
+    b.li(xT2, 1);
+    b.li(xT3, cfg.pe_cols / 2);
+    b.loop(xT3, [&] {
+      b.op("pset.cols", {P{5}, xT1, xT2});
+      b.op("por", {P{2}, P{2}, P{5}});
+      b.op("addi", {xT1, xT1, 2});
+      b.op("addi", {xT2, xT2, 2});
+    });
+    b.op("pnot", {P{3}, P{2}});
+  }
+
+  // ---- the DMA / fill machinery ----
+  // Unit u of the tile being filled (DDR base x2) is on channel u % C. Consuming it
+  // restarts the channel with its next unit: u + C of the same tile, or unit u % C of
+  // the next tile when one remains (x3 > 0).
+  auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u) {
+    b.op("addi", {xT1, base, off});
+    b.op("sw", {xT1, Mem{X{0}, desc(c)}});
+    b.op("sw", {u == 0 ? xMetaSz : xCodeSz, Mem{X{0}, desc(c) + 8}});
+    b.li(xT3, desc(c));
+    b.op("dma.start", {Chan{uint8_t(c)}, xT3});
+  };
+  int pending = -1;         // fill register whose vst is still to issue
+  int64_t pending_dst = 0;  // its LRM offset
+  bool pending_half = false;
+  int fill_reg = 0;
+  auto flush = [&] {
+    if (pending < 0) return;
+    b.op(pending_half ? "vst.h" : "vst", {V{uint8_t(pending)}, Mem{xFill, pending_dst}});
+    pending = -1;
+  };
+  // Scatters into the next fill register; at split 2 the meta of a column goes to both
+  // of its PEs (even PEs read column c at 2c * stride, odd ones 2*B bytes lower).
+  auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair = false) {
+    const uint8_t r = uint8_t(22 + fill_reg);
+    fill_reg ^= 1;
+    if (pair) {
+      b.op("oscatter.h", {V{r}, Mem{X{0}, src}, stride}, P{2});
+      b.op("oscatter.h", {V{r}, Mem{X{0}, src - 2 * int64_t(B)}, stride}, P{3});
+    } else {
+      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride});
+    }
+    flush();  // the previous unit's store issues while this scatter streams
+    pending = r;
+    pending_dst = dst;
+    pending_half = half;
+  };
+  auto fill_unit = [&](uint32_t u) {
+    const uint32_t c = u % C;
+    b.op("dma.wait", {Chan{uint8_t(c)}});
+    if (u == 0) {
+      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2);
+      scatter(false, buf(c) + pl.meta_unit, x64, pl.meta_lrm);
+    } else {
+      scatter(false, buf(c), x64, pl.meta_lrm + 64 * u);
+    }
+    if (u + C < U) {
+      start_unit(c, xD, unit_off(u + C), u + C);
+    } else {
+      Label skip = b.label();
+      b.op("beq", {xMore, X{0}, skip});
+      start_unit(c, xD, int64_t(pl.tile_bytes) + unit_off(u % C), u % C);
+      b.bind(skip);
+    }
+  };
+  auto next_fill_tile = [&] {
+    b.op("addi", {xD, xD, int64_t(pl.tile_bytes)});
+    b.op("addi", {xMore, xMore, -1});
+    b.op("xor", {xFill, xFill, xSwap});
+  };
+
+  // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
+  for (uint32_t c = 0; c < C; ++c) {
+    b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
+    start_unit(c, xD, unit_off(c), c);
+  }
+  for (uint32_t u = 0; u < U; ++u) fill_unit(u);
+  flush();
+  next_fill_tile();
+
+  // ---- tile loop ----
+  Label tile_loop = b.label(), done = b.label(), routine_full = b.label(), routine_last = b.label();
+  const bool two_routines = pl.last_rows != pl.rows;
+  b.bind(tile_loop);
+  // Predicates: p4 = PEs of valid columns, p1 = those that gather (even ones at split 2).
+  if (S == 2) b.op("slli", {xT3, xCols, 1});
+  else b.op("addi", {xT3, xCols, 0});
+  b.op("min", {xT3, xT3, xNpe});
+  b.op("pset.range", {P{4}, X{0}, xT3});
+  if (S == 2) b.op("pand", {P{1}, P{4}, P{2}});
+  else b.op("pset.range", {P{1}, X{0}, xT3});
+  if (a.bias != GemmBias::none) {
+    b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xBs}, P{4});
+    if (a.bias == GemmBias::f16) b.op("vcvt.f32.f16", {V{20}, V{20}});
+    b.op("vand", {V{20}, V{20}, V{21}});
+    if (S == 2) b.op("vsplati", {V{20}, int64_t(0)}, P{3});
+  }
+  for (uint32_t g = 0; g < pl.groups; ++g) {
+    b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
+    b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
+    b.op("jal", {xLink, (g + 1 == pl.groups && two_routines) ? routine_last : routine_full});
+    // After row group g: the next tile's units [g*D/G, (g+1)*D/G), so the DMA has
+    // the most time and every unit is in LRM before the next tile starts.
+    const uint32_t u0 = g * U / pl.groups, u1 = (g + 1) * U / pl.groups;
+    if (u1 > u0) {
+      Label skip = b.label();
+      b.op("beq", {xFills, X{0}, skip});
+      for (uint32_t u = u0; u < u1; ++u) fill_unit(u);
+      flush();
+      b.bind(skip);
+    }
+  }
+  {
+    Label noswap = b.label();
+    b.op("beq", {xFills, X{0}, noswap});
+    next_fill_tile();
+    b.op("xor", {xCur, xCur, xSwap});
+    b.bind(noswap);
+  }
+  b.op("addi", {xY, xY, int64_t(T) * 2});
+  b.op("addi", {xB, xB, int64_t(T) * bias_bytes});
+  b.op("addi", {xCols, xCols, -int64_t(T)});
+  b.op("addi", {xFills, xFills, -1});
+  b.op("addi", {xT, xT, -1});
+  b.op("bne", {xT, X{0}, tile_loop});
+  b.op("jal", {X{0}, done});
+
+  // ---- row-group routine: rr rows (a multiple of 4), the first `real` of them real ----
+  // In: x10 = X of the group's row 0, x11 = Y of its row 0 at the tile's column 0,
+  // x4 = LRM buffer. The loop runs once per group of 16 codes (8 per 128-block).
+  auto routine = [&](Label entry, uint32_t real) {
+    const uint32_t rr = (real + 3) / 4 * 4;
+    auto rowoff = [&](uint32_t i) -> int64_t {
+      uint32_t r = i % rr, grp = i / rr;
+      return (r < real ? int64_t(r) * a.x_stride : 0) + int64_t(grp) * 32 * S;
+    };
+    // Split 2: obcast 32 activations (64 B); odd PEs take the odd k (high halves).
+    const char* bcast = S == 2 ? "obcast" : "obcast.h";
+    auto odd_shift = [&](uint32_t i) {
+      if (S == 2) b.op("vshr", {V{uint8_t(28 + i % 4)}, V{uint8_t(28 + i % 4)}, int64_t(16)}, P{3});
+    };
+    b.bind(entry);
+    b.op("addi", {xC, xCur, pl.meta_lrm});
+    b.op("vld", {V{26}, Mem{xC, 0}});
+    b.op("vld.h", {V{27}, Mem{xCur, 0}});
+    b.li(xG, 1);
+    b.li(xCnt, 8 / S * B);
+    for (uint32_t i = 0; i < 3; ++i) b.op(bcast, {V{uint8_t(28 + i)}, Mem{xAct, rowoff(i)}});
+    b.op("vcvt.f32.f16", {V{27}, V{27}});
+    for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
+    b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
+    odd_shift(0);
+    // The next group's weights (codes at x12 + 8, meta of block (g+1) / groups per
+    // block) are prepared between the vmacs: one extra per vmac slot when the group
+    // has >= 12 rows, else two.
+    std::vector<std::function<void()>> extra = {
+        [&] { b.op("srli", {xTmp, xG, int64_t(S == 2 ? 2 : 3)}); },
+        [&] { b.op("slli", {xTmp, xTmp, 2}); },
+        [&] { b.op("add", {xTmp, xTmp, xCur}); },
+        [&] { b.op("vld", {V{26}, Mem{xC, 8}}); },
+        [&] { b.op("vld.h", {V{27}, Mem{xTmp, 0}}); },
+        [&] { b.op("addi", {xC, xC, 8}); },
+        [&] { b.op("addi", {xG, xG, 1}); },
+        [&] { b.op("vcvt.f32.f16", {V{27}, V{27}}); },
+    };
+    const bool spread = rr >= 12;
+    const uint32_t jdq = spread ? 9 : std::min<uint32_t>(5, rr - 1);
+    b.loop(xCnt, [&] {
+      size_t next = 0;
+      bool dq = false;
+      for (uint32_t j = 0; j < rr; ++j) {
+        b.op("vmac.f16", {V{uint8_t(j)}, V{24}, V{uint8_t(28 + j % 4)}});
+        b.op(bcast, {V{uint8_t(28 + (j + 3) % 4)}, Mem{xAct, rowoff(j + 3)}});
+        odd_shift(j + 1);
+        for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
+        if (j >= jdq && next == extra.size() && !dq) {
+          b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
+          dq = true;
+        }
+      }
+      while (next < extra.size()) extra[next++]();
+      if (!dq) b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
+      b.op("vmov", {V{24}, V{25}});
+      b.op("addi", {xAct, xAct, int64_t(32) * S});
+    });
+    // Epilogue, software-pipelined over the rows: lane sum, (split 2: + east half),
+    // fp16, one value per column into Y.
+    const uint32_t lag = S == 2 ? 8 : 4;
+    for (uint32_t s = 0; s < real + lag; ++s) {
+      auto row = [&](uint32_t back, auto f) {
+        if (s >= back && s - back < real) f(uint8_t(s - back));
+      };
+      row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
+      if (S == 2) {
+        row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
+        row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
+      }
+      row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}); });
+      row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+    }
+    b.op("jalr", {X{0}, xLink, 0});
+  };
+  routine(routine_full, pl.rows);
+  if (two_routines) routine(routine_last, pl.last_rows);
+  b.bind(done);
+}
+
+}  // namespace gpnpu::kernels

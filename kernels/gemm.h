@@ -1,0 +1,110 @@
+// W4A16 GEMM for the vision tower and the prefill:
+//   Y[m][n] = sum_k X[m][k] W[n][k] (+ bias[n]),
+// X and Y fp16 row-major in OCM (row strides in bytes), W as 4-bit codes with an fp16
+// scale and an integer zero per 128-block (model/quant.h: w = (q - z) * s), packed in
+// DDR by pack_gemm_weight. Accumulation in fp32; Y rounded once to fp16.
+//
+// Rounding points (what the chain must mirror): the dequantised weight is rounded to
+// fp16 (vdq4.f16) before the multiply; products fp16 x fp16 are exact in fp32; each
+// PE accumulates its lanes in k order, the bias (if any) enters lane 0 before the
+// first product; the 16 lanes are summed by vredsum.f32's pairwise tree (split 2: then
+// the odd-k PE's sum is added); one rounding to fp16 at the end. Tests: bit-exact or
+// one fp16 ulp from ops::linear on round_f16(dequantise(W)).
+//
+// Mapping: a tile is T = npe / S output columns; PE e owns column col0 + e / S and,
+// at split S = 2, only the k of parity e % 2 (the pair's sums are added at the end).
+// A PE keeps its codes and meta for the whole tile in its LRM (double buffered: the
+// next tile's weights are filled while this tile computes). Rows go in groups of
+// R <= 16 (one fp32 accumulator register per row). Per group of 16 codes (16 k, or
+// 32 k at split 2): vld the 8 code bytes from LRM, vdq4.f16 them (s, z from the
+// block's meta), then per row: obcast.h the row's 16 activations (split 2: obcast 32,
+// odd PEs shift the high halves down) and vmac.f16 into the row's accumulator
+// (consecutive vmacs hit different accumulators, hiding the MAC latency; broadcasts
+// run 3 vmacs ahead; the next group's dequantise sits between the vmacs). At a row
+// group's end: vredsum, (split 2: + east neighbour via vmovn), pack to fp16,
+// ogather.h1 one fp16 per column into Y.
+//
+// DDR layout (pack_gemm_weight), tile after tile, tile t = columns [t*T, t*T + T),
+// B = K / 128 blocks:
+//   meta:        [T columns][B blocks][fp16 s, fp16 z]
+//   code unit d: [npe PEs][64 B], d = 0..B/S-1: PE e's code stream (column t*T + e/S,
+//                the k of parity e % S in k order, two codes per byte, low nibble
+//                first), bytes [64d, 64d + 64)
+// (columns >= N are zero). One tile is T * B * 68 bytes. DMA unit 0 is the meta plus
+// code unit 0 (one contiguous descriptor), DMA unit d > 0 is code unit d.
+//
+// LRM layout per buffer: [meta: ceil(B/8) * 32 B, fp16 (s, z) pairs][codes 64 B * B/S];
+// buffer 1 follows buffer 0; 64 B of padding after it (a look-ahead load reads there).
+//
+// Tiling rule: S is the smallest of 1, 2 (dividing pe_cols and B) for which two LRM
+// buffers fit: 2 * (ceil(B/8) * 32 + 64 * B / S) + 64 <= lrm_bytes (qc-u: S = 1 up to
+// K = 3584, S = 2 for K = 4096 and 6144). Units stream DDR -> OCM through one buffer
+// per DMA channel (C = the most channels <= dma_channels dividing the D = B/S units;
+// unit d on channel d % C; a channel's next unit starts as soon as its buffer is
+// scattered). The units of tile t+1 are scattered into the free LRM buffer after the
+// row groups of tile t, spread evenly (after group g: units [g*D/G, (g+1)*D/G)).
+// Tile 0 is loaded before the first row group: the pipeline start, whose DMA time is
+// not overlapped with MACs (the compiler can hide it only across calls).
+//
+// OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
+// only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/builder.h"
+#include "kernels/cost.h"
+#include "model/quant.h"
+#include "sim/config.h"
+
+namespace gpnpu::kernels {
+
+enum class GemmBias : uint8_t { none, f32, f16 };
+
+struct GemmArgs {
+  uint32_t m = 0, n = 0, k = 0;  // rows, output and input features (k a multiple of 128)
+  uint32_t split = 0;            // K split S (0: the tiling rule); must match the packing
+  uint32_t w_ddr = 0;            // bus address of the packed weight (pack_gemm_weight)
+  uint32_t x_ocm = 0, x_stride = 0;  // OCM offset of X row 0; row stride in bytes (>= 2k)
+  uint32_t y_ocm = 0, y_stride = 0;  // OCM offset of Y row 0; row stride in bytes (>= 2n)
+  GemmBias bias = GemmBias::none;
+  uint32_t bias_ocm = 0;         // OCM offset of n fp32 or fp16 values
+  uint32_t scratch_ocm = 0;      // OCM DMA buffers (gemm_scratch_bytes)
+  uint32_t scratch_bytes = 0;
+  uint32_t smem = 0;             // scalar-memory bytes for descriptors (64 per channel)
+};
+
+// The static plan of one call (everything the emitter derives from cfg and shapes).
+struct GemmPlan {
+  uint32_t split = 1;        // S
+  uint32_t cols = 0;         // T = npe / S columns per tile
+  uint32_t tiles = 0;        // ceil(n / T)
+  uint32_t blocks = 0;       // B = k / 128
+  uint32_t meta_lrm = 0;     // ceil(B/8) * 32
+  uint32_t units = 0;        // D = B / S DMA units per tile (unit 0 carries the meta)
+  uint32_t channels = 0;     // C: DMA channels used (divides D)
+  uint32_t meta_unit = 0, code_unit = 0;  // bytes of the two unit kinds (T*B*4, npe*64)
+  uint64_t tile_bytes = 0;   // T * B * 68
+  uint32_t rows = 0;         // R: rows per group (<= 16, a multiple of 4)
+  uint32_t groups = 0;       // G: row groups
+  uint32_t last_rows = 0;    // real rows of the last group
+};
+
+// split 0: the tiling rule. Throws gpnpu::Error if K does not fit any split.
+uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split = 0);
+GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
+uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
+// OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.
+uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
+
+// Packs a quantised [n][k] weight into the layout above.
+std::vector<uint8_t> pack_gemm_weight(const model::QuantTensor& w, const sim::Config& cfg,
+                                      uint32_t split = 0);
+
+// macs = m*n*k, ddr_bytes = the packed weight (bias and activations are in OCM).
+KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a);
+
+// Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
+void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
+
+}  // namespace gpnpu::kernels
