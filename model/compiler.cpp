@@ -1,0 +1,369 @@
+// DDR layout, the decode program, and weight loading.
+#include "model/compiler.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "isa/error.h"
+#include "isa/fp16.h"
+#include "kernels/attention.h"
+#include "kernels/builder.h"
+#include "kernels/elementwise.h"
+#include "kernels/embed.h"
+#include "kernels/gemv.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+#include "model/quant.h"
+#include "sim/memory_map.h"
+#include "sim/memory_target.h"
+
+namespace gpnpu::model {
+
+using namespace kernels;
+
+namespace {
+constexpr uint64_t kAlign = 64;
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Sequential OCM allocator: 64-byte aligned, with 64 bytes of slack after each
+// buffer because kernels may read up to 62 bytes past the end of a row.
+class OcmAlloc {
+ public:
+  explicit OcmAlloc(uint64_t size) : size_(size) {}
+  uint32_t take(uint64_t bytes, const char* what) {
+    uint64_t off = next_;
+    next_ = align_up(off + bytes + kAlign, kAlign);
+    if (next_ > size_)
+      fail("compiler: OCM of {} bytes is too small: '{}' needs {} bytes at offset {}; raise ocm_bytes", size_, what,
+           bytes, off);
+    return uint32_t(off);
+  }
+  uint64_t left() const { return size_ - next_; }
+  uint32_t rest(const char* what, uint64_t at_least) {
+    if (left() < at_least)
+      fail("compiler: OCM of {} bytes leaves {} bytes for '{}', which needs at least {}; raise ocm_bytes", size_,
+           left(), what, at_least);
+    uint32_t off = uint32_t(next_);
+    next_ = size_;
+    return off;
+  }
+
+ private:
+  uint64_t size_, next_ = 0;
+};
+
+std::string layer_name(int i, const char* what) { return fmt::format("L{}.{}", i, what); }
+
+// Concatenates quantised tensors by rows (same cols).
+QuantTensor concat_rows(const std::vector<QuantTensor>& parts) {
+  QuantTensor out;
+  out.cols = parts.at(0).cols;
+  for (const QuantTensor& p : parts) {
+    if (p.cols != out.cols) fail("compiler: cannot fuse tensors with {} and {} columns", out.cols, p.cols);
+    out.rows += p.rows;
+    out.codes.insert(out.codes.end(), p.codes.begin(), p.codes.end());
+    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
+    out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
+  }
+  return out;
+}
+
+std::vector<uint16_t> to_f16(const std::vector<float>& v) {
+  std::vector<uint16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
+  return h;
+}
+}  // namespace
+
+uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout) {
+  if (index_.count(name)) fail("compiler: DDR tensor '{}' laid out twice", name);
+  uint64_t off = align_up(end_, kAlign);
+  tensors_.push_back({name, off, bytes, layout});
+  index_[name] = tensors_.size() - 1;
+  end_ = off + bytes;
+  return off;
+}
+
+const DdrTensor& DdrLayout::at(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) fail("compiler: no DDR tensor '{}'", name);
+  return tensors_[it->second];
+}
+
+uint32_t DdrLayout::bus(const std::string& name) const { return sim::ddr_addr(at(name).offset); }
+
+std::vector<std::string> qkv_names(int layer) {
+  return {text_layer_name(layer, "self_attn.q_proj.weight"), text_layer_name(layer, "self_attn.k_proj.weight"),
+          text_layer_name(layer, "self_attn.v_proj.weight")};
+}
+std::vector<std::string> gate_up_names(int layer) {
+  return {text_layer_name(layer, "mlp.gate_proj.weight"), text_layer_name(layer, "mlp.up_proj.weight")};
+}
+
+Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt)
+    : model_(model), cfg_(cfg), opt_(opt) {
+  cfg_.validate();
+  plan_ddr();
+  plan_decode_ocm();
+}
+
+void Compiler::plan_ddr() {
+  const TextConfig& t = model_.text;
+  const uint32_t npe = cfg_.npe(), H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
+  const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
+  const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
+  ddr_.add("embed", gemv_weight_bytes(V, H, npe), "gemv");
+  ddr_.add("final_norm", uint64_t(H) * 2, "f16");
+  for (int i = 0; i < t.num_hidden_layers; ++i) {
+    ddr_.add(layer_name(i, "qkv"), gemv_weight_bytes((nq + 2 * nkv) * hd, H, npe), "gemv");
+    ddr_.add(layer_name(i, "o"), gemv_weight_bytes(H, nq * hd, npe), "gemv");
+    ddr_.add(layer_name(i, "gateup"), gemv_weight_bytes(2 * I, H, npe), "gemv");
+    ddr_.add(layer_name(i, "down"), gemv_weight_bytes(H, I, npe), "gemv");
+    ddr_.add(layer_name(i, "norms"), (2ull * H + 2ull * hd) * 2, "f16");  // input, post, q, k
+    ddr_.add(layer_name(i, "kcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
+    ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
+  }
+  if (ddr_.total() > cfg_.ddr_bytes)
+    fail("compiler: the model needs {} bytes of DDR but ddr_bytes is {}; raise it or lower max_seq", ddr_.total(),
+         cfg_.ddr_bytes);
+}
+
+void Compiler::plan_decode_ocm() {
+  const TextConfig& t = model_.text;
+  const uint32_t H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
+  const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
+  const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
+  OcmAlloc a(cfg_.ocm_bytes);
+  docm_.h = a.take(H * 2, "hidden");
+  docm_.xn = a.take(std::max(H, I) * 2, "normed");
+  docm_.qkv = a.take((nq + 2 * nkv) * hd * 2, "qkv");
+  docm_.attn = a.take(nq * hd * 2, "attention out");
+  docm_.o = a.take(H * 2, "projection out");
+  docm_.gu = a.take(2 * I * 2, "gate and up");
+  docm_.act = a.take(I * 2, "mlp activation");
+  docm_.normw = a.take((2 * H + 2 * hd) * 2, "norm weights");
+  docm_.finalw = a.take(H * 2, "final norm weight");
+  dio_.cos_ocm = a.take(hd * 4, "rope cos");
+  dio_.sin_ocm = a.take(hd * 4, "rope sin");
+  dio_.logits_ocm = a.take(uint64_t(V) * 2, "logits");
+  dio_.max_seq = opt_.max_seq;
+  docm_.norm_scratch = a.take(norm_scratch_bytes(cfg_), "norm scratch");
+  docm_.embed_scratch = a.take(embed_scratch_bytes(H), "embed scratch");
+  DecodeAttnArgs probe;
+  probe.q_heads = nq;
+  probe.kv_heads = nkv;
+  probe.head_dim = hd;
+  docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
+  docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
+  uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  docm_.gemv_scratch_bytes = uint32_t(std::min<uint64_t>(a.left(), 0xffffffffu));
+  docm_.gemv_scratch = a.rest("GEMV DMA buffers", gemv_min);
+}
+
+CompiledProgram Compiler::decode_program() const {
+  const TextConfig& t = model_.text;
+  const uint32_t H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
+  const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
+  const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
+  const uint32_t qkv_n = (nq + 2 * nkv) * hd;
+  const uint32_t kSmem = 256, kSmemLoad = 1024;  // descriptor areas (kernels run one at a time)
+  const float eps = float(t.rms_norm_eps);
+  const DecodeOcm& o = docm_;
+
+  Builder b;
+  CompiledProgram out;
+  auto call = [&](const std::string& mark, const char* kernel, KernelCost cost, const std::function<void()>& emit) {
+    b.mark(mark, emit);
+    out.calls.push_back({mark, kernel, cost, false});
+  };
+  auto gemv = [&](const std::string& mark, const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
+    GemvArgs g;
+    g.n = n;
+    g.k = k;
+    g.w_ddr = ddr_.bus(w);
+    g.x_ocm = x;
+    g.y_ocm = y;
+    g.scratch_ocm = o.gemv_scratch;
+    g.scratch_bytes = o.gemv_scratch_bytes;
+    g.smem = kSmem;
+    KernelCost c;
+    c.ddr_bytes = gemv_weight_bytes(n, k, cfg_.npe());
+    c.macs = uint64_t(n) * k;
+    call(mark, "gemv", c, [&] { emit_gemv_w4(b, cfg_, g); });
+  };
+  // Loads `bytes` from DDR tensor `name` into OCM and waits (small vectors: norm weights).
+  auto load = [&](const std::string& mark, const std::string& name, uint32_t dst, uint32_t bytes) {
+    KernelCost c;
+    c.ddr_bytes = bytes;
+    call(mark, "load", c, [&] {
+      b.descriptor(kSmemLoad, ddr_.bus(name), sim::ocm_addr(dst), bytes);
+      b.li(X{1}, kSmemLoad);
+      b.op("dma.start", {Chan{0}, X{1}});
+      b.op("dma.wait", {Chan{0}});
+    });
+  };
+  auto rmsnorm = [&](const std::string& mark, uint32_t x, uint32_t y, uint32_t w) {
+    NormArgs n;
+    n.kind = NormKind::rms;
+    n.rows = 1;
+    n.dim = H;
+    n.x_ocm = x;
+    n.y_ocm = y;
+    n.w_ocm = w;
+    n.eps = eps;
+    n.scratch_ocm = o.norm_scratch;
+    n.scratch_bytes = norm_scratch_bytes(cfg_);
+    call(mark, "norm", cost_norm(cfg_, n), [&] { emit_norm(b, cfg_, n); });
+  };
+  auto add = [&](const std::string& mark, uint32_t x, uint32_t y) {
+    EwArgs e;
+    e.op = EwOp::add;
+    e.rows = 1;
+    e.cols = H;
+    e.a_ocm = x;
+    e.b_ocm = y;
+    e.out_ocm = x;
+    call(mark, "add", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
+  };
+
+  b.op("mark.begin", {Name{"decode"}});
+  {
+    EmbedArgs e;
+    e.vocab = V;
+    e.dim = H;
+    e.table_ddr = ddr_.bus("embed");
+    e.rows = 1;
+    e.ids_smem = dio_.token_smem;
+    e.out_ocm = o.h;
+    e.scratch_ocm = o.embed_scratch;
+    e.smem = kSmem;
+    call("embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
+  }
+  const uint32_t w_in = o.normw, w_post = o.normw + H * 2, w_q = o.normw + 4 * H, w_k = w_q + hd * 2;
+  for (int i = 0; i < t.num_hidden_layers; ++i) {
+    const std::string L = fmt::format("L{}", i);
+    b.op("mark.begin", {Name{L}});
+    load(L + ".norms", layer_name(i, "norms"), o.normw, (2 * H + 2 * hd) * 2);
+    rmsnorm(L + ".input_norm", o.h, o.xn, w_in);
+    gemv(L + ".qkv", layer_name(i, "qkv"), qkv_n, H, o.xn, o.qkv);
+    HeadNormArgs qn;
+    qn.rows = 1;
+    qn.heads = nq;
+    qn.head_dim = hd;
+    qn.x_ocm = qn.y_ocm = o.qkv;
+    qn.w_ocm = w_q;
+    qn.eps = eps;
+    call(L + ".q_norm", "head_norm", cost_head_norm(cfg_, qn), [&] { emit_head_norm(b, cfg_, qn); });
+    HeadNormArgs kn = qn;
+    kn.heads = nkv;
+    kn.x_ocm = kn.y_ocm = o.qkv + nq * hd * 2;
+    kn.w_ocm = w_k;
+    call(L + ".k_norm", "head_norm", cost_head_norm(cfg_, kn), [&] { emit_head_norm(b, cfg_, kn); });
+    for (int which = 0; which < 2; ++which) {
+      RopeArgs r;
+      r.rows = 1;
+      r.heads = which ? nkv : nq;
+      r.head_dim = hd;
+      r.x_ocm = r.out_ocm = o.qkv + (which ? nq * hd * 2 : 0);
+      r.x_row_stride = r.out_row_stride = qkv_n * 2;
+      r.cos_ocm = dio_.cos_ocm;
+      r.sin_ocm = dio_.sin_ocm;
+      r.tab_row_stride = hd * 4;
+      r.tab_f32 = true;
+      call(L + (which ? ".k_rope" : ".q_rope"), "rope", cost_rope(cfg_, r), [&] { emit_rope(b, cfg_, r); });
+    }
+    KvWriteArgs kv;
+    kv.kv_heads = nkv;
+    kv.head_dim = hd;
+    kv.rows = 1;
+    kv.k_ocm = o.qkv + nq * hd * 2;
+    kv.v_ocm = o.qkv + (nq + nkv) * hd * 2;
+    kv.row_stride = qkv_n * 2;
+    kv.k_cache_ddr = ddr_.bus(layer_name(i, "kcache"));
+    kv.v_cache_ddr = ddr_.bus(layer_name(i, "vcache"));
+    kv.max_seq = opt_.max_seq;
+    kv.pos_smem = dio_.slot_smem;
+    kv.smem = kSmem;
+    call(L + ".kv_write", "kv_write", cost_kv_write(cfg_, kv), [&] { emit_kv_write(b, cfg_, kv); });
+    DecodeAttnArgs at;
+    at.q_heads = nq;
+    at.kv_heads = nkv;
+    at.head_dim = hd;
+    at.scale = 1.0f / std::sqrt(float(hd));
+    at.q_ocm = o.qkv;
+    at.out_ocm = o.attn;
+    at.k_cache_ddr = kv.k_cache_ddr;
+    at.v_cache_ddr = kv.v_cache_ddr;
+    at.max_seq = opt_.max_seq;
+    at.len_smem = dio_.len_smem;
+    at.scratch_ocm = o.attn_scratch;
+    at.scratch_bytes = o.attn_scratch_bytes;
+    at.smem = kSmem;
+    // The floor is reported for a 140-token cache (the kernel reads L at run time).
+    call(L + ".attention", "attention_decode", cost_attention_decode(cfg_, at, 140),
+         [&] { emit_attention_decode(b, cfg_, at); });
+    gemv(L + ".o_proj", layer_name(i, "o"), H, nq * hd, o.attn, o.o);
+    add(L + ".attn_residual", o.h, o.o);
+    rmsnorm(L + ".post_norm", o.h, o.xn, w_post);
+    gemv(L + ".gate_up", layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
+    {
+      EwArgs e;
+      e.op = EwOp::silu_mul;
+      e.rows = 1;
+      e.cols = I;
+      e.a_ocm = o.gu;
+      e.b_ocm = o.gu + I * 2;
+      e.out_ocm = o.act;
+      call(L + ".silu_mul", "silu_mul", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
+    }
+    gemv(L + ".down", layer_name(i, "down"), H, I, o.act, o.o);
+    add(L + ".mlp_residual", o.h, o.o);
+    b.op("mark.end", {Name{L}});
+  }
+  load("final_norm.load", "final_norm", o.finalw, H * 2);
+  rmsnorm("final_norm", o.h, o.xn, o.finalw);
+  gemv("lm_head", "embed", V, H, o.xn, dio_.logits_ocm);
+  b.op("mark.end", {Name{"decode"}});
+  b.op("halt");
+  out.program = b.finish();
+  return out;
+}
+
+void Compiler::load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const {
+  const TextConfig& t = model_.text;
+  const uint32_t npe = cfg_.npe();
+  auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
+    const DdrTensor& d = ddr_.at(name);
+    if (bytes.size() != d.bytes)
+      fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), d.bytes);
+    ddr.write(d.offset, bytes.data(), bytes.size());
+  };
+  auto put_f16 = [&](const std::string& name, const std::vector<float>& v) {
+    std::vector<uint16_t> h = to_f16(v);
+    std::vector<uint8_t> bytes(h.size() * 2);
+    std::memcpy(bytes.data(), h.data(), bytes.size());
+    put(name, bytes);
+  };
+  put("embed", pack_gemv_weight(bundle.get_quant(kEmbedTokens), npe));
+  put_f16("final_norm", bundle.get_f32(kFinalNorm));
+  for (int i = 0; i < t.num_hidden_layers; ++i) {
+    std::vector<QuantTensor> qkv;
+    for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
+    put(layer_name(i, "qkv"), pack_gemv_weight(concat_rows(qkv), npe));
+    put(layer_name(i, "o"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")), npe));
+    std::vector<QuantTensor> gu;
+    for (const std::string& n : gate_up_names(i)) gu.push_back(bundle.get_quant(n));
+    put(layer_name(i, "gateup"), pack_gemv_weight(concat_rows(gu), npe));
+    put(layer_name(i, "down"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")), npe));
+    std::vector<float> norms = bundle.get_f32(text_layer_name(i, "input_layernorm.weight"));
+    for (const char* leaf : {"post_attention_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
+      std::vector<float> v = bundle.get_f32(text_layer_name(i, leaf));
+      norms.insert(norms.end(), v.begin(), v.end());
+    }
+    put_f16(layer_name(i, "norms"), norms);
+  }
+}
+
+}  // namespace gpnpu::model

@@ -1,0 +1,112 @@
+// The model compiler: lays Qwen3-VL's quantised weights, the KV cache and the
+// activations out in DDR and OCM, and builds the device programs from the kernel
+// emitters (kernels/): the decode program (one token in; logits and one new KV
+// slot out) and the image program (tower + prefill, in compiler_image.cpp).
+// Every stage and every kernel call is marked, so stats come per stage and per
+// kernel; each call's floor (kernels/cost.h) is kept beside it.
+//
+// Contract: the programs depend only on the model config, the machine config and
+// the compile options, never on weight values; load_weights() fills DDR for
+// functional runs (timing-only runs need no weights at all).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "isa/program.h"
+#include "kernels/cost.h"
+#include "model/config.h"
+#include "sim/config.h"
+
+namespace gpnpu::sim {
+class MemoryTarget;
+}
+
+namespace gpnpu::model {
+
+class QuantBundle;
+
+// Where one named tensor lives in DDR (offsets from the DDR base).
+struct DdrTensor {
+  std::string name;
+  uint64_t offset = 0, bytes = 0;
+  std::string layout;  // "gemv", "gemm", "f16", "kv"
+};
+
+class DdrLayout {
+ public:
+  uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout);
+  const DdrTensor& at(const std::string& name) const;
+  uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)
+  uint64_t total() const { return end_; }
+  const std::vector<DdrTensor>& tensors() const { return tensors_; }
+
+ private:
+  std::vector<DdrTensor> tensors_;
+  std::map<std::string, size_t> index_;
+  uint64_t end_ = 0;
+};
+
+// One kernel call of a program: its mark name and its floor inputs.
+struct KernelCall {
+  std::string mark;    // region name in the stats
+  std::string kernel;  // "gemv", "norm", ...
+  kernels::KernelCost cost;
+  bool int8 = false;   // MACs at the int8 rate
+};
+
+// Where the host puts a decode step's inputs and finds its outputs.
+struct DecodeIo {
+  uint32_t token_smem = 0;  // 32-bit token id
+  uint32_t slot_smem = 4;   // cache slot of this token (= tokens cached before it)
+  uint32_t len_smem = 8;    // slot + 1: keys attended to
+  uint32_t cos_ocm = 0, sin_ocm = 0;  // fp32 [head_dim] rotary tables of this position
+  uint32_t logits_ocm = 0;  // vocab fp16
+  uint32_t max_seq = 0;
+};
+
+struct CompiledProgram {
+  isa::Program program;
+  std::vector<KernelCall> calls;
+};
+
+struct CompileOptions {
+  uint32_t max_seq = 4096;  // KV-cache slots per layer
+};
+
+class Compiler {
+ public:
+  Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt = {});
+
+  const DdrLayout& layout() const { return ddr_; }
+  const DecodeIo& decode_io() const { return dio_; }
+
+  CompiledProgram decode_program() const;
+
+  // Writes every weight the programs read into DDR, in the kernels' layouts.
+  void load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
+
+  const ModelConfig& model() const { return model_; }
+  const sim::Config& config() const { return cfg_; }
+
+ private:
+  void plan_ddr();
+  void plan_decode_ocm();
+
+  ModelConfig model_;
+  sim::Config cfg_;
+  CompileOptions opt_;
+  DdrLayout ddr_;
+  DecodeIo dio_;
+  struct DecodeOcm {
+    uint32_t h, xn, qkv, attn, o, gu, act, normw, finalw, attn_scratch, attn_scratch_bytes, norm_scratch,
+        embed_scratch, gemv_scratch, gemv_scratch_bytes;
+  } docm_{};
+};
+
+// Text-layer linear names, in the order the fused decode weights concatenate them.
+std::vector<std::string> qkv_names(int layer);
+std::vector<std::string> gate_up_names(int layer);
+
+}  // namespace gpnpu::model

@@ -1,0 +1,156 @@
+// The decode program: functional steps on the tiny model against the chain, and the
+// full 2B program's DDR traffic and cycles against the roofline (timing-only).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <unistd.h>
+
+#include "isa/fp16.h"
+#include "kernels/rope.h"
+#include "model/chain.h"
+#include "model/compiler.h"
+#include "model/quant.h"
+#include "model/safetensors.h"
+#include "model/synthetic.h"
+#include "sim/platform.h"
+
+namespace gpnpu::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0, na = 0, nb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    d += double(a[i]) * b[i];
+    na += double(a[i]) * a[i];
+    nb += double(b[i]) * b[i];
+  }
+  return d / std::sqrt(na * nb);
+}
+
+struct TinyBundle {
+  fs::path dir;
+  std::unique_ptr<QuantBundle> bundle;
+  TinyBundle() {
+    dir = fs::temp_directory_path() / ("gpnpu_test_decode_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    SyntheticOptions so;
+    so.seed = 1;
+    make_synthetic_checkpoint(config_tiny(), dir.string(), so);
+    Checkpoint ck = load_checkpoint(dir.string());
+    write_quant_bundle(ck, config_tiny(), (dir / "w4a16.safetensors").string());
+    bundle = std::make_unique<QuantBundle>((dir / "w4a16.safetensors").string());
+  }
+  ~TinyBundle() {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+};
+
+// One decode step on the device: token at cache slot `slot`, text position = slot.
+std::vector<float> device_step(const Compiler& c, const isa::Program& prog, int token, uint32_t slot) {
+  sim::Platform& p = sim::Platform::get();
+  const DecodeIo& io = c.decode_io();
+  uint32_t args[3] = {uint32_t(token), slot, slot + 1};
+  p.write_smem(io.token_smem, &args[0], 4);
+  p.write_smem(io.slot_smem, &args[1], 4);
+  p.write_smem(io.len_smem, &args[2], 4);
+  const TextConfig& t = c.model().text;
+  std::vector<float> cos_t, sin_t;
+  std::array<int, 3> pos{int(slot), int(slot), int(slot)};
+  kernels::rope_tables_mrope({&pos, 1}, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
+  p.ocm().write(io.cos_ocm, cos_t.data(), cos_t.size() * 4);
+  p.ocm().write(io.sin_ocm, sin_t.data(), sin_t.size() * 4);
+  p.run(prog);
+  std::vector<uint16_t> h(size_t(t.vocab_size));
+  p.ocm().read(io.logits_ocm, h.data(), h.size() * 2);
+  std::vector<float> logits(h.size());
+  for (size_t i = 0; i < h.size(); ++i) logits[i] = f16_to_f32(h[i]);
+  return logits;
+}
+
+TinyBundle& tiny_bundle() {
+  static TinyBundle tiny;
+  return tiny;
+}
+
+void decode_matches_chain(const char* preset, const std::vector<std::string>& sets) {
+  TinyBundle& tiny = tiny_bundle();
+  sim::Config cfg = sim::Config::make(preset, sets);
+  CompileOptions opt;
+  opt.max_seq = 64;
+  Compiler c(config_tiny(), cfg, opt);
+  CompiledProgram dp = c.decode_program();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  c.load_weights(*tiny.bundle, p.ddr());
+
+  auto weights = bundle_weights(*tiny.bundle);
+  Chain chain(config_tiny(), *weights);
+  const std::vector<int> tokens = {9707, 11, 1879, 0, 151644, 872, 198, 3838};
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<float> ref = i == 0 ? chain.prefill({tokens[0]}, {}) : chain.decode(tokens[i]);
+    std::vector<float> got = device_step(c, dp.program, tokens[i], uint32_t(i));
+    double cs = cosine(got, ref);
+    EXPECT_GE(cs, 0.9999) << preset << " step " << i;
+    std::printf("%s step %zu: logits cosine %.7f\n", preset, i, cs);
+  }
+}
+
+TEST(Decode, TinyMatchesTheChainStepByStep) { decode_matches_chain("qc-u", {}); }
+TEST(Decode, TinyMatchesTheChainOnOneMiBOfOcm) { decode_matches_chain("qc-u", {"ocm_bytes=1MiB"}); }
+TEST(Decode, TinyMatchesTheChainOnAMiniArray) { decode_matches_chain("mini", {"ocm_bytes=1MiB"}); }
+
+// Negative control: one word of the KV cache corrupted (as a stale or clobbered
+// cache would be) must turn the next steps' gate to a failure.
+TEST(Decode, NegativeControlOneCacheWordFailsTheGate) {
+  TinyBundle& tiny = tiny_bundle();
+  sim::Config cfg = sim::Config::make("qc-u", {});
+  CompileOptions opt;
+  opt.max_seq = 64;
+  Compiler c(config_tiny(), cfg, opt);
+  CompiledProgram dp = c.decode_program();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  c.load_weights(*tiny.bundle, p.ddr());
+  auto weights = bundle_weights(*tiny.bundle);
+  Chain chain(config_tiny(), *weights);
+  const std::vector<int> tokens = {9707, 11, 1879, 0};
+  double worst = 1.0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    std::vector<float> ref = i == 0 ? chain.prefill({tokens[0]}, {}) : chain.decode(tokens[i]);
+    if (i == 2) {  // layer 0, kv head 0, slot 1, dimension 0 of K: a large wrong value
+      uint16_t bad = f32_to_f16(40000.0f);
+      const DdrTensor& k = c.layout().at("L0.kcache");
+      p.ddr().write(k.offset + 1 * c.model().text.head_dim * 2, &bad, 2);
+    }
+    std::vector<float> got = device_step(c, dp.program, tokens[i], uint32_t(i));
+    if (i >= 2) worst = std::min(worst, cosine(got, ref));
+  }
+  EXPECT_LT(worst, 0.9999) << "a corrupted cache word must fail the gate";
+}
+
+// Acceptance: the full 2B decode program at 140 cached tokens, timing-only.
+TEST(Decode, FullSizeAtTheDdrRoofline) {
+  sim::Config cfg = sim::Config::make("qc-u", {});
+  Compiler c(config_2b(), cfg);
+  CompiledProgram dp = c.decode_program();
+  EXPECT_LE(dp.program.words.size(), 100000u) << "static instructions";
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, true);
+  uint32_t args[3] = {0, 139, 140};
+  p.write_smem(c.decode_io().token_smem, args, 12);
+  const sim::Stats& st = p.run(dp.program);
+  uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
+  uint64_t cycles = st.total[sim::Stat::cycles];
+  double floor = double(bytes) / cfg.ddr_bytes_per_cycle();
+  std::printf("2B decode at 140 cached: %zu static instructions, %.4f GB DDR, %llu cycles, floor %.0f, ratio %.4f\n",
+              dp.program.words.size(), bytes / 1e9, (unsigned long long)cycles, floor, cycles / floor);
+  EXPECT_LE(double(bytes), 0.93e9);
+  EXPECT_LE(double(cycles), 1.02 * floor);
+}
+
+}  // namespace
+}  // namespace gpnpu::model
