@@ -1,6 +1,8 @@
 // DDR layout, the decode program, and weight loading.
 #include "model/compiler.h"
 
+#include "model/compiler_emit.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -23,59 +25,9 @@ namespace gpnpu::model {
 
 using namespace kernels;
 
-namespace {
+using detail::align_up;
+using detail::layer_name;
 constexpr uint64_t kAlign = 64;
-uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// Sequential OCM allocator: 64-byte aligned, with 64 bytes of slack after each
-// buffer because kernels may read up to 62 bytes past the end of a row.
-class OcmAlloc {
- public:
-  explicit OcmAlloc(uint64_t size) : size_(size) {}
-  uint32_t take(uint64_t bytes, const char* what) {
-    uint64_t off = next_;
-    next_ = align_up(off + bytes + kAlign, kAlign);
-    if (next_ > size_)
-      fail("compiler: OCM of {} bytes is too small: '{}' needs {} bytes at offset {}; raise ocm_bytes", size_, what,
-           bytes, off);
-    return uint32_t(off);
-  }
-  uint64_t left() const { return size_ - next_; }
-  uint32_t rest(const char* what, uint64_t at_least) {
-    if (left() < at_least)
-      fail("compiler: OCM of {} bytes leaves {} bytes for '{}', which needs at least {}; raise ocm_bytes", size_,
-           left(), what, at_least);
-    uint32_t off = uint32_t(next_);
-    next_ = size_;
-    return off;
-  }
-
- private:
-  uint64_t size_, next_ = 0;
-};
-
-std::string layer_name(int i, const char* what) { return fmt::format("L{}.{}", i, what); }
-
-// Concatenates quantised tensors by rows (same cols).
-QuantTensor concat_rows(const std::vector<QuantTensor>& parts) {
-  QuantTensor out;
-  out.cols = parts.at(0).cols;
-  for (const QuantTensor& p : parts) {
-    if (p.cols != out.cols) fail("compiler: cannot fuse tensors with {} and {} columns", out.cols, p.cols);
-    out.rows += p.rows;
-    out.codes.insert(out.codes.end(), p.codes.begin(), p.codes.end());
-    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
-    out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
-  }
-  return out;
-}
-
-std::vector<uint16_t> to_f16(const std::vector<float>& v) {
-  std::vector<uint16_t> h(v.size());
-  for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_f16(v[i]);
-  return h;
-}
-}  // namespace
 
 uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout) {
   if (index_.count(name)) fail("compiler: DDR tensor '{}' laid out twice", name);
@@ -125,6 +77,7 @@ void Compiler::plan_ddr() {
     ddr_.add(layer_name(i, "kcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
     ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
   }
+  if (opt_.image) plan_image_ddr();
   if (ddr_.total() > cfg_.ddr_bytes)
     fail("compiler: the model needs {} bytes of DDR but ddr_bytes is {}; raise it or lower max_seq", ddr_.total(),
          cfg_.ddr_bytes);
@@ -135,7 +88,7 @@ void Compiler::plan_decode_ocm() {
   const uint32_t H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
   const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
   const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
-  OcmAlloc a(cfg_.ocm_bytes);
+  detail::OcmAlloc a(cfg_.ocm_bytes);
   docm_.h = a.take(H * 2, "hidden");
   docm_.xn = a.take(std::max(H, I) * 2, "normed");
   docm_.qkv = a.take((nq + 2 * nkv) * hd * 2, "qkv");
@@ -168,15 +121,15 @@ CompiledProgram Compiler::decode_program() const {
   const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
   const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
   const uint32_t qkv_n = (nq + 2 * nkv) * hd;
-  const uint32_t kSmem = 256, kSmemLoad = 1024;  // descriptor areas (kernels run one at a time)
+  const uint32_t kSmem = detail::Emitter::kSmem;
   const float eps = float(t.rms_norm_eps);
   const DecodeOcm& o = docm_;
 
   Builder b;
   CompiledProgram out;
+  detail::Emitter em(b, cfg_, out.calls);
   auto call = [&](const std::string& mark, const char* kernel, KernelCost cost, const std::function<void()>& emit) {
-    b.mark(mark, emit);
-    out.calls.push_back({mark, kernel, cost, false});
+    em.call(mark, kernel, cost, emit);
   };
   auto gemv = [&](const std::string& mark, const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
     GemvArgs g;
@@ -193,16 +146,9 @@ CompiledProgram Compiler::decode_program() const {
     c.macs = uint64_t(n) * k;
     call(mark, "gemv", c, [&] { emit_gemv_w4(b, cfg_, g); });
   };
-  // Loads `bytes` from DDR tensor `name` into OCM and waits (small vectors: norm weights).
+  // Small vectors (norm weights) from DDR into OCM.
   auto load = [&](const std::string& mark, const std::string& name, uint32_t dst, uint32_t bytes) {
-    KernelCost c;
-    c.ddr_bytes = bytes;
-    call(mark, "load", c, [&] {
-      b.descriptor(kSmemLoad, ddr_.bus(name), sim::ocm_addr(dst), bytes);
-      b.li(X{1}, kSmemLoad);
-      b.op("dma.start", {Chan{0}, X{1}});
-      b.op("dma.wait", {Chan{0}});
-    });
+    em.copy(mark, ddr_.bus(name), sim::ocm_addr(dst), bytes);
   };
   auto rmsnorm = [&](const std::string& mark, uint32_t x, uint32_t y, uint32_t w) {
     NormArgs n;
@@ -328,6 +274,7 @@ CompiledProgram Compiler::decode_program() const {
   b.op("mark.end", {Name{"decode"}});
   b.op("halt");
   out.program = b.finish();
+  out.logits_ocm = dio_.logits_ocm;
   return out;
 }
 
@@ -340,22 +287,17 @@ void Compiler::load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) c
       fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), d.bytes);
     ddr.write(d.offset, bytes.data(), bytes.size());
   };
-  auto put_f16 = [&](const std::string& name, const std::vector<float>& v) {
-    std::vector<uint16_t> h = to_f16(v);
-    std::vector<uint8_t> bytes(h.size() * 2);
-    std::memcpy(bytes.data(), h.data(), bytes.size());
-    put(name, bytes);
-  };
+  auto put_f16 = [&](const std::string& name, const std::vector<float>& v) { put(name, detail::f16_bytes(v)); };
   put("embed", pack_gemv_weight(bundle.get_quant(kEmbedTokens), npe));
   put_f16("final_norm", bundle.get_f32(kFinalNorm));
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
-    put(layer_name(i, "qkv"), pack_gemv_weight(concat_rows(qkv), npe));
+    put(layer_name(i, "qkv"), pack_gemv_weight(detail::concat_rows(qkv), npe));
     put(layer_name(i, "o"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")), npe));
     std::vector<QuantTensor> gu;
     for (const std::string& n : gate_up_names(i)) gu.push_back(bundle.get_quant(n));
-    put(layer_name(i, "gateup"), pack_gemv_weight(concat_rows(gu), npe));
+    put(layer_name(i, "gateup"), pack_gemv_weight(detail::concat_rows(gu), npe));
     put(layer_name(i, "down"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")), npe));
     std::vector<float> norms = bundle.get_f32(text_layer_name(i, "input_layernorm.weight"));
     for (const char* leaf : {"post_attention_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
@@ -364,6 +306,7 @@ void Compiler::load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) c
     }
     put_f16(layer_name(i, "norms"), norms);
   }
+  if (opt_.image) load_image_weights(bundle, ddr);
 }
 
 }  // namespace gpnpu::model

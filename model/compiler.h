@@ -66,13 +66,32 @@ struct DecodeIo {
   uint32_t max_seq = 0;
 };
 
+// The shape an image program is compiled for: one image, one prompt.
+struct ImageShape {
+  int grid_h = 16, grid_w = 16;  // patches (merge-window order), t = 1
+  int seq_len = 128;             // prompt tokens
+  int image_start = 4;           // row of the first <|image_pad|> (the pads are contiguous)
+  int n_image_tokens() const { return grid_h * grid_w / 4; }
+};
+
+// Where the host puts an image program's inputs and finds its outputs.
+struct ImageIo {
+  uint32_t ids_smem = 4096;    // seq_len 32-bit token ids (after the descriptor areas)
+  uint32_t slot0_smem = 12;    // a word holding 0: the first KV-cache slot written
+  uint32_t patches_ddr = 0;    // bus address: [patches][patch_dim] fp16
+  uint32_t trope_ddr = 0;      // bus address: fp32 cos [seq][head_dim]; sin follows at + max_seq * head_dim * 4
+};
+
 struct CompiledProgram {
   isa::Program program;
   std::vector<KernelCall> calls;
+  uint32_t logits_ocm = 0;  // where the program leaves its logits (vocab fp16)
 };
 
 struct CompileOptions {
-  uint32_t max_seq = 4096;  // KV-cache slots per layer
+  uint32_t max_seq = 4096;      // KV-cache slots per layer
+  bool image = true;            // lay out the tower and the prefill weights too
+  uint32_t max_patches = 1024;  // largest image (patches) the DDR input areas take
 };
 
 class Compiler {
@@ -83,6 +102,13 @@ class Compiler {
   const DecodeIo& decode_io() const { return dio_; }
 
   CompiledProgram decode_program() const;
+  // The image program (tower, mergers, splice, prefill with DeepStack, head on the
+  // last row) for one image and prompt shape (compiler_image.cpp).
+  CompiledProgram image_program(const ImageShape& shape) const;
+  const ImageIo& image_io() const { return iio_; }
+  // Constants the compiler folds for a grid: the interpolated position table and the
+  // tower's rotary tables (functional runs only).
+  void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, sim::MemoryTarget& ddr) const;
 
   // Writes every weight the programs read into DDR, in the kernels' layouts.
   void load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
@@ -92,13 +118,16 @@ class Compiler {
 
  private:
   void plan_ddr();
+  void plan_image_ddr();
   void plan_decode_ocm();
+  void load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
 
   ModelConfig model_;
   sim::Config cfg_;
   CompileOptions opt_;
   DdrLayout ddr_;
   DecodeIo dio_;
+  ImageIo iio_;
   struct DecodeOcm {
     uint32_t h, xn, qkv, attn, o, gu, act, normw, finalw, attn_scratch, attn_scratch_bytes, norm_scratch,
         embed_scratch, gemv_scratch, gemv_scratch_bytes;
