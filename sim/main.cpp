@@ -10,6 +10,7 @@
 #include "isa/error.h"
 #include "isa/program.h"
 #include "model/commands.h"
+#include "model/driver.h"
 #include "sim/config.h"
 #include "sim/run.h"
 
@@ -105,6 +106,7 @@ int main(int argc, char** argv) {
   model::add_checkpoint_commands(app);
   model::add_tokenizer_commands(app);
   model::add_image_commands(app);
+  model::add_compile_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,15 @@
+// CLI commands built on the compiler: `gpnpu compile` (and, later, `gpnpu describe`).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "model/config.h"
+
+namespace gpnpu::model {
+
+// "synthetic:2b", "synthetic:tiny", or a checkpoint directory (its config.json).
+ModelConfig model_config_from_spec(const std::string& spec);
+
+void add_compile_commands(CLI::App& app);
+
+}  // namespace gpnpu::model

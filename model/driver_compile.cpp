@@ -1,0 +1,146 @@
+// `gpnpu compile`: builds the decode and image programs for a model and a machine,
+// writes them (binary and assembly), the DDR layout and every kernel call's floor,
+// and with --run runs both timing-only and prints cycles per stage and the kernels
+// furthest from their floors.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "isa/error.h"
+#include "kernels/cost.h"
+#include "model/compiler.h"
+#include "model/driver.h"
+#include "sim/platform.h"
+#include "sim/run.h"
+
+namespace gpnpu::model {
+
+ModelConfig model_config_from_spec(const std::string& spec) {
+  if (spec == "synthetic:2b") return config_2b();
+  if (spec == "synthetic:tiny") return config_tiny();
+  if (spec.starts_with("synthetic:"))
+    fail("--model '{}': unknown synthetic model (use synthetic:2b or synthetic:tiny)", spec);
+  std::filesystem::path p(spec);
+  if (std::filesystem::is_directory(p)) p /= "config.json";
+  if (!std::filesystem::exists(p))
+    fail("--model '{}': no such checkpoint directory or config.json (use synthetic:2b, synthetic:tiny or a directory)",
+         spec);
+  return ModelConfig::from_json_file(p.string());
+}
+
+namespace {
+
+struct CallRow {
+  std::string mark, kernel;
+  uint64_t cycles;
+  double floor;
+};
+
+// Each kernel call's cycles (from the stats) beside its floor (from the compiler).
+std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg) {
+  std::map<std::string, const KernelCall*> by_mark;
+  for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
+  std::vector<CallRow> rows;
+  for (const sim::RegionCall& rc : st.calls()) {
+    auto it = by_mark.find(st.names[rc.name]);
+    if (it == by_mark.end()) continue;
+    rows.push_back({it->first, it->second->kernel, rc.end - rc.begin,
+                    kernels::floor_cycles(cfg, it->second->cost, !it->second->int8)});
+  }
+  return rows;
+}
+
+void report(const char* what, const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
+            const std::vector<std::string>& stages, nlohmann::ordered_json& j) {
+  uint64_t total = st.total[sim::Stat::cycles];
+  uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
+  std::printf("%s program: %zu instructions, %llu cycles (%.2f ms at %.2f GHz), DDR %.4f GB, %.2f B/cycle (%.1f%% of the roofline)\n",
+              what, prog.program.words.size(), (unsigned long long)total, total / (cfg.clock_ghz * 1e6), cfg.clock_ghz,
+              bytes / 1e9, double(bytes) / total, 100.0 * double(bytes) / total / cfg.ddr_bytes_per_cycle());
+  nlohmann::ordered_json pj;
+  pj["instructions"] = prog.program.words.size();
+  pj["cycles"] = total;
+  pj["ddr_bytes"] = bytes;
+  for (const auto& r : st.regions())
+    if (std::find(stages.begin(), stages.end(), r.name) != stages.end()) {
+      std::printf("  stage %-14s %12llu cycles\n", r.name.c_str(), (unsigned long long)r.counters[sim::Stat::cycles]);
+      pj["stages"][r.name] = r.counters[sim::Stat::cycles];
+    }
+  std::vector<CallRow> rows = call_rows(st, prog, cfg);
+  double floor_sum = 0;
+  for (const CallRow& r : rows) floor_sum += r.floor;
+  std::sort(rows.begin(), rows.end(),
+            [](const CallRow& a, const CallRow& b) { return a.cycles - a.floor > b.cycles - b.floor; });
+  std::printf("  sum of kernel floors %.0f cycles; the ten calls furthest above their floors:\n", floor_sum);
+  std::printf("  %-28s %-16s %12s %12s %7s\n", "call", "kernel", "cycles", "floor", "ratio");
+  for (size_t k = 0; k < std::min<size_t>(10, rows.size()); ++k) {
+    const CallRow& r = rows[k];
+    std::printf("  %-28s %-16s %12llu %12.0f %7.2f\n", r.mark.c_str(), r.kernel.c_str(), (unsigned long long)r.cycles,
+                r.floor, r.floor > 0 ? r.cycles / r.floor : 0.0);
+  }
+  pj["floor_cycles"] = floor_sum;
+  for (const CallRow& r : rows) pj["calls"].push_back({{"mark", r.mark}, {"kernel", r.kernel}, {"cycles", r.cycles}, {"floor", r.floor}});
+  j[what] = pj;
+}
+
+}  // namespace
+
+void add_compile_commands(CLI::App& app) {
+  auto* c = app.add_subcommand("compile", "compile the image and decode programs of a model for a machine");
+  static std::string model_spec = "synthetic:2b", out_dir, preset = "qc-u", grid = "16x16";
+  static std::vector<std::string> sets;
+  static int seq = 128, image_start = 4;
+  static uint32_t cached = 140;
+  static bool run = false;
+  c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
+  c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
+  c->add_option("--preset", preset, "machine preset")->capture_default_str();
+  c->add_option("--set", sets, "override a config key: --set key=value (repeatable)");
+  c->add_option("--grid", grid, "image patch grid HxW of the image program (16x16 = a 256x256 image)")->capture_default_str();
+  c->add_option("--seq", seq, "prompt tokens of the image program")->capture_default_str();
+  c->add_option("--image-start", image_start, "row of the first image token")->capture_default_str();
+  c->add_option("--cached", cached, "cached tokens for the decode run (--run)")->capture_default_str();
+  c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
+  c->callback([] {
+    sim::Config cfg = sim::Config::make(preset, sets);
+    ModelConfig m = model_config_from_spec(model_spec);
+    ImageShape shape;
+    if (std::sscanf(grid.c_str(), "%dx%d", &shape.grid_h, &shape.grid_w) != 2)
+      fail("--grid '{}': expected HxW in patches, e.g. 16x16", grid);
+    shape.seq_len = seq;
+    shape.image_start = image_start;
+    Compiler comp(m, cfg);
+    CompiledProgram dec = comp.decode_program(), img = comp.image_program(shape);
+    std::filesystem::create_directories(out_dir);
+    auto path = [](const char* f) { return (std::filesystem::path(out_dir) / f).string(); };
+    dec.program.write_binary(path("decode.bin"));
+    img.program.write_binary(path("image.bin"));
+    sim::write_file_atomic(path("decode.s"), dec.program.disassemble());
+    sim::write_file_atomic(path("image.s"), img.program.disassemble());
+    nlohmann::ordered_json layout;
+    for (const DdrTensor& t : comp.layout().tensors())
+      layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});
+    sim::write_file_atomic(path("ddr_layout.json"), layout.dump(1) + "\n");
+    sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
+    std::printf("compiled %s for %s: decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n",
+                model_spec.c_str(), preset.c_str(), dec.program.words.size(), img.program.words.size(),
+                comp.layout().total() / 1e9, out_dir.c_str());
+    if (!run) return;
+    nlohmann::ordered_json j;
+    sim::Platform& p = sim::Platform::get();
+    p.configure(cfg, true);
+    std::vector<int> ids(size_t(shape.seq_len), 0);
+    p.write_smem(comp.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
+    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, j);
+    uint32_t args[3] = {0, cached - 1, cached};
+    p.write_smem(comp.decode_io().token_smem, args, 12);
+    report("decode", p.run(dec.program), dec, cfg, {"decode"}, j);
+    j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
+    sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
+  });
+}
+
+}  // namespace gpnpu::model
