@@ -11,6 +11,7 @@
 #include "isa/program.h"
 #include "model/commands.h"
 #include "model/driver.h"
+#include "model/driver_sweep.h"
 #include "sim/config.h"
 #include "sim/run.h"
 
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
   model::add_tokenizer_commands(app);
   model::add_image_commands(app);
   model::add_compile_commands(app);
+  model::add_sweep_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
