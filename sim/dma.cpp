@@ -70,8 +70,14 @@ void DmaEngine::channel_thread(uint32_t ch) {
   for (;;) {
     while (c.queue.empty()) sc_core::wait(c.work);
     Cycles start = clock_.now();
-    run(c.queue.front());
+#ifndef GPNPU_NO_TRACE_HOOKS
+    if (on_event) on_event(DmaEvent{DmaEvent::begin, ch, &c.queue.front(), start});
+#endif
+    run(ch, c.queue.front());
     Cycles end = clock_.now();
+#ifndef GPNPU_NO_TRACE_HOOKS
+    if (on_event) on_event(DmaEvent{DmaEvent::end, ch, &c.queue.front(), end});
+#endif
     c.busy += end - start;
     c.last_done = end;
     c.queue.pop_front();
@@ -79,11 +85,12 @@ void DmaEngine::channel_thread(uint32_t ch) {
   }
 }
 
-void DmaEngine::run(const isa::DmaDescriptor& d) {
+void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
   Cycles t0 = clock_.now() + setup_;
   Cycles done = t0;
   tlm::tlm_generic_payload trans;
   // Timing: every run of both sides is requested at t0; the ports serialise them.
+  bool write_side = false;
   auto timing = [&](uint64_t addr, uint64_t bytes) {
     trans.set_command(tlm::TLM_IGNORE_COMMAND);
     trans.set_address(addr);
@@ -95,9 +102,16 @@ void DmaEngine::run(const isa::DmaDescriptor& d) {
     socket->b_transport(trans, delay);
     if (trans.is_response_error())
       fail("internal: DMA run [0x{:x}, +{}) was not accepted by the bus", addr, bytes);
-    done = std::max(done, clock_.to_cycles(sc_core::sc_time_stamp() + delay));
+    Cycles run_done = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
+    done = std::max(done, run_done);
+#ifndef GPNPU_NO_TRACE_HOOKS
+    if (on_event) on_event(DmaEvent{DmaEvent::transfer, ch, &d, t0, run_done, addr, bytes, write_side});
+#else
+    (void)ch;
+#endif
   };
   for_runs(d.src, d, d.src_stride, d.src_plane_stride, timing);
+  write_side = true;
   for_runs(d.dst, d, d.dst_stride, d.dst_plane_stride, timing);
   sc_core::wait(clock_.to_time(done) - sc_core::sc_time_stamp());
   if (!functional_) return;

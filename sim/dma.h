@@ -6,6 +6,7 @@
 // transport, so data appears at the destination when the descriptor completes.
 #pragma once
 #include <deque>
+#include <functional>
 #include <memory>
 #include <systemc>
 #include <tlm>
@@ -16,6 +17,21 @@
 #include "sim/clock.h"
 
 namespace gpnpu::sim {
+
+// What a trace sink sees of the DMA engine (traces/): a descriptor taken by its
+// channel (begin), each contiguous run it requests on the bus (transfer), and its
+// completion (end). Cycles are absolute (the clock's, not relative to a run).
+struct DmaEvent {
+  enum Kind : uint8_t { begin, transfer, end };
+  Kind kind;
+  uint32_t channel;
+  const isa::DmaDescriptor* desc;
+  Cycles at;             // begin/end: now; transfer: the cycle the run is requested
+  Cycles done = 0;       // transfer: the cycle its last byte is delivered
+  uint64_t addr = 0;     // transfer: bus address of the run
+  uint64_t bytes = 0;    // transfer: bytes of the run
+  bool write = false;    // transfer: destination side (else source side)
+};
 
 class DmaEngine : public sc_core::sc_module {
  public:
@@ -36,6 +52,11 @@ class DmaEngine : public sc_core::sc_module {
   Cycles busy_cycles(uint32_t channel) const { return channels_[channel]->busy; }
   // Cycle at which each channel last completed a descriptor.
   Cycles last_done() const;
+  // Descriptors queued on a channel, the running one included.
+  uint32_t queued(uint32_t channel) const { return uint32_t(channels_[channel]->queue.size()); }
+
+  // Called for every DMA event when set (tracing); nothing is done when empty.
+  std::function<void(const DmaEvent&)> on_event;
 
  private:
   struct Channel {
@@ -44,7 +65,7 @@ class DmaEngine : public sc_core::sc_module {
     Cycles busy = 0, last_done = 0;
   };
   void channel_thread(uint32_t ch);
-  void run(const isa::DmaDescriptor& d);
+  void run(uint32_t ch, const isa::DmaDescriptor& d);
 
   const Clock& clock_;
   std::vector<std::unique_ptr<Channel>> channels_;

@@ -1,4 +1,5 @@
-// gpnpu: the command-line tool. Subcommands: asm, disasm, run, config, and the
+// gpnpu: the command-line tool. Subcommands: asm, disasm, run, config, debug,
+// trace-diff, trace-print, and the
 // model's (make-checkpoint, quantize, tokenize, detokenize, preprocess, ...).
 // Every user error is a gpnpu::Error: printed as "error: ..." with exit code 1.
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "model/driver_sweep.h"
 #include "sim/config.h"
 #include "sim/run.h"
+#include "traces/commands.h"
 
 using namespace gpnpu;
 
@@ -58,11 +60,13 @@ void add_run_command(CLI::App& app) {
   run->add_option("--stats-json", stats_json, "write stats and the resolved config as JSON");
   run->add_option("--stats-h5", stats_h5, "write every mark region call as an HDF5 table");
   run->add_flag("-q,--quiet", quiet, "print nothing but errors");
+  static traces::TraceOptions tracing;
+  traces::add_run_trace_options(run, tracing);
   run->callback([] {
     sim::Config cfg = mo.config();
     isa::Program p = isa::Program::load(prog);
     auto t0 = std::chrono::steady_clock::now();
-    sim::Stats st = sim::run_program(p, cfg, timing_only);
+    sim::Stats st = tracing.any() ? traces::run_traced(p, cfg, timing_only, tracing) : sim::run_program(p, cfg, timing_only);
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!stats_json.empty()) sim::write_file_atomic(stats_json, st.to_json(cfg, timing_only) + "\n");
     if (!stats_h5.empty()) st.write_hdf5(stats_h5);
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
   add_isa_commands(app);
   add_run_command(app);
   add_config_command(app);
+  traces::add_trace_commands(app);
   model::add_checkpoint_commands(app);
   model::add_tokenizer_commands(app);
   model::add_image_commands(app);

@@ -194,7 +194,9 @@ void Sequencer::execute() {
       if (t + o > b) tot[Stat::array_busy_cycles] += t + o - b;
       array_busy_until = std::max(array_busy_until, t + o);
     }
+#ifndef GPNPU_NO_TRACE_HOOKS
     if (on_issue) on_issue(IssueEvent{pc, t, &in, &st});
+#endif
 
     now = t + 1;
     if (taken && u == int(Unit::branch)) now += cfg.branch_taken_cycles;

@@ -1,0 +1,57 @@
+#include "traces/session.h"
+
+#include <fmt/format.h>
+
+namespace gpnpu::traces {
+
+TraceSession::TraceSession(sim::Platform& p, const isa::Program& program, const TraceOptions& o) : p_(p), o_(o) {
+  const sim::Config& cfg = p.config();
+  base_ = sim::Clock(cfg.clock_ghz).to_cycles(sc_core::sc_time_stamp());
+  if (!o.trace.empty()) {
+    std::string header = fmt::format("gpnpu instruction trace: {}, preset {}{}, filter '{}'",
+                                     program.source.empty() ? "<program>" : program.source, cfg.preset,
+                                     p.timing_only() ? ", timing only" : "", o.filter);
+    tracer_ = std::make_unique<InsnTracer>(o.trace, program, TraceFilter::parse(o.filter), header);
+  }
+  if (!o.timeline.empty()) timeline_ = std::make_unique<Timeline>(cfg, program);
+  if (!o.vcd.empty()) vcd_ = std::make_unique<VcdWriter>(o.vcd, cfg);
+  if (o.check_hazards) hazards_ = std::make_unique<HazardChecker>(cfg, program);
+  if (!o.any()) return;
+  p.sequencer().on_issue = [this](const sim::IssueEvent& e) {
+    if (tracer_) tracer_->on_issue(e);
+    if (timeline_) timeline_->on_issue(e);
+    if (vcd_) vcd_->on_issue(e, base_);
+    if (hazards_) hazards_->on_issue(e);
+  };
+  if (timeline_ || vcd_ || hazards_)
+    p.dma().on_event = [this](const sim::DmaEvent& e) {
+      if (timeline_) timeline_->on_dma(e, base_);
+      if (vcd_) vcd_->on_dma(e);
+      if (hazards_) hazards_->on_dma(e, base_);
+    };
+}
+
+TraceSession::~TraceSession() {
+  detach();
+  // The VCD probe is a SystemC thread that lives as long as the simulator: keep its
+  // writer alive too (one per process; SystemC takes trace files only before the
+  // first run anyway).
+  static std::vector<std::unique_ptr<VcdWriter>> probes;
+  if (vcd_) probes.push_back(std::move(vcd_));
+}
+
+void TraceSession::detach() {
+  p_.sequencer().on_issue = nullptr;
+  p_.dma().on_event = nullptr;
+}
+
+void TraceSession::finish(const sim::Stats& stats) {
+  if (finished_) return;
+  finished_ = true;
+  detach();
+  if (tracer_) tracer_->close();
+  if (timeline_) timeline_->write(o_.timeline, stats);
+  if (vcd_) vcd_->close();
+}
+
+}  // namespace gpnpu::traces

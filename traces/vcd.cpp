@@ -1,0 +1,98 @@
+#include "traces/vcd.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "isa/error.h"
+#include "sim/memory_map.h"
+
+namespace gpnpu::traces {
+
+VcdWriter::VcdWriter(const std::string& path, const sim::Config& cfg)
+    : clock_(cfg.clock_ghz), cfg_(cfg), queue_(cfg.dma_channels, 0) {
+  // SystemC writes "<name>.vcd" as the simulation runs: a temporary name, renamed at close.
+  path_ = path;
+  tf_ = sc_core::sc_create_vcd_trace_file((path + ".tmp").c_str());
+  if (!tf_) fail("cannot create VCD file '{}'", path);
+  tf_->set_time_unit(1, sc_core::SC_PS);
+  for (int u = 0; u < isa::kNumUnits; ++u)
+    sc_core::sc_trace(tf_, busy_[u], fmt::format("busy_{}", isa::unit_name(isa::Unit(u))));
+  sc_core::sc_trace(tf_, pc_, "pc");
+  for (size_t c = 0; c < queue_.size(); ++c) sc_core::sc_trace(tf_, queue_[c], fmt::format("dma{}_queue", c));
+  sc_core::sc_trace(tf_, inflight_, "ddr_bytes_in_flight");
+  sc_core::sc_spawn_options opt;
+  sc_core::sc_spawn([this] { thread(); }, sc_core::sc_gen_unique_name("vcd_probe"), &opt);
+}
+
+VcdWriter::~VcdWriter() {
+  try {
+    close();
+  } catch (const Error&) {
+  }
+}
+
+void VcdWriter::close() {
+  if (closed_ || !tf_) return;
+  closed_ = true;
+  sc_core::sc_close_vcd_trace_file(tf_);
+  std::string tmp = path_ + ".tmp.vcd";
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+    fail("cannot write VCD '{}': {}", path_, std::strerror(errno));
+}
+
+void VcdWriter::push(sim::Cycles at, Kind k, uint32_t index, int64_t delta) {
+  if (closed_) return;
+  bool earliest = q_.empty() || at < q_.top().at;
+  q_.push(Change{at, seq_++, k, index, delta});
+  if (earliest) wake_.notify(sc_core::SC_ZERO_TIME);
+}
+
+void VcdWriter::on_issue(const sim::IssueEvent& e, sim::Cycles base) {
+  const isa::Unit u = e.insn->info->unit;
+  sim::Cycles t = base + e.cycle;
+  uint64_t occ = cfg_.occ(u);
+  const isa::OpInfo& op = *e.insn->info;
+  if (op.mem_bytes && u >= isa::Unit::ocm_bc) {
+    uint64_t bytes = uint64_t(op.mem_bytes) * (u == isa::Unit::ocm_bc ? 1 : e.state->pred_count[e.insn->p]);
+    occ = std::max<uint64_t>(occ, (bytes + cfg_.ocm_port_bytes - 1) / cfg_.ocm_port_bytes);
+  }
+  push(t, busy, uint32_t(u), +1);
+  push(t + std::max<uint64_t>(occ, 1), busy, uint32_t(u), -1);
+  push(t, pc, 0, e.pc);
+  if (e.state->effect == isa::Effect::dma_start) push(t, queue, e.state->effect_arg, +1);
+}
+
+void VcdWriter::on_dma(const sim::DmaEvent& e) {
+  if (e.kind == sim::DmaEvent::end) push(e.at, queue, e.channel, -1);
+  if (e.kind == sim::DmaEvent::transfer && e.addr < sim::kDdrRegion.base + sim::kDdrRegion.window) {
+    push(e.at, inflight, 0, int64_t(e.bytes));
+    push(e.done, inflight, 0, -int64_t(e.bytes));
+  }
+}
+
+void VcdWriter::thread() {
+  for (;;) {
+    sim::Cycles now = clock_.now();
+    while (!q_.empty() && q_.top().at <= now) {
+      Change c = q_.top();
+      q_.pop();
+      switch (c.kind) {
+        case busy:
+          busy_count_[c.index] += int(c.delta);
+          busy_[c.index] = busy_count_[c.index] > 0;
+          break;
+        case pc: pc_ = uint32_t(c.delta); break;
+        case queue:
+          if (c.index < queue_.size()) queue_[c.index] = uint32_t(std::max<int64_t>(0, int64_t(queue_[c.index]) + c.delta));
+          break;
+        case inflight: inflight_ = uint64_t(int64_t(inflight_) + c.delta); break;
+      }
+    }
+    if (q_.empty()) sc_core::wait(wake_);
+    else sc_core::wait(clock_.to_time(q_.top().at) - sc_core::sc_time_stamp(), wake_);
+  }
+}
+
+}  // namespace gpnpu::traces
