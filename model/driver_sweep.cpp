@@ -398,7 +398,7 @@ void write_h5(const std::string& path, const json& meta, const std::vector<Colum
               const std::vector<json>& rows, const std::string& doc) {
   const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  {
+  try {
     // No object modification times anywhere: the bytes depend on the rows only.
     H5Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
     h5_check(H5Pset_obj_track_times(fcpl, 0), "set file properties", path);
@@ -465,6 +465,9 @@ void write_h5(const std::string& path, const json& meta, const std::vector<Colum
     h5_string_attr(f, "workload", meta.at("workload").get<std::string>(), path);
     h5_string_attr(f, "keys", keys, path);
     h5_check(H5Fflush(f, H5F_SCOPE_LOCAL), "flush", path);
+  } catch (...) {
+    std::remove(tmp.c_str());  // no stray temporary; the previous file is untouched
+    throw;
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -609,6 +612,7 @@ struct SweepOptions {
   std::vector<std::string> sets;
   std::string out, shard;
   int jobs = 1;
+  bool dry_run = false;
 };
 
 std::pair<uint64_t, uint64_t> parse_shard(const std::string& s) {
@@ -676,6 +680,10 @@ void run_sweep(const SweepOptions& o) {
   std::fprintf(stderr, "sweep: %zu points%s, %zu already in %s, %zu to run, %d at a time\n", points.size(),
                shard_n > 1 ? fmt::format(" ({} in shard {}/{})", in_shard, shard_i, shard_n).c_str() : "",
                in_shard - todo.size(), o.out.c_str(), todo.size(), o.jobs);
+  if (o.dry_run) {
+    for (size_t i : todo) std::printf("%s\n", point_label(points[i]).c_str());
+    return;
+  }
   if (todo.empty()) {
     if (!fs::exists(csv, ec) || !fs::exists(o.out, ec)) table.write(o.out, csv);
     return;
@@ -785,6 +793,7 @@ void add_sweep_commands(CLI::App& app) {
     c->add_option("-j,--jobs", o->jobs, "points run at a time (one process each)")->capture_default_str();
     c->add_option("--shard", o->shard, "run only points i, i+n, i+2n, ... of the product (i/n, 0-based)");
     c->add_option("--out", o->out, "results file (HDF5); the CSV goes beside it (.csv)")->required();
+    c->add_flag("--dry-run", o->dry_run, "check the input and print the points that would run, run nothing");
     c->callback([o] { run_sweep(*o); });
   }
   {
