@@ -25,6 +25,23 @@ uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
   return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
 }
 uint32_t buffers_bytes(const GemmPlan& pl) { return unit_buffer(pl, 0) + (pl.channels - 1) * unit_buffer(pl, 1); }
+// OCM offset of channel c's unit data; DDR offset of unit u inside a tile.
+uint32_t unit_data(const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
+  return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
+}
+int64_t unit_offset(const GemmPlan& pl, uint32_t u) {
+  return u == 0 ? 0 : int64_t(pl.meta_unit) + int64_t(u) * pl.code_unit;
+}
+// The DMA side's buffers, descriptors and weight range (shared by the kernel and the prefetch).
+void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
+  const uint32_t need = buffers_bytes(pl), C = pl.channels;
+  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + need > cfg.ocm_bytes)
+    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
+         need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
+  if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
+  if (uint64_t(a.w_ddr) + pl.tiles * pl.tile_bytes > uint64_t(UINT32_MAX))
+    fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.tiles * pl.tile_bytes);
+}
 }  // namespace
 
 uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
@@ -123,7 +140,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
   const uint32_t C = pl.channels;
-  const uint32_t need = buffers_bytes(pl);
   const uint32_t BS = pl.meta_lrm + 64 / S * B;  // one LRM buffer
   const uint32_t ocm = uint32_t(cfg.ocm_bytes);
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
@@ -132,18 +148,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.k, a.x_ocm, a.x_stride, ocm);
   if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + 2 * a.n > ocm)
     fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
-  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + need > ocm)
-    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
-         need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
-  if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
-  if (uint64_t(a.w_ddr) + pl.tiles * pl.tile_bytes > uint64_t(UINT32_MAX))
-    fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.tiles * pl.tile_bytes);
-
-  auto buf = [&](uint32_t c) {  // the unit's data
-    return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
-  };
+  check_dma(cfg, pl, a);
+  auto buf = [&](uint32_t c) { return unit_data(pl, a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
-  auto unit_off = [&](uint32_t u) -> int64_t { return u == 0 ? 0 : int64_t(pl.meta_unit) + int64_t(u) * pl.code_unit; };
+  auto unit_off = [&](uint32_t u) -> int64_t { return unit_offset(pl, u); };
   const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
 
   // ---- registers ----
@@ -254,9 +262,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
 
   // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
+  // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
+  // written again because other kernels reuse the smem since.)
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
-    start_unit(c, xD, unit_off(c), c);
+    if (!a.prefetched) start_unit(c, xD, unit_off(c), c);
   }
   for (uint32_t u = 0; u < U; ++u) fill_unit(u);
   flush();
@@ -387,6 +397,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   routine(routine_full, pl.rows);
   if (two_routines) routine(routine_last, pl.last_rows);
   b.bind(done);
+}
+
+void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
+  const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
+  check_dma(cfg, pl, a);
+  for (uint32_t c = 0; c < pl.channels; ++c) {
+    const uint32_t bytes = c == 0 ? pl.meta_unit + pl.code_unit : pl.code_unit;
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + unit_offset(pl, c)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
+    b.li(X{1}, a.smem + 64 * c);
+    b.op("dma.start", {Chan{uint8_t(c)}, X{1}});
+  }
 }
 
 }  // namespace gpnpu::kernels

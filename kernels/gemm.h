@@ -44,7 +44,10 @@
 // scattered). The units of tile t+1 are scattered into the free LRM buffer after the
 // row groups of tile t, spread evenly (after group g: units [g*D/G, (g+1)*D/G)).
 // Tile 0 is loaded before the first row group: the pipeline start, whose DMA time is
-// not overlapped with MACs (the compiler can hide it only across calls).
+// not overlapped with MACs. The compiler hides part of it across calls: emit_gemm_prefetch
+// starts tile 0's first C units (one per channel buffer) early, while the DMA channels
+// are otherwise idle (norms, RoPE, attention, element-wise kernels), and the call itself
+// then runs with prefetched = true (it does not start those units again).
 //
 // OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
 // only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
@@ -72,6 +75,7 @@ struct GemmArgs {
   uint32_t scratch_ocm = 0;      // OCM DMA buffers (gemm_scratch_bytes)
   uint32_t scratch_bytes = 0;
   uint32_t smem = 0;             // scalar-memory bytes for descriptors (64 per channel)
+  bool prefetched = false;       // emit_gemm_prefetch(the same w_ddr, n, k, split, scratch) ran before
 };
 
 // The static plan of one call (everything the emitter derives from cfg and shapes).
@@ -106,5 +110,15 @@ KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a);
 
 // Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
 void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
+
+// Starts the DMA of tile 0's units 0..C-1 (C = plan_gemm(...).channels; unit 0 carries
+// the meta) into the call's OCM scratch buffers, on channels 0..C-1, and returns at once
+// (no wait; it clobbers x1, x31 and the descriptor smem [a.smem, a.smem + 64 C), which it
+// may reuse as soon as the descriptors are submitted). Contract until the call
+// emit_gemm_w4(a with prefetched = true): nothing writes [scratch_ocm, +gemm_scratch_bytes)
+// nor the packed weight; other kernels may use the DMA channels (the engine is in-order per
+// channel: their descriptors queue behind the prefetch, and a dma.wait on channel c < C
+// also waits for it). Uses the same fields of a as emit_gemm_w4 (m may be 0).
+void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a);
 
 }  // namespace gpnpu::kernels
