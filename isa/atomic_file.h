@@ -1,0 +1,67 @@
+// Results are never half-written: every output file (program binaries, stats
+// reports, checkpoints, bundles, images) is written under a temporary name in the
+// same directory and renamed over the target only once it is complete, so a
+// reader sees the old file or the new one, never a prefix.
+//
+// Contract:
+//  - AtomicFile(path) picks the temporary name PATH.tmp.PID (same directory, so
+//    the rename cannot cross file systems); the writer writes temp() with any API.
+//  - commit() renames temp() to path; gpnpu::Error ("cannot write PATH: reason")
+//    if that fails.
+//  - The destructor removes temp() unless commit() succeeded: a write that throws
+//    part-way leaves neither a partial PATH nor a stray temporary behind, and an
+//    existing PATH is untouched.
+//  - write_file_atomic(path, bytes) does all of it for bytes in memory, and names
+//    the reason (errno) when the directory is missing or the disk is full.
+// Header-only and free of SystemC, so the model library uses it too.
+#pragma once
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "isa/error.h"
+
+namespace gpnpu {
+
+class AtomicFile {
+ public:
+  explicit AtomicFile(std::string path)
+      : path_(std::move(path)), temp_(path_ + ".tmp." + std::to_string(::getpid())) {}
+  ~AtomicFile() {
+    if (!committed_) std::remove(temp_.c_str());
+  }
+  AtomicFile(const AtomicFile&) = delete;
+  AtomicFile& operator=(const AtomicFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  const std::string& temp() const { return temp_; }
+
+  void commit() {
+    if (std::rename(temp_.c_str(), path_.c_str()) != 0) fail("cannot write '{}': {}", path_, std::strerror(errno));
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, temp_;
+  bool committed_ = false;
+};
+
+inline void write_file_atomic(const std::string& path, std::string_view bytes) {
+  AtomicFile out(path);
+  std::FILE* f = std::fopen(out.temp().c_str(), "wb");
+  if (!f) fail("cannot write '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
+  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  int err = errno;
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) fail("cannot write '{}': {} (disk full or file too large?)", path, std::strerror(err));
+  out.commit();
+}
+
+}  // namespace gpnpu
