@@ -104,13 +104,15 @@ def heatmap(cols, keys, meta, metric, workload, title, fmt, xkey, ykey, out, bet
         ax.set_xticks(range(len(xs)), [axis_label(xkey, x) if x is not None else "" for x in xs])
         ax.set_yticks(range(len(ys)), [axis_label(ykey, y) if y is not None else "" for y in ys])
         ax.set_xlabel(key_title(xkey))
-        ax.set_ylabel(key_title(ykey))
+        if i % ncol == 0:
+            ax.set_ylabel(key_title(ykey))
         if others:
             ax.set_title(", ".join(f"{k}={axis_label(k, v)}" for k, v in zip(others, combo)), fontsize=9)
     for j in range(n, nrow * ncol):
         axes[j // ncol][j % ncol].axis("off")
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.85)
-    fig.suptitle(f"{title}\n{meta['model']}, preset {meta['preset']} (grey: does not fit)", fontsize=10)
+    fig.suptitle(f"{title}\n{meta['model']}, preset {meta['preset']} (grey: does not fit)", fontsize=10,
+                 y=1.0 + (0.08 if others else 0.0) / nrow)
     fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return out
