@@ -30,27 +30,42 @@ struct BlockSpec {
   // writes to one register (group s: load(c, s, dst)).
   uint32_t groups = 1;
   std::function<void(uint32_t c, uint32_t s, V dst)> load;
-  std::vector<V> pool;  // registers the loads may rotate over (>= 3)
+  std::vector<V> pool;    // registers the loads may rotate over (>= 3) in the score loop
+  std::vector<V> pool_v;  // the same in the value loop (empty: pool)
+  uint32_t max_d = 2;     // largest group spacing (steps) the pipeline may use
+  // Optional register swaps through LRM: before the score loop (save ACC, reload Q) and
+  // before the rescale of ACC (reload ACC), so that each loop may rotate over the
+  // registers of the other one.
+  std::function<void()> before_scores, before_rescale;
+  bool mask_per_block = false;  // causal mask applied once to the block's scores (lanes)
+  bool prefetch_splat = false;  // make key j+1's probability splat while key j MACs (SV free)
 };
 
 // Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
 // chunk c's MAC issues at step c + la. Two writes to one register wait for the first
 // one's latency (in-order writes), so the groups of a chunk are spaced d steps apart
 // (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
-void emit_chunks(Builder& b, const BlockSpec& s, const std::function<void()>& after_first_loads,
-                 const std::function<void(uint32_t c, V reg)>& mac) {
-  const uint32_t C = s.C, ng = s.groups, pool = uint32_t(s.pool.size());
-  uint32_t d = ng * 2 + 1 <= pool ? 2 : (ng + 1 <= pool ? 1 : 0);
+// `fillers[i]` (independent work) is emitted after the loads of step i + 1, spreading
+// short dependency chains over the steps instead of stalling in-order issue.
+void emit_chunks(Builder&, const BlockSpec& s, const std::vector<V>& regs, const std::function<void()>& after_first_loads,
+                 const std::function<void(uint32_t c, V reg)>& mac,
+                 const std::vector<std::function<void()>>& fillers = {}) {
+  const uint32_t C = s.C, ng = s.groups, pool = uint32_t(regs.size());
+  uint32_t d = 0;
+  for (uint32_t dd = 1; dd <= s.max_d; ++dd)
+    if (ng * dd + 1 <= pool) d = dd;
   const uint32_t la = std::max(d * ng, std::min(pool - 1, 2u));
   const uint32_t nreg = la + 1;
-  for (uint32_t i = 0; i < C + la; ++i) {
+  const uint32_t steps = std::max<uint32_t>(C + la, uint32_t(fillers.size()) + 1);
+  for (uint32_t i = 0; i < steps; ++i) {
     for (uint32_t g = 0; g < ng; ++g) {
       const int64_t c = d ? int64_t(i) - int64_t(d * g) : int64_t(i);
-      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c), g, s.pool[size_t(c) % nreg]);
+      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c), g, regs[size_t(c) % nreg]);
     }
     if (i == 0) after_first_loads();
+    if (i >= 1 && i - 1 < fillers.size()) fillers[i - 1]();
     int64_t c = int64_t(i) - int64_t(la);
-    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), s.pool[size_t(c) % nreg]);
+    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), regs[size_t(c) % nreg]);
   }
 }
 
@@ -61,7 +76,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
   auto insert_prev = [&] {
     b.op("vsplat", {IV, X{9}});
     b.op("vcmpeq.i32", {MK, LANE, IV});
-    if (s.causal) {  // key (block-relative x9) beyond this PE's row: score -> -big
+    if (s.causal && !s.mask_per_block) {  // key (block-relative x9) beyond this PE's row: score -> -big
       b.op("vsplat.f32", {TMP, F32{kNegBig}});
       b.op("vcmplt.i32", {TMP2, RV, IV});
       b.op("vsel", {T, TMP, T, TMP2});
@@ -69,6 +84,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
     b.op("vsel", {SV, T, SV, MK});
   };
   // ---- scores: key j's partial sums reduce while key j+1 loads and MACs ----
+  if (s.before_scores) s.before_scores();
   b.op("vsplat.f32", {SV, F32{kNegBig}});
   b.op("vsplati", {A0, int64_t(0)});
   b.op("vsplati", {A1, int64_t(0)});
@@ -76,7 +92,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("addi", {X{13}, X{10}, 0});
   b.loop(X{8}, [&] {
     emit_chunks(
-        b, s,
+        b, s, s.pool,
         [&] {
           b.op("vadd.f32", {T, A0, A1});
           b.op("vsplati", {A0, int64_t(0)});
@@ -93,6 +109,12 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("vadd.f32", {T, A0, A1});
   b.op("vredsum.f32", {T, T});
   insert_prev();
+  if (s.causal && s.mask_per_block) {  // lanes (keys) beyond this PE's row: score -> -big
+    b.op("vcmplt.i32", {MK, RV, LANE});
+    b.op("vsplat.f32", {TMP, F32{kNegBig}});
+    b.op("vsel", {SV, TMP, SV, MK});
+  }
+  if (s.before_rescale) s.before_rescale();
   // ---- online softmax over the block (lanes = keys) ----
   b.op("vsplat.f32", {TMP, F32{s.scale}});
   b.op("vmul.f32", {SV, SV, TMP});
@@ -109,17 +131,39 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("vcvt.f16.f32", {P16, A1});
   b.op("vmov", {M, KR[1]});
   // ---- values: p_j (fp16) spread over the lanes, MAC the V row ----
+  // Key j's splat (SV, free after the softmax) is made while key j-1 MACs: one non-zero
+  // lane summed gives every lane p_j's fp16 bits.
+  if (!s.prefetch_splat) {
+    b.li(X{9}, 0);
+    b.op("addi", {X{13}, X{12}, 0});
+    b.op("vsplati", {TMP, int64_t(0)});
+    b.loop(X{8}, [&] {
+      b.op("vsplat", {IV, X{9}});
+      b.op("vcmpeq.i32", {MK, LANE, IV});
+      b.op("vsel", {T, P16, TMP, MK});
+      emit_chunks(
+          b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vredsum.i32", {T, T}); },
+          [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+      b.op("addi", {X{9}, X{9}, 1});
+      b.op("addi", {X{13}, X{13}, s.key_stride});
+    });
+    return;
+  }
   b.li(X{9}, 0);
   b.op("addi", {X{13}, X{12}, 0});
   b.op("vsplati", {TMP, int64_t(0)});
+  b.op("vsplat", {IV, X{9}});
+  b.op("vcmpeq.i32", {MK, LANE, IV});
+  b.op("vsel", {SV, P16, TMP, MK});
+  b.op("vredsum.i32", {SV, SV});
   b.loop(X{8}, [&] {
-    b.op("vsplat", {IV, X{9}});
-    b.op("vcmpeq.i32", {MK, LANE, IV});
-    b.op("vsel", {T, P16, TMP, MK});
-    emit_chunks(
-        b, s, [&] { b.op("vredsum.i32", {T, T}); },  // one non-zero lane: every lane = p_j's fp16 bits
-        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+    b.op("vmov", {T, SV});
     b.op("addi", {X{9}, X{9}, 1});
+    emit_chunks(
+        b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
+        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); },
+        {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {SV, P16, TMP, MK}); },
+         [&] { b.op("vredsum.i32", {SV, SV}); }});
     b.op("addi", {X{13}, X{13}, s.key_stride});
   });
 }
@@ -330,10 +374,13 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   // Tiling rule.
   const uint32_t R = std::min(S, npe / G);
-  // GP <= pool - 1 lets the broadcasts of the groups of a chunk pipeline (emit_chunks):
-  // 3 rotating registers with the causal mask, 5 without (measured on qc-u: prefill S=128
-  // 79k cycles at GP=2 vs 132k at GP=4; tower S=256 138k at GP=4 vs 172k at GP=2).
-  const uint32_t GP = std::min({KV, npe / (G * R), a.causal ? 2u : 4u, a.max_groups ? a.max_groups : 6u});
+  // GP = 4 fills the array (prefill 2 passes, tower 4); the groups' broadcasts to one
+  // register need free registers to be spaced (emit_chunks): LRM parking below provides
+  // them at head_dim 128 (measured on qc-u, head-major: prefill S=128 79k -> 41k cycles).
+  const uint32_t GP = std::min({KV, npe / (G * R), 4u, a.max_groups ? a.max_groups : 6u});
+  // LRM parking (see the pools below) when the free registers cannot space 4 groups.
+  const bool swap = 4 + (a.causal ? 0 : 1) + 2 * (8 - C) < 2 * GP + 1 && cfg.lrm_bytes >= 2 * 8 * 64;
+  constexpr uint32_t kLrmQ = 0, kLrmAcc = 8 * 64;
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
 
   struct Pass {
@@ -360,23 +407,43 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
          a.scratch_bytes);
   uint32_t qb = a.q_ocm, qrs = a.q_row_stride, qhs = a.q_head_stride;
   uint32_t ob = a.out_ocm, ors = a.out_row_stride, ohs = a.out_head_stride;
-  if (!q_direct) {
-    b.descriptor(a.smem, sim::ocm_addr(a.q_ocm), sim::ocm_addr(a.scratch_ocm), hd2, S, a.q_row_stride, hd2, H,
+  // Staging goes per pass, overlapped with the passes: pass p+1's q rows are copied on
+  // channel 0 while pass p computes, pass p's output is copied back on channel 1 while
+  // pass p+1 computes (only the first q copy and the last out copy are exposed).
+  const uint32_t nch = uint32_t(cfg.dma_channels);
+  const Chan chq{0}, cho{uint8_t(1 % nch)};
+  auto stage_q = [&](const Pass& p) {
+    const uint32_t h0 = p.g0 * G;
+    b.descriptor(a.smem, sim::ocm_addr(a.q_ocm + p.r0 * a.q_row_stride + h0 * a.q_head_stride),
+                 sim::ocm_addr(a.scratch_ocm + h0 * S * hd2 + p.r0 * hd2), hd2, p.nrows, a.q_row_stride, hd2, p.ng * G,
                  a.q_head_stride, S * hd2);
     b.li(X{1}, a.smem);
-    b.op("dma.start", {Chan{0}, X{1}});
-    b.op("dma.wait", {Chan{0}});
-    qb = a.scratch_ocm, qrs = hd2, qhs = S * hd2;
-  }
+    b.op("dma.start", {chq, X{1}});
+  };
+  auto stage_out = [&](const Pass& p) {
+    const uint32_t h0 = p.g0 * G;
+    b.descriptor(a.smem + 64, sim::ocm_addr(a.scratch_ocm + h0 * S * hd2 + p.r0 * hd2),
+                 sim::ocm_addr(a.out_ocm + p.r0 * a.out_row_stride + h0 * a.out_head_stride), hd2, p.nrows, hd2,
+                 a.out_row_stride, p.ng * G, S * hd2, a.out_head_stride);
+    b.li(X{1}, a.smem + 64);
+    b.op("dma.start", {cho, X{1}});
+  };
+  if (!q_direct) qb = a.scratch_ocm, qrs = hd2, qhs = S * hd2;
   if (!o_direct) ob = a.scratch_ocm, ors = hd2, ohs = S * hd2;
+  if (!q_direct) stage_q(passes[0]);
 
   b.li(X{11}, qrs);
   b.li(X{30}, ors);
   b.li(X{15}, kJ);
   b.op("vlaneid", {LANE});
   Label pass_fn = b.label(), end = b.label();
-  for (const Pass& p : passes) {
+  for (size_t pi = 0; pi < passes.size(); ++pi) {
+    const Pass& p = passes[pi];
     const uint32_t h0 = p.g0 * G;
+    if (!q_direct) {
+      b.op("dma.wait", {chq});
+      if (pi + 1 < passes.size()) stage_q(passes[pi + 1]);
+    }
     for (uint32_t gl = 0; gl < GP; ++gl) {
       uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
       b.li(X{20}, lo);
@@ -394,7 +461,9 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{26}, a.causal ? std::min(S, p.r0 + p.nrows) : S);
     b.li(X{27}, p.ng * G);
     b.op("jal", {X{14}, pass_fn});
+    if (!o_direct) stage_out(p);
   }
+  if (!o_direct) b.op("dma.wait", {cho});
   b.op("jal", {X{0}, end});
 
   // ---- one pass (registers above) ----
@@ -422,6 +491,8 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     }
   });
   init_state(b, C);
+  if (swap)
+    for (uint32_t c = 0; c < C; ++c) b.op("vst", {Q(c), Mem{X{0}, int64_t(kLrmQ + 64 * c)}});
   BlockSpec bs;
   bs.C = C;
   bs.scale = a.scale;
@@ -429,8 +500,31 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   bs.key_stride = a.kv_row_stride;
   bs.mac_pred = P{7};
   bs.groups = GP;
-  bs.pool = {KR[0], KR[1], KR[2]};
-  if (!a.causal) bs.pool.insert(bs.pool.end(), {RV, TMP2});
+  // The groups' broadcasts to one register must be spaced by its latency (WAW): the
+  // more registers the loops rotate over, the further apart (emit_chunks). TMP2 is free
+  // (the causal mask goes once per block); head_dim < 128 leaves Q(C..7), ACC(C..7)
+  // unused; with few registers Q is parked in LRM during the value loop and ACC during
+  // the score loop, each loop rotating over the other's registers.
+  bs.mask_per_block = true;
+  bs.prefetch_splat = true;
+  bs.pool = {KR[0], KR[1], KR[2], TMP2};
+  if (!a.causal) bs.pool.push_back(RV);
+  for (uint32_t c = C; c < 8; ++c) bs.pool.insert(bs.pool.end(), {Q(c), ACC(c)});
+  bs.pool_v = bs.pool;
+  bs.max_d = 3;
+  if (swap) {
+    for (uint32_t c = 0; c < C; ++c) bs.pool.push_back(ACC(c));
+    bs.pool.push_back(P16);
+    for (uint32_t c = 0; c < C; ++c) bs.pool_v.push_back(Q(c));
+    bs.pool_v.insert(bs.pool_v.end(), {A0, A1});
+    bs.before_scores = [&] {
+      for (uint32_t c = 0; c < C; ++c) b.op("vst", {ACC(c), Mem{X{0}, int64_t(kLrmAcc + 64 * c)}});
+      for (uint32_t c = 0; c < C; ++c) b.op("vld", {Q(c), Mem{X{0}, int64_t(kLrmQ + 64 * c)}});
+    };
+    bs.before_rescale = [&] {
+      for (uint32_t c = 0; c < C; ++c) b.op("vld", {ACC(c), Mem{X{0}, int64_t(kLrmAcc + 64 * c)}});
+    };
+  }
   bs.load = [&](uint32_t c, uint32_t gl, V dst) {
     b.op("obcast.h", {dst, Mem{X{13}, int64_t(gl) * hd2 + 32 * c}}, P{uint8_t(1 + gl)});
   };
@@ -462,13 +556,6 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   b.op("jalr", {X{0}, X{14}, 0});
 
   b.bind(end);
-  if (!o_direct) {
-    b.descriptor(a.smem + 64, sim::ocm_addr(a.scratch_ocm), sim::ocm_addr(a.out_ocm), hd2, S, hd2, a.out_row_stride, H,
-                 S * hd2, a.out_head_stride);
-    b.li(X{1}, a.smem + 64);
-    b.op("dma.start", {Chan{0}, X{1}});
-    b.op("dma.wait", {Chan{0}});
-  }
 }
 
 KernelCost cost_attention_ocm(const sim::Config&, const OcmAttnArgs& a) {

@@ -32,13 +32,19 @@
 // contiguous, so each key/value row reaches them with one predicated broadcast per 16
 // dims (obcast, 1 port cycle) — no scatter traffic in the key loop. Keys go in blocks
 // of 16 into lanes exactly as in decode; causal rows mask keys j > row.
-// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), causal ? 2 : 4)
-// (the groups' broadcasts to one register must be spaced by its latency; see .cpp).
+// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), 4) (the groups'
+// broadcasts to one register must be spaced by its latency, which takes free registers:
+// when head_dim leaves too few, q is parked in LRM [0, 512) during the value loop and
+// the accumulator in LRM [512, 1024) during the score loop, each loop rotating its loads
+// over the other's registers; the causal mask is applied once per 16-key block).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) the kernel first DMAs q
 // OCM->OCM into head-major scratch [q_heads][seq][head_dim] and writes out head-major
-// there, then DMAs it back (costs ~2 x q bytes / ocm_dma_bytes cycles each way:
-// a producer that writes q head-major avoids it; scratch_bytes >= q_heads*seq*head_dim*2).
+// there, then DMAs it back, per pass and overlapped with the other passes (channel 0
+// copies pass p+1's q while pass p computes, channel 1 copies pass p's output back while
+// pass p+1 computes; the first copy in and the last copy out are exposed, ~q bytes /
+// passes / ocm_dma_bytes cycles each: a producer that writes q head-major avoids them;
+// scratch_bytes >= q_heads*seq*head_dim*2).
 #pragma once
 #include <cstdint>
 
