@@ -108,6 +108,17 @@ void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
 }
 
 void Sequencer::execute() {
+  // The hook is looked at once per run: without it the issue loop is compiled with
+  // no trace code at all (a per-instruction check cost 10% on array-bound
+  // timing-only runs, docs/performance.md).
+#ifndef GPNPU_NO_TRACE_HOOKS
+  if (on_issue) return execute_loop<true>();
+#endif
+  execute_loop<false>();
+}
+
+template <bool kHooks>
+void Sequencer::execute_loop() {
   const Config& cfg = *cfg_;
   isa::ArchState& st = *st_;
   Counters& tot = stats_->total;
@@ -194,9 +205,7 @@ void Sequencer::execute() {
       if (t + o > b) tot[Stat::array_busy_cycles] += t + o - b;
       array_busy_until = std::max(array_busy_until, t + o);
     }
-#ifndef GPNPU_NO_TRACE_HOOKS
-    if (on_issue) on_issue(IssueEvent{pc, t, &in, &st});
-#endif
+    if constexpr (kHooks) on_issue(IssueEvent{pc, t, &in, &st});
 
     now = t + 1;
     if (taken && u == int(Unit::branch)) now += cfg.branch_taken_cycles;

@@ -49,6 +49,8 @@ class Sequencer : public sc_core::sc_module {
  private:
   void thread();
   void execute();
+  template <bool kHooks>
+  void execute_loop();
   void sync(Cycles t);
   std::string where(uint32_t pc, Cycles t) const;
   void start_dma(const isa::Insn& in, uint32_t pc, Cycles t);
