@@ -42,6 +42,17 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
   if (uint64_t(a.w_ddr) + pl.tiles * pl.tile_bytes > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.tiles * pl.tile_bytes);
 }
+// Starts units 0..C-1 of tile 0 (uses reg and x31).
+void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg) {
+  const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
+  check_dma(cfg, pl, a);
+  for (uint32_t c = 0; c < pl.channels; ++c) {
+    const uint32_t bytes = c == 0 ? pl.meta_unit + pl.code_unit : pl.code_unit;
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + unit_offset(pl, c)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
+    b.li(reg, a.smem + 64 * c);
+    b.op("dma.start", {Chan{uint8_t(c)}, reg});
+  }
+}
 }  // namespace
 
 uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
@@ -276,6 +287,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   Label tile_loop = b.label(), done = b.label(), routine_full = b.label(), routine_last = b.label();
   const bool two_routines = pl.last_rows != pl.rows;
   b.bind(tile_loop);
+  if (a.next) {
+    // Last tile: every unit of this call is in LRM, so the DMA of the next call's tile 0
+    // (its first units) overlaps this tile's MACs.
+    Label skip = b.label();
+    b.op("addi", {xT3, xT, -1});
+    b.op("bne", {xT3, X{0}, skip});
+    prefetch_units(b, cfg, *a.next, xT3);
+    b.bind(skip);
+  }
   // Predicates: p4 = PEs of valid columns, p1 = those that gather (even ones at split 2).
   if (S == 2) b.op("slli", {xT3, xCols, 1});
   else b.op("addi", {xT3, xCols, 0});
@@ -399,15 +419,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.bind(done);
 }
 
-void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
-  const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
-  check_dma(cfg, pl, a);
-  for (uint32_t c = 0; c < pl.channels; ++c) {
-    const uint32_t bytes = c == 0 ? pl.meta_unit + pl.code_unit : pl.code_unit;
-    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + unit_offset(pl, c)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
-    b.li(X{1}, a.smem + 64 * c);
-    b.op("dma.start", {Chan{uint8_t(c)}, X{1}});
-  }
-}
+void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a) { prefetch_units(b, cfg, a, X{1}); }
 
 }  // namespace gpnpu::kernels

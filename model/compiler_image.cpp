@@ -241,19 +241,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   detail::Emitter em(b, cfg_, out.calls);
   auto ocm = [](uint32_t off) { return sim::ocm_addr(off); };
 
-  // A prefetch starts the DMA of tile 0's first units of weight w (emit_gemm_prefetch)
-  // while the kernels before its GEMM run; the next gemm() call must be on w.
-  std::string prefetched_w;
-  auto prefetch = [&](const std::string& mark, const std::string& w, uint32_t n, uint32_t k) {
-    GemmArgs g;
-    g.n = n;
-    g.k = k;
-    g.w_ddr = ddr_.bus(w);
-    g.scratch_ocm = GEMM;
-    g.scratch_bytes = uint32_t(rGEMM);
-    g.smem = kSmem;
-    em.call(mark + ".prefetch", "gemm_prefetch", KernelCost{}, [&] { emit_gemm_prefetch(b, cfg_, g); });
-    prefetched_w = w;
+  // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
+  // of w's first tile-0 units in its last tile (GemmArgs::next; the kernels between the
+  // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
+  std::string prefetched_w, next_w;
+  GemmArgs next_g;
+  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t k) {
+    next_g = GemmArgs{};
+    next_g.n = n;
+    next_g.k = k;
+    next_g.w_ddr = ddr_.bus(w);
+    next_g.scratch_ocm = GEMM;
+    next_g.scratch_bytes = uint32_t(rGEMM);
+    next_g.smem = kSmem;
+    next_w = w;
   };
   auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
                   uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
@@ -261,7 +262,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, w);
     GemmArgs g;
     g.prefetched = prefetched_w == w;
-    prefetched_w.clear();
+    prefetched_w = next_w;
+    g.next = next_w.empty() ? nullptr : &next_g;
+    next_w.clear();
     g.m = m;
     g.n = n;
     g.k = k;
@@ -350,6 +353,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   b.op("mark.begin", {Name{"vision_tower"}});
   em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
   em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
+  prefetch(vname(0, "qkv"), 3 * d.Dv, d.Dv);
   gemm("V.patch_embed", "V.patch", N, d.Dv, d.pd, BIG, d.pd * 2, H, d.Dv * 2, VEC);
   em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
   ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
@@ -360,30 +364,39 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
   const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                  vv_fc2b = vv_fc1b + d.Iv * 2;
+  // The first GEMM after block blk's MLP (or after its merger j0 - 1): the next tap's
+  // merger fc1, else the next block's qkv, else the final merger's fc1.
+  auto prefetch_after_block = [&](int blk, int j0) {
+    const auto& taps = vc.deepstack_visual_indexes;
+    for (int j = j0; j < int(taps.size()); ++j)
+      if (taps[j] == blk) return prefetch(mname(j, "fc1"), d.Md, d.Md);
+    if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), 3 * d.Dv, d.Dv);
+    prefetch(mname(-1, "fc1"), d.Md, d.Md);
+  };
   for (int blk = 0; blk < vc.depth; ++blk) {
     const std::string B = fmt::format("V{}", blk);
     b.op("mark.begin", {Name{B}});
     em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
-    prefetch(B + ".qkv", vname(blk, "qkv"), 3 * d.Dv, d.Dv);
     norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
+    prefetch(vname(blk, "proj"), d.Dv, d.Dv);
     gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
-    prefetch(B + ".proj", vname(blk, "proj"), d.Dv, d.Dv);
     rope(B + ".q_rope", N, d.hv, d.hdv, BIG, 3 * d.Dv * 2);
     rope(B + ".k_rope", N, d.hv, d.hdv, BIG + d.Dv * 2, 3 * d.Dv * 2);
     attention(B + ".attention", d.hv, d.hv, d.hdv, N, false, BIG, 3 * d.Dv * 2, BIG + d.Dv * 2, BIG + 2 * d.Dv * 2,
               3 * d.Dv * 2, XN, d.Dv * 2, TMP, rTMP);
+    prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
     gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
-    prefetch(B + ".mlp0.fc1", vname(blk, "fc1"), d.Iv, d.Dv);
     ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
     norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
     for (uint32_t r0 = 0; r0 < N; r0 += rcv) {
       const uint32_t rows = std::min(rcv, N - r0);
       const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
+      prefetch(vname(blk, "fc2"), d.Dv, d.Iv);
       gemm(C + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2, d.Dv * 2, BIG, d.Iv * 2, vv_fc1b);
-      prefetch(C + ".fc2", vname(blk, "fc2"), d.Dv, d.Iv);
       ew(C + ".gelu", EwOp::gelu_tanh, rows, d.Iv, BIG, 0, BIG, 0, BIG, 0);
+      if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
+      else prefetch_after_block(blk, 0);
       gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
-      if (r0 + rcv < N) prefetch(fmt::format("{}.mlp{}.fc1", B, r0 / rcv + 1), vname(blk, "fc1"), d.Iv, d.Dv);
     }
     ew(B + ".mlp_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
     b.op("mark.end", {Name{B}});
@@ -394,11 +407,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       const std::string M = fmt::format("M{}", j);
       b.op("mark.begin", {Name{M}});
       em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
-      prefetch(M + ".fc1", mname(j, "fc1"), d.Md, d.Md);
       norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
+      prefetch(mname(j, "fc2"), d.H, d.Md);
       gemm(M + ".fc1", mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Md * 2);
-      prefetch(M + ".fc2", mname(j, "fc2"), d.H, d.Md);
       ew(M + ".gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+      prefetch_after_block(blk, j + 1);
       gemm(M + ".fc2", mname(j, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 3 * d.Md * 2);
       em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
       b.op("mark.end", {Name{M}});
@@ -408,11 +421,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     // Final merger: LayerNorm per patch, then the 2x2 shuffle (a no-op in merge-window order).
     b.op("mark.begin", {Name{"Mf"}});
     em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
-    prefetch("Mf.fc1", mname(-1, "fc1"), d.Md, d.Md);
     norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
+    prefetch(mname(-1, "fc2"), d.H, d.Md);
     gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
-    prefetch("Mf.fc2", mname(-1, "fc2"), d.H, d.Md);
     ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+    prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
     gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
     em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
     b.op("mark.end", {Name{"Mf"}});
@@ -445,8 +458,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
     em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
-    prefetch(L + ".qkv", layer_name(i, "qkv.gemm"), d.qkv_n, d.H);
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
+    prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
     // Dense q, k and v (the per-head norms want dense rows): three strided OCM copies.
     em.copy(L + ".split_q", ocm(BIG), ocm(Q), qd, S, d.qkv_n * 2, qd);
@@ -484,23 +497,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       kv.smem = kSmem;
       em.call(L + ".kv_write", "kv_write", cost_kv_write(cfg_, kv), [&] { emit_kv_write(b, cfg_, kv); });
     }
-    prefetch(L + ".o_proj", layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
+    prefetch(layer_name(i, "gu0.gemm"), 2 * cw, d.H);
     gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
-    prefetch(L + ".mlp0.gate_up", layer_name(i, "gu0.gemm"), 2 * cw, d.H);
     ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
     norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
     for (uint32_t c = 0; c < d.I / cw; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
+      if (c + 1 < d.I / cw) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), 2 * cw, d.H);
+      else prefetch(layer_name(i, "down.gemm"), d.H, d.I);
       gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, 2 * cw, d.H, XN, d.H * 2, TMP,
            2 * cw * 2, kNone);
-      if (c + 1 < d.I / cw)
-        prefetch(fmt::format("{}.mlp{}.gate_up", L, c + 1), layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()),
-                 2 * cw, d.H);
-      else
-        prefetch(L + ".down", layer_name(i, "down.gemm"), d.H, d.I);
       ew(C + ".silu_mul", EwOp::silu_mul, S, cw, TMP, 2 * cw * 2, TMP + cw * 2, 2 * cw * 2, BIG + c * cw * 2, d.I * 2);
     }
+    if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
     gemm(L + ".down", layer_name(i, "down.gemm"), S, d.H, d.I, BIG, d.I * 2, TMP, d.H * 2, kNone);
     ew(L + ".mlp_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
     if (i < int(vc.deepstack_visual_indexes.size())) {

@@ -142,8 +142,8 @@ TEST(Image, FullSizeCyclesPerStage) {
   for (const auto& reg : r.stats.regions())
     if (reg.name == "vision_tower" || reg.name == "prefill" || reg.name == "head")
       std::printf("  %-14s %12llu cycles\n", reg.name.c_str(), (unsigned long long)reg.counters[sim::Stat::cycles]);
-  // Issue 4 aims at <= 100 M cycles; this guards the current figure against regressions.
-  EXPECT_LE(total, 110000000u);
+  // Issue 4 aims at <= 100 M cycles; this guards the current figure (100.2 M) against regressions.
+  EXPECT_LE(total, 101500000u);
 }
 
 }  // namespace
