@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 
 #define STB_IMAGE_IMPLEMENTATION
@@ -269,8 +270,15 @@ ImageInput preprocess_image(const std::string& path, const PreprocessOptions& op
 }
 
 void save_png(const std::string& path, const RgbImage& img) {
-  if (!stbi_write_png(path.c_str(), img.width, img.height, 3, img.rgb.data(), img.width * 3))
-    fail("cannot write PNG '{}' (check the directory exists and is writable)", path);
+  // Encoded in memory (stbi_write_png ignores a failed fwrite), then written under
+  // a temporary name and renamed: never half a PNG, and a full disk is an error.
+  std::string png;
+  auto append = [](void* ctx, void* data, int size) {
+    static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size));
+  };
+  if (!stbi_write_png_to_func(append, &png, img.width, img.height, 3, img.rgb.data(), img.width * 3))
+    fail("cannot encode PNG '{}' ({}x{} px)", path, img.width, img.height);
+  write_file_atomic(path, png);
 }
 
 std::vector<std::array<int32_t, 2>> tower_rotary_ids(int grid_h, int grid_w, int merge_size) {

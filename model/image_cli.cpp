@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "model/commands.h"
 #include "model/image.h"
@@ -77,11 +78,8 @@ void run_preprocess(const PreprocessArgs& a) {
   fmt::print("patch values min {:.6f} max {:.6f} mean {:.6f} std {:.6f}\n", mn, mx, mean,
              std::sqrt(std::max(0.0, sq / n - mean * mean)));
   if (!a.out.empty()) {
-    std::ofstream f(a.out, std::ios::binary);
-    if (!f) fail("preprocess: cannot open '{}' for writing (check the directory)", a.out);
-    f.write(reinterpret_cast<const char*>(in.patches.data()),
-            static_cast<std::streamsize>(in.patches.size() * sizeof(float)));
-    if (!f) fail("preprocess: write to '{}' failed (disk full?)", a.out);
+    write_file_atomic(a.out, std::string_view(reinterpret_cast<const char*>(in.patches.data()),
+                                              in.patches.size() * sizeof(float)));
     fmt::print("wrote        {} ({} bytes, float32 [{}][{}])\n", a.out, in.patches.size() * 4,
                in.n_patches(), in.patch_dim);
   }

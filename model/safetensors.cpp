@@ -255,7 +255,7 @@ size_t TensorDecl::nbytes() const {
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorDecl> decls,
                                      const std::map<std::string, std::string>& metadata)
-    : path_(path), decls_(std::move(decls)) {
+    : path_(path), out_(path), decls_(std::move(decls)) {
   // nlohmann::ordered_json keeps declaration order, so the header reads like the data.
   nlohmann::ordered_json h;
   if (!metadata.empty()) {
@@ -277,10 +277,14 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
   uint64_t n = js.size();
   for (int i = 0; i < 8; ++i) header_[size_t(i)] = char((n >> (8 * i)) & 0xff);
   header_ += js;
-  f_ = std::fopen(path.c_str(), "wb");
+  f_ = std::fopen(out_.temp().c_str(), "wb");
   if (!f_) fail("{}: cannot create the output file: {}", path, std::strerror(errno));
-  if (std::fwrite(header_.data(), 1, header_.size(), f_) != header_.size())
-    fail("{}: write failed (disk full?): {}", path, std::strerror(errno));
+  if (std::fwrite(header_.data(), 1, header_.size(), f_) != header_.size()) {
+    int e = errno;
+    std::fclose(f_);  // the destructor does not run after a throwing constructor
+    f_ = nullptr;
+    fail("{}: write failed (disk full?): {}", path, std::strerror(e));
+  }
 }
 
 SafetensorsWriter::~SafetensorsWriter() {
@@ -376,6 +380,7 @@ void SafetensorsWriter::finish() {
   int rc = std::fclose(f_);
   f_ = nullptr;
   if (rc != 0) fail("{}: close failed: {}", path_, std::strerror(errno));
+  out_.commit();  // the complete file appears under its name only now
   finished_ = true;
 }
 

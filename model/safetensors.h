@@ -15,6 +15,8 @@
 //  - SafetensorsWriter streams: the header (all names, dtypes, shapes) is fixed at
 //    construction and written first; tensors are then written one at a time, in
 //    declaration order, so a 4 GB file never sits in memory.
+//    It writes PATH.tmp.PID and finish() renames it to PATH (isa/atomic_file.h): a
+//    writer destroyed before finish() (an exception, a full disk) leaves no file.
 //  - Checkpoint opens the Hugging Face directory layout (config.json plus either
 //    model.safetensors or model-0000x-of-0000y.safetensors shards with
 //    model.safetensors.index.json), or a single .safetensors file.
@@ -30,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "isa/atomic_file.h"
 #include "model/config.h"
 
 namespace gpnpu::model {
@@ -128,6 +131,7 @@ class SafetensorsWriter {
  private:
   void close_current();
   std::string path_;
+  AtomicFile out_;  // the temporary file f_ writes; renamed to path_ by finish()
   std::FILE* f_ = nullptr;
   std::vector<TensorDecl> decls_;
   std::string header_;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "model/safetensors.h"
 
@@ -140,10 +141,7 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
   if (ec) fail("{}: cannot create the output directory: {}", out_dir, ec.message());
   {
     const std::string p = (fs::path(out_dir) / "config.json").string();
-    std::ofstream f(p);
-    if (!f) fail("{}: cannot write config.json", p);
-    f << cfg.to_json().dump(2) << "\n";
-    if (!f) fail("{}: write failed (disk full?)", p);
+    write_file_atomic(p, cfg.to_json().dump(2) + "\n");
   }
   const auto specs = expected_tensors(cfg);
   std::vector<TensorDecl> decls;

@@ -1,5 +1,12 @@
 #!/usr/bin/env bash
 # The README's test command: install, build, run every test (ctest).
+# Then, when GPNPU_CI_SANITIZERS=1 or CI=true (unless GPNPU_CI_SANITIZERS=0), the
+# sanitizer build (scripts/run-sanitizers.sh, docs/testing.md). CI runs a subset
+# under the sanitizers so that .ci/run stays under 20 minutes on 2 cores from a
+# fresh clone: GPNPU_SANITIZE_SCOPE=subset (the default under CI) builds test_isa
+# and fuzz_replay only, and runs labels isa and fuzz (the assembler, the decoder
+# and every input parser on the committed corpora and crash reproducers);
+# GPNPU_SANITIZE_SCOPE=all builds and runs everything but the reference goldens.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -10,3 +17,15 @@ t2=$(date +%s)
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)"
 t3=$(date +%s)
 echo "run-tests: install $((t1-t0)) s, build $((t2-t1)) s, tests $((t3-t2)) s"
+
+sanitizers=${GPNPU_CI_SANITIZERS:-}
+if [ -z "$sanitizers" ] && [ "${CI:-}" = true ]; then sanitizers=1; fi
+if [ "$sanitizers" = 1 ]; then
+  if [ "${GPNPU_SANITIZE_SCOPE:-subset}" = all ]; then
+    scripts/run-sanitizers.sh
+  else
+    SANITIZE_TARGETS="test_isa fuzz_replay" SANITIZE_LABELS="^(isa|fuzz)$" scripts/run-sanitizers.sh
+  fi
+  t4=$(date +%s)
+  echo "run-tests: sanitizers $((t4-t3)) s (scope ${GPNPU_SANITIZE_SCOPE:-subset})"
+fi

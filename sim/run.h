@@ -13,7 +13,7 @@ namespace gpnpu::sim {
 Stats run_program(const isa::Program& program, const Config& cfg, bool timing_only);
 
 // Writes `text` to `path` through a temporary file and a rename, so a reader
-// never sees half a file.
+// never sees half a file (isa/atomic_file.h).
 void write_file_atomic(const std::string& path, const std::string& text);
 
 }  // namespace gpnpu::sim

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "sim/config.h"
 
@@ -113,15 +114,32 @@ std::string Stats::to_text(const Config& cfg) const {
 }
 
 void Stats::write_hdf5(const std::string& path) const {
-  std::string tmp = path + ".tmp";
-  hid_t f = H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (f < 0) fail("cannot write stats HDF5 file '{}'", path);
+  // Built in memory (HDF5's core driver, no backing store), then written under a
+  // temporary name and renamed (isa/atomic_file.h): never half a file, and a full
+  // disk is our checked write, not an HDF5 flush failure (HDF5 1.10 crashes at
+  // exit after a failed H5Fclose). HDF5's error stack is silenced: a failure is
+  // one gpnpu::Error line.
+  H5E_auto2_t old_func = nullptr;
+  void* old_data = nullptr;
+  H5Eget_auto2(H5E_DEFAULT, &old_func, &old_data);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  struct Restore {
+    H5E_auto2_t f;
+    void* d;
+    ~Restore() { H5Eset_auto2(H5E_DEFAULT, f, d); }
+  } restore{old_func, old_data};
+  hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+  if (fapl < 0 || H5Pset_fapl_core(fapl, 1 << 16, 0) < 0) fail("cannot write stats HDF5 file '{}': HDF5 core driver unavailable", path);
+  hid_t f = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  H5Pclose(fapl);
+  if (f < 0) fail("cannot write stats HDF5 file '{}': HDF5 could not create it in memory", path);
+  bool ok = true;
   auto column = [&](const char* name, const std::vector<uint64_t>& v) {
     hsize_t n = v.size();
     hid_t space = H5Screate_simple(1, &n, nullptr);
     hid_t d = H5Dcreate2(f, name, H5T_STD_U64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (n) H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data());
-    H5Dclose(d);
+    if (d < 0 || (n && H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)) ok = false;
+    if (d >= 0) H5Dclose(d);
     H5Sclose(space);
   };
   std::vector<uint64_t> col(calls_.size());
@@ -143,12 +161,21 @@ void Stats::write_hdf5(const std::string& path) const {
   H5Tset_size(st, H5T_VARIABLE);
   hid_t space = H5Screate_simple(1, &nn, nullptr);
   hid_t d = H5Dcreate2(f, "names", st, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  if (nn) H5Dwrite(d, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data());
-  H5Dclose(d);
+  if (d < 0 || (nn && H5Dwrite(d, st, H5S_ALL, H5S_ALL, H5P_DEFAULT, ptrs.data()) < 0)) ok = false;
+  if (d >= 0) H5Dclose(d);
   H5Sclose(space);
   H5Tclose(st);
-  if (H5Fclose(f) < 0 || std::rename(tmp.c_str(), path.c_str()) != 0)
-    fail("cannot write stats HDF5 file '{}'", path);
+  std::string image;
+  if (ok && H5Fflush(f, H5F_SCOPE_GLOBAL) >= 0) {
+    ssize_t n = H5Fget_file_image(f, nullptr, 0);
+    if (n > 0) {
+      image.resize(size_t(n));
+      if (H5Fget_file_image(f, image.data(), image.size()) != n) image.clear();
+    }
+  }
+  H5Fclose(f);
+  if (!ok || image.empty()) fail("cannot write stats HDF5 file '{}': an HDF5 call failed", path);
+  write_file_atomic(path, image);
 }
 
 }  // namespace gpnpu::sim

@@ -1,0 +1,135 @@
+// Results are never half-written (issue 8): every output file of the CLI is
+// written under a temporary name and renamed when complete (isa/atomic_file.h).
+// Two ways to fail a write are tested for each writer:
+//  - the directory does not exist: a clean one-line error naming the path;
+//  - the disk "fills up" part-way: bash's `ulimit -f` caps the file size (with
+//    SIGXFSZ ignored, a write past it fails with EFBIG). The command must fail
+//    cleanly, leave no file under the target name and no temporary, and leave an
+//    existing file of that name untouched.
+// Each case first checks that the output, written without a limit, is larger than
+// the limit, so the limited run really fails part-way (the negative control).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "errors_util.h"
+
+namespace gpnpu::errors_test {
+namespace {
+
+// 1 KiB: bash's ulimit -f counts 1024-byte blocks.
+constexpr const char* kLimit1K = "trap '' XFSZ; ulimit -f 1;";
+constexpr const char* kLimit1M = "trap '' XFSZ; ulimit -f 1024;";
+
+struct Writer {
+  const char* name;
+  std::string args;     // writes `target`
+  std::string target;   // the output file
+  const char* limit;    // ulimit prefix that makes the write fail part-way
+  size_t limit_bytes;
+};
+
+// A program of 300 instructions (2.4 KB as a binary, well over 1 KiB).
+std::string big_program() {
+  std::string s = "mark.begin \"body\"\n";
+  for (int k = 0; k < 300; ++k) s += fmt::format("addi x1, x1, {}\n", k);
+  return s + "mark.end \"body\"\nhalt\n";
+}
+
+void check_failed_write(const Writer& w, const std::string& dir) {
+  SCOPED_TRACE(w.name);
+  // Control: without the limit the command succeeds and writes more than the limit.
+  CliResult ok = run_cli(w.args);
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  ASSERT_TRUE(fs::exists(w.target));
+  ASSERT_GT(fs::file_size(w.target), w.limit_bytes) << "the output is too small to hit the limit";
+  fs::remove(w.target);
+  std::vector<std::string> before = list_dir(dir);
+
+  // No file at all before: none after.
+  CliResult r = run_cli(w.args, w.limit);
+  expect_clean_error(r, {});
+  EXPECT_TRUE(r.err.find("File too large") != std::string::npos || r.err.find("disk full") != std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(w.target)) << "a partial " << w.target << " was left behind";
+  EXPECT_EQ(list_dir(dir), before) << "a temporary file was left behind";
+
+  // An existing file keeps its content.
+  {
+    write_file(w.target, "OLD");
+    r = run_cli(w.args, w.limit);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(read_file(w.target), "OLD");
+    fs::remove(w.target);
+  }
+}
+
+TEST(OutputFiles, FailedWritesLeaveNoPartialFile) {
+  std::string dir = scratch_dir("failed_writes");
+  std::string prog = dir + "/big.s";
+  write_file(prog, big_program());
+  std::string bin = dir + "/p.bin";
+  std::string photo = source_path("tests/model/data/image_photo_256.png");
+  std::string ck = dir + "/ck";
+  // A tiny checkpoint to quantise (sparse zeros: fast to make and to read).
+  ASSERT_EQ(run_cli("make-checkpoint --config tiny --no-data --out " + ck).exit_code, 0);
+  const Writer writers[] = {
+      {"asm -o", "asm " + prog + " -o " + bin, bin, kLimit1K, 1024},
+      {"run --stats-json", "run -q " + prog + " --preset mini --stats-json " + dir + "/s.json", dir + "/s.json", kLimit1K,
+       1024},
+      {"run --stats-h5", "run -q " + prog + " --preset mini --stats-h5 " + dir + "/s.h5", dir + "/s.h5", kLimit1K, 1024},
+      {"preprocess --out", "preprocess --image " + photo + " --out " + dir + "/patches.bin", dir + "/patches.bin",
+       kLimit1K, 1024},
+      {"preprocess --resized-png", "preprocess --image " + photo + " --resized-png " + dir + "/r.png", dir + "/r.png",
+       kLimit1K, 1024},
+      {"quantize --out", "quantize --model " + ck + " --out " + dir + "/bundle.safetensors",
+       dir + "/bundle.safetensors", kLimit1M, 1 << 20},
+  };
+  for (const Writer& w : writers) check_failed_write(w, dir);
+}
+
+TEST(OutputFiles, FailedCheckpointWriteLeavesNoPartialSafetensors) {
+  std::string dir = scratch_dir("failed_checkpoint");
+  std::string ck = dir + "/ck";
+  CliResult r = run_cli("make-checkpoint --config tiny --out " + ck, kLimit1M);
+  expect_clean_error(r, {"model.safetensors"});
+  EXPECT_FALSE(fs::exists(ck + "/model.safetensors")) << "a partial checkpoint was left behind";
+  for (const std::string& n : list_dir(ck)) EXPECT_EQ(n.find(".tmp"), std::string::npos) << n;
+  // Control: the same command without the limit writes a checkpoint over 1 MiB.
+  fs::remove_all(ck);
+  ASSERT_EQ(run_cli("make-checkpoint --config tiny --no-data --out " + ck).exit_code, 0);
+  EXPECT_GT(fs::file_size(ck + "/model.safetensors"), uintmax_t(1) << 20);
+}
+
+TEST(OutputFiles, MissingDirectoryIsACleanError) {
+  std::string dir = scratch_dir("missing_dir");
+  std::string prog = source_path("examples/asm/mac_peak.s");
+  std::string photo = source_path("tests/model/data/image_photo_256.png");
+  const std::string nowhere = "/nonexistent/dir";
+  std::string ck = dir + "/ck";
+  ASSERT_EQ(run_cli("make-checkpoint --config tiny --no-data --out " + ck).exit_code, 0);
+  struct Case {
+    std::string args;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"run " + prog + " --stats-json " + nowhere + "/s.json",
+       "cannot write '/nonexistent/dir/s.json': No such file or directory"},
+      {"run " + prog + " --stats-h5 " + nowhere + "/s.h5",
+       "cannot write '/nonexistent/dir/s.h5': No such file or directory"},
+      {"asm " + prog + " -o " + nowhere + "/p.bin", "cannot write '/nonexistent/dir/p.bin': No such file or directory"},
+      {"preprocess --image " + photo + " --out " + nowhere + "/p.bin", "cannot write '/nonexistent/dir/p.bin'"},
+      {"preprocess --image " + photo + " --resized-png " + nowhere + "/r.png", "cannot write '/nonexistent/dir/r.png'"},
+      {"make-checkpoint --config tiny --no-data --out /dev/null/ck", "/dev/null/ck: cannot create the output directory"},
+      {"quantize --model " + ck + " --out " + nowhere + "/b.safetensors",
+       "/nonexistent/dir/b.safetensors: cannot create the output file: No such file or directory"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    expect_clean_error(run_cli(c.args), {c.want});
+  }
+  EXPECT_FALSE(fs::exists(nowhere));
+}
+
+}  // namespace
+}  // namespace gpnpu::errors_test
