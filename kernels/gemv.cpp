@@ -10,6 +10,7 @@ namespace gpnpu::kernels {
 
 namespace {
 constexpr uint32_t kBlock = 128;
+constexpr uint32_t kMaxChunkBlocks = 4;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
@@ -42,7 +43,9 @@ std::vector<uint8_t> pack_gemv_weight(const model::QuantTensor& w, uint32_t npe)
 uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a) {
   const uint32_t npe = cfg.npe(), nblk = a.k / kBlock;
   const uint32_t ch = uint32_t(cfg.dma_channels);
-  for (uint32_t g = nblk; g >= 1; --g) {
+  // At most kMaxChunkBlocks: a bigger chunk only lengthens the tail (the last
+  // chunk is consumed after it has fully arrived) without feeding the port better.
+  for (uint32_t g = std::min(nblk, kMaxChunkBlocks); g >= 1; --g) {
     if (nblk % g) continue;
     uint64_t buf = uint64_t(g) * npe * kGemvColumnBlockBytes + 4;
     if (buf * ch <= a.scratch_bytes) return g;
