@@ -36,7 +36,10 @@
 // broadcasts to one register must be spaced by its latency, which takes free registers:
 // when head_dim leaves too few, q is parked in LRM [0, 512) during the value loop and
 // the accumulator in LRM [512, 1024) during the score loop, each loop rotating its loads
-// over the other's registers; the causal mask is applied once per 16-key block).
+// over the other's registers; the causal mask is applied once per 16-key block). When
+// head_dim <= 64 leaves spare registers, the key loops take two keys per iteration as one
+// pipelined stream (an odd block repeats its last key, its lane masked), so the groups'
+// broadcasts of one key overlap the other key's (tower S=256: 125k -> 93k cycles staged).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) the kernel first DMAs q
 // OCM->OCM into head-major scratch [q_heads][seq][head_dim] and writes out head-major

@@ -270,12 +270,15 @@ TEST_P(OcmShapes, MatchesChainAttention) {
 }
 
 // seq not a multiple of 16 or of the row tile, G = 1/2/4, both q layouts; the model's
-// prefill shape (S = 128, 16/8 x 128, causal) on qc-u.
+// prefill shape (S = 128, 16/8 x 128, causal) and the tower shape (S = 256, 16 x 64, full;
+// two keys per iteration) on qc-u; S = 200 on qc-u: a tower-like shape with an odd tail block.
 INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                          ::testing::Values(OcmShape{"mini", 4, 2, 128, 37, true, false},
                                            OcmShape{"mini", 2, 2, 64, 21, false, true},
                                            OcmShape{"mini", 8, 2, 32, 19, true, true},
-                                           OcmShape{"qc-u", 16, 8, 128, 128, true, false}));
+                                           OcmShape{"qc-u", 16, 8, 128, 128, true, false},
+                                           OcmShape{"qc-u", 16, 16, 64, 256, false, false},
+                                           OcmShape{"qc-u", 4, 4, 64, 203, false, true}));
 
 TEST(AttentionOcm, NegativeControlNoCausalMaskFailsTheGate) {
   OcmShape s{"mini", 4, 2, 128, 37, true, false};
