@@ -14,6 +14,10 @@
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG
+// PNG and JPEG only (the processor's inputs): stb's other decoders are attack
+// surface that nothing here needs.
+#define STBI_ONLY_PNG
+#define STBI_ONLY_JPEG
 #include <stb_image.h>
 
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -100,11 +104,55 @@ std::string read_file_bytes(const std::string& path) {
   return data;
 }
 
+// stb_image 2.27 (Debian 12's libstb-dev) trusts the 16 code counts of a JPEG
+// Huffman table: more than 256 codes write past stbi__huffman::size[257] (found by
+// tests/fuzz/fuzz_image; upstream rejects it since 2.28, "bad DHT header"). Until
+// Debian ships that, every DHT segment is checked here before stb sees the file.
+// The walk follows stb's: segments by their length, entropy-coded data after SOS
+// scanned for the next marker, a table read as 1 + 16 count bytes (zeros past the
+// end of the file) then its values, while the segment has bytes left.
+void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
+  auto byte = [&](size_t i) -> unsigned { return i < d.size() ? static_cast<uint8_t>(d[i]) : 0u; };
+  if (d.size() < 2 || byte(0) != 0xFF || byte(1) != 0xD8) return;  // not a JPEG
+  size_t i = 2;
+  while (i + 1 < d.size()) {
+    if (byte(i) != 0xFF) {  // entropy-coded data: look for the next marker
+      ++i;
+      continue;
+    }
+    const unsigned m = byte(i + 1);
+    if (m == 0xFF) {  // fill byte
+      ++i;
+      continue;
+    }
+    if (m == 0x00 || m == 0x01 || m == 0xD8 || (m >= 0xD0 && m <= 0xD7)) {  // stuffed 0, TEM, SOI, RSTn
+      i += 2;
+      continue;
+    }
+    if (m == 0xD9) return;  // EOI
+    const size_t len = (byte(i + 2) << 8) | byte(i + 3);
+    const size_t end = i + 2 + len;
+    if (m == 0xC4) {
+      for (size_t p = i + 4; p < end;) {
+        size_t n = 0;
+        for (size_t k = 1; k <= 16; ++k) n += byte(p + k);
+        if (n > 256)
+          fail("'{}' is not a readable image (corrupt JPEG: a Huffman table declares {} codes, at most 256): give a "
+               "PNG or JPEG file",
+               path, n);
+        p += 17 + n;
+      }
+    }
+    i = end;
+  }
+}
+
 }  // namespace
 
 RgbImage load_image_rgb(const std::string& path) {
   const std::string data = read_file_bytes(path);
   if (data.empty()) fail("image '{}' is empty (0 bytes): give a PNG or JPEG file", path);
+  check_jpeg_huffman_tables(data, path);
   int w = 0, h = 0, n = 0;
   stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(data.data()),
                                       static_cast<int>(data.size()), &w, &h, &n, 0);

@@ -2,7 +2,7 @@
 // (spec docs/qwen3-vl-2b.md section 2; Qwen2VLImageProcessorFast behaviour).
 //
 // Contract:
-//  - load_image_rgb(path): PNG or JPEG (anything stb_image reads) -> 8-bit RGB, HWC.
+//  - load_image_rgb(path): PNG or JPEG (stb_image, its other decoders compiled out) -> 8-bit RGB, HWC.
 //    Grey is replicated to R=G=B; an alpha channel is composited onto white exactly
 //    as PIL's Image.alpha_composite does it (HF convert_to_rgb), which for opaque
 //    pixels is "alpha dropped". 16-bit PNGs are reduced to 8 bits by stb.

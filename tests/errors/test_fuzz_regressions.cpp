@@ -8,6 +8,7 @@
 
 #include "isa/error.h"
 #include "isa/program.h"
+#include "model/image.h"
 
 namespace gpnpu::errors_test {
 namespace {
@@ -46,6 +47,25 @@ TEST(FuzzRegressions, ExpressionOverflowIsAnError) {
   // Control: the largest values still evaluate.
   EXPECT_EQ(error_of([] { isa::assemble(".equ M, -9223372036854775807-1\n.equ N, 9223372036854775806+1\n", "o.s"); }),
             "");
+}
+
+// fuzz_image: a JPEG whose Huffman table (DHT) declares more than 256 codes made
+// stb_image 2.27 write past stbi__huffman::size[257] (UBSan: index 257 out of
+// bounds). load_image_rgb now rejects it before stb decodes.
+TEST(FuzzRegressions, JpegHuffmanTableWithTooManyCodesIsRejected) {
+  const std::string bad = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-jpeg-dht-over-256-codes.jpg";
+  EXPECT_NE(error_of([&] { model::load_image_rgb(bad); })
+                .find("is not a readable image (corrupt JPEG: a Huffman table declares 1357 codes, at most 256)"),
+            std::string::npos)
+      << error_of([&] { model::load_image_rgb(bad); });
+  // Control: a valid JPEG (and a progressive one, with tables between scans) loads.
+  EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_jpeg_64.jpg").width, 64);
+  EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/progressive_32x40.jpg").height,
+            40);
+  // Only PNG and JPEG are decoded (stb's other decoders are compiled out).
+  EXPECT_NE(error_of([] { model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/tiny_4.bmp"); })
+                .find("is not a readable image"),
+            std::string::npos);
 }
 
 }  // namespace
