@@ -43,6 +43,7 @@ struct BlockSpec {
   // second key's accumulators A2/A3 and splat T2 (registers left free by head_dim < 128).
   bool pairs = false;
   V A2{0}, A3{0}, T2{0};
+  V T2v{0};  // the second key's splat in the value loop (T2 when 0)
 };
 
 // Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
@@ -151,6 +152,7 @@ void emit_block_pairs(Builder& b, const BlockSpec& s) {
   }
   emit_softmax(b, s);
   // ---- values: both keys' splats are made in the first steps of the stream ----
+  const V t2v = s.T2v.n ? s.T2v : s.T2;
   b.li(X{9}, 0);
   b.op("vsplati", {TMP, int64_t(0)});
   b.op("sub", {X{16}, X{16}, X{10}});
@@ -159,11 +161,11 @@ void emit_block_pairs(Builder& b, const BlockSpec& s) {
   b.loop(X{18}, [&] {
     emit_chunks(
         b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
-        [&](uint32_t v, V reg) { b.op("vmac.f16", {ACC(v % C), reg, v < C ? T : s.T2}, s.mac_pred); },
+        [&](uint32_t v, V reg) { b.op("vmac.f16", {ACC(v % C), reg, v < C ? T : t2v}, s.mac_pred); },
         {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {T, P16, TMP, MK}); },
          [&] { b.op("vredsum.i32", {T, T}); }, [&] { b.op("addi", {X{9}, X{9}, 1}); },
          [&] { b.op("vsplat", {IV, X{9}}); }, [&] { b.op("vcmpeq.i32", {MK, LANE, IV}); },
-         [&] { b.op("vsel", {s.T2, P16, TMP, MK}); }, [&] { b.op("vredsum.i32", {s.T2, s.T2}); },
+         [&] { b.op("vsel", {t2v, P16, TMP, MK}); }, [&] { b.op("vredsum.i32", {t2v, t2v}); },
          [&] { b.op("addi", {X{9}, X{9}, 1}); }},
         2 * C, C);
     next_keys();
@@ -628,10 +630,17 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   bs.pool_v = bs.pool;
   bs.max_d = 3;
   if (swap) {
-    for (uint32_t c = 0; c < C; ++c) bs.pool.push_back(ACC(c));
+    // Two keys per iteration with the parked registers: A2, A3, T2 from ACC in the score
+    // loop, the value loop's second splat from Q.
+    const bool pairs = C >= 4;
+    for (uint32_t c = 0; c < C - (pairs ? 3 : 0); ++c) bs.pool.push_back(ACC(c));
     bs.pool.push_back(P16);
-    for (uint32_t c = 0; c < C; ++c) bs.pool_v.push_back(Q(c));
+    for (uint32_t c = 0; c < C - (pairs ? 1 : 0); ++c) bs.pool_v.push_back(Q(c));
     bs.pool_v.insert(bs.pool_v.end(), {A0, A1});
+    if (pairs) {
+      bs.pairs = true;
+      bs.A2 = ACC(C - 1), bs.A3 = ACC(C - 2), bs.T2 = ACC(C - 3), bs.T2v = Q(C - 1);
+    }
     bs.before_scores = [&] {
       for (uint32_t c = 0; c < C; ++c) b.op("vst", {ACC(c), Mem{X{0}, int64_t(kLrmAcc + 64 * c)}});
       for (uint32_t c = 0; c < C; ++c) b.op("vld", {Q(c), Mem{X{0}, int64_t(kLrmQ + 64 * c)}});

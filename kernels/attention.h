@@ -39,7 +39,9 @@
 // over the other's registers; the causal mask is applied once per 16-key block). When
 // head_dim <= 64 leaves spare registers, the key loops take two keys per iteration as one
 // pipelined stream (an odd block repeats its last key, its lane masked), so the groups'
-// broadcasts of one key overlap the other key's (tower S=256: 125k -> 93k cycles staged).
+// broadcasts of one key overlap the other key's (tower S=256: 125k -> 93k cycles staged);
+// with LRM parking the pair's extra registers come from the parked ones (prefill S=128:
+// 49k -> 44k cycles staged).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) the kernel first DMAs q
 // OCM->OCM into head-major scratch [q_heads][seq][head_dim] and writes out head-major
