@@ -7,6 +7,9 @@
 # and fuzz_replay only, and runs labels isa and fuzz (the assembler, the decoder
 # and every input parser on the committed corpora and crash reproducers);
 # GPNPU_SANITIZE_SCOPE=all builds and runs everything but the reference goldens.
+# GPNPU_CI_FUZZ_SECONDS=N also runs each libFuzzer target N seconds (scripts/run-fuzz.sh;
+# off by default: the committed corpora already replay under ctest -L fuzz, and the
+# clang build plus runs would take the 20-minute budget's last few minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t0=$(date +%s)
@@ -28,4 +31,9 @@ if [ "$sanitizers" = 1 ]; then
   fi
   t4=$(date +%s)
   echo "run-tests: sanitizers $((t4-t3)) s (scope ${GPNPU_SANITIZE_SCOPE:-subset})"
+fi
+if [ -n "${GPNPU_CI_FUZZ_SECONDS:-}" ]; then
+  t5=$(date +%s)
+  scripts/run-fuzz.sh "$GPNPU_CI_FUZZ_SECONDS"
+  echo "run-tests: fuzzing $(( $(date +%s) - t5 )) s"
 fi
