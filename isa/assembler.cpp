@@ -367,7 +367,7 @@ Program Program::read_binary(const std::string& path) {
     if (pos + n > data.size())
       fail("program '{}' is truncated: {} needs bytes [{}, {}) but the file has {}; re-run `gpnpu asm`",
            path, what, pos, pos + n, data.size());
-    std::memcpy(dst, data.data() + pos, n);
+    if (n) std::memcpy(dst, data.data() + pos, n);  // dst is null for an empty program (fuzz_binary)
     pos += n;
   };
   char magic[8];

@@ -108,13 +108,17 @@ std::string read_file_bytes(const std::string& path) {
 // Huffman table: more than 256 codes write past stbi__huffman::size[257] (found by
 // tests/fuzz/fuzz_image; upstream rejects it since 2.28, "bad DHT header"). Until
 // Debian ships that, every DHT segment is checked here before stb sees the file.
-// The walk follows stb's: segments by their length, entropy-coded data after SOS
-// scanned for the next marker, a table read as 1 + 16 count bytes (zeros past the
-// end of the file) then its values, while the segment has bytes left.
+// The walk follows stb's: 0xFF fill bytes before SOI and before every marker,
+// segments by their length, entropy-coded data after SOS scanned for the next
+// marker, a table read as 1 + 16 count bytes (zeros past the end of the file)
+// then its values, while the segment has bytes left.
 void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
   auto byte = [&](size_t i) -> unsigned { return i < d.size() ? static_cast<uint8_t>(d[i]) : 0u; };
-  if (d.size() < 2 || byte(0) != 0xFF || byte(1) != 0xD8) return;  // not a JPEG
-  size_t i = 2;
+  // SOI, after any number of 0xFF fill bytes (stb accepts those too).
+  size_t i = 0;
+  while (i < d.size() && byte(i) == 0xFF) ++i;
+  if (i == 0 || byte(i) != 0xD8) return;  // not a JPEG
+  ++i;
   while (i + 1 < d.size()) {
     if (byte(i) != 0xFF) {  // entropy-coded data: look for the next marker
       ++i;

@@ -3,6 +3,7 @@
 // (replayed by ctest -L fuzz). Each says what used to happen.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
 
@@ -58,6 +59,10 @@ TEST(FuzzRegressions, JpegHuffmanTableWithTooManyCodesIsRejected) {
                 .find("is not a readable image (corrupt JPEG: a Huffman table declares 1357 codes, at most 256)"),
             std::string::npos)
       << error_of([&] { model::load_image_rgb(bad); });
+  // The same table behind 32 leading 0xFF fill bytes (stb skips them before SOI).
+  const std::string fill = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-jpeg-dht-after-fill-bytes.jpg";
+  EXPECT_NE(error_of([&] { model::load_image_rgb(fill); }).find("a Huffman table declares 957 codes"), std::string::npos)
+      << error_of([&] { model::load_image_rgb(fill); });
   // Control: a valid JPEG (and a progressive one, with tables between scans) loads.
   EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_jpeg_64.jpg").width, 64);
   EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/progressive_32x40.jpg").height,
@@ -65,6 +70,24 @@ TEST(FuzzRegressions, JpegHuffmanTableWithTooManyCodesIsRejected) {
   // Only PNG and JPEG are decoded (stb's other decoders are compiled out).
   EXPECT_NE(error_of([] { model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/tiny_4.bmp"); })
                 .find("is not a readable image"),
+            std::string::npos);
+}
+
+// fuzz_binary: a binary with no instructions passed a null pointer to memcpy
+// (UBSan: null pointer passed as argument 1). It now reads as an empty program.
+TEST(FuzzRegressions, EmptyProgramBinaryReads) {
+  const std::string path = std::string(::testing::TempDir()) + "/gpnpu_empty_program.bin";
+  isa::Program empty;
+  empty.write_binary(path);
+  isa::Program p = isa::Program::read_binary(path);
+  EXPECT_TRUE(p.words.empty());
+  EXPECT_TRUE(p.names.empty());
+  std::remove(path.c_str());
+  // The fuzzer's input: the same header with trailing bytes.
+  EXPECT_NE(error_of([] {
+              isa::Program::read_binary(std::string(GPNPU_SOURCE_DIR) +
+                                        "/tests/fuzz/corpus/binary/regress-empty-program-memcpy-null.bin");
+            }).find("unexpected trailing bytes"),
             std::string::npos);
 }
 
