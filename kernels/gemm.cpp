@@ -272,6 +272,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("xor", {xFill, xFill, xSwap});
   };
 
+  // The look-ahead load at a buffer's end reads 64 bytes past it (the other buffer's
+  // start, or the pad): give them defined contents, so no load reads unwritten LRM.
+  b.op("vsplati", {V{26}, int64_t(0)});
+  b.op("vst", {V{26}, Mem{X{0}, int64_t(BS)}});
+  b.op("vst", {V{26}, Mem{X{0}, 2 * int64_t(BS)}});
+
   // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
   // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
   // written again because other kernels reuse the smem since.)

@@ -434,17 +434,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
 
   // ================= prefill =================
   b.op("mark.begin", {Name{"prefill"}});
-  {
+  // Embeddings of the text rows (the image rows are spliced in below).
+  for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, uint32_t(s.image_start)},
+                          {uint32_t(s.image_start) + Nt, S - uint32_t(s.image_start) - Nt}}) {
+    if (rows == 0) continue;
     EmbedArgs e;
     e.vocab = d.V;
     e.dim = d.H;
     e.table_ddr = ddr_.bus("embed");
-    e.rows = S;
-    e.ids_smem = iio_.ids_smem;
-    e.out_ocm = H;
+    e.rows = rows;
+    e.ids_smem = iio_.ids_smem + r0 * 4;
+    e.out_ocm = H + r0 * d.H * 2;
     e.scratch_ocm = ESCR;
     e.smem = kSmem;
-    em.call("embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
+    em.call(r0 ? "embed.after_image" : "embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
   }
   em.copy("splice", ddr_.bus("act.img"), ocm(H + uint32_t(s.image_start) * d.H * 2), Nt * d.H * 2);
   em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
