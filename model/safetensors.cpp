@@ -172,8 +172,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const json& v = it.value();
       if (name == "__metadata__") {
         if (!v.is_object()) fail("{}: corrupt safetensors header: __metadata__ must be an object", path);
-        for (auto m = v.begin(); m != v.end(); ++m)
-          metadata_[m.key()] = m.value().is_string() ? m.value().get<std::string>() : m.value().dump();
+        // Strings only, as the format says (and HF's reader requires): dumping a
+        // nested value recursed once per level, so a deeply nested one overflowed
+        // the stack (reproduced with tests/fuzz/fuzz_safetensors).
+        for (auto m = v.begin(); m != v.end(); ++m) {
+          if (!m.value().is_string())
+            fail("{}: corrupt safetensors header: __metadata__ value of '{}' is a {}, not a string; the file is "
+                 "damaged, re-download or regenerate it",
+                 path, m.key(), m.value().type_name());
+          metadata_[m.key()] = m.value().get<std::string>();
+        }
         continue;
       }
       auto bad = [&](const std::string& what) {

@@ -10,6 +10,7 @@
 #include "isa/error.h"
 #include "isa/program.h"
 #include "model/image.h"
+#include "model/safetensors.h"
 
 namespace gpnpu::errors_test {
 namespace {
@@ -89,6 +90,34 @@ TEST(FuzzRegressions, EmptyProgramBinaryReads) {
                                         "/tests/fuzz/corpus/binary/regress-empty-program-memcpy-null.bin");
             }).find("unexpected trailing bytes"),
             std::string::npos);
+}
+
+// Safetensors: a __metadata__ value nested 200000 deep overflowed the stack (the
+// reader dumped non-string values to text, recursively). Found reviewing the
+// reader while fuzzing, reproduced with fuzz_safetensors (ASan: stack-overflow in
+// nlohmann's serializer). Non-string metadata values are now an error.
+TEST(FuzzRegressions, DeeplyNestedSafetensorsMetadataIsRejected) {
+  const std::string path = std::string(::testing::TempDir()) + "/gpnpu_deep_meta.safetensors";
+  auto write = [&](const std::string& header) {
+    std::string bytes(8, '\0');
+    for (int i = 0; i < 8; ++i) bytes[size_t(i)] = char((header.size() >> (8 * i)) & 0xff);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bytes.data(), 1, 8, f);
+    std::fwrite(header.data(), 1, header.size(), f);
+    std::fclose(f);
+  };
+  const size_t depth = 200000;
+  write("{\"__metadata__\":{\"a\":" + std::string(depth, '[') + std::string(depth, ']') + "}}");
+  EXPECT_NE(error_of([&] { model::SafetensorsFile f(path); })
+                .find("corrupt safetensors header: __metadata__ value of 'a' is a array, not a string"),
+            std::string::npos)
+      << error_of([&] { model::SafetensorsFile f(path); });
+  // Control: string metadata reads back.
+  write("{\"__metadata__\":{\"a\":\"b\"}}");
+  model::SafetensorsFile ok(path);
+  EXPECT_EQ(ok.metadata().at("a"), "b");
+  std::remove(path.c_str());
 }
 
 }  // namespace
