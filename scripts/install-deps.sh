@@ -11,8 +11,10 @@ APT_PACKAGES=(
   libsystemc-dev libboost-dev libfmt-dev libhdf5-dev libcli11-dev
   nlohmann-json3-dev libstb-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy python3-h5py python3-matplotlib
-  nodejs npm
 )
+# Node and npm may come from elsewhere (a newer Node.js than Debian's): take
+# Debian's only when there is no npm at all.
+command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 # scripts/run-fuzz.sh passes --fuzz: clang and its sanitizer/libFuzzer runtimes
 # (libclang-rt-14-dev is only a Recommends of clang-14).
 if [ "${1:-}" = "--fuzz" ]; then
