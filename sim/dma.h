@@ -33,6 +33,24 @@ struct DmaEvent {
   bool write = false;    // transfer: destination side (else source side)
 };
 
+// Calls f(address, bytes) for each contiguous run of one side of a descriptor
+// (the rule the DMA engine issues bus requests by; the hazard checker uses it too).
+template <typename F>
+inline void for_runs(uint32_t base, const isa::DmaDescriptor& d, uint32_t stride, uint32_t plane_stride, F&& f) {
+  uint64_t row = d.row_bytes;
+  bool rows_contiguous = d.rows == 1 || stride == row;
+  bool planes_contiguous = rows_contiguous && (d.planes == 1 || plane_stride == row * d.rows);
+  if (planes_contiguous) return f(uint64_t(base), row * d.rows * d.planes);
+  for (uint64_t p = 0; p < d.planes; ++p) {
+    uint64_t pb = base + p * plane_stride;
+    if (rows_contiguous) {
+      f(pb, row * d.rows);
+      continue;
+    }
+    for (uint64_t r = 0; r < d.rows; ++r) f(pb + r * stride, row);
+  }
+}
+
 class DmaEngine : public sc_core::sc_module {
  public:
   tlm_utils::simple_initiator_socket<DmaEngine> socket;

@@ -5,29 +5,14 @@
 #include <fmt/format.h>
 
 #include "isa/state.h"
+#include "sim/dma.h"
 #include "sim/memory_map.h"
 #include "traces/insn_trace.h"
 
 namespace gpnpu::traces {
 
 namespace {
-// Calls f(address, bytes) for each contiguous run of one side of a descriptor
-// (the DMA engine's own rule, sim/dma.cpp).
-template <typename F>
-void for_runs(uint32_t base, const isa::DmaDescriptor& d, uint32_t stride, uint32_t plane_stride, F&& f) {
-  uint64_t row = d.row_bytes;
-  bool rows_contiguous = d.rows == 1 || stride == row;
-  bool planes_contiguous = rows_contiguous && (d.planes == 1 || plane_stride == row * d.rows);
-  if (planes_contiguous) return f(uint64_t(base), row * d.rows * d.planes);
-  for (uint64_t p = 0; p < d.planes; ++p) {
-    uint64_t pb = base + p * plane_stride;
-    if (rows_contiguous) {
-      f(pb, row * d.rows);
-      continue;
-    }
-    for (uint64_t r = 0; r < d.rows; ++r) f(pb + r * stride, row);
-  }
-}
+using sim::for_runs;  // the DMA engine's own rule for contiguous runs
 bool in_ocm(uint64_t bus) { return bus >= sim::kOcmRegion.base && bus < sim::kOcmRegion.base + sim::kOcmRegion.window; }
 }  // namespace
 
