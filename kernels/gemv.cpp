@@ -10,7 +10,7 @@ namespace gpnpu::kernels {
 
 namespace {
 constexpr uint32_t kBlock = 128;
-constexpr uint32_t kMaxChunkBlocks = 4;
+constexpr uint32_t kMaxChunkBlocks = 2;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 

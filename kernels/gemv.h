@@ -12,7 +12,7 @@
 // descriptor.
 //
 // Tiling rule: one OCM buffer per DMA channel; G is the largest divisor of the
-// block count, at most 4, such that every buffer fits the scratch area. Chunks are
+// block count, at most 2, such that every buffer fits the scratch area. Chunks are
 // round-robined over the channels and the next chunk of a channel starts as soon
 // as its buffer is consumed, so the DDR port always has work queued.
 #pragma once
