@@ -108,6 +108,8 @@ std::string read_file_bytes(const std::string& path) {
 // Huffman table: more than 256 codes write past stbi__huffman::size[257] (found by
 // tests/fuzz/fuzz_image; upstream rejects it since 2.28, "bad DHT header"). Until
 // Debian ships that, every DHT segment is checked here before stb sees the file.
+// Likewise a scan that decodes with a Huffman table no DHT defined yet: stb reads
+// the uninitialised table past its end (fuzz_image: maxcode[18]).
 // The walk follows stb's: 0xFF fill bytes before SOI and before every marker,
 // segments by their length, entropy-coded data after SOS scanned for the next
 // marker, a table read as 1 + 16 count bytes (zeros past the end of the file)
@@ -119,6 +121,8 @@ void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
   while (i < d.size() && byte(i) == 0xFF) ++i;
   if (i == 0 || byte(i) != 0xD8) return;  // not a JPEG
   ++i;
+  bool defined[2][4] = {};  // [DC, AC][table id]: set by DHT
+  bool progressive = false;
   while (i + 1 < d.size()) {
     if (byte(i) != 0xFF) {  // entropy-coded data: look for the next marker
       ++i;
@@ -136,6 +140,7 @@ void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
     if (m == 0xD9) return;  // EOI
     const size_t len = (byte(i + 2) << 8) | byte(i + 3);
     const size_t end = i + 2 + len;
+    if (m == 0xC2) progressive = true;
     if (m == 0xC4) {
       for (size_t p = i + 4; p < end;) {
         size_t n = 0;
@@ -144,7 +149,21 @@ void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
           fail("'{}' is not a readable image (corrupt JPEG: a Huffman table declares {} codes, at most 256): give a "
                "PNG or JPEG file",
                path, n);
+        const unsigned tc = byte(p) >> 4, th = byte(p) & 15;
+        if (tc <= 1 && th <= 3) defined[tc][th] = true;
         p += 17 + n;
+      }
+    }
+    if (m == 0xDA) {  // SOS: every table the scan decodes with must be defined by now
+      const size_t ns = byte(i + 4);
+      const unsigned ss = byte(i + 5 + 2 * ns), ah = byte(i + 7 + 2 * ns) >> 4;
+      for (size_t c = 0; c < ns; ++c) {
+        const unsigned td = byte(i + 6 + 2 * c) >> 4, ta = byte(i + 6 + 2 * c) & 15;
+        const bool dc = progressive ? ss == 0 && ah == 0 : true, ac = progressive ? ss > 0 : true;
+        if ((dc && td <= 3 && !defined[0][td]) || (ac && ta <= 3 && !defined[1][ta]))
+          fail("'{}' is not a readable image (corrupt JPEG: a scan uses {} Huffman table {} before it is defined): "
+               "give a PNG or JPEG file",
+               path, dc && td <= 3 && !defined[0][td] ? "DC" : "AC", dc && td <= 3 && !defined[0][td] ? td : ta);
       }
     }
     i = end;

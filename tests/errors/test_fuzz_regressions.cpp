@@ -64,6 +64,12 @@ TEST(FuzzRegressions, JpegHuffmanTableWithTooManyCodesIsRejected) {
   const std::string fill = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-jpeg-dht-after-fill-bytes.jpg";
   EXPECT_NE(error_of([&] { model::load_image_rgb(fill); }).find("a Huffman table declares 957 codes"), std::string::npos)
       << error_of([&] { model::load_image_rgb(fill); });
+  // A progressive scan decoding with AC table 1 before the DHT that defines it:
+  // stb read the uninitialised table out of bounds (UBSan: index 18, maxcode[18]).
+  const std::string undef = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-jpeg-scan-uses-undefined-table.jpg";
+  EXPECT_NE(error_of([&] { model::load_image_rgb(undef); }).find("a scan uses AC Huffman table 1 before it is defined"),
+            std::string::npos)
+      << error_of([&] { model::load_image_rgb(undef); });
   // Control: a valid JPEG (and a progressive one, with tables between scans) loads.
   EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_jpeg_64.jpg").width, 64);
   EXPECT_EQ(model::load_image_rgb(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/progressive_32x40.jpg").height,
