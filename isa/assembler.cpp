@@ -384,6 +384,7 @@ Program Program::read_binary(const std::string& path) {
   if (uint64_t(nwords) * 8 > data.size()) fail("program '{}' is truncated: it declares {} instructions but has {} bytes", path, nwords, data.size());
   p.words.resize(nwords);
   take(p.words.data(), size_t(nwords) * 8, "the instructions");
+  std::map<std::string, uint32_t> seen;
   for (uint32_t k = 0; k < nnames; ++k) {
     uint32_t len;
     take(&len, 4, "a name length");
@@ -392,6 +393,10 @@ Program Program::read_binary(const std::string& path) {
     take(n.data(), len, "a name");
     if (std::string why = bad_mark_name(n); !why.empty())
       fail("program '{}' is corrupt: mark name {}: {}; re-run `gpnpu asm`", path, k, why);
+    // The assembler interns names, so a repeat cannot come from it, and its
+    // disassembly would renumber the marks (fuzz_binary).
+    if (auto [it, fresh] = seen.emplace(n, k); !fresh)
+      fail("program '{}' is corrupt: mark name {} \"{}\" repeats name {}; re-run `gpnpu asm`", path, k, n, it->second);
     p.names.push_back(std::move(n));
   }
   if (pos != data.size()) fail("program '{}' has {} unexpected trailing bytes", path, data.size() - pos);

@@ -336,6 +336,8 @@ ModelConfig ModelConfig::from_json_file(const std::string& path) {
     j = json::parse(ss.str());
   } catch (const json::parse_error& e) {
     fail("{}: invalid JSON at byte {} ({}); the file is not a valid config.json", path, e.byte, e.what());
+  } catch (const json::exception& e) {  // e.g. a number too large (out_of_range), not a parse_error
+    fail("{}: invalid JSON ({}); the file is not a valid config.json", path, e.what());
   }
   return from_json(j, path);
 }

@@ -341,6 +341,8 @@ QuantBundle::QuantBundle(const std::string& path) : impl_(std::make_unique<Impl>
     j = nlohmann::json::parse(c->second);
   } catch (const nlohmann::json::parse_error& e) {
     fail("{}: bundle metadata 'config' is not valid JSON ({})", path, e.what());
+  } catch (const nlohmann::json::exception& e) {  // e.g. a number too large (out_of_range)
+    fail("{}: bundle metadata 'config' is not valid JSON ({})", path, e.what());
   }
   impl_->cfg = ModelConfig::from_json(j, path + " (metadata config)");
   for (const auto& s : expected_tensors(impl_->cfg)) {

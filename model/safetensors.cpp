@@ -163,6 +163,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       fail("{}: corrupt safetensors header: invalid JSON at byte {} of the {}-byte header ({}); the file is damaged, "
            "re-download or regenerate it",
            path, ex.byte, n, ex.what());
+    } catch (const json::exception& ex) {  // not only parse_error: a number too large throws out_of_range (fuzz_safetensors)
+      fail("{}: corrupt safetensors header: {}; the file is damaged, re-download or regenerate it", path, ex.what());
     }
     if (!j.is_object()) fail("{}: corrupt safetensors header: expected a JSON object, got {}", path, j.type_name());
     const uint8_t* data0 = base + 8 + n;
@@ -420,6 +422,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
       } catch (const json::parse_error& e) {
         fail("{}: invalid JSON at byte {} in the shard index; re-download model.safetensors.index.json", index.string(),
              e.byte);
+      } catch (const json::exception& e) {  // e.g. a number too large (out_of_range)
+        fail("{}: invalid shard index ({}); re-download model.safetensors.index.json", index.string(), e.what());
       }
       if (!j.contains("weight_map") || !j["weight_map"].is_object())
         fail("{}: missing 'weight_map' in the shard index", index.string());

@@ -126,5 +126,26 @@ TEST(FuzzRegressions, DeeplyNestedSafetensorsMetadataIsRejected) {
   std::remove(path.c_str());
 }
 
+// fuzz_binary: a binary naming the same mark twice read fine, but its disassembly
+// (one .name per entry, interned) renumbered the marks, so it did not reassemble
+// to the same words. The reader now rejects repeated names.
+TEST(FuzzRegressions, RepeatedMarkNameInABinaryIsRejected) {
+  const std::string e = error_of([] {
+    isa::Program::read_binary(std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/binary/regress-duplicate-mark-names.bin");
+  });
+  EXPECT_NE(e.find("is corrupt: mark name 2"), std::string::npos) << e;
+  EXPECT_NE(e.find("repeats name"), std::string::npos) << e;
+}
+
+// fuzz_safetensors: a header number too large for a double made nlohmann::json
+// throw out_of_range, not parse_error; nothing caught it (std::terminate).
+TEST(FuzzRegressions, SafetensorsHeaderNumberOverflowIsAnError) {
+  const std::string path =
+      std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/safetensors/regress-json-number-overflow.safetensors";
+  const std::string e = error_of([&] { model::SafetensorsFile f(path); });
+  EXPECT_NE(e.find("corrupt safetensors header"), std::string::npos) << e;
+  EXPECT_NE(e.find("number overflow"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace gpnpu::errors_test
