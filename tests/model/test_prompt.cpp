@@ -155,9 +155,10 @@ TEST(PromptErrors, GridMismatch) {
   EXPECT_NE(error_of([&] { mrope_positions(ids, {{8, 8}, {1, 1}}); }).find("2 image grids"), std::string::npos);
 }
 
-TEST(Prompt, RealTokenizerIfInstalled) {
+TEST(Prompt, RealTokenizer) {
   const std::string path = Tokenizer::default_path();
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "tokenizer.json not installed at " << path;
+  ASSERT_TRUE(std::filesystem::exists(path)) << "tokenizer.json not installed at " << path
+                                             << " (scripts/install-deps.sh installs it)";
   const Tokenizer tok = Tokenizer::load(path);
   const auto enc = [&](std::string_view s) { return tok.encode(s); };
   const std::vector<int> ids = build_chat_prompt(enc, "Describe this image.", 196);
