@@ -40,6 +40,13 @@ std::vector<uint8_t> pack_gemv_weight(const model::QuantTensor& w, uint32_t npe)
   return out;
 }
 
+KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a) {
+  KernelCost c;
+  c.macs = uint64_t(a.n) * a.k;
+  c.ddr_bytes = gemv_weight_bytes(a.n, a.k, cfg.npe());
+  return c;
+}
+
 uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a) {
   const uint32_t npe = cfg.npe(), nblk = a.k / kBlock;
   const uint32_t ch = uint32_t(cfg.dma_channels);

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/builder.h"
+#include "kernels/cost.h"
 #include "model/quant.h"
 #include "sim/config.h"
 
@@ -43,6 +44,9 @@ uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe);
 
 // Blocks per DMA chunk for this config and scratch size (the tiling rule).
 uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a);
+
+// macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).
+KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);
 
 // Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
 void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a);

@@ -141,10 +141,7 @@ CompiledProgram Compiler::decode_program() const {
     g.scratch_ocm = o.gemv_scratch;
     g.scratch_bytes = o.gemv_scratch_bytes;
     g.smem = kSmem;
-    KernelCost c;
-    c.ddr_bytes = gemv_weight_bytes(n, k, cfg_.npe());
-    c.macs = uint64_t(n) * k;
-    call(mark, "gemv", c, [&] { emit_gemv_w4(b, cfg_, g); });
+    call(mark, "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
   };
   // Small vectors (norm weights) from DDR into OCM.
   auto load = [&](const std::string& mark, const std::string& name, uint32_t dst, uint32_t bytes) {

@@ -539,10 +539,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     g.scratch_ocm = TMP;
     g.scratch_bytes = uint32_t(rTMP);
     g.smem = kSmem;
-    KernelCost c;
-    c.ddr_bytes = gemv_weight_bytes(d.V, d.H, cfg_.npe());
-    c.macs = uint64_t(d.V) * d.H;
-    em.call("lm_head", "gemv", c, [&] { emit_gemv_w4(b, cfg_, g); });
+    em.call("lm_head", "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
   }
   b.op("mark.end", {Name{"head"}});
   b.op("halt");

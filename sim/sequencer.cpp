@@ -77,11 +77,15 @@ std::string Sequencer::where(uint32_t pc, Cycles t) const {
   return fmt::format("pc {}{} `{}`{}, cycle {}", pc, line, insn, mark.empty() ? "" : fmt::format(" in mark \"{}\"", mark), t);
 }
 
+void Sequencer::check_channel(uint32_t ch, uint32_t pc, Cycles t) const {
+  if (ch >= dma_.channels())
+    fail("{}: DMA channel c{} does not exist (dma_channels = {})", where(pc, t), ch, dma_.channels());
+}
+
 void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
   const isa::DmaDescriptor& d = st_->dma;
   uint32_t ch = st_->effect_arg;
-  if (ch >= dma_.channels())
-    fail("{}: DMA channel c{} does not exist (dma_channels = {})", where(pc, t), ch, dma_.channels());
+  check_channel(ch, pc, t);
   auto span = [&](uint32_t stride, uint32_t pstride) {
     return uint64_t(d.planes - 1) * pstride + uint64_t(d.rows - 1) * stride + d.row_bytes;
   };
@@ -171,8 +175,7 @@ void Sequencer::execute_loop() {
         t = std::max(t, clock_.now() - base_);
         break;
       case Effect::dma_wait:
-        if (st.effect_arg >= dma_.channels())
-          fail("{}: DMA channel c{} does not exist (dma_channels = {})", where(pc, t), st.effect_arg, dma_.channels());
+        check_channel(st.effect_arg, pc, t);
         sync(t);
         dma_.wait_idle(st.effect_arg);
         t = std::max(t, clock_.now() - base_);
