@@ -11,6 +11,7 @@ APT_PACKAGES=(
   libsystemc-dev libboost-dev libfmt-dev libhdf5-dev libcli11-dev
   nlohmann-json3-dev libstb-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy python3-h5py python3-matplotlib
+  chromium  # headless, for the report page test (tests/report, label report)
 )
 # Node and npm may come from elsewhere (a newer Node.js than Debian's): take
 # Debian's only when there is no npm at all.
