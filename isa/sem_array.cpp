@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "isa/error.h"
+#include "isa/lanes_simd.h"
 #include "isa/semantics.h"
 
 namespace gpnpu::isa {
@@ -180,14 +181,8 @@ void dequant4(ArchState& s, const Insn& i) {
   check_sel(i, 8);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
   per_pe(s, i, [&](uint32_t e, uint32_t* out) {
-    const uint32_t* codes = b + size_t(e) * kLanes;
-    const float scale = as_f32(c[size_t(e) * kLanes]), zero = as_f32(c[size_t(e) * kLanes + 1]);
-    for (int l = 0; l < kLanes; ++l) {
-      uint32_t code = i.d * 16 + l;
-      float q = float((codes[code / 8] >> (4 * (code % 8))) & 0xf);
-      float w = (q - zero) * scale;
-      out[l] = kF16 ? uint32_t(f32_to_f16(w)) : as_u32(w);
-    }
+    const uint32_t* meta = c + size_t(e) * kLanes;  // lane 0 scale, lane 1 zero point
+    lanes::dequant4(out, b + size_t(e) * kLanes, as_f32(meta[0]), as_f32(meta[1]), i.d, kF16);
   });
 }
 }  // namespace
@@ -196,13 +191,21 @@ SEM(vdq4_f32) { dequant4<false>(s, i); }
 SEM(vdq4_f16) { dequant4<true>(s, i); }
 
 SEM(vmac_f16) {
-  const float* t = f16_table();
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  for_lanes(s, i, [&](size_t k) {
-    float prod = t[b[k] & 0xffff] * t[c[k] & 0xffff];  // exact in fp32
-    a[k] = as_u32(as_f32(a[k]) + prod);
-  });
+  if (i.p == 0) return lanes::mac_f16(a, b, c, size_t(s.npe) * kLanes);
+  const uint8_t* pr = s.predicate(i.p);
+  for (uint32_t e = 0; e < s.npe;) {  // runs of enabled PEs
+    if (!pr[e]) {
+      ++e;
+      continue;
+    }
+    uint32_t end = e;
+    while (end < s.npe && pr[end]) ++end;
+    const size_t k = size_t(e) * kLanes;
+    lanes::mac_f16(a + k, b + k, c + k, size_t(end - e) * kLanes);
+    e = end;
+  }
 }
 SEM(vmac_i8) {
   uint32_t* a = s.vreg(i.a);

@@ -11,5 +11,9 @@ namespace gpnpu::model {
 ModelConfig model_config_from_spec(const std::string& spec);
 
 void add_compile_commands(CLI::App& app);
+void add_describe_command(CLI::App& app);  // model/driver_describe.cpp
+
+// The command line as typed (main sets it), for reports.
+std::string& command_line();
 
 }  // namespace gpnpu::model

@@ -18,6 +18,11 @@
 
 namespace gpnpu::model {
 
+std::string& command_line() {
+  static std::string s;
+  return s;
+}
+
 ModelConfig model_config_from_spec(const std::string& spec) {
   if (spec == "synthetic:2b") return config_2b();
   if (spec == "synthetic:tiny") return config_tiny();

@@ -340,16 +340,20 @@ ImageInput preprocess_image(const std::string& path, const PreprocessOptions& op
   return preprocess_rgb(load_image_rgb(path), opt, fmt::format("image '{}'", path));
 }
 
-void save_png(const std::string& path, const RgbImage& img) {
-  // Encoded in memory (stbi_write_png ignores a failed fwrite), then written under
-  // a temporary name and renamed: never half a PNG, and a full disk is an error.
+std::string encode_png(const RgbImage& img) {
   std::string png;
   auto append = [](void* ctx, void* data, int size) {
     static_cast<std::string*>(ctx)->append(static_cast<const char*>(data), static_cast<size_t>(size));
   };
   if (!stbi_write_png_to_func(append, &png, img.width, img.height, 3, img.rgb.data(), img.width * 3))
-    fail("cannot encode PNG '{}' ({}x{} px)", path, img.width, img.height);
-  write_file_atomic(path, png);
+    fail("cannot encode a {}x{} px image as PNG", img.width, img.height);
+  return png;
+}
+
+void save_png(const std::string& path, const RgbImage& img) {
+  // Encoded in memory (stbi_write_png ignores a failed fwrite), then written under
+  // a temporary name and renamed: never half a PNG, and a full disk is an error.
+  write_file_atomic(path, encode_png(img));
 }
 
 std::vector<std::array<int32_t, 2>> tower_rotary_ids(int grid_h, int grid_w, int merge_size) {

@@ -110,6 +110,8 @@ ImageInput preprocess_image(const std::string& path, const PreprocessOptions& op
 
 // Writes an RGB image as PNG (for reports). Throws gpnpu::Error on failure.
 void save_png(const std::string& path, const RgbImage& img);
+// The image as PNG file bytes (reports embed it).
+std::string encode_png(const RgbImage& img);
 
 // ---- Position tables of the vision tower (plain host functions for the compiler) ----
 

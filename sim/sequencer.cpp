@@ -193,6 +193,7 @@ void Sequencer::execute_loop() {
           fail("{}: mark.end \"{}\" does not close the innermost open mark ({})", where(pc, t),
                program_->names.at(st.effect_arg), open.empty() ? "none is open" : "\"" + open + "\" is");
         }
+        if (on_mark_end) on_mark_end(st.effect_arg, std::max(t, last_done));
         break;
       case Effect::halt: break;
     }

@@ -45,6 +45,9 @@ class Sequencer : public sc_core::sc_module {
 
   // Called for every issued instruction when set (tracing); nothing is done when empty.
   std::function<void(const IssueEvent&)> on_issue;
+  // Called when a mark region closes (mark id, end cycle relative to the run's start):
+  // progress reports on long runs. Marks are rare, so this costs nothing measurable.
+  std::function<void(uint32_t mark, Cycles end)> on_mark_end;
 
  private:
   void thread();

@@ -1,0 +1,288 @@
+// `gpnpu describe`: the user's run. Prints the inputs, progress, one line per step
+// (gates against the chain), the answers and the performance report; writes the
+// report as JSON (schema in docs/report.md) and, through scripts/report_html.py, as
+// a self-contained HTML page. Exit status 2 when a gate fails.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "isa/error.h"
+#include "model/driver.h"
+#include "model/driver_host.h"
+#include "sim/config.h"
+#include "sim/run.h"
+
+namespace gpnpu::model {
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::ordered_json;
+
+std::string base64(const std::string& in) {
+  static const char* t = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (i + 2 < in.size()) v |= uint32_t(uint8_t(in[i + 2]));
+    out += t[(v >> 18) & 63];
+    out += t[(v >> 12) & 63];
+    out += i + 1 < in.size() ? t[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? t[v & 63] : '=';
+  }
+  return out;
+}
+
+template <typename T>
+json opt(const std::optional<T>& v) {
+  return v ? json(*v) : json(nullptr);
+}
+
+// "12,345,678"
+std::string commas(uint64_t v) {
+  std::string s = std::to_string(v), out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (i && (s.size() - i) % 3 == 0) out += ',';
+    out += s[i];
+  }
+  return out;
+}
+
+std::string step_line(const StepRecord& s) {
+  std::string head = s.step < 0 ? fmt::format("  image   pos {:4d}:", s.pos) : fmt::format("  step {:2d} pos {:4d}:", s.step, s.pos);
+  std::string gates;
+  if (s.chain_token)
+    gates = fmt::format(" chain {:6d}  logits cos {:.6f} (margin {:6.3f})  cache {}/{} slot cos {:.6f}  {:4s}", *s.chain_token,
+                        *s.cosine, *s.margin, s.cache_slots, s.cache_expected, *s.slot_cosine, s.ok ? "OK" : "FAIL");
+  else
+    gates = fmt::format("  cache -/{}  (timing only: no gates)", s.cache_expected);
+  return fmt::format("{} device {:6d}{}  {:>13s} cycles  {:7.2f} s", head, s.device_token, gates, commas(s.cycles), s.wall_s);
+}
+
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// The final report on stdout: answers, cycles per stage, totals, the kernels furthest
+// above their floors.
+void print_report(const json& j) {
+  std::printf("\nanswers:\n");
+  for (const auto& [who, a] : j["answers"].items())
+    if (!a["text"].is_null()) std::printf("  %-16s %s\n", who.c_str(), json(a["text"]).dump().c_str());
+  const double ghz = j["machine"]["clock_ghz"];
+  std::printf("\ncycles per stage at %.2f GHz (floors: MAC, DDR):\n", ghz);
+  for (const json& s : j["stages"]) {
+    std::string steps = s.contains("steps") ? fmt::format(" ({} steps)", int(s["steps"])) : "";
+    std::printf("  %-8s %-14s %15s cycles %10.2f ms   MAC floor %13s  DDR floor %13s%s\n", std::string(s["program"]).c_str(),
+                std::string(s["name"]).c_str(), commas(s["cycles"]).c_str(), double(s["ms"]),
+                commas(uint64_t(double(s["mac_floor_cycles"]))).c_str(), commas(uint64_t(double(s["ddr_floor_cycles"]))).c_str(),
+                steps.c_str());
+  }
+  const json& t = j["totals"];
+  std::printf("\ntotal %s cycles = %.1f ms for %d tokens (%.2f tokens/s at %.2f GHz)\n", commas(t["cycles"]).c_str(),
+              double(t["ms"]), int(t["tokens"]), double(t["tokens_per_s"]), ghz);
+  if (double(t["ddr_bytes_per_token"]) > 0)
+    std::printf("decode: %.2f ms/token, %.4f GB DDR per token, %.2f B/cycle = %.1f%% of the DDR roofline (%.2f B/cycle)\n",
+                double(t["decode_ms_per_token"]), double(t["ddr_bytes_per_token"]) / 1e9, double(t["decode_bytes_per_cycle"]),
+                100 * double(t["decode_roofline_share"]), double(j["machine"]["ddr_bytes_per_cycle"]));
+  std::printf("\nthe ten kernel calls furthest above their floors (image program and first decode step):\n");
+  std::printf("  %-7s %-30s %-16s %13s %13s %6s\n", "program", "call", "kernel", "cycles", "floor", "ratio");
+  for (const json& c : j["worst_kernels"]) {
+    double fl = c["floor"];
+    std::printf("  %-7s %-30s %-16s %13s %13s %6.2f\n", std::string(c["program"]).c_str(), std::string(c["mark"]).c_str(),
+                std::string(c["kernel"]).c_str(), commas(c["cycles"]).c_str(), commas(uint64_t(fl)).c_str(),
+                fl > 0 ? double(c["cycles"]) / fl : 0.0);
+  }
+  const json& w = j["wall_s"];
+  std::printf("\nwall: setup %.1f s, image program %.1f s, decode %.1f s, total %.1f s\n", double(w["setup"]),
+              double(w["image"]), double(w["decode"]), double(w["total"]));
+  std::fflush(stdout);
+}
+
+// The HTML page through the project's plotting script (scripts/report_html.py).
+void write_html(const json& j, const std::string& html, const std::string& plots) {
+  const fs::path script = fs::path(GPNPU_SOURCE_DIR) / "scripts" / "report_html.py";
+  if (!fs::exists(script)) fail("--report-html: {} is missing (the source tree is incomplete)", script.string());
+  const fs::path tmp = fs::temp_directory_path() / fmt::format("gpnpu-report-{}.json", ::getpid());
+  sim::write_file_atomic(tmp.string(), j.dump() + "\n");
+  std::string cmd = "/usr/bin/python3 " + shell_quote(script.string()) + " --json " + shell_quote(tmp.string()) +
+                    " --html " + shell_quote(html);
+  if (!plots.empty()) cmd += " --plots " + shell_quote(plots);
+  int rc = std::system(cmd.c_str());
+  std::error_code ec;
+  fs::remove(tmp, ec);
+  if (rc != 0)
+    fail("--report-html '{}': scripts/report_html.py failed (exit status {}); its message is above "
+         "(it needs Debian's python3-matplotlib: scripts/install-deps.sh)", html, rc);
+  std::printf("report page: %s%s\n", html.c_str(), plots.empty() ? "" : (" (charts in " + plots + ")").c_str());
+}
+
+}  // namespace
+
+std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
+  const sim::Config cfg = sim::Config::make(o.preset, o.sets);
+  const double ghz = cfg.clock_ghz;
+  json j;
+  j["schema"] = "gpnpu-describe-report/1";
+  j["command"] = o.command;
+  j["mode"] = o.timing_only ? "timing-only" : "functional";
+  j["model"] = {{"spec", o.model}, {"name", r.model_name},
+                {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)}};
+  j["machine"] = {{"preset", o.preset},
+                  {"clock_ghz", ghz},
+                  {"ddr_bytes_per_cycle", cfg.ddr_bytes_per_cycle()},
+                  {"mac_per_cycle_f16", double(cfg.npe()) * 16 / cfg.occ(isa::Unit::mac16)},
+                  {"mac_per_cycle_int8", double(cfg.npe()) * 16 / cfg.occ(isa::Unit::mac8)},
+                  {"pe_rows", cfg.pe_rows},
+                  {"pe_cols", cfg.pe_cols},
+                  {"ocm_bytes", cfg.ocm_bytes}};
+  j["config"] = json::parse(r.config_json);
+  std::string attribution;
+  fs::path attr = fs::path(o.image).parent_path() / "ATTRIBUTION.md";
+  j["image"] = {{"path", o.image},
+                {"attribution", fs::exists(attr) ? json(attr.string()) : json(nullptr)},
+                {"width", o.width},
+                {"height", o.height},
+                {"grid", {1, r.grid_h, r.grid_w}},
+                {"png_base64", base64(r.png)}};
+  j["prompt"] = {{"text", o.prompt}, {"tokens", r.prompt_tokens}, {"image_tokens", r.image_tokens}, {"image_start", r.image_start}};
+  json stages = json::array();
+  for (const StageRecord& s : r.stages) {
+    json e = {{"name", s.name},        {"program", s.program},         {"cycles", s.cycles},
+              {"ms", s.cycles / (ghz * 1e6)}, {"macs", s.macs},        {"ddr_bytes", s.ddr_bytes},
+              {"mac_floor_cycles", s.mac_floor}, {"ddr_floor_cycles", s.ddr_floor}, {"calls", s.calls}};
+    if (s.program == "decode") e["steps"] = s.steps;
+    stages.push_back(e);
+  }
+  j["stages"] = stages;
+  json dec_cycles = json::array(), dec_bytes = json::array();
+  uint64_t total = 0, dec_total = 0, dec_ddr = 0;
+  for (const StepRecord& s : r.steps) {
+    total += s.cycles;
+    if (s.step < 0) continue;
+    dec_cycles.push_back(s.cycles);
+    dec_bytes.push_back(s.ddr_bytes);
+    dec_total += s.cycles;
+    dec_ddr += s.ddr_bytes;
+  }
+  j["programs"] = {{"image", {{"instructions", r.image_instructions}, {"cycles", r.image_cycles}, {"ddr_bytes", r.image_ddr_bytes}}},
+                   {"decode", {{"instructions", r.decode_instructions}, {"cycles_per_step", dec_cycles}, {"ddr_bytes_per_step", dec_bytes}}}};
+  const size_t nsteps = dec_cycles.size();
+  const double ms = total / (ghz * 1e6);
+  j["totals"] = {{"cycles", total},
+                 {"ms", ms},
+                 {"tokens", r.steps.size()},
+                 {"tokens_per_s", ms > 0 ? r.steps.size() / (ms / 1e3) : 0.0},
+                 {"decode_ms_per_token", nsteps ? dec_total / (ghz * 1e6) / nsteps : 0.0},
+                 {"ddr_bytes_per_token", nsteps ? double(dec_ddr) / nsteps : 0.0},
+                 {"decode_bytes_per_cycle", dec_total ? double(dec_ddr) / dec_total : 0.0},
+                 {"decode_roofline_share", dec_total ? double(dec_ddr) / dec_total / cfg.ddr_bytes_per_cycle() : 0.0}};
+  auto call_json = [](const CallRecord& c) {
+    return json{{"program", c.program}, {"stage", c.stage},   {"mark", c.mark},
+                {"kernel", c.kernel},   {"cycles", c.cycles}, {"floor", c.floor},
+                {"macs", c.cost.macs},  {"ddr_bytes", c.cost.ddr_bytes}, {"int8", c.int8}};
+  };
+  json calls = json::array();
+  for (const CallRecord& c : r.calls) calls.push_back(call_json(c));
+  j["kernels"] = calls;
+  std::vector<CallRecord> worst = r.calls;
+  std::sort(worst.begin(), worst.end(),
+            [](const CallRecord& a, const CallRecord& b) { return a.cycles - a.floor > b.cycles - b.floor; });
+  worst.resize(std::min<size_t>(10, worst.size()));
+  json wj = json::array();
+  for (const CallRecord& c : worst) wj.push_back(call_json(c));
+  j["worst_kernels"] = wj;
+  json steps = json::array();
+  for (const StepRecord& s : r.steps)
+    steps.push_back({{"step", s.step},
+                     {"pos", s.pos},
+                     {"device_token", s.device_token},
+                     {"chain_token", opt(s.chain_token)},
+                     {"cosine", opt(s.cosine)},
+                     {"margin", opt(s.margin)},
+                     {"cache_slots", s.cache_slots},
+                     {"cache_expected", s.cache_expected},
+                     {"slot_cosine", opt(s.slot_cosine)},
+                     {"ok", s.ok},
+                     {"cycles", s.cycles},
+                     {"wall_s", s.wall_s}});
+  j["steps"] = steps;
+  json answers;
+  auto answer = [](const Answer& a, bool text) { return json{{"ids", a.ids}, {"text", text ? json(a.text) : json(nullptr)}}; };
+  answers["device"] = answer(r.device, !o.timing_only);
+  if (!o.timing_only) answers["chain"] = answer(r.chain, true);
+  if (r.reference_w4a16) answers["reference_w4a16"] = answer(*r.reference_w4a16, true);
+  if (r.reference_fp32) answers["reference_fp32"] = answer(*r.reference_fp32, true);
+  j["answers"] = answers;
+  j["gates"] = {{"ok", r.ok},
+                {"negative_control", o.negative == NegativeControl::none ? json(nullptr) : json(to_string(o.negative))},
+                {"failures", r.failures}};
+  j["wall_s"] = {{"setup", r.wall_setup}, {"image", r.wall_image}, {"decode", r.wall_decode},
+                 {"total", r.wall_setup + r.wall_image + r.wall_decode}};
+  return j.dump(1) + "\n";
+}
+
+void add_describe_command(CLI::App& app) {
+  auto* c = app.add_subcommand("describe", "describe a photograph with Qwen3-VL on the simulated GPNPU, gated step by step");
+  static DescribeOptions o;
+  static std::string size = "256x256", negative, report_json_path, report_html, plots;
+  o.image = std::string(GPNPU_SOURCE_DIR) + "/examples/photos/chelsea.png";
+  o.prompt =
+      "Describe this photograph in detail: the main subject and what it is doing, the setting and background, the "
+      "lighting and colours, any text or signs you can read, and the mood. Then say in one short sentence what the "
+      "photograph is about and why someone took it.";
+  c->add_option("--image", o.image, "PNG or JPEG to describe (default: the bundled photo, examples/photos/)")->capture_default_str();
+  c->add_option("--prompt", o.prompt, "the question (default: the seed run's)");
+  c->add_option("--tokens", o.tokens, "answer tokens at most (the first from the image program)")->capture_default_str();
+  c->add_option("--model", o.model, "synthetic:2b, synthetic:tiny, a checkpoint directory or a W4A16 bundle (.safetensors)")
+      ->capture_default_str();
+  c->add_option("--cache-dir", o.cache_dir, "where quantised bundles are cached (default $GPNPU_CACHE or ~/.cache/gpnpu)");
+  c->add_option("--preset", o.preset, "machine preset")->capture_default_str();
+  c->add_option("--set", o.sets, "override a config key: --set key=value (repeatable)");
+  c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32)")->capture_default_str();
+  c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
+  c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache");
+  c->add_option("--golden", o.golden, "PyTorch golden (.h5, scripts/reference/golden.py) of the same inputs: adds its answers and gates");
+  c->add_option("--threads", o.threads, "chain threads (0: all cores but the simulator's)")->capture_default_str();
+  c->add_option("--report-json", report_json_path, "write the run report as JSON (docs/report.md)");
+  c->add_option("--report-html", report_html, "write the run report as one self-contained HTML page");
+  c->add_option("--plots", plots, "also write the report's charts as PNG files into this directory (with --report-html)");
+  c->callback([] {
+    if (std::sscanf(size.c_str(), "%dx%d", &o.width, &o.height) != 2)
+      fail("--size '{}': expected WxH in pixels, e.g. 256x256", size);
+    o.negative = parse_negative_control(negative);
+    if (!plots.empty() && report_html.empty()) fail("--plots needs --report-html (the charts are made with the page)");
+    o.command = command_line();
+    o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+    o.on_step = [](const StepRecord& s) {
+      std::printf("%s\n", step_line(s).c_str());
+      std::fflush(stdout);
+    };
+    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(), o.preset.c_str(),
+                o.timing_only ? ", timing only" : "", o.image.c_str(), o.width, o.height);
+    std::fflush(stdout);
+    DescribeResult r = describe(o);
+    json rep = json::parse(report_json(o, r));
+    print_report(rep);
+    if (!report_json_path.empty()) sim::write_file_atomic(report_json_path, rep.dump(1) + "\n");
+    if (!report_html.empty()) write_html(rep, report_html, plots);
+    if (!r.ok) {
+      std::printf("FAIL: %zu gate(s) failed%s\n", r.failures.size(),
+                  o.negative == NegativeControl::none ? "" : fmt::format(" (negative control {})", to_string(o.negative)).c_str());
+      std::fflush(stdout);
+      throw CLI::RuntimeError(2);
+    }
+  });
+}
+
+}  // namespace gpnpu::model

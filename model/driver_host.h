@@ -1,0 +1,130 @@
+// The host driver of `gpnpu describe`: one photograph and one question through the
+// whole model on the simulated chip, gated step by step against the chain.
+//
+// Contract:
+//  - Inputs: the image is preprocessed (model/image.h, fixed size), the question is put
+//    in the chat template and tokenised (model/prompt.h, model/tokenizer.h), M-RoPE
+//    positions come from get_rope_index (mrope_positions). The compiler builds the image
+//    program for exactly that prompt and grid and the decode program once.
+//  - Functional runs: the host writes the weights, the folded image constants, the
+//    pixel patches, the token ids and the rotary tables, runs the image program, takes
+//    the argmax of its logits, then runs the decode program once per token with the
+//    KV cache carried in DDR between runs, until a stop token (<|im_end|>,
+//    <|endoftext|>) or `tokens` answer tokens (the first comes from the image program).
+//    The chain (model/chain.h, W4A16 mode on the bundle's very codes) runs alongside,
+//    fed the DEVICE's tokens, and every step is gated:
+//      logits cosine >= kLogitsGate and the same top-1 token unless the chain's top-2
+//      are within kMarginTie; the device KV cache holds exactly the expected slots
+//      (layer 0, head 0 rows that are not all zero); every cached (layer, slot) K and V
+//      row has cosine >= kCacheGate against the chain's cache.
+//  - Negative controls corrupt the device side after a run, before the host reads it:
+//    zero (every run's logits), one_word (one fp16 word of the cache after the image
+//    program), stale_cache (the slot written by the first decode step is erased, as if
+//    the host had carried the cache from before that step). Each must fail a gate.
+//  - Timing-only runs need no weights: the tokens fed back are placeholders (0), there
+//    is no chain and no gate, and exactly tokens - 1 decode steps run; the cycle counts
+//    equal the functional run's for the same steps (the programs do not depend on data).
+//  - Deterministic: the same options give the same tokens, logits and cycles.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kernels/cost.h"
+
+namespace gpnpu::model {
+
+inline constexpr double kLogitsGate = 0.9999;  // logits cosine, device vs chain
+inline constexpr double kCacheGate = 0.999;    // per (layer, slot) K/V row cosine
+inline constexpr float kMarginTie = 0.1f;      // chain top-2 closer than this: either token passes
+
+enum class NegativeControl { none, zero, one_word, stale_cache };
+NegativeControl parse_negative_control(const std::string& s);  // gpnpu::Error on an unknown name
+const char* to_string(NegativeControl c);
+
+struct DescribeOptions {
+  std::string image;                   // PNG or JPEG
+  std::string prompt;                  // the user's question
+  int tokens = 20;                     // answer tokens at most (>= 1)
+  std::string model = "synthetic:2b";  // synthetic:2b | synthetic:tiny | checkpoint dir | bundle .safetensors
+  std::string cache_dir;               // where quantised bundles are kept ("" = default_cache_dir())
+  std::string preset = "qc-u";
+  std::vector<std::string> sets;       // config overrides key=value
+  int width = 256, height = 256;       // the image is resized to this (multiples of 32)
+  bool timing_only = false;
+  NegativeControl negative = NegativeControl::none;
+  std::string golden;                  // optional PyTorch golden (.h5) of the same inputs
+  int threads = 0;                     // chain threads (0: all cores)
+  std::string command;                 // argv, for the report
+  // Progress lines (stage done, steps); default: none.
+  std::function<void(const std::string&)> log;
+  // Called after every step (image program = step -1) with its record, for live output.
+  std::function<void(const struct StepRecord&)> on_step;
+};
+
+struct StepRecord {
+  int step = -1;             // -1: the image program; 0..: decode steps
+  int pos = 0;               // position of the (last) row this run computed
+  int device_token = 0;
+  std::optional<int> chain_token;
+  std::optional<double> cosine, margin, slot_cosine;
+  int cache_slots = 0, cache_expected = 0;
+  bool ok = true;
+  std::vector<std::string> failures;
+  uint64_t cycles = 0, ddr_bytes = 0;
+  double wall_s = 0;
+};
+
+struct StageRecord {
+  std::string name, program;
+  uint64_t cycles = 0, calls = 0;
+  double macs = 0, ddr_bytes = 0, mac_floor = 0, ddr_floor = 0;
+  int steps = 0;  // decode: steps summed
+};
+
+struct CallRecord {
+  std::string program, stage, mark, kernel;
+  uint64_t cycles = 0;
+  double floor = 0;
+  kernels::KernelCost cost;
+  bool int8 = false;
+};
+
+struct Answer {
+  std::vector<int> ids;
+  std::string text;
+};
+
+struct DescribeResult {
+  std::string model_name, bundle_path;
+  int prompt_tokens = 0, image_tokens = 0, image_start = 0, grid_h = 0, grid_w = 0;
+  std::string png;  // the image as the model saw it
+  uint64_t image_instructions = 0, decode_instructions = 0, image_cycles = 0, image_ddr_bytes = 0;
+  std::vector<StepRecord> steps;
+  std::vector<StageRecord> stages;
+  std::vector<CallRecord> calls;  // the image program's and the first decode step's
+  Answer device, chain;
+  std::optional<Answer> reference_w4a16, reference_fp32;
+  std::vector<std::string> failures;  // every gate failure, "step N: ..."
+  bool ok = true;
+  double wall_setup = 0, wall_image = 0, wall_decode = 0;
+  std::string config_json;
+};
+
+// $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.
+std::string default_cache_dir();
+
+// The W4A16 bundle for a model spec: a .safetensors bundle as is; synthetic:NAME and
+// checkpoint directories are quantised once into the cache dir (keyed by the spec and,
+// for a directory, its path, file sizes and times) and reused afterwards.
+std::string resolve_bundle(const std::string& model_spec, const std::string& cache_dir,
+                           const std::function<void(const std::string&)>& log);
+
+DescribeResult describe(const DescribeOptions& opt);
+
+// The report of schema gpnpu-describe-report/1 (docs/report.md).
+std::string report_json(const DescribeOptions& opt, const DescribeResult& r);
+
+}  // namespace gpnpu::model

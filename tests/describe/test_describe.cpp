@@ -1,0 +1,157 @@
+// `gpnpu describe` end to end on the tiny model (issue 5): the host driver against the
+// committed PyTorch W4A16 goldens token for token, the per-step gates against the chain,
+// timing-only cycle counts equal to the functional run's, and every negative control
+// (zero, one-word, stale-cache) turning a gate to FAIL, through the library and the CLI.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+#include "model/driver_host.h"
+
+namespace gpnpu::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Bundles are made once into the build tree and shared by the test processes.
+std::string cache_dir() { return (fs::path(GPNPU_BINARY).parent_path() / "test-cache").string(); }
+
+// The golden's inputs (scripts/reference/README.md): the tiny checkpoint, seed 1, the
+// 320x224 photo and "Describe this image."; 20 tokens and 21 logits rows.
+DescribeOptions golden_options() {
+  DescribeOptions o;
+  o.model = "synthetic:tiny";
+  o.cache_dir = cache_dir();
+  o.image = std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_photo_256.png";
+  o.width = 320;
+  o.height = 224;
+  o.prompt = "Describe this image.";
+  o.tokens = 21;
+  o.golden = std::string(GPNPU_SOURCE_DIR) + "/tests/model/golden/reference_tiny_seed1.h5";
+  return o;
+}
+
+TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
+  DescribeOptions o = golden_options();
+  DescribeResult r = describe(o);
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  ASSERT_TRUE(r.ok);
+  ASSERT_TRUE(r.reference_w4a16.has_value());
+  // Token for token with the independent PyTorch W4A16 model (its 20 tokens; its 21st
+  // logits row gates the device's 21st token).
+  ASSERT_EQ(r.reference_w4a16->ids.size(), 20u);
+  EXPECT_EQ(std::vector<int>(r.device.ids.begin(), r.device.ids.begin() + 20), r.reference_w4a16->ids);
+  EXPECT_EQ(r.device.ids, r.chain.ids);
+  ASSERT_EQ(r.steps.size(), 21u);
+  double worst = 1;
+  for (const StepRecord& s : r.steps) {
+    EXPECT_TRUE(s.ok) << "step " << s.step;
+    EXPECT_EQ(s.cache_slots, s.cache_expected) << "step " << s.step;
+    worst = std::min(worst, *s.cosine);
+  }
+  EXPECT_GE(worst, kLogitsGate);
+  std::printf("tiny describe: %zu tokens, min logits cosine vs chain %.7f, image %llu cycles, decode step 0 %llu cycles\n",
+              r.steps.size(), worst, (unsigned long long)r.steps[0].cycles, (unsigned long long)r.steps[1].cycles);
+
+  // The same run timing-only: the same cycles at every step, and no gates.
+  o.timing_only = true;
+  o.golden.clear();
+  DescribeResult t = describe(o);
+  ASSERT_EQ(t.steps.size(), r.steps.size());
+  for (size_t k = 0; k < r.steps.size(); ++k) EXPECT_EQ(t.steps[k].cycles, r.steps[k].cycles) << "step " << k;
+  EXPECT_TRUE(t.device.ids.empty());
+  EXPECT_FALSE(t.steps[0].cosine.has_value());
+
+  // The report carries every part the page needs.
+  nlohmann::json j = nlohmann::json::parse(report_json(golden_options(), r));
+  EXPECT_EQ(j["schema"], "gpnpu-describe-report/1");
+  EXPECT_EQ(j["steps"].size(), 21u);
+  EXPECT_EQ(j["answers"]["device"]["ids"].size(), 21u);
+  EXPECT_TRUE(j["answers"].contains("reference_w4a16"));
+  EXPECT_EQ(j["worst_kernels"].size(), 10u);
+  EXPECT_FALSE(j["kernels"].empty());
+  EXPECT_TRUE(j["gates"]["ok"].get<bool>());
+}
+
+// Every negative control must fail a gate, at the step where it bites.
+DescribeResult control(NegativeControl c) {
+  DescribeOptions o = golden_options();
+  o.golden.clear();
+  o.tokens = 3;
+  o.negative = c;
+  return describe(o);
+}
+
+bool has_failure(const DescribeResult& r, const std::string& what) {
+  for (const std::string& f : r.failures)
+    if (f.find(what) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Describe, NegativeControlZeroFailsTheLogitsGate) {
+  DescribeResult r = control(NegativeControl::zero);
+  EXPECT_FALSE(r.ok);
+  EXPECT_FALSE(r.steps[0].ok);
+  EXPECT_TRUE(has_failure(r, "image program: logits cosine")) << (r.failures.empty() ? "" : r.failures[0]);
+}
+
+TEST(Describe, NegativeControlOneWordFailsTheCacheGate) {
+  DescribeResult r = control(NegativeControl::one_word);
+  EXPECT_FALSE(r.ok);
+  EXPECT_TRUE(has_failure(r, "image program: KV cache row cosine")) << (r.failures.empty() ? "" : r.failures[0]);
+}
+
+TEST(Describe, AStaleKvCacheFailsTheNextDecodeStep) {
+  DescribeResult r = control(NegativeControl::stale_cache);
+  EXPECT_FALSE(r.ok);
+  ASSERT_EQ(r.steps.size(), 3u);
+  EXPECT_TRUE(r.steps[0].ok);
+  EXPECT_TRUE(r.steps[1].ok);  // step 0 ran on the right cache
+  EXPECT_FALSE(r.steps[2].ok);  // step 1 got the stale one
+  EXPECT_TRUE(has_failure(r, "step 1: KV cache holds")) << (r.failures.empty() ? "" : r.failures[0]);
+}
+
+// The CLI: exit status 0 with every step OK, 2 with a negative control; the report JSON.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string cmd = std::string(GPNPU_BINARY) + " describe --model synthetic:tiny --cache-dir " + cache_dir() + " " + args +
+                    " 2>&1";
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+  int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(Describe, CliPrintsTheStepsAndExitsNonZeroWhenAGateFails) {
+  const fs::path rep = fs::temp_directory_path() / ("gpnpu_describe_" + std::to_string(::getpid()) + ".json");
+  auto [rc, out] = run_cli("--tokens 2 --report-json " + rep.string());
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("image   pos"), std::string::npos) << out;
+  EXPECT_NE(out.find("step  0 pos"), std::string::npos) << out;
+  EXPECT_NE(out.find("OK"), std::string::npos) << out;
+  EXPECT_NE(out.find("DDR roofline"), std::string::npos) << out;
+  ASSERT_TRUE(fs::exists(rep));
+  std::FILE* f = std::fopen(rep.c_str(), "r");
+  nlohmann::json j = nlohmann::json::parse(f);
+  std::fclose(f);
+  fs::remove(rep);
+  EXPECT_EQ(j["steps"].size(), 2u);
+  EXPECT_TRUE(j["gates"]["ok"].get<bool>());
+
+  auto [rc2, out2] = run_cli("--tokens 2 --negative-control zero");
+  EXPECT_EQ(rc2, 2) << out2;
+  EXPECT_NE(out2.find("FAIL"), std::string::npos) << out2;
+
+  auto [rc3, out3] = run_cli("--tokens 2 --negative-control sideways");
+  EXPECT_EQ(rc3, 1) << out3;
+  EXPECT_NE(out3.find("unknown control (use zero, one-word or stale-cache)"), std::string::npos) << out3;
+}
+
+}  // namespace
+}  // namespace gpnpu::model

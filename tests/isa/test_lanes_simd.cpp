@@ -1,0 +1,57 @@
+// The vectorised lane loops (isa/lanes_simd.h) give exactly the scalar definitions'
+// bits: random fp16 operands (normal, subnormal, inf, zero of both signs) for vmac.f16,
+// every code, selector and a spread of scales (tiny, huge, zero, negative) for vdq4.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <random>
+#include <vector>
+
+#include "isa/fp16.h"
+#include "isa/lanes_simd.h"
+
+namespace gpnpu::isa::lanes {
+namespace {
+
+TEST(LanesSimd, MacF16MatchesTheScalarDefinitionBitForBit) {
+  if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar body runs";
+  std::mt19937 rng(7);
+  const size_t n = 16 * 1024 + 5;  // a tail that is not a multiple of 16
+  std::vector<uint32_t> b(n), c(n), a(n);
+  for (size_t k = 0; k < n; ++k) {
+    b[k] = rng() & 0xffff;
+    c[k] = rng();  // the high halves must be ignored
+    if ((b[k] & 0x7c00) == 0x7c00) b[k] &= 0xfbff;  // keep NaN out of the sums (inf stays: 0x7c00 is masked to 0x7800)
+    if ((c[k] & 0x7c00) == 0x7c00) c[k] &= 0xfffffbff;
+    a[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -20));
+  }
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<uint32_t> x = a, y = a;
+    mac_f16(x.data(), b.data(), c.data(), n);
+    mac_f16_scalar(y.data(), b.data(), c.data(), n);
+    ASSERT_EQ(x, y) << "rep " << rep;
+    a = x;
+  }
+}
+
+TEST(LanesSimd, Dequant4MatchesTheScalarDefinitionBitForBit) {
+  if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar body runs";
+  std::mt19937 rng(11);
+  const float scales[] = {0.0f, 1.0f, -0.5f, 3e-8f, 6e-5f, 1.5e-3f, 700.0f, 5000.0f, 65504.0f};
+  for (int t = 0; t < 2000; ++t) {
+    uint32_t codes[16];
+    for (uint32_t& w : codes) w = rng();
+    float scale = t < 9 ? scales[t] : std::ldexp(float(rng() % 2048) / 1024.0f, int(rng() % 40) - 30);
+    float zero = float(rng() % 16);
+    for (uint32_t sel = 0; sel < 8; ++sel)
+      for (bool f16 : {false, true}) {
+        uint32_t x[16], y[16];
+        dequant4(x, codes, scale, zero, sel, f16);
+        dequant4_scalar(y, codes, scale, zero, sel, f16);
+        for (int l = 0; l < 16; ++l) ASSERT_EQ(x[l], y[l]) << "scale " << scale << " sel " << sel << " lane " << l;
+      }
+  }
+}
+
+}  // namespace
+}  // namespace gpnpu::isa::lanes
