@@ -188,7 +188,7 @@ def stage_chart(plt, rep):
         ax.barh(y - h, s["ddr_floor_cycles"], h, color="#eeeeee", hatch="..", edgecolor="#555555",
                 label="DDR floor" if i == 0 else None)
         floor = max(s["mac_floor_cycles"], s["ddr_floor_cycles"])
-        ratio = f", {s['cycles'] / floor:.3g}x floor" if floor > 0 else ""
+        ratio = f", {s['cycles'] / floor:.3f}x floor" if floor > 0 else ""
         ax.text(s["cycles"], y + h, f" {fmt_cycles(s['cycles'])} = {s['cycles'] / (clock * 1e6):.4g} ms{ratio}",
                 va="center", fontsize=8)
     ax.set_yticks([y for y, _ in names], [n for _, n in names])
@@ -218,6 +218,36 @@ def roofline_points(rep):
         x = k["macs"] / k["ddr_bytes"] if k["ddr_bytes"] > 0 else None
         pts.append((x, k["macs"] / k["cycles"], f"{k['program']}/{k['stage']}", k["int8"], k["stage"]))
     return pts, no_macs
+
+
+def roofline_groups(rep):
+    """The roofline's points gathered by (program, stage, kernel, int8): calls, cycles,
+    intensity and achieved rate of the group as a whole, the ceiling it can reach at that
+    intensity (min(DDR x intensity, MAC peak)) and its share of that ceiling. For a
+    DDR-bound group the share is its DDR bytes per cycle over the peak bandwidth."""
+    m = rep["machine"]
+    bw = m["ddr_bytes_per_cycle"]
+    groups = {}
+    for k in rep["kernels"]:
+        if k["macs"] <= 0 or k["cycles"] <= 0:
+            continue
+        g = groups.setdefault((k["program"], k["stage"], k["kernel"], k["int8"]),
+                              {"calls": 0, "cycles": 0, "macs": 0.0, "ddr_bytes": 0.0})
+        g["calls"] += 1
+        g["cycles"] += k["cycles"]
+        g["macs"] += k["macs"]
+        g["ddr_bytes"] += k["ddr_bytes"]
+    out = []
+    for (prog, stage, kernel, int8), g in groups.items():
+        peak = m["mac_per_cycle_int8"] if int8 else m["mac_per_cycle_f16"]
+        inten = g["macs"] / g["ddr_bytes"] if g["ddr_bytes"] > 0 else None
+        ceiling = peak if inten is None else min(bw * inten, peak)
+        rate = g["macs"] / g["cycles"]
+        out.append(dict(program=prog, stage=stage, kernel=kernel, int8=int8, calls=g["calls"], cycles=g["cycles"],
+                        intensity=inten, rate=rate, ceiling=ceiling,
+                        bound="MAC" if inten is None or bw * inten >= peak else "DDR", share=rate / ceiling))
+    out.sort(key=lambda g: -g["cycles"])
+    return out
 
 
 def roofline_chart(plt, rep):
@@ -252,9 +282,18 @@ def roofline_chart(plt, rep):
             sel = [(x, y) for x, y, e, q in g if e == at_edge and q == int8]
             if not sel:
                 continue
-            ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=14, marker=marker, color=col, alpha=0.65,
+            ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=22, marker=marker, color=col, alpha=0.6,
                        edgecolors="none", label=None if labelled else f"{group} ({len(g)} calls)")
             labelled = True
+    # Name the three groups with the most cycles where they sit, with their share of
+    # the ceiling they can reach (the table under the chart has every group).
+    # The labels stand in a column at the lower right, each with a line to its group's
+    # point (the group as a whole: total MACs over total bytes and over total cycles).
+    for i, g in enumerate([g for g in roofline_groups(rep) if g["intensity"] is not None][:3]):
+        ax.annotate(f"{g['program']}/{g['stage']} {g['kernel']} x{g['calls']}: {100 * g['share']:.1f}% of the "
+                    f"{g['bound']} ceiling", (g["intensity"], g["rate"]), xytext=(0.42, 0.30 - 0.065 * i),
+                    textcoords="axes fraction", fontsize=7, color="#222222",
+                    arrowprops=dict(arrowstyle="-", lw=0.6, color="#666666", shrinkA=0, shrinkB=3))
     n_edge = sum(1 for p in pts if p[0] is None)
     notes = []
     if n_edge:
@@ -308,7 +347,7 @@ def num(v, digits=4):
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, float):
-        if v != 0 and (abs(v) >= 1e7 or abs(v) < 1e-3):
+        if v != 0 and abs(v) < 1e-3:
             return f"{v:.{digits}g}"
         return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
     return e(v)
@@ -398,6 +437,10 @@ def kernel_table(rows, title):
     return f'<div><h3>{e(title)}</h3><table class="kernels">{head}{"".join(body)}</table></div>'
 
 
+def tok(v):
+    return "—" if v is None else e(v)  # a token id, without thousands separators
+
+
 def steps_html(rep):
     head = ("<tr><th>step</th><th>pos</th><th>device token</th><th>chain token</th><th>logits cosine</th>"
             "<th>top-2 margin</th><th>cache slots</th><th>slot cosine</th><th>gate</th><th>cycles</th><th>wall s</th></tr>")
@@ -410,7 +453,7 @@ def steps_html(rep):
         cos = s.get("cosine")
         slot_cos = "—" if s.get("slot_cosine") is None else f"{s['slot_cosine']:.6f}"
         rows.append(f'<tr class="{"ok" if s["ok"] else "fail"}"><td>{label}</td><td>{num(s.get("pos"))}</td>'
-                    f'<td>{num(s.get("device_token"))}</td><td>{num(s.get("chain_token"))}</td>'
+                    f'<td>{tok(s.get("device_token"))}</td><td>{tok(s.get("chain_token"))}</td>'
                     f'<td>{"—" if cos is None else f"{cos:.6f}"}</td><td>{num(s.get("margin"))}</td>'
                     f'<td>{slot_txt}</td><td>{slot_cos}</td>'
                     f'<td class="gate">{"OK" if s["ok"] else "FAIL"}</td><td>{num(s.get("cycles"))}</td>'
@@ -452,6 +495,22 @@ def config_html(rep):
             f'<div><h3>config</h3>{table(rep["config"])}</div></div></details>')
 
 
+def groups_html(rep):
+    head = ('<tr><th class="l">program</th><th class="l">stage</th><th class="l">kernel</th><th>calls</th><th>cycles</th>'
+            '<th>MAC per DDR byte</th><th>achieved MAC/cycle</th><th>ceiling there</th><th>bound</th>'
+            '<th>share of the ceiling</th></tr>')
+    rows = []
+    for g in roofline_groups(rep):
+        inten = "no DDR bytes" if g["intensity"] is None else f"{g['intensity']:.4g}"
+        rows.append(f'<tr><td class="l">{e(g["program"])}</td><td class="l">{e(g["stage"])}</td>'
+                    f'<td class="l">{e(g["kernel"])}{" (int8)" if g["int8"] else ""}</td><td>{g["calls"]:,}</td>'
+                    f'<td>{num(int(g["cycles"]))}</td><td>{inten}</td><td>{g["rate"]:.4g}</td>'
+                    f'<td>{g["ceiling"]:.4g}</td><td>{g["bound"]}</td><td>{100 * g["share"]:.1f} %</td></tr>')
+    return (f'<details class="groups" open><summary>The roofline\'s points by kernel (each group as a whole; '
+            f'the ceiling is min(DDR bytes/cycle x intensity, MAC peak))</summary>'
+            f'<table class="groups">{head}{"".join(rows)}</table></details>')
+
+
 def chart_html(name, png, caption):
     return (f'<figure class="chart" data-chart="{name}"><img class="chart-img" alt="{name} chart" '
             f'src="data:image/png;base64,{base64.b64encode(png).decode()}"><figcaption>{caption}</figcaption></figure>')
@@ -488,6 +547,7 @@ def page(rep, charts):
 {chart_html("stages", charts["stages"], "Cycles per stage (decode: the sum over all decode steps) beside the stage's MAC floor (its MACs at the peak rate) and DDR floor (its DDR bytes at the peak bandwidth).")}
 {chart_html("roofline", charts["roofline"], roofline_caption(rep))}
 </div>
+{groups_html(rep)}
 <h2>Kernels against their floors</h2>
 <div class="tables">{worst}{top}</div>
 <h2>Gates per step</h2>
