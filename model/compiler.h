@@ -86,12 +86,17 @@ struct CompiledProgram {
   isa::Program program;
   std::vector<KernelCall> calls;
   uint32_t logits_ocm = 0;  // where the program leaves its logits (vocab fp16)
+  std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
 };
 
 struct CompileOptions {
   uint32_t max_seq = 4096;      // KV-cache slots per layer
   bool image = true;            // lay out the tower and the prefill weights too
   uint32_t max_patches = 1024;  // largest image (patches) the DDR input areas take
+  // Test knobs of the image program (0: the OCM rule of compiler_image.cpp decides).
+  // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
+  // image_tile_rows rows per tile and image_attn_groups kv heads per attention call.
+  uint32_t image_tile_rows = 0, image_attn_groups = 0;
 };
 
 class Compiler {
@@ -121,6 +126,8 @@ class Compiler {
   void plan_image_ddr();
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
+  // The image program with activations streamed from DDR in row tiles (small OCM).
+  CompiledProgram image_streamed(const ImageShape& shape) const;
 
   ModelConfig model_;
   sim::Config cfg_;

@@ -24,7 +24,10 @@ inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 // buffer because kernels may read up to 62 bytes past the end of a row.
 class OcmAlloc {
  public:
-  explicit OcmAlloc(uint64_t size) : size_(size) {}
+  explicit OcmAlloc(uint64_t size, uint64_t start = 0) : size_(size), next_(start) {}
+  // The bytes take() uses for a buffer (with its slack and alignment).
+  static uint64_t footprint(uint64_t bytes) { return align_up(bytes + 64, 64); }
+  uint64_t next() const { return next_; }
   uint32_t take(uint64_t bytes, const char* what) {
     uint64_t off = next_;
     next_ = align_up(off + bytes + 64, 64);
@@ -44,7 +47,7 @@ class OcmAlloc {
   }
 
  private:
-  uint64_t size_, next_ = 0;
+  uint64_t size_, next_;
 };
 
 inline std::string layer_name(int i, const char* what) { return fmt::format("L{}.{}", i, what); }
@@ -101,17 +104,19 @@ class Emitter {
     calls_.push_back({mark, kernel, cost, false});
   }
 
-  // A 2-D DMA copy between bus addresses, waited for: rows x row_bytes.
+  // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:
+  // planes x rows x row_bytes.
   void copy(const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows = 1,
-            uint32_t src_stride = 0, uint32_t dst_stride = 0) {
+            uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1, uint32_t src_plane_stride = 0,
+            uint32_t dst_plane_stride = 0) {
     kernels::KernelCost c;
-    uint64_t bytes = uint64_t(row_bytes) * rows;
+    uint64_t bytes = uint64_t(row_bytes) * rows * planes;
     bool src_ddr = src < sim::kOcmRegion.base, dst_ddr = dst < sim::kOcmRegion.base;
     c.ddr_bytes = (src_ddr ? bytes : 0) + (dst_ddr ? bytes : 0);
     call(mark, "copy", c, [&] {
       using namespace kernels;
       b_.descriptor(kSmemCopy, src, dst, row_bytes, rows, src_stride ? src_stride : row_bytes,
-                    dst_stride ? dst_stride : row_bytes);
+                    dst_stride ? dst_stride : row_bytes, planes, src_plane_stride, dst_plane_stride);
       b_.li(X{1}, kSmemCopy);
       b_.op("dma.start", {Chan{0}, X{1}});
       b_.op("dma.wait", {Chan{0}});

@@ -18,6 +18,9 @@
 // fc1 output reuses the qkv space); the prefill MLP runs in column chunks of the
 // gate|up projection (kGateUpChunk columns of each), each followed by its SiLU gate.
 #include <cmath>
+#include <functional>
+#include <optional>
+#include <tuple>
 
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
@@ -110,6 +113,12 @@ void Compiler::plan_image_ddr() {
   ddr_.add("in.trope", 2ull * opt_.max_seq * d.hd * 4, "input");
   ddr_.add("const.vpos", uint64_t(P) * d.Dv * 2, "const");
   ddr_.add("const.vrope", 2ull * P * d.hdv * 4, "const");
+  // The streamed plan's activations (image_streamed): residual streams and q|k|v / q
+  // rows (the attention output overwrites the q columns).
+  ddr_.add("act.vh", uint64_t(P) * d.Dv * 2, "act");
+  ddr_.add("act.vqkv", uint64_t(P) * 3 * d.Dv * 2, "act");
+  ddr_.add("act.h", uint64_t(opt_.max_seq) * d.H * 2, "act");
+  ddr_.add("act.q", uint64_t(opt_.max_seq) * d.nq * d.hd * 2, "act");
   iio_.patches_ddr = ddr_.bus("in.patches");
   iio_.trope_ddr = ddr_.bus("in.trope");
 }
@@ -186,6 +195,246 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
   ddr.write(off + uint64_t(opt_.max_patches) * d.hdv * 4, sin_t.data(), sin_t.size() * 4);
 }
 
+namespace {
+
+// The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
+// norm scratch), shared by both plans. GEMM calls chain their weight prefetch
+// (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
+// a first emission records the GEMMs in program order (record), the second chains
+// each GEMM to the one after it (chain).
+struct ImageKernels {
+  using Gemm = std::tuple<std::string, uint32_t, uint32_t>;  // weight, n, k
+
+  kernels::Builder& b;
+  detail::Emitter em;
+  const sim::Config& cfg;
+  const DdrLayout& ddr;
+  uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
+  std::vector<Gemm>* record = nullptr;
+  const std::vector<Gemm>* chain = nullptr;
+  size_t chain_i = 0;
+  std::string prefetched_w, next_w;
+  GemmArgs next_g;
+  static constexpr uint32_t kSmem = detail::Emitter::kSmem;
+
+  ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const DdrLayout& d)
+      : b(bb), em(bb, c, calls), cfg(c), ddr(d) {}
+
+  GemmArgs base_args(const std::string& w, uint32_t n, uint32_t k) const {
+    GemmArgs g;
+    g.n = n;
+    g.k = k;
+    g.w_ddr = ddr.bus(w);
+    g.scratch_ocm = GEMM;
+    g.scratch_bytes = rGEMM;
+    g.smem = kSmem;
+    return g;
+  }
+  // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
+  // of w's first tile-0 units in its last tile (GemmArgs::next; the kernels between the
+  // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
+  void prefetch(const std::string& w, uint32_t n, uint32_t k) {
+    next_g = base_args(w, n, k);
+    next_w = w;
+  }
+  void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
+            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
+    GemmArgs g = base_args(w, n, k);
+    if (record) {
+      record->emplace_back(w, n, k);
+    } else if (chain) {
+      if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != w)
+        fail("compiler: internal: the GEMM chain does not match the program at '{}'", mark);
+      g.prefetched = chain_i > 0;
+      if (++chain_i < chain->size()) {
+        const Gemm& nx = (*chain)[chain_i];
+        next_g = base_args(std::get<0>(nx), std::get<1>(nx), std::get<2>(nx));
+        g.next = &next_g;
+      }
+    } else {
+      if (!prefetched_w.empty() && prefetched_w != w)
+        fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, w);
+      g.prefetched = prefetched_w == w;
+      prefetched_w = next_w;
+      g.next = next_w.empty() ? nullptr : &next_g;
+      next_w.clear();
+    }
+    g.m = m;
+    g.x_ocm = x;
+    g.x_stride = x_stride;
+    g.y_ocm = y;
+    g.y_stride = y_stride;
+    g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
+    g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
+    em.call(mark, "gemm", cost_gemm(cfg, g), [&] { emit_gemm_w4(b, cfg, g); });
+  }
+  void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
+            uint32_t bias, float eps) {
+    NormArgs n;
+    n.kind = kind;
+    n.rows = rows;
+    n.dim = dim;
+    n.x_ocm = x;
+    n.y_ocm = y;
+    n.w_ocm = w;
+    n.b_ocm = bias;
+    n.eps = eps;
+    n.scratch_ocm = NSCR;
+    n.scratch_bytes = norm_scratch_bytes(cfg);
+    em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
+  }
+  void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t w,
+                 float eps) {
+    HeadNormArgs n;
+    n.rows = rows;
+    n.heads = heads;
+    n.head_dim = hd;
+    n.x_ocm = n.y_ocm = x;
+    n.w_ocm = w;
+    n.eps = eps;
+    em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
+  }
+  void ew(const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
+          uint32_t ys, uint32_t o, uint32_t os) {
+    EwArgs e;
+    e.op = op;
+    e.rows = rows;
+    e.cols = cols;
+    e.a_ocm = x;
+    e.a_stride = xs;
+    e.b_ocm = y;
+    e.b_stride = ys;
+    e.out_ocm = o;
+    e.out_stride = os;
+    em.call(mark, "elementwise", cost_elementwise(cfg, e), [&] { emit_elementwise(b, cfg, e); });
+  }
+  // In place on rows x heads x hd at x (row stride bytes); fp32 tables [rows][hd].
+  void rope(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride,
+            uint32_t cos, uint32_t sin) {
+    RopeArgs r;
+    r.rows = rows;
+    r.heads = heads;
+    r.head_dim = hd;
+    r.x_ocm = r.out_ocm = x;
+    r.x_row_stride = r.out_row_stride = stride;
+    r.cos_ocm = cos;
+    r.sin_ocm = sin;
+    r.tab_row_stride = hd * 4;
+    r.tab_f32 = true;
+    em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
+  }
+  void attention(const std::string& mark, uint32_t qh, uint32_t kvh, uint32_t hd, uint32_t seq, bool causal,
+                 uint32_t q, uint32_t q_rs, uint32_t q_hs, uint32_t k, uint32_t v, uint32_t kv_rs, uint32_t o,
+                 uint32_t o_rs, uint32_t o_hs, uint32_t scratch, uint64_t scratch_bytes, uint32_t max_groups = 0) {
+    OcmAttnArgs at;
+    at.q_heads = qh;
+    at.kv_heads = kvh;
+    at.head_dim = hd;
+    at.seq = seq;
+    at.causal = causal;
+    at.scale = 1.0f / std::sqrt(float(hd));
+    at.q_ocm = q;
+    at.q_row_stride = q_rs;
+    at.q_head_stride = q_hs;
+    at.k_ocm = k;
+    at.v_ocm = v;
+    at.kv_row_stride = kv_rs;
+    at.out_ocm = o;
+    at.out_row_stride = o_rs;
+    at.out_head_stride = o_hs;
+    at.scratch_ocm = scratch;
+    at.scratch_bytes = uint32_t(scratch_bytes);
+    at.smem = kSmem;
+    at.max_groups = max_groups;
+    em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
+  }
+  void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,
+                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem) {
+    KvWriteArgs kv;
+    kv.kv_heads = kvh;
+    kv.head_dim = hd;
+    kv.rows = rows;
+    kv.k_ocm = k;
+    kv.v_ocm = v;
+    kv.row_stride = stride;
+    kv.k_cache_ddr = kcache;
+    kv.v_cache_ddr = vcache;
+    kv.max_seq = max_seq;
+    kv.pos_smem = pos_smem;
+    kv.smem = kSmem;
+    em.call(mark, "kv_write", cost_kv_write(cfg, kv), [&] { emit_kv_write(b, cfg, kv); });
+  }
+  void embed(const std::string& mark, uint32_t vocab, uint32_t dim, uint32_t rows, uint32_t ids_smem, uint32_t out,
+             uint32_t scratch) {
+    EmbedArgs e;
+    e.vocab = vocab;
+    e.dim = dim;
+    e.table_ddr = ddr.bus("embed");
+    e.rows = rows;
+    e.ids_smem = ids_smem;
+    e.out_ocm = out;
+    e.scratch_ocm = scratch;
+    e.smem = kSmem;
+    em.call(mark, "embed", cost_embed(cfg, e), [&] { emit_embed(b, cfg, e); });
+  }
+  void lm_head(const std::string& mark, uint32_t vocab, uint32_t dim, uint32_t x, uint32_t y, uint32_t scratch,
+               uint64_t scratch_bytes) {
+    GemvArgs g;
+    g.n = vocab;
+    g.k = dim;
+    g.w_ddr = ddr.bus("embed");
+    g.x_ocm = x;
+    g.y_ocm = y;
+    g.scratch_ocm = scratch;
+    g.scratch_bytes = uint32_t(std::min<uint64_t>(scratch_bytes, 0xffffffffu));
+    g.smem = kSmem;
+    em.call(mark, "gemv", cost_gemv(cfg, g), [&] { emit_gemv_w4(b, cfg, g); });
+  }
+};
+
+uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
+
+// Bytes a list of buffers takes from an OcmAlloc (slack and alignment included).
+uint64_t footprint(std::initializer_list<uint64_t> sizes) {
+  uint64_t t = 0;
+  for (uint64_t s : sizes) t += detail::OcmAlloc::footprint(s);
+  return t;
+}
+
+// [r0, r0 + rows) tiles of `total` rows, `per` rows each (the last one shorter).
+std::vector<std::pair<uint32_t, uint32_t>> tiles_of(uint32_t total, uint32_t per) {
+  std::vector<std::pair<uint32_t, uint32_t>> t;
+  for (uint32_t r0 = 0; r0 < total; r0 += per) t.push_back({r0, std::min(per, total - r0)});
+  return t;
+}
+
+// Rows per tile: the fewest tiles whose rows (ceil(total / tiles), rounded up to a
+// multiple of 4, the GEMM's row-group granule) fit; 0 when even 4 rows do not fit.
+uint32_t rows_per_tile(uint32_t total, uint32_t cap, const std::function<bool(uint32_t)>& fits) {
+  uint32_t last = 0;
+  for (uint32_t t = 1; t <= total; ++t) {
+    uint32_t r = std::min(total, (total + t - 1) / t);
+    if (r < total) r = std::min(total, (r + 3) / 4 * 4);
+    if (cap) r = std::min(r, cap);
+    if (r == last) continue;
+    last = r;
+    if (fits(r)) return r;
+    if (r <= 4) break;
+  }
+  return 0;
+}
+
+// kv heads per attention call: 4 (the kernel's most per pass), 2 or 1, the most that fit.
+uint32_t groups_per_call(uint32_t kv_heads, uint32_t cap, const std::function<bool(uint32_t)>& fits) {
+  for (uint32_t g : {4u, 2u, 1u}) {
+    const uint32_t gg = std::min({g, kv_heads, cap ? cap : g});
+    if (fits(gg)) return gg;
+  }
+  return 0;
+}
+
+}  // namespace
+
 CompiledProgram Compiler::image_program(const ImageShape& s) const {
   if (!opt_.image) fail("compiler: built without the image path (CompileOptions::image = false)");
   const Dims d(model_);
@@ -201,150 +450,111 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
          iio_.ids_smem + uint64_t(S) * 4);
   if (s.image_start < 0 || uint32_t(s.image_start) + Nt > S)
     fail("compiler: {} image tokens from row {} do not fit a prompt of {} tokens", Nt, s.image_start, S);
-  const uint32_t cw = gate_up_chunk(d.I);
-  const uint32_t rcv = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));  // tower MLP rows per chunk
+  const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
+  const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
+
+  // ---- The OCM rule ----
+  // 1. Resident plan (every activation in OCM, regions below) when its regions fit
+  //    ocm_bytes, spending spare OCM in this order of preference:
+  //      tower MLP rows per chunk rcv = N (one fc1/fc2 pass per block) if BIG can
+  //      grow to N x Iv, else rcv = 3 Dv N / Iv (the fc1 output reuses the qkv space);
+  //      prefill gate|up GEMM calls of J packed chunks of kGateUpChunk columns each,
+  //      J the largest power of two dividing I / cw (and whose packings are
+  //      contiguous in DDR) for which TMP can hold [S][2 cw J].
+  //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 192, J = 1; 8 MiB: rcv = 256, J = 4.
+  // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
+  uint64_t rGEMM = 0;
+  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                      {d.H, d.I}})
+    rGEMM = std::max<uint64_t>(rGEMM, gemm_scratch_bytes(cfg_, n, k));
+  // Largest J whose chunk packings are contiguous (no padding between them).
+  uint32_t jmax = 1;
+  for (uint32_t j = 2; j <= nchunks; j *= 2) {
+    if (nchunks % j) break;
+    bool contiguous = true;
+    for (int i = 0; i < tc.num_hidden_layers && contiguous; ++i)
+      for (uint32_t c = 0; c + 1 < nchunks; ++c) {
+        const DdrTensor& t0 = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c).c_str()));
+        if (ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str())).offset != t0.offset + t0.bytes) {
+          contiguous = false;
+          break;
+        }
+      }
+    if (!contiguous) break;
+    jmax = j;
+  }
+  struct Resident {
+    uint32_t rcv = 0, J = 1;
+    uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
+    uint64_t need() const {
+      return footprint({rH, rXN, rBIG, rTMP, rROPE, rVEC});
+    }
+  };
+  auto resident_plan = [&](uint32_t rcv, uint32_t J) {
+    Resident r;
+    r.rcv = rcv;
+    r.J = J;
+    r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
+    r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
+    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, uint64_t(rcv) * d.Iv,
+                 uint64_t(S) * (d.qkv_n + d.nkv * d.hd), uint64_t(S) * d.I, uint64_t(S) * d.nq * d.hd, d.V}) * 2;
+    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * (d.nq + d.nkv) * d.hd,
+                          uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min);
+    r.rROPE = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
+    r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
+    return r;
+  };
+  const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM});
+  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
+  const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
+  std::optional<Resident> res;
+  if (!forced)
+    for (uint32_t rcv : {N, rcv_fit}) {
+      for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
+        Resident r = resident_plan(rcv, J);
+        if (r.need() + fixed <= cfg_.ocm_bytes) res = r;
+      }
+      if (res) break;
+    }
+  if (!res) return image_streamed(s);
+  const uint32_t rcv = res->rcv, J = res->J;
+  const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
+                 rVEC = res->rVEC;
 
   // ---- OCM regions (bytes) ----
-  auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
-  const uint64_t rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
-  const uint64_t rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
-  const uint64_t rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, uint64_t(rcv) * d.Iv,
-                            uint64_t(S) * (d.qkv_n + d.nkv * d.hd), uint64_t(S) * d.I, uint64_t(S) * d.nq * d.hd, d.V}) * 2;
-  const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
-  const uint64_t rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * (d.nq + d.nkv) * d.hd,
-                                     uint64_t(S) * 2 * cw, uint64_t(S) * d.H}) * 2, gemv_min);
-  const uint64_t rROPE = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
-  const uint64_t rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
-  uint64_t rGEMM = 0;
-  auto need_gemm = [&](uint32_t n, uint32_t k) { rGEMM = std::max<uint64_t>(rGEMM, gemm_scratch_bytes(cfg_, n, k)); };
-  need_gemm(d.Dv, d.pd);
-  need_gemm(3 * d.Dv, d.Dv);
-  need_gemm(d.Dv, d.Dv);
-  need_gemm(d.Iv, d.Dv);
-  need_gemm(d.Dv, d.Iv);
-  need_gemm(d.Md, d.Md);
-  need_gemm(d.H, d.Md);
-  need_gemm(d.qkv_n, d.H);
-  need_gemm(d.H, d.nq * d.hd);
-  need_gemm(2 * cw, d.H);
-  need_gemm(d.H, d.I);
   detail::OcmAlloc a(cfg_.ocm_bytes);
   const uint32_t H = a.take(rH, "residual stream"), XN = a.take(rXN, "normed rows"), BIG = a.take(rBIG, "qkv / MLP");
   const uint32_t TMP = a.take(rTMP, "temporaries"), ROPE = a.take(rROPE, "rotary tables"), VEC = a.take(rVEC, "vectors");
   const uint32_t NSCR = a.take(norm_scratch_bytes(cfg_), "norm scratch");
   const uint32_t ESCR = a.take(embed_scratch_bytes(d.H), "embed scratch");
   const uint32_t GEMM = a.take(rGEMM, "GEMM DMA buffers");
-  const uint32_t kSmem = detail::Emitter::kSmem;
 
   kernels::Builder b;
   CompiledProgram out;
-  detail::Emitter em(b, cfg_, out.calls);
-  auto ocm = [](uint32_t off) { return sim::ocm_addr(off); };
-
-  // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
-  // of w's first tile-0 units in its last tile (GemmArgs::next; the kernels between the
-  // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
-  std::string prefetched_w, next_w;
-  GemmArgs next_g;
-  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t k) {
-    next_g = GemmArgs{};
-    next_g.n = n;
-    next_g.k = k;
-    next_g.w_ddr = ddr_.bus(w);
-    next_g.scratch_ocm = GEMM;
-    next_g.scratch_bytes = uint32_t(rGEMM);
-    next_g.smem = kSmem;
-    next_w = w;
-  };
-  auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
+  ImageKernels k(b, out.calls, cfg_, ddr_);
+  k.GEMM = GEMM;
+  k.rGEMM = uint32_t(rGEMM);
+  k.NSCR = NSCR;
+  detail::Emitter& em = k.em;
+  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk) { k.prefetch(w, n, kk); };
+  auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t kk, uint32_t x,
                   uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
-    if (!prefetched_w.empty() && prefetched_w != w)
-      fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, w);
-    GemmArgs g;
-    g.prefetched = prefetched_w == w;
-    prefetched_w = next_w;
-    g.next = next_w.empty() ? nullptr : &next_g;
-    next_w.clear();
-    g.m = m;
-    g.n = n;
-    g.k = k;
-    g.w_ddr = ddr_.bus(w);
-    g.x_ocm = x;
-    g.x_stride = x_stride;
-    g.y_ocm = y;
-    g.y_stride = y_stride;
-    g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
-    g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
-    g.scratch_ocm = GEMM;
-    g.scratch_bytes = uint32_t(rGEMM);
-    g.smem = kSmem;
-    em.call(mark, "gemm", cost_gemm(cfg_, g), [&] { emit_gemm_w4(b, cfg_, g); });
+    k.gemm(mark, w, m, n, kk, x, x_stride, y, y_stride, bias);
   };
   auto norm = [&](const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y,
-                  uint32_t w, uint32_t bias, float eps) {
-    NormArgs n;
-    n.kind = kind;
-    n.rows = rows;
-    n.dim = dim;
-    n.x_ocm = x;
-    n.y_ocm = y;
-    n.w_ocm = w;
-    n.b_ocm = bias;
-    n.eps = eps;
-    n.scratch_ocm = NSCR;
-    n.scratch_bytes = norm_scratch_bytes(cfg_);
-    em.call(mark, "norm", cost_norm(cfg_, n), [&] { emit_norm(b, cfg_, n); });
-  };
+                  uint32_t w, uint32_t bias, float eps) { k.norm(mark, kind, rows, dim, x, y, w, bias, eps); };
   auto ew = [&](const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
-                uint32_t ys, uint32_t o, uint32_t os) {
-    EwArgs e;
-    e.op = op;
-    e.rows = rows;
-    e.cols = cols;
-    e.a_ocm = x;
-    e.a_stride = xs;
-    e.b_ocm = y;
-    e.b_stride = ys;
-    e.out_ocm = o;
-    e.out_stride = os;
-    em.call(mark, "elementwise", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
-  };
+                uint32_t ys, uint32_t o, uint32_t os) { k.ew(mark, op, rows, cols, x, xs, y, ys, o, os); };
   auto rope = [&](const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride) {
-    RopeArgs r;
-    r.rows = rows;
-    r.heads = heads;
-    r.head_dim = hd;
-    r.x_ocm = r.out_ocm = x;
-    r.x_row_stride = r.out_row_stride = stride;
-    r.cos_ocm = ROPE;
-    r.sin_ocm = ROPE + rows * hd * 4;
-    r.tab_row_stride = hd * 4;
-    r.tab_f32 = true;
-    em.call(mark, "rope", cost_rope(cfg_, r), [&] { emit_rope(b, cfg_, r); });
+    k.rope(mark, rows, heads, hd, x, stride, ROPE, ROPE + rows * hd * 4);
   };
   auto attention = [&](const std::string& mark, uint32_t qh, uint32_t kvh, uint32_t hd, uint32_t seq, bool causal,
-                       uint32_t q, uint32_t q_rs, uint32_t k, uint32_t v, uint32_t kv_rs, uint32_t o, uint32_t o_rs,
+                       uint32_t q, uint32_t q_rs, uint32_t kk, uint32_t v, uint32_t kv_rs, uint32_t o, uint32_t o_rs,
                        uint32_t scratch, uint64_t scratch_bytes) {
-    OcmAttnArgs at;
-    at.q_heads = qh;
-    at.kv_heads = kvh;
-    at.head_dim = hd;
-    at.seq = seq;
-    at.causal = causal;
-    at.scale = 1.0f / std::sqrt(float(hd));
-    at.q_ocm = q;
-    at.q_row_stride = q_rs;
-    at.q_head_stride = hd * 2;
-    at.k_ocm = k;
-    at.v_ocm = v;
-    at.kv_row_stride = kv_rs;
-    at.out_ocm = o;
-    at.out_row_stride = o_rs;
-    at.out_head_stride = hd * 2;
-    at.scratch_ocm = scratch;
-    at.scratch_bytes = uint32_t(scratch_bytes);
-    at.smem = kSmem;
-    em.call(mark, "attention", cost_attention_ocm(cfg_, at), [&] { emit_attention_ocm(b, cfg_, at); });
+    k.attention(mark, qh, kvh, hd, seq, causal, q, q_rs, hd * 2, kk, v, kv_rs, o, o_rs, hd * 2, scratch,
+                scratch_bytes);
   };
   constexpr uint32_t kNone = UINT32_MAX;
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
@@ -438,16 +648,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, uint32_t(s.image_start)},
                           {uint32_t(s.image_start) + Nt, S - uint32_t(s.image_start) - Nt}}) {
     if (rows == 0) continue;
-    EmbedArgs e;
-    e.vocab = d.V;
-    e.dim = d.H;
-    e.table_ddr = ddr_.bus("embed");
-    e.rows = rows;
-    e.ids_smem = iio_.ids_smem + r0 * 4;
-    e.out_ocm = H + r0 * d.H * 2;
-    e.scratch_ocm = ESCR;
-    e.smem = kSmem;
-    em.call(r0 ? "embed.after_image" : "embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
+    k.embed(r0 ? "embed.after_image" : "embed", d.V, d.H, rows, iio_.ids_smem + r0 * 4, H + r0 * d.H * 2, ESCR);
   }
   em.copy("splice", ddr_.bus("act.img"), ocm(H + uint32_t(s.image_start) * d.H * 2), Nt * d.H * 2);
   em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
@@ -457,6 +658,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   // reuses the qkv rows, dead once split).
   const uint32_t Q = TMP, K = TMP + S * qd, Vv = BIG + S * d.qkv_n * 2;
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
+  // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
+  const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
@@ -468,50 +671,27 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     em.copy(L + ".split_q", ocm(BIG), ocm(Q), qd, S, d.qkv_n * 2, qd);
     em.copy(L + ".split_k", ocm(BIG + qd), ocm(K), kd, S, d.qkv_n * 2, kd);
     em.copy(L + ".split_v", ocm(BIG + qd + kd), ocm(Vv), kd, S, d.qkv_n * 2, kd);
-    {
-      HeadNormArgs qn;
-      qn.rows = S;
-      qn.heads = d.nq;
-      qn.head_dim = d.hd;
-      qn.x_ocm = qn.y_ocm = Q;
-      qn.w_ocm = w_q;
-      qn.eps = teps;
-      em.call(L + ".q_norm", "head_norm", cost_head_norm(cfg_, qn), [&] { emit_head_norm(b, cfg_, qn); });
-      HeadNormArgs kn = qn;
-      kn.heads = d.nkv;
-      kn.x_ocm = kn.y_ocm = K;
-      kn.w_ocm = w_k;
-      em.call(L + ".k_norm", "head_norm", cost_head_norm(cfg_, kn), [&] { emit_head_norm(b, cfg_, kn); });
-    }
+    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps);
+    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps);
     rope(L + ".q_rope", S, d.nq, d.hd, Q, qd);
     rope(L + ".k_rope", S, d.nkv, d.hd, K, kd);
-    {
-      KvWriteArgs kv;
-      kv.kv_heads = d.nkv;
-      kv.head_dim = d.hd;
-      kv.rows = S;
-      kv.k_ocm = K;
-      kv.v_ocm = Vv;
-      kv.row_stride = kd;
-      kv.k_cache_ddr = ddr_.bus(layer_name(i, "kcache"));
-      kv.v_cache_ddr = ddr_.bus(layer_name(i, "vcache"));
-      kv.max_seq = opt_.max_seq;
-      kv.pos_smem = iio_.slot0_smem;
-      kv.smem = kSmem;
-      em.call(L + ".kv_write", "kv_write", cost_kv_write(cfg_, kv), [&] { emit_kv_write(b, cfg_, kv); });
-    }
+    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, kd, ddr_.bus(layer_name(i, "kcache")),
+               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
     attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
-    prefetch(layer_name(i, "gu0.gemm"), 2 * cw, d.H);
+    prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
     gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
     ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
     norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
-    for (uint32_t c = 0; c < d.I / cw; ++c) {
+    for (uint32_t c = 0; c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
-      if (c + 1 < d.I / cw) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), 2 * cw, d.H);
+      if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I);
-      gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, 2 * cw, d.H, XN, d.H * 2, TMP,
-           2 * cw * 2, kNone);
-      ew(C + ".silu_mul", EwOp::silu_mul, S, cw, TMP, 2 * cw * 2, TMP + cw * 2, 2 * cw * 2, BIG + c * cw * 2, d.I * 2);
+      gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
+           gu_n * 2, kNone);
+      for (uint32_t cc = 0; cc < J; ++cc)
+        ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc), EwOp::silu_mul, S, cw,
+           TMP + cc * 2 * cw * 2, gu_n * 2, TMP + cc * 2 * cw * 2 + cw * 2, gu_n * 2, BIG + (c * J + cc) * cw * 2,
+           d.I * 2);
     }
     if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
     gemm(L + ".down", layer_name(i, "down.gemm"), S, d.H, d.I, BIG, d.I * 2, TMP, d.H * 2, kNone);
@@ -529,22 +709,370 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   b.op("mark.begin", {Name{"head"}});
   em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
   norm("final_norm", NormKind::rms, 1, d.H, H + (S - 1) * d.H * 2, XN, VEC, 0, teps);
-  {
-    GemvArgs g;
-    g.n = d.V;
-    g.k = d.H;
-    g.w_ddr = ddr_.bus("embed");
-    g.x_ocm = XN;
-    g.y_ocm = BIG;
-    g.scratch_ocm = TMP;
-    g.scratch_bytes = uint32_t(rTMP);
-    g.smem = kSmem;
-    em.call("lm_head", "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
-  }
+  k.lm_head("lm_head", d.V, d.H, XN, BIG, TMP, rTMP);
   b.op("mark.end", {Name{"head"}});
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
+  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}", rcv, J);
+  return out;
+}
+
+// ================= the streamed plan =================
+// When the resident regions do not fit (small OCM, large images or prompts), the
+// residual streams live in DDR (act.vh [N][Dv], act.h [S][H]) and every block or
+// layer runs in three phases:
+//   A  per row tile: load the rows (block/layer 0: patch embedding + position, or
+//      embedding + splice, stored), norm, qkv GEMM, rope; the tower stores q|k|v rows
+//      to act.vqkv, the prefill stores q to act.q and appends k, v to the KV cache;
+//   B  per group of kv heads: q (head-major, one 3-D DMA) and k, v of every row from
+//      DDR (the prefill reads k, v back from the KV cache), attention, the output
+//      written back over q (its columns are dead once loaded);
+//   C  per row tile: attention rows, o/proj GEMM, residual, norm, MLP (tower: fc1 on
+//      the tile; prefill: gate|up chunks and SiLU into [rows][I], down), residual,
+//      DeepStack rows, store.
+// The mergers run per tile of merged rows; the head normalises the last row.
+// Tiling rule (image_streamed_plan): fixed OCM (vectors, norm/embed scratch, GEMM DMA
+// buffers), the rest W shared phase by phase; rows per tile for the tower, the
+// mergers and the prefill: the fewest tiles whose phase buffers fit W (rows rounded
+// up to a multiple of 4); kv heads per attention call 4, 2 or 1, the most that fit.
+// Every tile re-streams the phase's weights from DDR, so fewer tiles is faster.
+namespace {
+struct Streamed {
+  uint32_t rv = 0, rm = 0, rp = 0, gv = 0, gp = 0;
+  uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
+  // Phase buffers (bytes), in allocation order.
+  std::function<std::vector<uint64_t>(uint32_t)> ta, tc, tb, mg, pa, pc, pb;
+  std::vector<uint64_t> hd;
+};
+uint64_t sum_fp(const std::vector<uint64_t>& v) {
+  uint64_t t = 0;
+  for (uint64_t s : v) t += detail::OcmAlloc::footprint(s);
+  return t;
+}
+}  // namespace
+
+CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
+  const Dims d(model_);
+  const VisionConfig& vc = model_.vision;
+  const TextConfig& tc = model_.text;
+  const uint32_t N = uint32_t(s.grid_h * s.grid_w), S = uint32_t(s.seq_len), Nt = N / 4;
+  const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
+  const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
+  const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
+  const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  using V64 = std::vector<uint64_t>;
+
+  Streamed p;
+  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                      {d.H, d.I}})
+    p.rGEMM = std::max<uint64_t>(p.rGEMM, gemm_scratch_bytes(cfg_, n, k));
+  p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
+  p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM});
+  p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
+  // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32, patches [r][pd]
+  p.ta = [&](uint32_t r) -> V64 {
+    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.hdv * 4, uint64_t(r) * d.hdv * 4,
+            uint64_t(r) * d.pd * 2};
+  };
+  // tower B: q head-major [g][N][hdv], k, v [N][g hdv], out head-major
+  p.tb = [&](uint32_t g) -> V64 { const uint64_t x = uint64_t(g) * N * hdv2; return {x, x, x, x}; };
+  // tower C: attention rows / normed rows [r][Dv], proj/fc2 out [r][Dv], residual [r][Dv], fc1 [r][Iv]
+  p.tc = [&](uint32_t r) -> V64 {
+    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2};
+  };
+  // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
+  p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
+  // prefill A: rows / dense q [r][max(H, q)], qkv [r][qkv_n], dense k, v, cos, sin
+  p.pa = [&](uint32_t r) -> V64 {
+    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd,
+            uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4};
+  };
+  // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
+  p.pb = [&](uint32_t g) -> V64 {
+    const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * S * hd2;
+    return {x, y, y, x};
+  };
+  // prefill C: attention rows / normed rows, residual [r][H], o/gate-up/down out, MLP activation [r][I]
+  p.pc = [&](uint32_t r) -> V64 {
+    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.H * 2, uint64_t(r) * std::max(2 * cw, d.H) * 2,
+            uint64_t(r) * d.I * 2};
+  };
+  // head: the last row, logits, GEMV buffers (the rest)
+  p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
+  auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
+  const uint32_t cap = opt_.image_tile_rows, gcap = opt_.image_attn_groups;
+  p.rv = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)) && fits(p.tc(r)); });
+  p.rm = rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); });
+  p.rp = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)) && fits(p.pc(r)); });
+  p.gv = groups_per_call(d.hv, gcap, [&](uint32_t g) { return fits(p.tb(g)); });
+  p.gp = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pb(g)); });
+  if (!p.rv || !p.rm || !p.rp || !p.gv || !p.gp || !fits(p.hd)) {
+    const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
+    const uint64_t least = p.fixed + std::max({sum_fp(p.ta(r4)), sum_fp(p.tc(r4)), sum_fp(p.tb(1)), sum_fp(p.mg(m4)),
+                                               sum_fp(p.pa(p4)), sum_fp(p.pc(p4)), sum_fp(p.pb(1)), sum_fp(p.hd)});
+    fail("compiler: the image program ({}x{} patches, {} tokens) needs at least {} bytes of OCM with activations "
+         "streamed from DDR in tiles of 4 rows (whole-sequence attention of one kv head: {} bytes), ocm_bytes is {}; "
+         "raise ocm_bytes to {} or more",
+         s.grid_h, s.grid_w, S, least, p.fixed + std::max(sum_fp(p.tb(1)), sum_fp(p.pb(1))), cfg_.ocm_bytes, least);
+  }
+
+  // Fixed regions, then W from `base`, allocated phase by phase.
+  detail::OcmAlloc fa(cfg_.ocm_bytes);
+  const uint32_t VEC = fa.take(p.rVEC, "vectors"), NSCR = fa.take(norm_scratch_bytes(cfg_), "norm scratch");
+  const uint32_t ESCR = fa.take(embed_scratch_bytes(d.H), "embed scratch");
+  const uint32_t GEMM = fa.take(p.rGEMM, "GEMM DMA buffers");
+  const uint64_t base = fa.next();
+  auto phase = [&](const V64& sizes) {
+    detail::OcmAlloc w(cfg_.ocm_bytes, base);
+    std::vector<uint32_t> off;
+    for (uint64_t sz : sizes) off.push_back(w.take(sz, "streamed phase buffer"));
+    return off;
+  };
+
+  const uint32_t vh = ddr_.bus("act.vh"), vqkv = ddr_.bus("act.vqkv"), ah = ddr_.bus("act.h"),
+                 aq = ddr_.bus("act.q");
+  const uint32_t vrope = ddr_.bus("const.vrope"), vsin = vrope + opt_.max_patches * d.hdv * 4;
+  const uint32_t tcos = iio_.trope_ddr, tsin = iio_.trope_ddr + opt_.max_seq * d.hd * 4;
+  constexpr uint32_t kNone = UINT32_MAX;
+  const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
+  const uint32_t is = uint32_t(s.image_start);
+
+  std::vector<ImageKernels::Gemm> gemms;
+  auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
+    ImageKernels k(b, calls, cfg_, ddr_);
+    k.GEMM = GEMM;
+    k.rGEMM = uint32_t(p.rGEMM);
+    k.NSCR = NSCR;
+    if (record) k.record = &gemms;
+    else k.chain = &gemms;
+    detail::Emitter& em = k.em;
+    auto begin = [&](const std::string& n) { b.op("mark.begin", {Name{n}}); };
+    auto end = [&](const std::string& n) { b.op("mark.end", {Name{n}}); };
+
+    // ================= vision tower =================
+    begin("vision_tower");
+    const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
+    const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
+                   vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
+    auto merger = [&](int j) {
+      const std::string M = j < 0 ? "Mf" : fmt::format("M{}", j);
+      begin(M);
+      em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
+      const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
+      const std::vector<uint32_t> o = phase(p.mg(p.rm));
+      const uint32_t X = o[0], F1 = o[1], O = o[2];
+      const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
+      int t = 0;
+      for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
+        const std::string T = fmt::format("{}.t{}", M, t++);
+        em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
+        if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
+        else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
+        k.gemm(T + ".fc1", mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1, d.Md * 2, fc1b);
+        k.ew(T + ".gelu", EwOp::gelu_erf, rows, d.Md, F1, 0, F1, 0, F1, 0);
+        k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
+        em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
+      }
+      end(M);
+    };
+    for (int blk = 0; blk < vc.depth; ++blk) {
+      const std::string B = fmt::format("V{}", blk);
+      begin(B);
+      em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
+      if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
+      int t = 0;
+      {
+        const std::vector<uint32_t> o = phase(p.ta(p.rv));
+        const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
+        for (auto [r0, rows] : tiles_of(N, p.rv)) {
+          const std::string T = fmt::format("{}.t{}", B, t++);
+          if (blk == 0) {
+            em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
+            k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
+            em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
+            k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
+            em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+          } else {
+            em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), rows * d.Dv * 2);
+          }
+          k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
+          em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), rows * d.hdv * 4);
+          em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), rows * d.hdv * 4);
+          k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
+          k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
+          em.copy(T + ".store_qkv", ocm(QKV), vqkv + r0 * 3 * d.Dv * 2, rows * 3 * d.Dv * 2);
+        }
+      }
+      {
+        const std::vector<uint32_t> o = phase(p.tb(p.gv));
+        const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
+        for (uint32_t g0 = 0; g0 < d.hv; g0 += p.gv) {
+          const uint32_t ng = std::min(p.gv, d.hv - g0);
+          const std::string A = fmt::format("{}.g{}", B, g0 / p.gv);
+          em.copy(A + ".load_q", vqkv + g0 * hdv2, ocm(Q), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2, N * hdv2);
+          em.copy(A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(K), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
+          em.copy(A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(Vv), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
+          k.attention(A + ".attention", ng, ng, d.hdv, N, false, Q, hdv2, N * hdv2, K, Vv, ng * hdv2, O, hdv2,
+                      N * hdv2, 0, 0, ng);
+          em.copy(A + ".store", ocm(O), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2, hdv2);
+        }
+      }
+      {
+        const std::vector<uint32_t> o = phase(p.tc(p.rv));
+        const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
+        t = 0;
+        for (auto [r0, rows] : tiles_of(N, p.rv)) {
+          const std::string T = fmt::format("{}.t{}", B, t++);
+          em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
+          k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
+          em.copy(T + ".load_residual", vh + r0 * d.Dv * 2, ocm(Hb), rows * d.Dv * 2);
+          k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+          k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
+          k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
+          k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
+          k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
+          k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+          em.copy(T + ".store", ocm(Hb), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+        }
+      }
+      end(B);
+      const auto& taps = vc.deepstack_visual_indexes;
+      for (int j = 0; j < int(taps.size()); ++j)
+        if (taps[j] == blk) merger(j);
+    }
+    merger(-1);
+    end("vision_tower");
+
+    // ================= prefill =================
+    begin("prefill");
+    const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
+    // Rows [a, b) of the image inside the tile [r0, r0 + rows).
+    auto image_rows = [&](uint32_t r0, uint32_t rows) {
+      return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + Nt)};
+    };
+    for (int i = 0; i < tc.num_hidden_layers; ++i) {
+      const std::string L = fmt::format("P{}", i);
+      begin(L);
+      em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
+      const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
+      int t = 0;
+      {
+        const std::vector<uint32_t> o = phase(p.pa(p.rp));
+        const uint32_t X = o[0], QKV = o[1], Kd = o[2], Vd = o[3], RC = o[4], RS = o[5];
+        for (auto [r0, rows] : tiles_of(S, p.rp)) {
+          const std::string T = fmt::format("{}.t{}", L, t++);
+          if (i == 0) {
+            // Embeddings of the text rows, the image rows spliced in.
+            auto [a, e] = image_rows(r0, rows);
+            for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
+                                  {std::max(r0, is + Nt), r0 + rows}})
+              if (s1 > s0)
+                k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"), d.V, d.H, s1 - s0,
+                        iio_.ids_smem + s0 * 4, X + (s0 - r0) * d.H * 2, ESCR);
+            if (e > a)
+              em.copy(T + ".splice", ddr_.bus("act.img") + (a - is) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
+                      (e - a) * d.H * 2);
+            em.copy(T + ".store", ocm(X), ah + r0 * d.H * 2, rows * d.H * 2);
+          } else {
+            em.copy(T + ".load", ah + r0 * d.H * 2, ocm(X), rows * d.H * 2);
+          }
+          k.norm(T + ".input_norm", NormKind::rms, rows, d.H, X, X, w_in, 0, teps);
+          k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, d.qkv_n * 2, kNone);
+          // Dense q (over the dead input rows), k and v: the per-head norms want dense rows.
+          em.copy(T + ".split_q", ocm(QKV), ocm(X), qd, rows, d.qkv_n * 2, qd);
+          em.copy(T + ".split_k", ocm(QKV + qd), ocm(Kd), kd, rows, d.qkv_n * 2, kd);
+          em.copy(T + ".split_v", ocm(QKV + qd + kd), ocm(Vd), kd, rows, d.qkv_n * 2, kd);
+          k.head_norm(T + ".q_norm", rows, d.nq, d.hd, X, w_q, teps);
+          k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, Kd, w_k, teps);
+          em.copy(T + ".load_rope", tcos + r0 * d.hd * 4, ocm(RC), rows * d.hd * 4);
+          em.copy(T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(RS), rows * d.hd * 4);
+          k.rope(T + ".q_rope", rows, d.nq, d.hd, X, qd, RC, RS);
+          k.rope(T + ".k_rope", rows, d.nkv, d.hd, Kd, kd, RC, RS);
+          // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
+          k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, Kd, Vd, kd, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
+                     iio_.slot0_smem);
+          em.copy(T + ".store_q", ocm(X), aq + r0 * qd, rows * qd);
+        }
+      }
+      {
+        // Keys and values of every row from the cache (slot0 = 0: rows at slots [0, S)).
+        const std::vector<uint32_t> o = phase(p.pb(p.gp));
+        const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
+        for (uint32_t g0 = 0; g0 < d.nkv; g0 += p.gp) {
+          const uint32_t ng = std::min(p.gp, d.nkv - g0), nh = ng * G;
+          const std::string A = fmt::format("{}.g{}", L, g0 / p.gp);
+          em.copy(A + ".load_q", aq + g0 * G * hd2, ocm(Q), hd2, S, qd, hd2, nh, hd2, S * hd2);
+          em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(K), hd2, S, hd2, ng * hd2, ng,
+                  opt_.max_seq * hd2, hd2);
+          em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(Vv), hd2, S, hd2, ng * hd2, ng,
+                  opt_.max_seq * hd2, hd2);
+          k.attention(A + ".attention", nh, ng, d.hd, S, true, Q, hd2, S * hd2, K, Vv, ng * hd2, O, hd2, S * hd2, 0,
+                      0, ng);
+          em.copy(A + ".store", ocm(O), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
+        }
+      }
+      {
+        const std::vector<uint32_t> o = phase(p.pc(p.rp));
+        const uint32_t X = o[0], Hb = o[1], GT = o[2], ACT = o[3];
+        t = 0;
+        for (auto [r0, rows] : tiles_of(S, p.rp)) {
+          const std::string T = fmt::format("{}.t{}", L, t++);
+          em.copy(T + ".load_attn", aq + r0 * qd, ocm(X), rows * qd);
+          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
+          em.copy(T + ".load_residual", ah + r0 * d.H * 2, ocm(Hb), rows * d.H * 2);
+          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+          k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
+          for (uint32_t c = 0; c < nchunks; ++c) {
+            const std::string C = fmt::format("{}.mlp{}", T, c);
+            k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
+                   d.H * 2, GT, 2 * cw * 2, kNone);
+            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, GT, 2 * cw * 2, GT + cw * 2, 2 * cw * 2, ACT + c * cw * 2,
+                 d.I * 2);
+          }
+          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, d.I * 2, GT, d.H * 2, kNone);
+          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+          auto [a, e] = image_rows(r0, rows);
+          if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
+            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is) * d.H * 2, ocm(GT),
+                    (e - a) * d.H * 2);
+            const uint32_t at = Hb + (a - r0) * d.H * 2;
+            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, GT, 0, at, 0);
+          }
+          em.copy(T + ".store", ocm(Hb), ah + r0 * d.H * 2, rows * d.H * 2);
+        }
+      }
+      end(L);
+    }
+    end("prefill");
+
+    // ================= head (last row) =================
+    begin("head");
+    const std::vector<uint32_t> o = phase(p.hd);
+    const uint32_t X = o[0], LOG = o[1], SCR = o[2];
+    em.copy("head.load", ah + (S - 1) * d.H * 2, ocm(X), d.H * 2);
+    em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
+    k.norm("final_norm", NormKind::rms, 1, d.H, X, X, VEC, 0, teps);
+    k.lm_head("lm_head", d.V, d.H, X, LOG, SCR, cfg_.ocm_bytes - SCR);
+    end("head");
+    b.op("halt");
+    return LOG;
+  };
+  // First emission: the GEMM order (for the prefetch chain); second: the program.
+  {
+    kernels::Builder scratch;
+    std::vector<KernelCall> calls;
+    generate(scratch, calls, true);
+  }
+  kernels::Builder b;
+  CompiledProgram out;
+  out.logits_ocm = generate(b, out.calls, false);
+  out.program = b.finish();
+  out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; kv heads per attention call "
+                         "tower {}, prefill {}",
+                         p.rv, p.rm, p.rp, p.gv, p.gp);
   return out;
 }
 
