@@ -33,7 +33,35 @@ __attribute__((target("avx512f"))) void mac_f16_avx512(uint32_t* a, const uint32
   if (k < n) mac_f16_scalar(a + k, b + k, c + k, n - k);
 }
 
-__attribute__((target("avx512f"))) void dequant4_avx512(uint32_t* out, const uint32_t* codes, float scale, float zero,
+__attribute__((target("avx512f"))) void mla_f32_avx512(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m512 p = _mm512_mul_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(b + k)),
+                             _mm512_loadu_ps(reinterpret_cast<const float*>(c + k)));
+    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), _mm512_add_ps(_mm512_loadu_ps(reinterpret_cast<const float*>(a + k)), p));
+  }
+  if (k < n) mla_f32_scalar(a + k, b + k, c + k, n - k);
+}
+
+__attribute__((target("avx512f"))) void cvt_f32_f16_avx512(uint32_t* a, const uint32_t* b, size_t n) {
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(b + k))));
+  if (k < n) cvt_f32_f16_scalar(a + k, b + k, n - k);
+}
+
+__attribute__((target("avx512f"))) void pack_f16_avx512(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
+  __m512 l = _mm512_loadu_ps(reinterpret_cast<const float*>(lo)), h = _mm512_loadu_ps(reinterpret_cast<const float*>(hi));
+  if (_mm512_cmp_ps_mask(l, l, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q))
+    return pack_f16_scalar(out, lo, hi);  // NaN payloads: the definition's rule
+  // Lanes 0..7 pack lo[0..15] pairwise: the 16 halves of lo in order are exactly words 0..7.
+  __m256i lh = _mm512_cvtps_ph(l, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256i hh = _mm512_cvtps_ph(h, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lh);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), hh);
+}
+
+__attribute__((target("avx512f"))) inline void dequant4_avx512(uint32_t* out, const uint32_t* codes, float scale, float zero,
                                                          uint32_t sel, bool f16) {
   // Lane l reads word 2 * sel + l / 8 at nibble l % 8.
   const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -48,6 +76,14 @@ __attribute__((target("avx512f"))) void dequant4_avx512(uint32_t* out, const uin
     _mm512_storeu_si512(out, _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
   } else {
     _mm512_storeu_ps(reinterpret_cast<float*>(out), v);
+  }
+}
+__attribute__((target("avx512f"))) void dequant4_pes_avx512(uint32_t* out, const uint32_t* codes, const uint32_t* meta,
+                                                             uint32_t npe, const uint8_t* pred, uint32_t sel, bool f16) {
+  for (uint32_t e = 0; e < npe; ++e) {
+    if (pred && !pred[e]) continue;
+    const size_t k = size_t(e) * 16;
+    dequant4_avx512(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);
   }
 }
 #endif
@@ -71,12 +107,33 @@ void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n)
   }
 }
 
+void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c[k]);
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
+void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n) {
+  const float* t = f16_table();
+  for (size_t k = 0; k < n; ++k) a[k] = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
+}
+
+void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
+  uint32_t tmp[16];
+  for (int l = 0; l < 16; ++l) {
+    const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
+    tmp[l] = uint32_t(f32_to_f16(std::bit_cast<float>(src[0]))) | uint32_t(f32_to_f16(std::bit_cast<float>(src[1]))) << 16;
+  }
+  for (int l = 0; l < 16; ++l) out[l] = tmp[l];  // out may alias lo or hi
+}
+
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16) {
+  const uint32_t w[2] = {codes[2 * sel], codes[2 * sel + 1]};  // out may alias codes
   for (uint32_t l = 0; l < 16; ++l) {
-    uint32_t code = sel * 16 + l;
-    float q = float((codes[code / 8] >> (4 * (code % 8))) & 0xf);
-    float w = (q - zero) * scale;
-    out[l] = f16 ? uint32_t(f32_to_f16(w)) : std::bit_cast<uint32_t>(w);
+    float q = float((w[l / 8] >> (4 * (l % 8))) & 0xf);
+    float v = (q - zero) * scale;
+    out[l] = f16 ? uint32_t(f32_to_f16(v)) : std::bit_cast<uint32_t>(v);
   }
 }
 
@@ -87,11 +144,48 @@ void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   mac_f16_scalar(a, b, c, n);
 }
 
+void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx512()) return mla_f32_avx512(a, b, c, n);
+#endif
+  mla_f32_scalar(a, b, c, n);
+}
+
+void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx512()) return cvt_f32_f16_avx512(a, b, n);
+#endif
+  cvt_f32_f16_scalar(a, b, n);
+}
+
+void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
+#if defined(__x86_64__)
+  if (have_avx512()) return pack_f16_avx512(out, lo, hi);
+#endif
+  pack_f16_scalar(out, lo, hi);
+}
+
 void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16) {
 #if defined(__x86_64__)
   if (have_avx512()) return dequant4_avx512(out, codes, scale, zero, sel, f16);
 #endif
   dequant4_scalar(out, codes, scale, zero, sel, f16);
+}
+
+}  // namespace gpnpu::isa::lanes
+
+namespace gpnpu::isa::lanes {
+
+void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t npe, const uint8_t* pred,
+                  uint32_t sel, bool f16) {
+#if defined(__x86_64__)
+  if (have_avx512()) return dequant4_pes_avx512(out, codes, meta, npe, pred, sel, f16);
+#endif
+  for (uint32_t e = 0; e < npe; ++e) {
+    if (pred && !pred[e]) continue;
+    const size_t k = size_t(e) * 16;
+    dequant4_scalar(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);
+  }
 }
 
 }  // namespace gpnpu::isa::lanes

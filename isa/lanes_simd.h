@@ -13,11 +13,29 @@ namespace gpnpu::isa::lanes {
 // the product is exact in fp32, so fused and unfused evaluation agree).
 void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 
+// a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
+void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
+
+// a[k] = f16_to_f32(b[k] & 0xffff) (vcvt.f32.f16).
+void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n);
+
+// out[k] = f32_to_f16(lo/hi pairs) for vpack.f16 of one PE: lane l < 8 packs lo[2l],
+// lo[2l+1], lane l >= 8 packs hi[2(l-8)], hi[2(l-8)+1] (low half first).
+void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
+
 // One PE's 16 lanes of vdq4: out[l] = (code(sel * 16 + l) - zero) * scale, codes the
 // 128 nibbles of `codes` (8 per word, low nibble first); as fp16 bits when f16.
 void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 
+// vdq4 over PEs [0, npe) enabled by pred (nullptr: all): PE e's 16 lanes of out from
+// its codes (16 words at e * 16) and meta (lane 0 scale, lane 1 zero point, fp32).
+void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t npe, const uint8_t* pred,
+                  uint32_t sel, bool f16);
+
 // Scalar bodies (the definitions), also used when the CPU lacks AVX-512.
+void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
+void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
+void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();

@@ -56,16 +56,6 @@ inline uint32_t f32_to_i32_sat(float f) {
   return uint32_t(int32_t(r));
 }
 
-// fp16 -> fp32 through a 64 K-entry table: exact, and fast in the MAC loop.
-const float* f16_table() {
-  static const std::vector<float> t = [] {
-    std::vector<float> v(65536);
-    for (uint32_t h = 0; h < 65536; ++h) v[h] = f16_to_f32(uint16_t(h));
-    return v;
-  }();
-  return t.data();
-}
-
 }  // namespace
 
 SEM(vmov) { map1(s, i, [](uint32_t b) { return b; }); }
@@ -144,13 +134,10 @@ SEM(vunpack_f16) {
 }
 SEM(vpack_f16) {
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  per_pe(s, i, [&](uint32_t e, uint32_t* out) {
-    const uint32_t* lo = b + size_t(e) * kLanes;
-    const uint32_t* hi = c + size_t(e) * kLanes;
-    for (int l = 0; l < kLanes; ++l) {
-      const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
-      out[l] = uint32_t(f32_to_f16(as_f32(src[0]))) | uint32_t(f32_to_f16(as_f32(src[1]))) << 16;
-    }
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    const size_t k = size_t(e) * kLanes;
+    lanes::pack_f16(a + k, b + k, c + k);  // reads both sources before writing
   });
 }
 
@@ -160,16 +147,14 @@ SEM(vmul_f32) { mapf2(s, i, [](float b, float c) { return b * c; }); }
 SEM(vmla_f32) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  for_lanes(s, i, [&](size_t k) {
-    float prod = as_f32(b[k]) * as_f32(c[k]);
-    a[k] = as_u32(as_f32(a[k]) + prod);
-  });
+  for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::mla_f32(a + k, b + k, c + k, n); });
 }
 SEM(vmax_f32) { mapf2(s, i, [](float b, float c) { return std::fmax(b, c); }); }
 SEM(vmin_f32) { mapf2(s, i, [](float b, float c) { return std::fmin(b, c); }); }
 SEM(vcvt_f32_f16) {
-  const float* t = f16_table();
-  map1(s, i, [t](uint32_t b) { return as_u32(t[b & 0xffff]); });
+  uint32_t* a = s.vreg(i.a);
+  const uint32_t* b = s.vreg(i.b);
+  for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::cvt_f32_f16(a + k, b + k, n); });
 }
 SEM(vcvt_f16_f32) { map1(s, i, [](uint32_t b) { return uint32_t(f32_to_f16(as_f32(b))); }); }
 SEM(vcvt_f32_i32) { map1(s, i, [](uint32_t b) { return as_u32(float(int32_t(b))); }); }
@@ -179,11 +164,8 @@ namespace {
 template <bool kF16>
 void dequant4(ArchState& s, const Insn& i) {
   check_sel(i, 8);
-  const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  per_pe(s, i, [&](uint32_t e, uint32_t* out) {
-    const uint32_t* meta = c + size_t(e) * kLanes;  // lane 0 scale, lane 1 zero point
-    lanes::dequant4(out, b + size_t(e) * kLanes, as_f32(meta[0]), as_f32(meta[1]), i.d, kF16);
-  });
+  // Each PE reads its own codes and meta before it writes: va may alias vb or vc.
+  lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), s.npe, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
 }
 }  // namespace
 
@@ -193,19 +175,7 @@ SEM(vdq4_f16) { dequant4<true>(s, i); }
 SEM(vmac_f16) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  if (i.p == 0) return lanes::mac_f16(a, b, c, size_t(s.npe) * kLanes);
-  const uint8_t* pr = s.predicate(i.p);
-  for (uint32_t e = 0; e < s.npe;) {  // runs of enabled PEs
-    if (!pr[e]) {
-      ++e;
-      continue;
-    }
-    uint32_t end = e;
-    while (end < s.npe && pr[end]) ++end;
-    const size_t k = size_t(e) * kLanes;
-    lanes::mac_f16(a + k, b + k, c + k, size_t(end - e) * kLanes);
-    e = end;
-  }
+  for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::mac_f16(a + k, b + k, c + k, n); });
 }
 SEM(vmac_i8) {
   uint32_t* a = s.vreg(i.a);

@@ -24,20 +24,33 @@ inline void WX(ArchState& s, int r, uint32_t v) {
 inline float as_f32(uint32_t b) { return std::bit_cast<float>(b); }
 inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 
-// Apply `f(dst_lane_ptr, pe_lane_index)` to every lane of every PE enabled by the
-// instruction's predicate. `f` receives the flat index (pe * 16 + lane) into each
-// register so one loop serves all operands.
+// Apply `f(k, n)` to every run of consecutive lanes [k, k + n) of the PEs enabled by
+// the instruction's predicate (one run for the whole array under p0), so that
+// vectorised loops see long contiguous ranges.
+template <typename F>
+inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
+  if (i.p == 0) return f(size_t(0), size_t(s.npe) * kLanes);
+  const uint8_t* pr = s.predicate(i.p);
+  for (uint32_t e = 0; e < s.npe;) {
+    if (!pr[e]) {
+      ++e;
+      continue;
+    }
+    uint32_t end = e + 1;
+    while (end < s.npe && pr[end]) ++end;
+    f(size_t(e) * kLanes, size_t(end - e) * kLanes);
+    e = end;
+  }
+}
+
+// Apply `f(k)` to every lane of every PE enabled by the instruction's predicate; `f`
+// receives the flat index (pe * 16 + lane) into each register so one loop serves all
+// operands.
 template <typename F>
 inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
-  const size_t n = size_t(s.npe) * kLanes;
-  if (i.p == 0) {
-    for (size_t k = 0; k < n; ++k) f(k);
-    return;
-  }
-  const uint8_t* pr = s.predicate(i.p);
-  for (uint32_t e = 0; e < s.npe; ++e)
-    if (pr[e])
-      for (size_t k = size_t(e) * kLanes, end = k + kLanes; k < end; ++k) f(k);
+  for_lane_runs(s, i, [&](size_t k0, size_t n) {
+    for (size_t k = k0, end = k0 + n; k < end; ++k) f(k);
+  });
 }
 
 // Apply `f(pe)` to every PE enabled by the predicate.

@@ -11,7 +11,9 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "model/config.h"
 #include "model/driver_host.h"
+#include "model/synthetic.h"
 
 namespace gpnpu::model {
 namespace {
@@ -114,6 +116,37 @@ TEST(Describe, AStaleKvCacheFailsTheNextDecodeStep) {
   EXPECT_TRUE(r.steps[1].ok);  // step 0 ran on the right cache
   EXPECT_FALSE(r.steps[2].ok);  // step 1 got the stale one
   EXPECT_TRUE(has_failure(r, "step 1: KV cache holds")) << (r.failures.empty() ? "" : r.failures[0]);
+}
+
+// A checkpoint directory is quantised on first use into the cache and reused after.
+TEST(Describe, ACheckpointDirectoryIsQuantisedOnceAndCached) {
+  const fs::path dir = fs::temp_directory_path() / ("gpnpu_describe_ckpt_" + std::to_string(::getpid()));
+  const fs::path cache = dir / "cache";
+  SyntheticOptions so;
+  so.seed = 3;
+  make_synthetic_checkpoint(config_tiny(), (dir / "ckpt").string(), so);
+  std::vector<std::string> lines;
+  auto log = [&](const std::string& s) { lines.push_back(s); };
+  const std::string b1 = resolve_bundle((dir / "ckpt").string(), cache.string(), log);
+  ASSERT_TRUE(fs::exists(b1));
+  EXPECT_EQ(fs::path(b1).parent_path().parent_path(), cache);
+  const size_t quantised = lines.size();
+  EXPECT_GE(quantised, 1u);
+  const auto t1 = fs::last_write_time(b1);
+  EXPECT_EQ(resolve_bundle((dir / "ckpt").string(), cache.string(), log), b1);
+  EXPECT_EQ(lines.size(), quantised);  // nothing quantised the second time
+  EXPECT_EQ(fs::last_write_time(b1), t1);
+  // The bundle runs: one token through the whole driver.
+  DescribeOptions o = golden_options();
+  o.golden.clear();
+  o.model = (dir / "ckpt").string();
+  o.cache_dir = cache.string();
+  o.tokens = 1;
+  DescribeResult r = describe(o);
+  EXPECT_TRUE(r.ok) << (r.failures.empty() ? "" : r.failures[0]);
+  EXPECT_EQ(r.bundle_path, b1);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
 }
 
 // The CLI: exit status 0 with every step OK, 2 with a negative control; the report JSON.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <bit>
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -31,6 +32,47 @@ TEST(LanesSimd, MacF16MatchesTheScalarDefinitionBitForBit) {
     mac_f16_scalar(y.data(), b.data(), c.data(), n);
     ASSERT_EQ(x, y) << "rep " << rep;
     a = x;
+  }
+}
+
+// Random fp32 bit patterns of every class but NaN (inf, subnormal, huge, tiny).
+uint32_t random_f32(std::mt19937& rng) {
+  uint32_t x = rng();
+  if ((x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffff)) x &= 0xff800000u;  // NaN -> inf
+  return x;
+}
+
+TEST(LanesSimd, MlaF32CvtAndPackMatchTheScalarDefinitionsBitForBit) {
+  if (!have_avx512()) GTEST_SKIP() << "no AVX-512 on this CPU: only the scalar body runs";
+  std::mt19937 rng(5);
+  const size_t n = 4096 + 7;
+  std::vector<uint32_t> a(n), b(n), c(n);
+  for (size_t k = 0; k < n; ++k) {
+    a[k] = random_f32(rng);
+    // Operands in a range where products are finite and often inexact (the rounding matters).
+    b[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())) / 2147483648.0f, int(rng() % 60) - 30));
+    c[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())) / 2147483648.0f, int(rng() % 60) - 30));
+  }
+  std::vector<uint32_t> x = a, y = a;
+  mla_f32(x.data(), b.data(), c.data(), n);
+  mla_f32_scalar(y.data(), b.data(), c.data(), n);
+  ASSERT_EQ(x, y);
+  std::vector<uint32_t> h(n);
+  for (size_t k = 0; k < n; ++k) h[k] = rng();  // every fp16 pattern incl. NaN in the low half
+  cvt_f32_f16(x.data(), h.data(), n);
+  cvt_f32_f16_scalar(y.data(), h.data(), n);
+  for (size_t k = 0; k < n; ++k)
+    if (x[k] != y[k]) ASSERT_TRUE(std::isnan(std::bit_cast<float>(x[k])) && std::isnan(std::bit_cast<float>(y[k]))) << k;
+  for (int t = 0; t < 20000; ++t) {
+    uint32_t lo[16], hi[16], p[16], q[16];
+    for (int l = 0; l < 16; ++l) {
+      lo[l] = random_f32(rng);
+      // Near the fp16 range and its rounding boundaries, subnormals included.
+      hi[l] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())) / 2147483648.0f, int(rng() % 44) - 26));
+    }
+    pack_f16(p, lo, hi);
+    pack_f16_scalar(q, lo, hi);
+    for (int l = 0; l < 16; ++l) ASSERT_EQ(p[l], q[l]) << "t " << t << " lane " << l;
   }
 }
 
