@@ -208,6 +208,7 @@ struct ImageKernels {
   kernels::Builder& b;
   detail::Emitter em;
   const sim::Config& cfg;
+  sim::Config gcfg;  // the GEMMs' view of the machine (the streamed plan may use fewer DMA channels)
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
   std::vector<Gemm>* record = nullptr;
@@ -218,7 +219,7 @@ struct ImageKernels {
   static constexpr uint32_t kSmem = detail::Emitter::kSmem;
 
   ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const DdrLayout& d)
-      : b(bb), em(bb, c, calls), cfg(c), ddr(d) {}
+      : b(bb), em(bb, c, calls), cfg(c), gcfg(c), ddr(d) {}
 
   GemmArgs base_args(const std::string& w, uint32_t n, uint32_t k) const {
     GemmArgs g;
@@ -266,7 +267,7 @@ struct ImageKernels {
     g.y_stride = y_stride;
     g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
     g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
-    em.call(mark, "gemm", cost_gemm(cfg, g), [&] { emit_gemm_w4(b, cfg, g); });
+    em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
   }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
@@ -739,11 +740,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
 // Every tile re-streams the phase's weights from DDR, so fewer tiles is faster.
 namespace {
 struct Streamed {
-  uint32_t rv = 0, rm = 0, rp = 0, gv = 0, gp = 0;
+  uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
+  uint32_t channels = 0;  // DMA channels of the GEMMs
+  double cost = 0;        // weight bytes streamed (the plan's main cost)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
   std::function<std::vector<uint64_t>(uint32_t)> ta, tc, tb, mg, pa, pc, pb;
   std::vector<uint64_t> hd;
+  bool ok = false;
 };
 uint64_t sum_fp(const std::vector<uint64_t>& v) {
   uint64_t t = 0;
@@ -763,11 +767,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
   using V64 = std::vector<uint64_t>;
 
+  const uint32_t cap = opt_.image_tile_rows, gcap = opt_.image_attn_groups;
+  auto plan = [&](uint32_t channels) {
   Streamed p;
+  p.channels = channels;
+  sim::Config gcfg = cfg_;
+  gcfg.dma_channels = int(channels);
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
                       {d.H, d.I}})
-    p.rGEMM = std::max<uint64_t>(p.rGEMM, gemm_scratch_bytes(cfg_, n, k));
+    p.rGEMM = std::max<uint64_t>(p.rGEMM, gemm_scratch_bytes(gcfg, n, k));
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM});
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
@@ -802,20 +811,47 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
-  const uint32_t cap = opt_.image_tile_rows, gcap = opt_.image_attn_groups;
-  p.rv = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)) && fits(p.tc(r)); });
+  p.rva = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)); });
+  p.rvc = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.tc(r)); });
   p.rm = rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); });
-  p.rp = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)) && fits(p.pc(r)); });
+  p.rpa = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); });
+  p.rpc = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); });
   p.gv = groups_per_call(d.hv, gcap, [&](uint32_t g) { return fits(p.tb(g)); });
   p.gp = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pb(g)); });
-  if (!p.rv || !p.rm || !p.rp || !p.gv || !p.gp || !fits(p.hd)) {
-    const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
-    const uint64_t least = p.fixed + std::max({sum_fp(p.ta(r4)), sum_fp(p.tc(r4)), sum_fp(p.tb(1)), sum_fp(p.mg(m4)),
-                                               sum_fp(p.pa(p4)), sum_fp(p.pc(p4)), sum_fp(p.pb(1)), sum_fp(p.hd)});
+  p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
+  if (p.ok) {
+    auto ntiles = [](uint32_t total, uint32_t r) { return double((total + r - 1) / r); };
+    auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
+    p.cost = ntiles(N, p.rva) * (wb(d.Dv, d.pd) / vc.depth + wb(3 * d.Dv, d.Dv)) * vc.depth +
+             ntiles(N, p.rvc) * (wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv)) * vc.depth +
+             ntiles(Nt, p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (vc.deepstack_visual_indexes.size() + 1) +
+             ntiles(S, p.rpa) * wb(d.qkv_n, d.H) * tc.num_hidden_layers +
+             ntiles(S, p.rpc) * (wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I)) *
+                 tc.num_hidden_layers;
+  }
+  return p;
+  };
+  // GEMM DMA channels: all of them, or 2 when the OCM their buffers give back saves
+  // weight passes (fewer row tiles): the plan with less weight traffic (2B at 1 and
+  // 2 MiB: 2 channels; fewer channels alone make the GEMMs slower).
+  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels))};
+  if (cfg_.dma_channels > 2) cands.push_back(plan(2));
+  Streamed p = cands[0];
+  if (cands.size() > 1 && cands[1].ok && (!p.ok || cands[1].cost < p.cost)) p = cands[1];
+  if (!p.ok) {
+    // The least OCM that works: tiles of 4 rows, one kv head per attention call.
+    uint64_t least = UINT64_MAX, attn = 0;
+    for (const Streamed& q : cands) {
+      const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
+      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1)), sum_fp(q.mg(m4)),
+                                                sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1)), sum_fp(q.hd)});
+      if (need < least) least = need, attn = q.fixed + std::max(sum_fp(q.tb(1)), sum_fp(q.pb(1)));
+    }
     fail("compiler: the image program ({}x{} patches, {} tokens) needs at least {} bytes of OCM with activations "
-         "streamed from DDR in tiles of 4 rows (whole-sequence attention of one kv head: {} bytes), ocm_bytes is {}; "
+         "streamed from DDR in tiles of 4 rows ({} of them with the attention of one kv head over the whole sequence), "
+         "ocm_bytes is {}; "
          "raise ocm_bytes to {} or more",
-         s.grid_h, s.grid_w, S, least, p.fixed + std::max(sum_fp(p.tb(1)), sum_fp(p.pb(1))), cfg_.ocm_bytes, least);
+         s.grid_h, s.grid_w, S, least, attn, cfg_.ocm_bytes, least);
   }
 
   // Fixed regions, then W from `base`, allocated phase by phase.
@@ -845,6 +881,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     k.GEMM = GEMM;
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
+    k.gcfg.dma_channels = int(p.channels);
     if (record) k.record = &gemms;
     else k.chain = &gemms;
     detail::Emitter& em = k.em;
@@ -884,9 +921,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
       int t = 0;
       {
-        const std::vector<uint32_t> o = phase(p.ta(p.rv));
+        const std::vector<uint32_t> o = phase(p.ta(p.rva));
         const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
-        for (auto [r0, rows] : tiles_of(N, p.rv)) {
+        for (auto [r0, rows] : tiles_of(N, p.rva)) {
           const std::string T = fmt::format("{}.t{}", B, t++);
           if (blk == 0) {
             em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
@@ -921,10 +958,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
         }
       }
       {
-        const std::vector<uint32_t> o = phase(p.tc(p.rv));
+        const std::vector<uint32_t> o = phase(p.tc(p.rvc));
         const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
         t = 0;
-        for (auto [r0, rows] : tiles_of(N, p.rv)) {
+        for (auto [r0, rows] : tiles_of(N, p.rvc)) {
           const std::string T = fmt::format("{}.t{}", B, t++);
           em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
           k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
@@ -960,9 +997,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       int t = 0;
       {
-        const std::vector<uint32_t> o = phase(p.pa(p.rp));
+        const std::vector<uint32_t> o = phase(p.pa(p.rpa));
         const uint32_t X = o[0], QKV = o[1], Kd = o[2], Vd = o[3], RC = o[4], RS = o[5];
-        for (auto [r0, rows] : tiles_of(S, p.rp)) {
+        for (auto [r0, rows] : tiles_of(S, p.rpa)) {
           const std::string T = fmt::format("{}.t{}", L, t++);
           if (i == 0) {
             // Embeddings of the text rows, the image rows spliced in.
@@ -1015,10 +1052,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
         }
       }
       {
-        const std::vector<uint32_t> o = phase(p.pc(p.rp));
+        const std::vector<uint32_t> o = phase(p.pc(p.rpc));
         const uint32_t X = o[0], Hb = o[1], GT = o[2], ACT = o[3];
         t = 0;
-        for (auto [r0, rows] : tiles_of(S, p.rp)) {
+        for (auto [r0, rows] : tiles_of(S, p.rpc)) {
           const std::string T = fmt::format("{}.t{}", L, t++);
           em.copy(T + ".load_attn", aq + r0 * qd, ocm(X), rows * qd);
           k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
@@ -1070,9 +1107,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   CompiledProgram out;
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
-  out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; kv heads per attention call "
-                         "tower {}, prefill {}",
-                         p.rv, p.rm, p.rp, p.gv, p.gp);
+  out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases); kv "
+                         "heads per attention call tower {}, prefill {}; GEMM DMA channels {}",
+                         p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.gv, p.gp, p.channels);
   return out;
 }
 
