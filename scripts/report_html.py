@@ -201,7 +201,8 @@ def stage_chart(plt, rep):
         ax.set_xlim(0, max(vals) * 1.6)
     ax.set_title(f"Cycles per stage against its floors ({rep['machine'].get('preset', '?')}, {clock:g} GHz)",
                  fontsize=10)
-    ax.legend(loc="lower right", fontsize=8)
+    if stages:
+        ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -560,7 +561,10 @@ def page(rep, charts):
 
 def write_atomic(path, data):
     d = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    except OSError as err:
+        raise OSError(err.errno, err.strerror, path)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
