@@ -350,7 +350,7 @@ def num(v, digits=4):
     if isinstance(v, float):
         if v != 0 and abs(v) < 1e-3:
             return f"{v:.{digits}g}"
-        return f"{v:,.{digits}g}" if abs(v) < 1e4 else f"{v:,.0f}"
+        return f"{v:,.{digits}g}" if abs(v) < 10 ** digits else f"{v:,.0f}"
     return e(v)
 
 
