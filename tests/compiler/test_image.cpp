@@ -40,14 +40,14 @@ double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 struct TinyBundle {
   fs::path dir;
   std::unique_ptr<QuantBundle> bundle;
-  TinyBundle() {
-    dir = fs::temp_directory_path() / ("gpnpu_test_image_" + std::to_string(::getpid()));
+  explicit TinyBundle(const ModelConfig& cfg = config_tiny()) {
+    dir = fs::temp_directory_path() / ("gpnpu_test_image_" + cfg.name + std::to_string(::getpid()));
     fs::create_directories(dir);
     SyntheticOptions so;
     so.seed = 1;
-    make_synthetic_checkpoint(config_tiny(), dir.string(), so);
+    make_synthetic_checkpoint(cfg, dir.string(), so);
     Checkpoint ck = load_checkpoint(dir.string());
-    write_quant_bundle(ck, config_tiny(), (dir / "w4a16.safetensors").string());
+    write_quant_bundle(ck, cfg, (dir / "w4a16.safetensors").string());
     bundle = std::make_unique<QuantBundle>((dir / "w4a16.safetensors").string());
   }
   ~TinyBundle() {
@@ -146,6 +146,19 @@ size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.be
 // patches alone (432 KiB) keep the resident plan out of 1 MiB.
 const ImageShape kOcmShape{12, 12, 48, 5};
 
+// The tiny model with an LM MLP of 3072 (two packed gate|up chunks of 1536 columns, as
+// the 2B model has four): the chunk loops and the gate|up calls of several chunks run.
+ModelConfig config_tiny_wide() {
+  ModelConfig m = config_tiny();
+  m.name = "tiny_wide";
+  m.text.intermediate_size = 3072;
+  return m;
+}
+TinyBundle& wide_bundle() {
+  static TinyBundle tiny(config_tiny_wide());
+  return tiny;
+}
+
 struct OcmRun {
   std::string plan;
   std::vector<float> logits;
@@ -159,12 +172,12 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
   sim::Config cfg = sim::Config::make("qc-u", {fmt::format("ocm_bytes={}", ocm_bytes)});
   opt.max_seq = 64;
   opt.max_patches = 256;
-  Compiler c(config_tiny(), cfg, opt);
+  Compiler c(config_tiny_wide(), cfg, opt);
   CompiledProgram prog = c.image_program(kOcmShape);
   OcmRun r;
   r.plan = prog.plan;
   if (!pixels.empty()) {
-    ImageRun dev = run_image(c, prog, kOcmShape, tiny_bundle().bundle.get(), pixels, false, slot0);
+    ImageRun dev = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, slot0);
     r.logits = dev.logits;
     r.cycles = dev.stats.total[sim::Stat::cycles];
   }
@@ -172,10 +185,11 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
   return r;
 }
 
-// The tiny model's image program on 1 MiB (streamed: whole-sequence tiles), 768 KiB
-// (streamed: two tower tiles, GEMMs on 2 DMA channels), forced small tiles (ragged
-// last tiles, the image rows cut by tile boundaries, several merger tiles, one kv head
-// per attention call) and 8 MiB (resident), each against the chain: logits cosine >=
+// The wide tiny model's image program on 1 MiB (streamed: whole-sequence tiles),
+// 800 KiB (streamed: two tiles in the tower's qkv phase and the prefill's MLP phase,
+// GEMMs on 2 DMA channels), forced small tiles (ragged last tiles, the image rows cut by
+// tile boundaries, several merger tiles, one kv head per attention call) and 8 MiB
+// (resident, gate|up calls of 2 packed chunks), each against the chain: logits cosine >=
 // 0.9999, the same top-1, timing-only cycles = functional cycles; 1 MiB and 4 MiB
 // cycles differ. Negative control: the streamed plan reads keys and values back from
 // the KV cache at slots [0, S) (ImageIo::slot0_smem must hold 0): a wrong slot must
@@ -183,10 +197,10 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny().vision.patch_dim());
+  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny_wide().vision.patch_dim());
   for (float& v : pixels) v = round_f16(nd(rng));
-  auto weights = bundle_weights(*tiny_bundle().bundle);
-  Chain chain(config_tiny(), *weights);
+  auto weights = bundle_weights(*wide_bundle().bundle);
+  Chain chain(config_tiny_wide(), *weights);
   const std::vector<float> ref =
       chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
 
@@ -200,11 +214,11 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   };
   const std::vector<Case> cases = {
       {"1MiB", {}, "streamed: rows per tile tower 144|144, mergers 36, prefill 48|48"},
-      {"768KiB", {}, "tower 72|144, mergers 36, prefill 48|48 (qkv|MLP phases); kv heads per attention call tower 4, "
+      {"800KiB", {}, "tower 72|144, mergers 36, prefill 48|24 (qkv|MLP phases); kv heads per attention call tower 4, "
                      "prefill 2; GEMM DMA channels 2"},
       {"1MiB", small, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases); kv heads per attention call tower 1, "
                       "prefill 1"},
-      {"8MiB", {}, "resident"},
+      {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
   };
   std::map<std::string, uint64_t> cycles;
   for (const Case& k : cases) {
