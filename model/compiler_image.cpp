@@ -1,6 +1,10 @@
 // The image program: vision tower, DeepStack and final mergers, embedding lookup
 // and image splice, the prefill layers with DeepStack additions, and the LM head on
-// the last row. Activations stay in OCM in six regions reused phase by phase:
+// the last row. Two plans, chosen from the config by the OCM rule in image_program():
+// the resident plan below when its regions fit ocm_bytes (qc-u's 4 MiB and up), else
+// the streamed plan (image_streamed: activations in DDR, row tiles; see there).
+//
+// Resident plan: activations stay in OCM in six regions reused phase by phase:
 //
 //   region  tower                              prefill
 //   H       residual stream [N][Dv]            residual stream [S][D]
@@ -11,12 +15,12 @@
 //           merger out                         gate|up chunk, DeepStack rows, GEMV buffers
 //   ROPE    rotary tables [N][hd_v] x2         rotary tables [S][hd] x2
 //   VEC     norm weights and biases of the block or layer being run
-// plus the GEMM DMA buffers. Region sizes are the maxima over both phases; a machine
-// whose OCM cannot hold them gets a clear error naming the shortfall.
+// plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
-// Tiling rules: the tower MLP runs in row chunks of at most 3 Dv / Iv * N rows (its
-// fc1 output reuses the qkv space); the prefill MLP runs in column chunks of the
-// gate|up projection (kGateUpChunk columns of each), each followed by its SiLU gate.
+// Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or 3 Dv / Iv * N when
+// its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
+// the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
+// J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -840,18 +844,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   if (cands.size() > 1 && cands[1].ok && (!p.ok || cands[1].cost < p.cost)) p = cands[1];
   if (!p.ok) {
     // The least OCM that works: tiles of 4 rows, one kv head per attention call.
-    uint64_t least = UINT64_MAX, attn = 0;
+    uint64_t least = UINT64_MAX, fixed = 0;
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
       const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1)), sum_fp(q.mg(m4)),
                                                 sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1)), sum_fp(q.hd)});
-      if (need < least) least = need, attn = q.fixed + std::max(sum_fp(q.tb(1)), sum_fp(q.pb(1)));
+      if (need < least) least = need, fixed = q.fixed;
     }
-    fail("compiler: the image program ({}x{} patches, {} tokens) needs at least {} bytes of OCM with activations "
-         "streamed from DDR in tiles of 4 rows ({} of them with the attention of one kv head over the whole sequence), "
-         "ocm_bytes is {}; "
-         "raise ocm_bytes to {} or more",
-         s.grid_h, s.grid_w, S, least, attn, cfg_.ocm_bytes, least);
+    fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
+         "activations in DDR: tiles of 4 rows and one kv head per attention call need {} bytes ({} of them GEMM DMA "
+         "buffers, vectors and scratch); raise ocm_bytes to {} or more",
+         s.grid_h, s.grid_w, S, cfg_.ocm_bytes, least, fixed, least);
   }
 
   // Fixed regions, then W from `base`, allocated phase by phase.
