@@ -79,8 +79,8 @@ __attribute__((target("avx512f"))) inline void dequant4_avx512(uint32_t* out, co
   }
 }
 __attribute__((target("avx512f"))) void dequant4_pes_avx512(uint32_t* out, const uint32_t* codes, const uint32_t* meta,
-                                                             uint32_t npe, const uint8_t* pred, uint32_t sel, bool f16) {
-  for (uint32_t e = 0; e < npe; ++e) {
+                                                             uint32_t e0, uint32_t e1, const uint8_t* pred, uint32_t sel, bool f16) {
+  for (uint32_t e = e0; e < e1; ++e) {
     if (pred && !pred[e]) continue;
     const size_t k = size_t(e) * 16;
     dequant4_avx512(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);
@@ -176,12 +176,12 @@ void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uin
 
 namespace gpnpu::isa::lanes {
 
-void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t npe, const uint8_t* pred,
-                  uint32_t sel, bool f16) {
+void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
+                  const uint8_t* pred, uint32_t sel, bool f16) {
 #if defined(__x86_64__)
-  if (have_avx512()) return dequant4_pes_avx512(out, codes, meta, npe, pred, sel, f16);
+  if (have_avx512()) return dequant4_pes_avx512(out, codes, meta, e0, e1, pred, sel, f16);
 #endif
-  for (uint32_t e = 0; e < npe; ++e) {
+  for (uint32_t e = e0; e < e1; ++e) {
     if (pred && !pred[e]) continue;
     const size_t k = size_t(e) * 16;
     dequant4_scalar(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);

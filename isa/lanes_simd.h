@@ -27,10 +27,10 @@ void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
 // 128 nibbles of `codes` (8 per word, low nibble first); as fp16 bits when f16.
 void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 
-// vdq4 over PEs [0, npe) enabled by pred (nullptr: all): PE e's 16 lanes of out from
+// vdq4 over PEs [e0, e1) enabled by pred (nullptr: all): PE e's 16 lanes of out from
 // its codes (16 words at e * 16) and meta (lane 0 scale, lane 1 zero point, fp32).
-void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t npe, const uint8_t* pred,
-                  uint32_t sel, bool f16);
+void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
+                  const uint8_t* pred, uint32_t sel, bool f16);
 
 // Scalar bodies (the definitions), also used when the CPU lacks AVX-512.
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);

@@ -165,7 +165,9 @@ template <bool kF16>
 void dequant4(ArchState& s, const Insn& i) {
   check_sel(i, 8);
   // Each PE reads its own codes and meta before it writes: va may alias vb or vc.
-  lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), s.npe, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), e0, e1, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
+  });
 }
 }  // namespace
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "isa/fp16.h"
+#include "isa/lane_pool.h"
 #include "isa/state.h"
 
 namespace gpnpu::isa {
@@ -25,27 +26,30 @@ inline float as_f32(uint32_t b) { return std::bit_cast<float>(b); }
 inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Apply `f(k, n)` to every run of consecutive lanes [k, k + n) of the PEs enabled by
-// the instruction's predicate (one run for the whole array under p0), so that
-// vectorised loops see long contiguous ranges.
+// the instruction's predicate, so that vectorised loops see long contiguous ranges.
+// Large arrays run in two halves concurrently (lane_pool.h): `f` may write only the
+// lanes it is given.
 template <typename F>
 inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
-  if (i.p == 0) return f(size_t(0), size_t(s.npe) * kLanes);
-  const uint8_t* pr = s.predicate(i.p);
-  for (uint32_t e = 0; e < s.npe;) {
-    if (!pr[e]) {
-      ++e;
-      continue;
+  const uint8_t* pr = i.p ? s.predicate(i.p) : nullptr;
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    if (!pr) return f(size_t(e0) * kLanes, size_t(e1 - e0) * kLanes);
+    for (uint32_t e = e0; e < e1;) {
+      if (!pr[e]) {
+        ++e;
+        continue;
+      }
+      uint32_t end = e + 1;
+      while (end < e1 && pr[end]) ++end;
+      f(size_t(e) * kLanes, size_t(end - e) * kLanes);
+      e = end;
     }
-    uint32_t end = e + 1;
-    while (end < s.npe && pr[end]) ++end;
-    f(size_t(e) * kLanes, size_t(end - e) * kLanes);
-    e = end;
-  }
+  });
 }
 
 // Apply `f(k)` to every lane of every PE enabled by the instruction's predicate; `f`
 // receives the flat index (pe * 16 + lane) into each register so one loop serves all
-// operands.
+// operands. `f` may write only lane k.
 template <typename F>
 inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
   for_lane_runs(s, i, [&](size_t k0, size_t n) {
@@ -53,9 +57,21 @@ inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
   });
 }
 
-// Apply `f(pe)` to every PE enabled by the predicate.
+// Apply `f(pe)` to every PE enabled by the predicate; `f` may write only that PE's
+// lanes and LRM (the PEs run in two halves concurrently on large arrays).
 template <typename F>
 inline void for_pes(ArchState& s, const Insn& i, F&& f) {
+  const uint8_t* pr = s.predicate(i.p);
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    for (uint32_t e = e0; e < e1; ++e)
+      if (pr[e]) f(e);
+  });
+}
+
+// The same in PE order on one thread: for writes into shared memory (OCM), where a
+// later PE overwrites an earlier one.
+template <typename F>
+inline void for_pes_in_order(ArchState& s, const Insn& i, F&& f) {
   const uint8_t* pr = s.predicate(i.p);
   for (uint32_t e = 0; e < s.npe; ++e)
     if (pr[e]) f(e);

@@ -76,7 +76,7 @@ std::string shell_quote(const std::string& s) {
 // The final report on stdout: answers, cycles per stage, totals, the kernels furthest
 // above their floors.
 void print_report(const json& j) {
-  std::printf("\nanswers:\n");
+  std::printf("\nanswers:%s\n", j["mode"] == "timing-only" ? " none (timing only: the tokens fed back are placeholders)" : "");
   for (const auto& [who, a] : j["answers"].items())
     if (!a["text"].is_null()) std::printf("  %-16s %s\n", who.c_str(), json(a["text"]).dump().c_str());
   const double ghz = j["machine"]["clock_ghz"];

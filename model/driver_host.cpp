@@ -405,6 +405,10 @@ DescribeResult describe(const DescribeOptions& o) {
   // at most one line per 5 s of wall time (and every stage).
   auto last_note = Clock::now();
   const auto t_img = Clock::now();
+  struct ResetHook {  // the hook refers to this frame: never leave it behind (errors included)
+    sim::Sequencer& seq;
+    ~ResetHook() { seq.on_mark_end = nullptr; }
+  } reset_hook{p.sequencer()};
   p.sequencer().on_mark_end = [&](uint32_t mark, sim::Cycles end) {
     const std::string& name = img.program.names.at(mark);
     if (name.find('.') != std::string::npos) return;
