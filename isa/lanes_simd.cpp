@@ -33,6 +33,15 @@ __attribute__((target("avx512f"))) void mac_f16_avx512(uint32_t* a, const uint32
   if (k < n) mac_f16_scalar(a + k, b + k, c + k, n - k);
 }
 
+__attribute__((target("avx512f"))) void mac_f16_bcast_avx512(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  const __m512 fc = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(c16)));
+  for (size_t k = 0; k + 16 <= n; k += 16) {
+    __m512 fb = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(b + k)));
+    __m512 fa = _mm512_loadu_ps(reinterpret_cast<const float*>(a + k));
+    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), _mm512_add_ps(fa, _mm512_mul_ps(fb, fc)));
+  }
+}
+
 __attribute__((target("avx512f"))) void mla_f32_avx512(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   size_t k = 0;
   for (; k + 16 <= n; k += 16) {
@@ -107,6 +116,14 @@ void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n)
   }
 }
 
+void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  const float* t = f16_table();
+  for (size_t k = 0; k < n; ++k) {
+    float prod = t[b[k] & 0xffff] * t[c16[k % 16] & 0xffff];
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c[k]);
@@ -142,6 +159,13 @@ void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   if (have_avx512()) return mac_f16_avx512(a, b, c, n);
 #endif
   mac_f16_scalar(a, b, c, n);
+}
+
+void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx512()) return mac_f16_bcast_avx512(a, b, c16, n);
+#endif
+  mac_f16_bcast_scalar(a, b, c16, n);
 }
 
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {

@@ -13,6 +13,9 @@ namespace gpnpu::isa::lanes {
 // the product is exact in fp32, so fused and unfused evaluation agree).
 void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 
+// mac_f16 with c the same 16 lanes in every PE: c16[k % 16] (n a multiple of 16).
+void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
+
 // a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 
@@ -33,6 +36,7 @@ void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, ui
                   const uint8_t* pred, uint32_t sel, bool f16);
 
 // Scalar bodies (the definitions), also used when the CPU lacks AVX-512.
+void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
 void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi);

@@ -176,6 +176,11 @@ SEM(vdq4_f16) { dequant4<true>(s, i); }
 
 SEM(vmac_f16) {
   uint32_t* a = s.vreg(i.a);
+  if (s.lazy >> i.c & 1)  // vc is a lazy broadcast (unpredicated; isa/execute.h)
+    return split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+      lanes::mac_f16_bcast(a + size_t(e0) * kLanes, s.vreg(i.b) + size_t(e0) * kLanes, s.lazy_lanes[i.c],
+                           size_t(e1 - e0) * kLanes);
+    });
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
   for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::mac_f16(a + k, b + k, c + k, n); });
 }

@@ -67,6 +67,11 @@ void ocm_broadcast(ArchState& s, const Insn& i) {
   uint32_t row[kLanes];
   if constexpr (kHalf) halves_to_lanes(&s.ocm[addr], row);
   else std::memcpy(row, &s.ocm[addr], kVecBytes);
+  if (s.lazy_broadcast && i.p == 0) {  // every PE gets the row: keep it lazy (isa/execute.h)
+    std::memcpy(s.lazy_lanes[i.a], row, kVecBytes);
+    s.lazy |= 1u << i.a;
+    return;
+  }
   uint32_t* a = s.vreg(i.a);
   for_pes(s, i, [&](uint32_t e) { std::memcpy(a + size_t(e) * kLanes, row, kVecBytes); });
 }

@@ -1,6 +1,8 @@
 // ArchState construction and the pc / hardware-loop advance rule.
 #include "isa/state.h"
 
+#include <algorithm>
+
 #include "isa/error.h"
 
 namespace gpnpu::isa {
@@ -17,6 +19,12 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
   std::fill(pred.begin(), pred.begin() + npe, 1);  // p0: every PE
   pred_count[0] = npe;
   for (int p = 1; p < kPregs; ++p) pred_count[p] = 0;
+}
+
+void ArchState::materialise(int r) {
+  uint32_t* v = vreg(r);
+  for (uint32_t e = 0; e < npe; ++e) std::copy(lazy_lanes[r], lazy_lanes[r] + kLanes, v + size_t(e) * kLanes);
+  lazy &= ~(1u << r);
 }
 
 void ArchState::advance() {

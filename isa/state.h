@@ -67,6 +67,19 @@ struct ArchState {
   // false in --timing-only runs: memory instructions check addresses but move no data
   bool functional = true;
 
+  // Lazy broadcasts, a speed-up invisible to programs (isa/execute.h): with
+  // lazy_broadcast on, an unpredicated obcast/obcast.h leaves its 16 lanes in
+  // lazy_lanes[r] and sets bit r of `lazy` instead of writing every PE; execute()
+  // writes them out before any other instruction touches r, and the sequencer writes
+  // all of them out when a run ends. Off by default (direct semantics calls, tests).
+  bool lazy_broadcast = false;
+  uint32_t lazy = 0;
+  uint32_t lazy_lanes[kVregs][kLanes] = {};
+  void materialise(int r);
+  void materialise_all() {
+    for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
+  }
+
   // the last instruction's side effect for the sequencer
   Effect effect = Effect::none;
   uint32_t effect_arg = 0;  // mark id or DMA channel

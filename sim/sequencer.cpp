@@ -1,5 +1,7 @@
 #include "sim/sequencer.h"
 
+#include "isa/execute.h"
+
 #include <algorithm>
 
 #include "isa/error.h"
@@ -137,6 +139,16 @@ void Sequencer::execute_loop() {
   const Cycles max_cycles = cfg.max_cycles, quantum = cfg.quantum_cycles;
   const uint32_t port = uint32_t(cfg.ocm_port_bytes);
   Cycles now = 0, last_done = 0, array_busy_until = 0, next_sync = quantum;
+  // Lazy broadcasts only where nobody looks at the registers between instructions
+  // (no trace hooks); every register is written out when the run ends, however it ends.
+  st.lazy_broadcast = !kHooks && !timing_only_;
+  struct WriteOut {
+    isa::ArchState& st;
+    ~WriteOut() {
+      st.materialise_all();
+      st.lazy_broadcast = false;
+    }
+  } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
 
@@ -152,7 +164,7 @@ void Sequencer::execute_loop() {
     st.next_pc = pc + 1;
     st.effect = Effect::none;
     try {
-      if (!(timing_only_ && isa::is_array_compute(Unit(u)))) in.exec(st, in);
+      if (!(timing_only_ && isa::is_array_compute(Unit(u)))) isa::execute(st, in);
     } catch (const Error& e) {
       fail("{}: {}", where(pc, t), e.what());
     }

@@ -1,0 +1,31 @@
+// One instruction on the functional model, as the sequencer runs it: the semantics
+// function, with the lazy broadcasts of ArchState written out first wherever the
+// instruction reads or writes such a register. Two uses of a lazy register stay lazy:
+// an unpredicated obcast/obcast.h (it replaces the register) and the broadcast operand
+// (vc) of an unpredicated vmac.f16, which reads the 16 lanes directly. Results are
+// bit-identical to running every semantics function eagerly (the tests run both).
+#pragma once
+#include "isa/semantics.h"
+
+namespace gpnpu::isa {
+
+inline void execute(ArchState& s, const Insn& in) {
+  if (s.lazy) {
+    const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);
+    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
+    for (int k = 0; k < in.nsrc; ++k) {
+      const int r = int(in.src[k]) - kRegV;
+      if (r >= 0 && r < kVregs && (s.lazy >> r & 1) && !(mac && r == in.c)) s.materialise(r);
+    }
+    for (int k = 0; k < in.ndst; ++k) {
+      const int r = int(in.dst[k]) - kRegV;
+      if (r >= 0 && r < kVregs && (s.lazy >> r & 1)) {
+        if (bcast) s.lazy &= ~(1u << r);  // replaced whole
+        else s.materialise(r);
+      }
+    }
+  }
+  in.exec(s, in);
+}
+
+}  // namespace gpnpu::isa
