@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
@@ -66,6 +68,25 @@ std::string step_line(const StepRecord& s) {
   return fmt::format("{} device {:6d}{}  {:>13s} cycles  {:7.2f} s", head, s.device_token, gates, commas(s.cycles), s.wall_s);
 }
 
+
+// The photo's attribution: its row of the ATTRIBUTION.md table beside it (examples/photos/),
+// cells joined, or null.
+json attribution(const std::string& image) {
+  std::ifstream in(fs::path(image).parent_path() / "ATTRIBUTION.md");
+  const std::string name = fs::path(image).filename().string();
+  for (std::string line; std::getline(in, line);) {
+    if (!line.starts_with("|") || line.find(name) == std::string::npos) continue;
+    std::string text, cell;
+    std::stringstream ss(line.substr(1));
+    while (std::getline(ss, cell, '|')) {
+      size_t b = cell.find_first_not_of(' '), e = cell.find_last_not_of(' ');
+      if (b == std::string::npos) continue;
+      text += (text.empty() ? "" : ", ") + cell.substr(b, e - b + 1);
+    }
+    return text;
+  }
+  return nullptr;
+}
 
 std::string shell_quote(const std::string& s) {
   std::string q = "'";
@@ -147,10 +168,8 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
                   {"pe_cols", cfg.pe_cols},
                   {"ocm_bytes", cfg.ocm_bytes}};
   j["config"] = json::parse(r.config_json);
-  std::string attribution;
-  fs::path attr = fs::path(o.image).parent_path() / "ATTRIBUTION.md";
   j["image"] = {{"path", o.image},
-                {"attribution", fs::exists(attr) ? json(attr.string()) : json(nullptr)},
+                {"attribution", attribution(o.image)},
                 {"width", o.width},
                 {"height", o.height},
                 {"grid", {1, r.grid_h, r.grid_w}},
