@@ -442,6 +442,7 @@ DescribeResult describe(const DescribeOptions& o) {
     if (golden_row) {
       std::span<const float> g(&golden->w4a16_logits[size_t(*golden_row) * V], V);
       double gc = cosine(dev, g);
+      s.golden_cosine = gc;
       if (!(gc >= kLogitsGate)) s.failures.push_back(fmt::format("cosine vs the PyTorch W4A16 golden {:.6f} < {}", gc, kLogitsGate));
       if (s.device_token != argmax(g) && top2_margin(g) >= kMarginTie)
         s.failures.push_back(fmt::format("device token {} != PyTorch W4A16 golden token {}", s.device_token, argmax(g)));

@@ -70,6 +70,7 @@ struct StepRecord {
   int device_token = 0;
   std::optional<int> chain_token;
   std::optional<double> cosine, margin, slot_cosine;
+  std::optional<double> golden_cosine;  // against the PyTorch golden row, with --golden
   int cache_slots = 0, cache_expected = 0;
   bool ok = true;
   std::vector<std::string> failures;
