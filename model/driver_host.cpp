@@ -288,7 +288,7 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   auto t0 = Clock::now();
   if (synthetic) {
     ckpt = dir / fmt::format("checkpoint.tmp.{}", ::getpid());
-    note(fmt::format("making the synthetic {} checkpoint (seed 1) once, in {} ...", spec, dir.string()));
+    note(fmt::format("making the {} checkpoint (synthetic weights, seed 1) once, in {} ...", spec, dir.string()));
     SyntheticOptions so;
     so.seed = 1;
     make_synthetic_checkpoint(mc, ckpt.string(), so);
