@@ -15,6 +15,9 @@ scripts/build.sh
 t2=$(date +%s)
 out=${GPNPU_OUT:-out/describe}
 mkdir -p "$out"
-build/gpnpu describe --report-json "$out/report.json" --report-html "$out/report.html" "$@"
+status=0
+build/gpnpu describe --report-json "$out/report.json" --report-html "$out/report.html" "$@" || status=$?
 t3=$(date +%s)
 echo "run-main: install $((t1-t0)) s, build $((t2-t1)) s, describe $((t3-t2)) s; report in $out/report.html"
+# 2: a gate failed (the report above says which); 1: a usage or input error.
+exit $status
