@@ -3,6 +3,7 @@
 #include "model/image.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -172,10 +173,67 @@ void check_jpeg_huffman_tables(const std::string& d, const std::string& path) {
 
 }  // namespace
 
+// Two PNG chunk checks before stb_image 2.27 reads the file (both found by
+// fuzz_image), in one walk over the chunks up to IEND:
+//  - stb copies the IDAT chunks into a buffer it allocates at the first non-empty
+//    one: a zero-length IDAT before that is memcpy(NULL, src, 0) (UBSan: null
+//    pointer passed as argument 1). Zero-length IDAT chunks add no image data, so
+//    they are dropped.
+//  - stb grows that buffer to a chunk's declared length before it reads the chunk:
+//    205 bytes of PNG declaring a 2 GiB IDAT allocated 2 GiB. A chunk that runs
+//    past the end of the file is corrupt (stb would fail on it after allocating):
+//    it is an error here.
+// A chunk header cut short is left for stb to reject.
+static std::string checked_png(std::string d, const std::string& path) {
+  static const char kSig[] = "\x89PNG\r\n\x1a\n";
+  if (d.size() < 8 || d.compare(0, 8, kSig, 8) != 0) return d;
+  auto u32 = [&](size_t i) {
+    return uint32_t(uint8_t(d[i])) << 24 | uint32_t(uint8_t(d[i + 1])) << 16 | uint32_t(uint8_t(d[i + 2])) << 8 |
+           uint32_t(uint8_t(d[i + 3]));
+  };
+  size_t i = 8;
+  while (i + 12 <= d.size()) {
+    const uint64_t len = u32(i);
+    const std::string type = d.substr(i + 4, 4);
+    if (len == 0 && type == "IDAT") {
+      d.erase(i, 12);  // length, type, CRC
+      continue;
+    }
+    if (i + 12 + len > d.size()) {
+      std::string printable;
+      for (char c : type) printable += std::isprint(static_cast<unsigned char>(c)) ? c : '?';
+      fail("'{}' is not a readable image (corrupt PNG: chunk '{}' at byte {} declares {} bytes, the file has {} "
+           "left): give a PNG or JPEG file",
+           path, printable, i, len, d.size() - i - 12);
+    }
+    if (type == "IEND") break;
+    i += 12 + len;
+  }
+  return d;
+}
+
+bool image_header_size(const std::string& bytes, int& width, int& height) {
+  // stb parses the JPEG tables to reach the frame header: the same checks as
+  // load_image_rgb first (stb_image 2.27 overruns on the tables they reject).
+  try {
+    check_jpeg_huffman_tables(bytes, "");
+  } catch (const Error&) {
+    return false;
+  }
+  int comp = 0;
+  return stbi_info_from_memory(reinterpret_cast<const stbi_uc*>(bytes.data()), static_cast<int>(bytes.size()), &width,
+                               &height, &comp) != 0;
+}
+
 RgbImage load_image_rgb(const std::string& path) {
-  const std::string data = read_file_bytes(path);
+  const std::string data = checked_png(read_file_bytes(path), path);
   if (data.empty()) fail("image '{}' is empty (0 bytes): give a PNG or JPEG file", path);
   check_jpeg_huffman_tables(data, path);
+  int hw = 0, hh = 0;
+  if (image_header_size(data, hw, hh) && int64_t(hw) * hh > kMaxImagePixels)
+    fail("image '{}' declares {}x{} px (WxH) = {:.1f} Mpx, more than the {:.1f} Mpx this tool decodes (PIL's "
+         "decompression-bomb limit); downscale it first",
+         path, hw, hh, double(hw) * hh / 1e6, double(kMaxImagePixels) / 1e6);
   int w = 0, h = 0, n = 0;
   stbi_uc* px = stbi_load_from_memory(reinterpret_cast<const stbi_uc*>(data.data()),
                                       static_cast<int>(data.size()), &w, &h, &n, 0);

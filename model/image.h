@@ -6,6 +6,10 @@
 //    Grey is replicated to R=G=B; an alpha channel is composited onto white exactly
 //    as PIL's Image.alpha_composite does it (HF convert_to_rgb), which for opaque
 //    pixels is "alpha dropped". 16-bit PNGs are reduced to 8 bits by stb.
+//  - An image whose header declares more than kMaxImagePixels pixels is refused
+//    before it is decoded (a few bytes of JPEG can declare 16000x16000 px: seconds
+//    of decoding and gigabytes of memory). The limit is PIL's Image.MAX_IMAGE_PIXELS,
+//    the decompression-bomb limit the HF processor's loader warns at.
 //  - Input limits (checked for every mode, as the processor checks them): each side
 //    must be >= factor = patch * merge = 32 px ("height/width must be larger than
 //    factor" in the HF processor), and max(h,w)/min(h,w) must be <= 200.
@@ -34,6 +38,14 @@
 #include <vector>
 
 namespace gpnpu::model {
+
+// PIL's Image.MAX_IMAGE_PIXELS (1024 * 1024 * 1024 / 4 / 3): larger images are refused.
+constexpr int64_t kMaxImagePixels = 89478485;
+
+// The size a PNG or JPEG header declares, without decoding; false if the bytes are
+// not a PNG or JPEG header stb_image can read, or hold a JPEG Huffman table
+// load_image_rgb rejects as corrupt.
+bool image_header_size(const std::string& bytes, int& width, int& height);
 
 // An 8-bit RGB image, row-major HWC (pixel (y,x) channel c at (y*width+x)*3+c).
 struct RgbImage {

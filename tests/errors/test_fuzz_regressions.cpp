@@ -80,6 +80,106 @@ TEST(FuzzRegressions, JpegHuffmanTableWithTooManyCodesIsRejected) {
             std::string::npos);
 }
 
+// fuzz_image: 1.4 KB of JPEG declaring 2368x5632 px took 8 s of CPU to decode under
+// the fuzzing instrumentation (a libFuzzer timeout); the same header declaring
+// 16000x16000 px took minutes and 2 GB. The loader now refuses a header declaring
+// more than PIL's 89.5 Mpx decompression-bomb limit before decoding anything.
+TEST(FuzzRegressions, ImageDeclaringTooManyPixelsIsRefusedUndecoded) {
+  const std::string dir = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/";
+  const std::string bomb = dir + "regress-jpeg-declares-16000x16000.jpg";
+  EXPECT_EQ(error_of([&] { model::load_image_rgb(bomb); }),
+            "image '" + bomb + "' declares 16000x16000 px (WxH) = 256.0 Mpx, more than the 89.5 Mpx this tool decodes "
+            "(PIL's decompression-bomb limit); downscale it first");
+  // Control: the 13 Mpx header is under the limit (the loader decodes it; the fuzz
+  // target skips decoding it: over its 0.5 Mpx budget).
+  std::string bytes;
+  {
+    std::FILE* f = std::fopen((dir + "regress-jpeg-13mpx-timeout.jpg").c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+    std::fclose(f);
+  }
+  int w = 0, h = 0;
+  ASSERT_TRUE(model::image_header_size(bytes, w, h));
+  EXPECT_EQ(w, 2368);
+  EXPECT_EQ(h, 5632);
+  EXPECT_LE(int64_t(w) * h, model::kMaxImagePixels);
+  EXPECT_FALSE(model::image_header_size("not an image", w, h));
+}
+
+// fuzz_image: image_header_size (stbi_info) parsed a DHT declaring more than 256
+// codes before any check (UBSan: index 257 out of bounds in stbi__build_huffman).
+// It now applies load_image_rgb's JPEG table checks first.
+TEST(FuzzRegressions, ImageHeaderSizeChecksTheJpegTablesFirst) {
+  const std::string bad =
+      std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-jpeg-header-size-dht-over-256-codes.jpg";
+  std::string bytes;
+  {
+    std::FILE* f = std::fopen(bad.c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) bytes.append(buf, n);
+    std::fclose(f);
+  }
+  int w = -1, h = -1;
+  EXPECT_FALSE(model::image_header_size(bytes, w, h));
+  EXPECT_NE(error_of([&] { model::load_image_rgb(bad); }).find("a Huffman table declares"), std::string::npos)
+      << error_of([&] { model::load_image_rgb(bad); });
+}
+
+// fuzz_image: a PNG whose first IDAT chunk is empty made stb_image 2.27 call
+// memcpy(NULL, src, 0) (UBSan: null pointer passed as argument 1). Empty IDAT
+// chunks (no image data) are now dropped before stb reads the file.
+TEST(FuzzRegressions, PngWithAnEmptyIdatChunkLoads) {
+  const std::string dir = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/";
+  // The fuzzer's input: the rest of it is corrupt, a clean error.
+  EXPECT_NE(error_of([&] { model::load_image_rgb(dir + "regress-png-empty-idat-first.png"); }).find("is not a readable image"),
+            std::string::npos)
+      << error_of([&] { model::load_image_rgb(dir + "regress-png-empty-idat-first.png"); });
+  // A valid PNG with an empty IDAT chunk inserted before its data decodes to the
+  // same pixels (the PNG format allows empty IDAT chunks).
+  std::string png;
+  {
+    std::FILE* f = std::fopen((dir + "rgb_32.png").c_str(), "rb");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) png.append(buf, n);
+    std::fclose(f);
+  }
+  const size_t idat = png.find("IDAT");
+  ASSERT_NE(idat, std::string::npos);
+  // length 0, "IDAT", CRC-32 of "IDAT" (0x35AF061E)
+  std::string with_empty = png;
+  with_empty.insert(idat - 4, std::string("\0\0\0\0IDAT\x35\xAF\x06\x1E", 12));
+  const std::string path = ::testing::TempDir() + "/gpnpu_empty_idat.png";
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(with_empty.data(), 1, with_empty.size(), f);
+    std::fclose(f);
+  }
+  const model::RgbImage a = model::load_image_rgb(dir + "rgb_32.png"), b = model::load_image_rgb(path);
+  EXPECT_EQ(b.width, a.width);
+  EXPECT_EQ(b.height, a.height);
+  EXPECT_EQ(b.rgb, a.rgb);
+  std::remove(path.c_str());
+}
+
+// fuzz_image: 205 bytes of PNG whose second IDAT chunk declares 1224736836 bytes
+// made stb_image 2.27 grow its buffer to 2 GiB before finding the data missing
+// (libFuzzer: out-of-memory, malloc(2147483648)). A chunk running past the end of
+// the file is now an error before stb reads it.
+TEST(FuzzRegressions, PngChunkLongerThanTheFileIsRejected) {
+  const std::string bad = std::string(GPNPU_SOURCE_DIR) + "/tests/fuzz/corpus/image/regress-png-idat-longer-than-file.png";
+  EXPECT_EQ(error_of([&] { model::load_image_rgb(bad); }),
+            "'" + bad + "' is not a readable image (corrupt PNG: chunk 'IDAT' at byte 113 declares 1224736836 bytes, the "
+            "file has 80 left): give a PNG or JPEG file");
+}
+
 // fuzz_binary: a binary with no instructions passed a null pointer to memcpy
 // (UBSan: null pointer passed as argument 1). It now reads as an empty program.
 TEST(FuzzRegressions, EmptyProgramBinaryReads) {
