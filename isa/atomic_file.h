@@ -13,13 +13,22 @@
 //    existing PATH is untouched.
 //  - write_file_atomic(path, bytes) does all of it for bytes in memory, and names
 //    the reason (errno) when the directory is missing or the disk is full.
+//  - A target that is not a regular file is written in place (direct(): temp() is
+//    path, commit() renames nothing): a device (/dev/null, /dev/full), a FIFO, a
+//    directory (the open fails: "Is a directory"), or any path under /dev/ or /proc/
+//    (/dev/stdout). Renaming over such a path would replace the device node or the
+//    link (as root) or fail creating the temporary in /dev.
+//  - A symbolic link to a regular file keeps its link: the temporary goes beside
+//    the file it points to, which the rename replaces.
 // Header-only and free of SystemC, so the model library uses it too.
 #pragma once
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <string_view>
 
@@ -29,25 +38,41 @@ namespace gpnpu {
 
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string path)
-      : path_(std::move(path)), temp_(path_ + ".tmp." + std::to_string(::getpid())) {}
+  explicit AtomicFile(std::string path) : path_(std::move(path)), target_(path_) {
+    struct stat st, lst;
+    bool exists = ::stat(path_.c_str(), &st) == 0;
+    if ((exists && !S_ISREG(st.st_mode)) || path_.starts_with("/dev/") || path_.starts_with("/proc/")) {
+      direct_ = true;
+      temp_ = path_;
+      return;
+    }
+    if (exists && ::lstat(path_.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+      std::error_code ec;
+      std::filesystem::path real = std::filesystem::canonical(path_, ec);
+      if (!ec) target_ = real.string();
+    }
+    temp_ = target_ + ".tmp." + std::to_string(::getpid());
+  }
   ~AtomicFile() {
-    if (!committed_) std::remove(temp_.c_str());
+    if (!committed_ && !direct_) std::remove(temp_.c_str());
   }
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   const std::string& path() const { return path_; }
   const std::string& temp() const { return temp_; }
+  // The target is written in place (not a regular file): no temporary, no rename.
+  bool direct() const { return direct_; }
 
   void commit() {
-    if (std::rename(temp_.c_str(), path_.c_str()) != 0) fail("cannot write '{}': {}", path_, std::strerror(errno));
+    if (!direct_ && std::rename(temp_.c_str(), target_.c_str()) != 0)
+      fail("cannot write '{}': {}", path_, std::strerror(errno));
     committed_ = true;
   }
 
  private:
-  std::string path_, temp_;
-  bool committed_ = false;
+  std::string path_, target_, temp_;  // target_: path_ with a symbolic link resolved
+  bool committed_ = false, direct_ = false;
 };
 
 inline void write_file_atomic(const std::string& path, std::string_view bytes) {

@@ -25,6 +25,7 @@
 
 #include <fmt/format.h>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "kernels/cost.h"
 #include "model/compiler.h"
@@ -396,14 +397,20 @@ void h5_string_attr(hid_t obj, const char* name, const std::string& value, const
 
 void write_h5(const std::string& path, const json& meta, const std::vector<Column>& cols,
               const std::vector<json>& rows, const std::string& doc) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  // Built in memory (HDF5's core driver, no backing store) and written by
+  // write_file_atomic (a temporary name, renamed): a missing directory or a full
+  // disk is one checked write naming the file, never a half-written file, and
+  // HDF5 never sees a failed write (1.10 can crash at exit after a failed close).
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  try {
+  std::string image;
+  {
     // No object modification times anywhere: the bytes depend on the rows only.
     H5Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
     h5_check(H5Pset_obj_track_times(fcpl, 0), "set file properties", path);
-    H5Id f(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT), H5Fclose);
-    if (f.id < 0) fail("cannot write sweep file '{}': cannot create '{}' (directory missing or not writable?)", path, tmp);
+    H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+    h5_check(fapl.id < 0 ? -1 : H5Pset_fapl_core(fapl, 1 << 16, 0), "set up its in-memory file", path);
+    H5Id f(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, fapl), H5Fclose);
+    h5_check(f.id, "create the file in memory", path);
     H5Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     h5_check(H5Pset_obj_track_times(dcpl, 0), "set dataset properties", path);
 
@@ -465,14 +472,12 @@ void write_h5(const std::string& path, const json& meta, const std::vector<Colum
     h5_string_attr(f, "workload", meta.at("workload").get<std::string>(), path);
     h5_string_attr(f, "keys", keys, path);
     h5_check(H5Fflush(f, H5F_SCOPE_LOCAL), "flush", path);
-  } catch (...) {
-    std::remove(tmp.c_str());  // no stray temporary; the previous file is untouched
-    throw;
+    ssize_t bytes = H5Fget_file_image(f, nullptr, 0);
+    h5_check(bytes > 0 ? 0 : -1, "size the file image", path);
+    image.resize(size_t(bytes));
+    h5_check(H5Fget_file_image(f, image.data(), image.size()) == bytes ? 0 : -1, "copy the file image", path);
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot write sweep file '{}': rename from '{}' failed: {}", path, tmp, std::strerror(errno));
-  }
+  sim::write_file_atomic(path, image);
 }
 
 }  // namespace
@@ -501,6 +506,22 @@ SweepTable SweepTable::read(const std::string& path) {
   }
   return t;
 }
+
+namespace {
+
+// Creates and removes the temporary `path` is written through: a clean error naming
+// the file when its directory is missing or not writable.
+void check_writable(const std::string& path) {
+  AtomicFile out(path);  // removes the probe temporary
+  if (out.direct()) return;  // a device: written in place, its write is checked
+  std::FILE* f = std::fopen(out.temp().c_str(), "wb");
+  if (!f)
+    fail("cannot write sweep output '{}': {} (check that the directory exists and is writable, or pick another --out)",
+         path, std::strerror(errno));
+  std::fclose(f);
+}
+
+}  // namespace
 
 void SweepTable::write(const std::string& h5_path, const std::string& csv_path) {
   sort_rows(meta, rows);
@@ -677,6 +698,9 @@ void run_sweep(const SweepOptions& o) {
     ++in_shard;
     if (!done.count(point_label(points[i]))) todo.push_back(i);
   }
+  // A missing or read-only directory fails here, before any point runs.
+  if (!o.dry_run)
+    for (const std::string& f : {o.out, csv}) check_writable(f);
   std::fprintf(stderr, "sweep: %zu points%s, %zu already in %s, %zu to run, %d at a time\n", points.size(),
                shard_n > 1 ? fmt::format(" ({} in shard {}/{})", in_shard, shard_i, shard_n).c_str() : "",
                in_shard - todo.size(), o.out.c_str(), todo.size(), o.jobs);

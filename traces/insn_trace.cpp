@@ -402,7 +402,7 @@ void InsnTracer::writes_of(const sim::IssueEvent& e, uint32_t pe, std::vector<Tr
 
 InsnTracer::InsnTracer(const std::string& path, const isa::Program& program, const TraceFilter& filter,
                        const std::string& header)
-    : path_(path), tmp_(path + ".tmp"), binary_(is_binary_trace_path(path)), program_(program), filter_(filter) {
+    : path_(path), out_(path), binary_(is_binary_trace_path(path)), program_(program), filter_(filter) {
   disasm_ = disassemble_all(program);
   for (uint64_t w : program.words) units_.push_back(isa::unit_name(isa::decode(w, 0).info->unit));
   if (!filter_.mark.empty()) {
@@ -415,8 +415,9 @@ InsnTracer::InsnTracer(const std::string& path, const isa::Program& program, con
     }
     mark_id_ = uint32_t(it - program.names.begin());
   }
-  f_ = std::fopen(tmp_.c_str(), "wb");
-  if (!f_) fail("cannot write trace '{}': {}", path, std::strerror(errno));
+  f_ = std::fopen(out_.temp().c_str(), "wb");
+  if (!f_)
+    fail("cannot write trace '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
   if (binary_) {
     std::string h(kMagic, 8);
     put_u32(h, kVersion);
@@ -429,7 +430,7 @@ InsnTracer::InsnTracer(const std::string& path, const isa::Program& program, con
       put_u32(h, uint32_t(n.size()));
       h += n;
     }
-    std::fwrite(h.data(), 1, h.size(), f_);
+    write(h);
   } else {
     std::string h;
     size_t pos = 0;
@@ -439,15 +440,19 @@ InsnTracer::InsnTracer(const std::string& path, const isa::Program& program, con
       pos = nl == std::string::npos ? header.size() : nl + 1;
     }
     h += "#      cycle unit   pc       instruction                          => writes\n";
-    std::fputs(h.c_str(), f_);
+    write(h);
   }
 }
 
+void InsnTracer::write(const std::string& bytes) {
+  // The first failure's errno is the reason reported at close(); later writes are
+  // skipped (a full disk stays full).
+  if (write_errno_) return;
+  if (std::fwrite(bytes.data(), 1, bytes.size(), f_) != bytes.size()) write_errno_ = errno ? errno : EIO;
+}
+
 InsnTracer::~InsnTracer() {
-  if (f_) {
-    std::fclose(f_);
-    std::remove(tmp_.c_str());
-  }
+  if (f_) std::fclose(f_);  // out_ removes the temporary
 }
 
 void InsnTracer::on_issue(const sim::IssueEvent& e) {
@@ -474,18 +479,20 @@ void InsnTracer::emit(const TraceRecord& r) {
                        r.pc < disasm_.size() ? disasm_[r.pc] : "?", format_writes(r.writes, program_.names));
     buf_ += '\n';
   }
-  std::fwrite(buf_.data(), 1, buf_.size(), f_);
+  write(buf_);
   ++lines_;
 }
 
 void InsnTracer::close() {
   if (!f_) return;
-  bool ok = std::fflush(f_) == 0;
-  ok = std::fclose(f_) == 0 && ok;
+  int err = write_errno_;
+  if (!err && (std::fflush(f_) != 0 || std::ferror(f_))) err = errno ? errno : EIO;
+  if (std::fclose(f_) != 0 && !err) err = errno ? errno : EIO;
   f_ = nullptr;
-  if (!ok) fail("cannot write trace '{}': {}", path_, std::strerror(errno));
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    fail("cannot write trace '{}': {}", path_, std::strerror(errno));
+  if (err)
+    fail("cannot write trace '{}': {} (disk full or file too large? a narrower --trace-filter or a .gtrc name "
+         "writes less)", path_, std::strerror(err));
+  out_.commit();
 }
 
 std::string trace_header(const std::string& path) {

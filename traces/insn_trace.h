@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "isa/atomic_file.h"
 #include "isa/program.h"
 #include "isa/state.h"
 #include "sim/sequencer.h"
@@ -80,7 +81,9 @@ std::string format_line(uint64_t cycle, std::string_view unit, uint32_t pc, std:
                         std::string_view writes);
 
 // Records executed instructions into FILE (text or .gtrc binary) as they issue.
-// The file appears (atomically: written to FILE.tmp, renamed) at close().
+// The file appears (atomically: written to FILE.tmp.PID, renamed; isa/atomic_file.h)
+// at close(), which throws gpnpu::Error naming the file if any write failed (disk
+// full, file too large) and then leaves no file and no temporary behind.
 class InsnTracer {
  public:
   InsnTracer(const std::string& path, const isa::Program& program, const TraceFilter& filter,
@@ -95,9 +98,12 @@ class InsnTracer {
 
  private:
   void emit(const TraceRecord& r);
+  void write(const std::string& bytes);
 
-  std::string path_, tmp_;
+  std::string path_;
+  AtomicFile out_;  // the temporary f_ writes (the target itself for /dev/null etc.)
   std::FILE* f_ = nullptr;
+  int write_errno_ = 0;  // errno of the first failed write, 0 if none
   bool binary_ = false;
   const isa::Program& program_;
   TraceFilter filter_;

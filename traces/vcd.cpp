@@ -4,18 +4,40 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 
+#include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "sim/memory_map.h"
 
 namespace gpnpu::traces {
 
 VcdWriter::VcdWriter(const std::string& path, const sim::Config& cfg)
-    : clock_(cfg.clock_ghz), cfg_(cfg), queue_(cfg.dma_channels, 0) {
-  // SystemC writes "<name>.vcd" as the simulation runs: a temporary name, renamed at close.
-  path_ = path;
-  tf_ = sc_core::sc_create_vcd_trace_file((path + ".tmp").c_str());
-  if (!tf_) fail("cannot create VCD file '{}'", path);
+    : path_(path), clock_(cfg.clock_ghz), cfg_(cfg), queue_(cfg.dma_channels, 0) {
+  // SystemC writes "<base>.vcd" as the simulation runs, to a temporary name renamed
+  // at close (isa/atomic_file.h's rules): beside the target, or, for a target that
+  // is not a regular file (/dev/null, a FIFO), in the temporary directory, copied
+  // into the target at close.
+  AtomicFile target(path);
+  if (target.direct()) {
+    std::error_code ec;
+    base_ = (std::filesystem::temp_directory_path(ec) / fmt::format("gpnpu-vcd-{}", ::getpid())).string();
+  } else {
+    base_ = target.temp();
+  }
+  tmp_ = base_ + ".vcd";
+  // SystemC opens the file at the first sc_start and throws sc_report (an abort
+  // from inside the kernel) if it cannot: create it here for a clean error instead.
+  std::FILE* probe = std::fopen(tmp_.c_str(), "wb");
+  if (!probe)
+    fail("cannot write VCD '{}': cannot create '{}': {} (check that the directory exists and is writable)", path,
+         tmp_, std::strerror(errno));
+  std::fclose(probe);
+  tf_ = sc_core::sc_create_vcd_trace_file(base_.c_str());
+  if (!tf_) {
+    std::remove(tmp_.c_str());
+    fail("cannot create VCD file '{}'", path);
+  }
   tf_->set_time_unit(1, sc_core::SC_PS);
   for (int u = 0; u < isa::kNumUnits; ++u)
     sc_core::sc_trace(tf_, busy_[u], fmt::format("busy_{}", isa::unit_name(isa::Unit(u))));
@@ -37,9 +59,52 @@ void VcdWriter::close() {
   if (closed_ || !tf_) return;
   closed_ = true;
   sc_core::sc_close_vcd_trace_file(tf_);
-  std::string tmp = path_ + ".tmp.vcd";
-  if (std::rename(tmp.c_str(), path_.c_str()) != 0)
+  // SystemC does not check its writes. A closing comment appended and flushed
+  // after them fails if they did: a full disk or a file-size limit still holds.
+  struct Remove {
+    std::string p;
+    ~Remove() { std::remove(p.c_str()); }  // a no-op once renamed
+  } remove_tmp{tmp_};
+  auto failed = [&](int err) {
+    fail("cannot write VCD '{}': {} (disk full or file too large?)", path_, std::strerror(err ? err : EIO));
+  };
+  std::FILE* f = std::fopen(tmp_.c_str(), "ab");
+  if (!f) failed(errno);
+  bool ok = std::fputs("$comment end of gpnpu VCD $end\n", f) >= 0 && std::fflush(f) == 0;
+  int err = errno;
+  if (std::fclose(f) != 0 && ok) {
+    ok = false;
+    err = errno;
+  }
+  if (!ok) failed(err);
+  AtomicFile target(path_);
+  if (target.direct()) {
+    // Copy into the device or FIFO (the temporary lives elsewhere).
+    std::FILE* in = std::fopen(tmp_.c_str(), "rb");
+    std::FILE* out = in ? std::fopen(path_.c_str(), "wb") : nullptr;
+    if (!out) {
+      err = errno;
+      if (in) std::fclose(in);
+      fail("cannot write VCD '{}': {}", path_, std::strerror(err));
+    }
+    char buf[1 << 16];
+    size_t n;
+    ok = true;
+    while (ok && (n = std::fread(buf, 1, sizeof buf, in)) > 0) ok = std::fwrite(buf, 1, n, out) == n;
+    ok = ok && !std::ferror(in) && std::fflush(out) == 0;
+    err = errno;
+    std::fclose(in);
+    if (std::fclose(out) != 0 && ok) {
+      ok = false;
+      err = errno;
+    }
+    if (!ok) failed(err);
+    return;
+  }
+  // Same directory: the name SystemC wrote becomes AtomicFile's temporary.
+  if (std::rename(tmp_.c_str(), target.temp().c_str()) != 0)
     fail("cannot write VCD '{}': {}", path_, std::strerror(errno));
+  target.commit();
 }
 
 void VcdWriter::push(sim::Cycles at, Kind k, uint32_t index, int64_t delta) {

@@ -27,7 +27,10 @@ namespace gpnpu::traces {
 
 class VcdWriter {
  public:
-  // Writes `path` (through path.tmp.vcd, renamed at close()).
+  // Writes `path` (through PATH.tmp.PID.vcd, renamed at close(); a target that is
+  // not a regular file gets a copy from the temporary directory). Throws
+  // gpnpu::Error naming the file if it cannot be created, and at close() if any
+  // write failed (disk full, file too large): then no file and no temporary remain.
   VcdWriter(const std::string& path, const sim::Config& cfg);
   ~VcdWriter();
   void on_issue(const sim::IssueEvent& e, sim::Cycles base);
@@ -49,6 +52,7 @@ class VcdWriter {
   void thread();
 
   std::string path_;
+  std::string base_, tmp_;  // the name given to SystemC, and the file it writes (base_.vcd)
   sim::Clock clock_;
   sim::Config cfg_;
   sc_core::sc_trace_file* tf_ = nullptr;

@@ -8,6 +8,9 @@
 //    existing file of that name untouched.
 // Each case first checks that the output, written without a limit, is larger than
 // the limit, so the limited run really fails part-way (the negative control).
+// The same holds for the trace writers (--trace text and .gtrc, --vcd, --timeline)
+// and `gpnpu sweep --out`. A target that is not a regular file (/dev/null, /dev/full,
+// /proc/self/fd/1, a link to one) is written in place, never replaced by a rename.
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -27,6 +30,7 @@ struct Writer {
   std::string target;   // the output file
   const char* limit;    // ulimit prefix that makes the write fail part-way
   size_t limit_bytes;
+  bool progress = false;  // stderr holds progress lines before the error line (sweep)
 };
 
 // A program of 300 instructions (2.4 KB as a binary, well over 1 KiB).
@@ -48,6 +52,10 @@ void check_failed_write(const Writer& w, const std::string& dir) {
 
   // No file at all before: none after.
   CliResult r = run_cli(w.args, w.limit);
+  if (w.progress && r.err.size() > 1) {  // keep the last line: the error
+    size_t nl = r.err.rfind('\n', r.err.size() - 2);
+    if (nl != std::string::npos) r.err = r.err.substr(nl + 1);
+  }
   expect_clean_error(r, {});
   EXPECT_TRUE(r.err.find("File too large") != std::string::npos || r.err.find("disk full") != std::string::npos)
       << r.err;
@@ -86,6 +94,120 @@ TEST(OutputFiles, FailedWritesLeaveNoPartialFile) {
        dir + "/bundle.safetensors", kLimit1M, 1 << 20},
   };
   for (const Writer& w : writers) check_failed_write(w, dir);
+}
+
+TEST(OutputFiles, FailedTraceAndSweepWritesLeaveNoPartialFile) {
+  std::string dir = scratch_dir("failed_trace_writes");
+  std::string prog = dir + "/big.s";
+  write_file(prog, big_program());
+  const std::string run = "run -q " + prog + " --preset mini ";
+  const Writer writers[] = {
+      {"--trace (text)", run + "--trace " + dir + "/t.txt", dir + "/t.txt", kLimit1K, 1024},
+      {"--trace (.gtrc)", run + "--trace " + dir + "/t.gtrc", dir + "/t.gtrc", kLimit1K, 1024},
+      {"--vcd", run + "--vcd " + dir + "/t.vcd", dir + "/t.vcd", kLimit1K, 1024},
+      {"--timeline", run + "--timeline " + dir + "/t.json", dir + "/t.json", kLimit1K, 1024},
+      // One point of the tiny model; the HDF5 file is written first and fails.
+      {"sweep --out", "sweep --model synthetic:tiny --set ddr_gbps=16 --out " + dir + "/s.h5", dir + "/s.h5",
+       kLimit1K, 1024, true},
+  };
+  for (const Writer& w : writers) {
+    check_failed_write(w, dir);
+    fs::remove(dir + "/s.csv");  // the sweep's CSV (written beside s.h5 by the control run)
+  }
+}
+
+TEST(OutputFiles, TraceAndSweepMissingDirectoryIsACleanError) {
+  std::string prog = source_path("tests/traces/programs/dma_mac.s");
+  const std::string nowhere = "/nonexistent/dir";
+  struct Case {
+    std::string args;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"run " + prog + " --trace " + nowhere + "/t.txt",
+       "cannot write trace '/nonexistent/dir/t.txt': No such file or directory (check that the directory exists"},
+      {"run " + prog + " --trace " + nowhere + "/t.gtrc",
+       "cannot write trace '/nonexistent/dir/t.gtrc': No such file or directory"},
+      // SystemC used to abort the process (an sc_report from inside sc_start).
+      {"run " + prog + " --vcd " + nowhere + "/t.vcd",
+       "cannot write VCD '/nonexistent/dir/t.vcd': cannot create '/nonexistent/dir/t.vcd.tmp."},
+      {"run " + prog + " --timeline " + nowhere + "/t.json",
+       "cannot write '/nonexistent/dir/t.json': No such file or directory"},
+      // Before any point runs (one stderr line: not even the sweep's plan).
+      {"sweep --model synthetic:tiny --set ddr_gbps=16 --out " + nowhere + "/s.h5",
+       "cannot write sweep output '/nonexistent/dir/s.h5': No such file or directory (check that the directory "
+       "exists and is writable, or pick another --out)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.args);
+    expect_clean_error(run_cli(c.args), {c.want});
+  }
+  EXPECT_FALSE(fs::exists(nowhere));
+}
+
+// Regression: a target that exists and is not a regular file used to get a
+// temporary beside it and a rename over it. As root, `--stats-json /dev/full`
+// replaced the device node /dev/full with a regular file (and `-o /dev/null`
+// would have replaced /dev/null). Links in a scratch directory stand in for the
+// devices here, so a regression replaces a link of ours, not a device.
+TEST(OutputFiles, DeviceTargetsAreWrittenInPlace) {
+  std::string dir = scratch_dir("device_targets");
+  std::string prog = source_path("tests/traces/programs/dma_mac.s");
+  const std::string null = dir + "/null", null_gtrc = dir + "/null.gtrc", full = dir + "/full",
+                    full_gtrc = dir + "/full.gtrc";
+  fs::create_symlink("/dev/null", null);
+  fs::create_symlink("/dev/null", null_gtrc);
+  fs::create_symlink("/dev/full", full);
+  fs::create_symlink("/dev/full", full_gtrc);
+  const std::vector<std::string> links = list_dir(dir);
+  auto links_intact = [&] {
+    EXPECT_EQ(list_dir(dir), links) << "a file or temporary was left beside the links";
+    for (const std::string& l : {null, null_gtrc, full, full_gtrc}) {
+      EXPECT_TRUE(fs::is_symlink(l)) << l << " was replaced";
+      EXPECT_TRUE(fs::is_character_file(l)) << l;
+    }
+  };
+  const std::string run = "run -q " + prog + " ";
+  // Each option writes its file to `{}`.
+  const std::string writers[] = {
+      "asm " + prog + " -o {}",    run + "--stats-json {}", run + "--stats-h5 {}", run + "--trace {}",
+      run + "--vcd {}",            run + "--timeline {}",
+  };
+  for (const std::string& w : writers) {
+    bool trace = w.find("--trace") != std::string::npos;
+    std::string to_null = fmt::format(fmt::runtime(w), trace ? null_gtrc : null);
+    SCOPED_TRACE(to_null);
+    CliResult r = run_cli(to_null);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+    links_intact();
+    // /dev/full: every write fails with ENOSPC.
+    std::string to_full = fmt::format(fmt::runtime(w), trace ? full_gtrc : full);
+    SCOPED_TRACE(to_full);
+    expect_clean_error(run_cli(to_full), {"No space left on device"});
+    links_intact();
+  }
+  // The text trace too (the name picks the form).
+  expect_clean_error(run_cli(run + "--trace " + full), {"cannot write trace '" + full + "': No space left on device"});
+  links_intact();
+
+  // /proc/self/fd/1 is the process's stdout: the report goes there.
+  CliResult r = run_cli(run + "--stats-json /proc/self/fd/1");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.out.starts_with("{")) << r.out;
+  EXPECT_NE(r.out.find("\"cycles\""), std::string::npos) << r.out;
+
+  // A link to a regular file stays a link; the file it points to gets the report.
+  const std::string real = dir + "/real.json", link = dir + "/link.json";
+  write_file(real, "OLD");
+  fs::create_symlink(real, link);
+  r = run_cli(run + "--stats-json " + link);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_TRUE(read_file(real).starts_with("{")) << read_file(real);
+  fs::remove(link);
+  fs::remove(real);
+  links_intact();
 }
 
 TEST(OutputFiles, FailedCheckpointWriteLeavesNoPartialSafetensors) {
