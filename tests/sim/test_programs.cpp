@@ -45,7 +45,9 @@ std::vector<uint8_t> read(MemoryTarget& m, uint64_t addr, uint64_t bytes) {
   return b;
 }
 
-const Stats::Region& region(const std::vector<Stats::Region>& rs, const std::string& name) {
+// By value: callers pass Stats::regions(), a temporary (a reference into it dangled:
+// heap-use-after-free under ASan).
+Stats::Region region(const std::vector<Stats::Region>& rs, const std::string& name) {
   for (const Stats::Region& r : rs)
     if (r.name == name) return r;
   throw std::runtime_error("no region " + name);
