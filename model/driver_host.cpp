@@ -264,7 +264,7 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   bool synthetic = spec.starts_with("synthetic:");
   if (synthetic) {
     mc = model_config_from_spec(spec);  // checks the name
-    dir = cache / ("synthetic-" + spec.substr(10) + "-seed1");
+    dir = cache / fmt::format("synthetic-{}-seed1-g{}", spec.substr(10), kSyntheticGeneration);
   } else {
     if (!fs::is_directory(spec))
       fail("--model '{}': not synthetic:2b, synthetic:tiny, a checkpoint directory or a .safetensors bundle", spec);
@@ -392,7 +392,8 @@ DescribeResult describe(const DescribeOptions& o) {
     weights = bundle_weights(*bundle);
     ChainOptions co;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
-    // The chain runs beside the simulator (one core), so it gets the others.
+    // The chain runs beside the simulator, which keeps one core (and borrows a second
+    // for half of each large array instruction when it is free).
     co.threads = o.threads > 0 ? o.threads : std::max(1, cores - 1);
     chain = std::make_unique<Chain>(mc, *weights, co);
   }

@@ -102,7 +102,13 @@ SynthScale synthetic_scale(const TensorSpec& spec, const ModelConfig& cfg) {
       spec.name.compare(spec.name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
       spec.name.rfind("model.visual.blocks.", 0) == 0) {
     s.wide_rows = 2 * int64_t(cfg.vision.hidden_size);  // Q rows then K rows
-    s.wide_std = 0.12f;
+    // 0.12 at the tiny tower's width 128, scaled by sqrt(128 / width): a LayerNorm
+    // output (unit variance) then gives q and k of std 0.12 * sqrt(128) = 1.36 and
+    // scores q.k / sqrt(head_dim) of std ~1.8 at every width (2B: 0.0424). A fixed 0.12
+    // gave the 2B tower (width 1024) scores of std ~15: a chaotic tower whose relative
+    // error grows ~2.5x per block, so that fp16 activations alone moved the 2B image
+    // logits to cosine 0.953 against fp32 (docs testing-notes item 2).
+    s.wide_std = float(0.12 * std::sqrt(128.0 / double(cfg.vision.hidden_size)));
   }
   return s;
 }

@@ -11,8 +11,12 @@
 //      norm weights             1 + 0.02 * N   (LayerNorm and RMSNorm, incl. q/k norms)
 //      biases                   0.02 * N
 //      linear weights           0.02 * N
-//      tower attn.qkv rows of Q and K: 0.12 * N (V rows 0.02): attention must not be
-//                               uniform, or the tower's 2-D RoPE would be invisible
+//      tower attn.qkv rows of Q and K: 0.12 * sqrt(128 / vision width) * N (tiny: 0.12,
+//                               2B: 0.0424; V rows 0.02): attention must not be uniform,
+//                               or the tower's 2-D RoPE would be invisible, nor so sharp
+//                               (scores of std ~15 with 0.12 at width 1024) that fp16
+//                               activations make the tower diverge from fp32: the scores
+//                               q.k / sqrt(head_dim) have std ~1.8 at every width
 //      learned position table   0.3 * N (so the position embedding matters)
 //      embed_tokens             0.02 * N
 //    (docs testing-notes.md item 2 says why.)
@@ -27,6 +31,11 @@
 namespace gpnpu::model {
 
 inline constexpr int64_t kSynthChunk = 1 << 16;  // elements per independently seeded chunk
+
+// The generation of the synthetic values: bumped whenever a scale or the generator
+// changes, so caches of synthetic bundles (gpnpu describe) never serve stale values.
+// 2: the tower's Q/K std scales with sqrt(128 / width).
+inline constexpr int kSyntheticGeneration = 2;
 
 struct SyntheticOptions {
   uint64_t seed = 0;
