@@ -1,6 +1,10 @@
 #include "traces/session.h"
 
+#include <exception>
+
 #include <fmt/format.h>
+
+#include "isa/error.h"
 
 namespace gpnpu::traces {
 
@@ -49,9 +53,20 @@ void TraceSession::finish(const sim::Stats& stats) {
   if (finished_) return;
   finished_ = true;
   detach();
-  if (tracer_) tracer_->close();
-  if (timeline_) timeline_->write(o_.timeline, stats);
-  if (vcd_) vcd_->close();
+  // Every writer finishes (writes its file or removes its temporary) even if an
+  // earlier one failed; the first failure is reported.
+  std::exception_ptr first;
+  auto step = [&](auto f) {
+    try {
+      f();
+    } catch (const Error&) {
+      if (!first) first = std::current_exception();
+    }
+  };
+  if (tracer_) step([&] { tracer_->close(); });
+  if (timeline_) step([&] { timeline_->write(o_.timeline, stats); });
+  if (vcd_) step([&] { vcd_->close(); });
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace gpnpu::traces

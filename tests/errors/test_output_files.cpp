@@ -210,6 +210,20 @@ TEST(OutputFiles, DeviceTargetsAreWrittenInPlace) {
   links_intact();
 }
 
+// One failing trace writer does not stop the others: each writes its file or
+// removes its temporary (the VCD used to be left to the process's exit).
+TEST(OutputFiles, EveryTraceWriterFinishesWhenOneFails) {
+  std::string dir = scratch_dir("one_writer_fails");
+  fs::create_symlink("/dev/full", dir + "/full");
+  std::string prog = source_path("tests/traces/programs/dma_mac.s");
+  CliResult r = run_cli("run -q " + prog + " --trace " + dir + "/full --timeline " + dir + "/t.json --vcd " + dir +
+                        "/t.vcd");
+  expect_clean_error(r, {"cannot write trace '" + dir + "/full': No space left on device"});
+  EXPECT_EQ(list_dir(dir), (std::vector<std::string>{"full", "t.json", "t.vcd"}));
+  EXPECT_TRUE(read_file(dir + "/t.json").starts_with("{")) << read_file(dir + "/t.json").substr(0, 100);
+  EXPECT_NE(read_file(dir + "/t.vcd").find("$enddefinitions"), std::string::npos);
+}
+
 TEST(OutputFiles, FailedCheckpointWriteLeavesNoPartialSafetensors) {
   std::string dir = scratch_dir("failed_checkpoint");
   std::string ck = dir + "/ck";
