@@ -7,7 +7,7 @@
 # and fuzz_replay only, and runs labels isa and fuzz (the assembler, the decoder
 # and every input parser on the committed corpora and crash reproducers);
 # GPNPU_SANITIZE_SCOPE=all builds and runs the whole suite (labels reference and
-# report aside; about 9 minutes of tests on 2 cores plus the build: over the budget).
+# report aside; 6-9 minutes of tests on 2 cores plus the build: over the budget).
 # GPNPU_CI_FUZZ_SECONDS=N also runs each libFuzzer target N seconds (scripts/run-fuzz.sh;
 # off by default: the committed corpora already replay under ctest -L fuzz, and the
 # clang build plus runs would take the 20-minute budget's last few minutes).
