@@ -189,16 +189,6 @@ void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
   pack_f16_scalar(out, lo, hi);
 }
 
-void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16) {
-#if defined(__x86_64__)
-  if (have_avx512()) return dequant4_avx512(out, codes, scale, zero, sel, f16);
-#endif
-  dequant4_scalar(out, codes, scale, zero, sel, f16);
-}
-
-}  // namespace gpnpu::isa::lanes
-
-namespace gpnpu::isa::lanes {
 
 void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
                   const uint8_t* pred, uint32_t sel, bool f16) {

@@ -26,12 +26,11 @@ void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n);
 // lo[2l+1], lane l >= 8 packs hi[2(l-8)], hi[2(l-8)+1] (low half first).
 void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
 
-// One PE's 16 lanes of vdq4: out[l] = (code(sel * 16 + l) - zero) * scale, codes the
-// 128 nibbles of `codes` (8 per word, low nibble first); as fp16 bits when f16.
-void dequant4(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 
 // vdq4 over PEs [e0, e1) enabled by pred (nullptr: all): PE e's 16 lanes of out from
-// its codes (16 words at e * 16) and meta (lane 0 scale, lane 1 zero point, fp32).
+// its codes (16 words at e * 16: 128 nibbles, 8 per word, low nibble first) and meta
+// (lane 0 scale, lane 1 zero point, fp32): out[l] = (code(sel * 16 + l) - zero) * scale,
+// as fp16 bits when f16.
 void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
                   const uint8_t* pred, uint32_t sel, bool f16);
 

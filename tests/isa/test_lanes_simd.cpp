@@ -85,12 +85,15 @@ TEST(LanesSimd, Dequant4MatchesTheScalarDefinitionBitForBit) {
   for (int t = 0; t < 2000; ++t) {
     uint32_t codes[16];
     for (uint32_t& w : codes) w = rng();
+    uint32_t meta[16] = {std::bit_cast<uint32_t>(0.0f)};
     float scale = t < 9 ? scales[t] : std::ldexp(float(rng() % 2048) / 1024.0f, int(rng() % 40) - 30);
     float zero = float(rng() % 16);
     for (uint32_t sel = 0; sel < 8; ++sel)
       for (bool f16 : {false, true}) {
         uint32_t x[16], y[16];
-        dequant4(x, codes, scale, zero, sel, f16);
+        meta[0] = std::bit_cast<uint32_t>(scale);
+        meta[1] = std::bit_cast<uint32_t>(zero);
+        dequant4_pes(x, codes, meta, 0, 1, nullptr, sel, f16);
         dequant4_scalar(y, codes, scale, zero, sel, f16);
         for (int l = 0; l < 16; ++l) {
           ASSERT_EQ(x[l], y[l]) << "scale " << scale << " sel " << sel << " lane " << l;
