@@ -27,9 +27,9 @@ class Pool {
     th_.join();
   }
 
-  void run(uint32_t n, const std::function<void(uint32_t, uint32_t)>& f) {
+  void run(uint32_t n, PeRangeFn f) {
     const uint32_t m = n / 2;
-    job_ = &f;
+    job_ = f;
     begin_ = m;
     end_ = n;
     err_ = nullptr;
@@ -69,7 +69,7 @@ class Pool {
       uint32_t expect = seen - 1;
       if (!claimed_.compare_exchange_strong(expect, seen, std::memory_order_acq_rel)) continue;
       try {
-        (*job_)(begin_, end_);
+        job_(begin_, end_);
       } catch (...) {
         err_ = std::current_exception();
       }
@@ -79,7 +79,7 @@ class Pool {
 
   std::atomic<uint32_t> seq_{0}, done_{0}, claimed_{0};  // job numbers
   std::atomic<bool> stop_{false};
-  const std::function<void(uint32_t, uint32_t)>* job_ = nullptr;
+  PeRangeFn job_;
   uint32_t begin_ = 0, end_ = 0;
   std::exception_ptr err_;
   std::thread th_;
@@ -96,7 +96,7 @@ bool enabled() {
 
 }  // namespace
 
-void split_pes(uint32_t n, const std::function<void(uint32_t, uint32_t)>& f) {
+void split_pes(uint32_t n, PeRangeFn f) {
   if (n < kMinSplitPes || !enabled()) return f(0, n);
   static Pool pool;
   pool.run(n, f);

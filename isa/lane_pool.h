@@ -8,12 +8,28 @@
 // microsecond) and then sleeps; GPNPU_SIM_THREADS=1 turns the split off.
 #pragma once
 #include <cstdint>
-#include <functional>
+#include <type_traits>
 
 namespace gpnpu::isa {
 
+// A non-owning reference to a callable f(pe_begin, pe_end): no allocation on the
+// array instructions' path (a std::function may allocate per call).
+class PeRangeFn {
+ public:
+  PeRangeFn() = default;
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, PeRangeFn>>>
+  PeRangeFn(F&& f)  // NOLINT: implicit, from a lambda that outlives the call
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))),
+        call_([](void* o, uint32_t b, uint32_t e) { (*static_cast<std::remove_reference_t<F>*>(o))(b, e); }) {}
+  void operator()(uint32_t b, uint32_t e) const { call_(obj_, b, e); }
+
+ private:
+  void* obj_ = nullptr;
+  void (*call_)(void*, uint32_t, uint32_t) = nullptr;
+};
+
 // Runs f(0, m) and f(m, n) for some m in [0, n], concurrently when n >= kMinSplitPes.
-void split_pes(uint32_t n, const std::function<void(uint32_t, uint32_t)>& f);
+void split_pes(uint32_t n, PeRangeFn f);
 
 inline constexpr uint32_t kMinSplitPes = 256;
 

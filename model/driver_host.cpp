@@ -219,13 +219,6 @@ std::vector<float> read_logits(sim::Platform& p, uint32_t off, size_t vocab, boo
   return l;
 }
 
-std::string hex64(uint64_t v) { return fmt::format("{:016x}", v); }
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
-
 }  // namespace
 
 NegativeControl parse_negative_control(const std::string& s) {
@@ -277,7 +270,7 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
                                     e.last_write_time().time_since_epoch().count()));
     std::sort(files.begin(), files.end());
     for (const std::string& f : files) key += "|" + f;
-    dir = cache / ("checkpoint-" + fs::absolute(spec).filename().string() + "-" + hex64(fnv1a(key)));
+    dir = cache / fmt::format("checkpoint-{}-{:016x}", fs::absolute(spec).filename().string(), std::hash<std::string>{}(key));
     ckpt = spec;
   }
   const fs::path bundle = dir / "w4a16.safetensors";
