@@ -84,7 +84,7 @@ Golden read_golden(const std::string& path) {
 
 // ---- small numerics ---------------------------------------------------------------------
 
-int argmax(std::span<const float> x) { return int(std::max_element(x.begin(), x.end()) - x.begin()); }
+using ops::argmax;  // the first largest, as the chain takes it
 float top2_margin(std::span<const float> x) {
   float a = -INFINITY, b = -INFINITY;
   for (float v : x) {
