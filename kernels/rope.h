@@ -5,7 +5,7 @@
 //   rotate_half(x)[d] = -x[d + hd/2] (d < hd/2),  x[d - hd/2] (d >= hd/2)
 //
 // i.e. x'[d] = x[d] cos[d] - x[d+h] sin[d] and x'[d+h] = x[d+h] cos[d+h] + x[d] sin[d+h]
-// (docs qwen3-vl-2b.md 3.3 and 5.3). The tables already encode which position
+// (docs/model.md 3.3 and 5.3). The tables already encode which position
 // (interleaved M-RoPE t/h/w axis per frequency, or the tower's 2-D row/column rule)
 // drives each dimension, so this one kernel serves the LM and the tower:
 // cos[r][d] = cos(angle_r[d mod hd/2]), sin likewise (build them with

@@ -1,10 +1,10 @@
-// The chain: the C++ float reference of the whole Qwen3-VL model (docs qwen3-vl-2b.md),
+// The chain: the C++ float reference of the whole Qwen3-VL model (docs/model.md),
 // built from the ops of model/ops.h. It gates the simulated device step by step.
 //
 // Contract:
 //  - fp32 compute on fp32 weights: either the original checkpoint (bf16/f16/f32 rows
 //    converted on the fly: "fp32 mode") or the W4A16 bundle, whose very codes are
-//    dequantised row block by row block ("W4A16 mode"; testing-notes item 6). Weights stay
+//    dequantised row block by row block ("W4A16 mode"; docs/testing.md model-test item 6). Weights stay
 //    in their source; the WeightSource must outlive the Chain.
 //  - ChainOptions::round_activations_f16 rounds every op output to fp16, where the device
 //    keeps activations in fp16 memory (the kernels' rounding points); off by default, for

@@ -393,7 +393,7 @@ ModelConfig config_tiny() {
   v.deepstack_visual_indexes = {1, 2, 3};
   TextConfig& t = c.text;
   t.hidden_size = 128;
-  t.num_hidden_layers = 5;         // more layers than DeepStack taps (testing-notes item 4)
+  t.num_hidden_layers = 5;         // more layers than DeepStack taps (docs/testing.md model-test item 4)
   t.num_attention_heads = 4;
   t.num_key_value_heads = 2;       // GQA group 2
   t.head_dim = 32;                 // q width 128, kv width 64 (2B: 128)

@@ -3,7 +3,7 @@
 //
 // Contract:
 //  - ModelConfig mirrors the Hugging Face Qwen3-VL config.json (keys of
-//    docs qwen3-vl-2b.md section 1). from_json_file() reads such a file, accepts
+//    docs/model.md section 1). from_json_file() reads such a file, accepts
 //    both the older layout (text_config.rope_theta / text_config.rope_scaling.mrope_section)
 //    and the newer one (text_config.rope_parameters.{rope_theta,mrope_section}),
 //    and validates it; every problem is a gpnpu::Error naming the file and the key.
@@ -14,7 +14,7 @@
 //    own sections, tower 2-D RoPE, 3 DeepStack taps with more LM layers than taps,
 //    mergers, a position-table side other than 48, the full 151936-row vocabulary).
 //  - expected_tensors() lists every checkpoint tensor (HF names, shapes, role) in
-//    the order of docs qwen3-vl-2b-tensors.txt; lm_head.weight is not listed (tied).
+//    the order of tests/model/data/qwen3-vl-2b-tensors.txt; lm_head.weight is not listed (tied).
 // Nothing here hard-codes the 2B numbers except config_2b(): code must read them from
 // the config (tap indices, position-table side, head sizes, M-RoPE sections).
 #pragma once

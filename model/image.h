@@ -1,5 +1,5 @@
 // Image input for Qwen3-VL: file -> RGB -> resize -> normalise -> patches
-// (spec docs/qwen3-vl-2b.md section 2; Qwen2VLImageProcessorFast behaviour).
+// (spec docs/model.md section 2; Qwen2VLImageProcessorFast behaviour).
 //
 // Contract:
 //  - load_image_rgb(path): PNG or JPEG (stb_image, its other decoders compiled out) -> 8-bit RGB, HWC.
@@ -24,7 +24,7 @@
 //    PIL's fixed-point bicubic (the slow processor) can differ by 1 LSB. A same-size
 //    resize is the identity.
 //  - Normalise: v = (x - 127.5f) / 127.5f in float32 (the Fast processor's fused form
-//    of (x/255 - 0.5)/0.5; testing-notes item 7). Both give -1 for 0 and 1 for 255.
+//    of (x/255 - 0.5)/0.5; docs/testing.md model-test item 7). Both give -1 for 0 and 1 for 255.
 //  - Patchify: grid (1, gh, gw) with gh = H/16, gw = W/16; one row of 1536 floats per
 //    16x16 patch, rows in 2x2 merge-window order n = ((bh*(gw/2)+bw)*2+mh)*2+mw,
 //    elements k = ((c*2+t)*16+py)*16+px with the frame duplicated for t = 0, 1.

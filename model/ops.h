@@ -1,7 +1,7 @@
 // The chain's individual ops: pure functions over row-major float spans.
 //
 // Contract:
-//  - Every op is a plain fp32 implementation of one formula of docs qwen3-vl-2b.md;
+//  - Every op is a plain fp32 implementation of one formula of docs/model.md;
 //    tensors are row-major [rows][width] float spans; sizes are checked and a mismatch
 //    is a gpnpu::Error naming the op, the argument and both sizes.
 //  - Results are deterministic and bit-identical on every machine and for every thread

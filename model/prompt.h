@@ -1,5 +1,5 @@
 // Prompt assembly and M-RoPE positions for Qwen3-VL Instruct
-// (spec docs/qwen3-vl-2b.md sections 5.4-5.6 and 7.3).
+// (spec docs/model.md sections 5.4-5.6 and 7.3).
 //
 // Contract:
 //  - build_chat_prompt: the Qwen3-VL Instruct chat template for one user turn with at

@@ -107,7 +107,7 @@ SynthScale synthetic_scale(const TensorSpec& spec, const ModelConfig& cfg) {
     // scores q.k / sqrt(head_dim) of std ~1.8 at every width (2B: 0.0424). A fixed 0.12
     // gave the 2B tower (width 1024) scores of std ~15: a chaotic tower whose relative
     // error grows ~2.5x per block, so that fp16 activations alone moved the 2B image
-    // logits to cosine 0.953 against fp32 (docs testing-notes item 2).
+    // logits to cosine 0.953 against fp32 (docs/testing.md model-test item 2).
     s.wide_std = float(0.12 * std::sqrt(128.0 / double(cfg.vision.hidden_size)));
   }
   return s;

@@ -19,7 +19,7 @@
 //                               q.k / sqrt(head_dim) have std ~1.8 at every width
 //      learned position table   0.3 * N (so the position embedding matters)
 //      embed_tokens             0.02 * N
-//    (docs testing-notes.md item 2 says why.)
+//    (docs/testing.md model-test item 2 says why.)
 //  - Streams: generates and writes one tensor (in chunks) at a time, so the 2B model
 //    (4.26 GB) needs only a few MB of memory beyond the page cache.
 #pragma once

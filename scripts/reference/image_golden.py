@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Golden values for the image-input and prompt tests (tests/model/test_image.cpp,
-tests/model/test_prompt.cpp), computed from the spec docs/qwen3-vl-2b.md
+tests/model/test_prompt.cpp), computed from the spec docs/model.md
 (sections 2, 3.2, 3.3, 5.4-5.6, 7.3), independently of the C++ in model/image.cpp
 and model/prompt.cpp. Uses PIL only to read/write PNG/JPEG files and torch 1.13's
 F.interpolate(mode='bicubic', antialias=True) for the resize (the spec's emulation
@@ -8,10 +8,10 @@ of the torchvision path of Qwen2VLImageProcessorFast); everything else is numpy
 written from the spec's formulas.
 
 Regenerate (from the repository root, Debian python with torch 1.13):
-    /usr/bin/python3 scripts/reference/image_golden.py --make-inputs \
-        --photos /work/shared/data/photos
+    /usr/bin/python3 scripts/reference/image_golden.py --make-inputs --photos DIR
 --make-inputs rewrites the small input images under tests/model/data/ from the
-scikit-image sample photos (see tests/model/data/image_ATTRIBUTION.md); without it
+scikit-image sample photos in DIR (the `data` folder of scikit-image 0.19.3,
+Debian's python3-skimage) (see tests/model/data/image_ATTRIBUTION.md); without it
 only the goldens are recomputed from the committed inputs.
 """
 import argparse
@@ -79,7 +79,7 @@ def resize_uint8(rgb, hb, wb):
 
 
 def normalise(rgb):
-    """Fast-processor form (x - 127.5) / 127.5 in float32 (testing-notes item 7)."""
+    """Fast-processor form (x - 127.5) / 127.5 in float32 (docs/testing.md model-test item 7)."""
     x = rgb.astype(np.float32)
     return ((x - np.float32(127.5)) / np.float32(127.5)).astype(np.float32)
 
@@ -263,8 +263,10 @@ def make_inputs(photos):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--make-inputs", action="store_true")
-    ap.add_argument("--photos", default="/work/shared/data/photos")
+    ap.add_argument("--photos", help="folder of the scikit-image sample photos (needed with --make-inputs)")
     args = ap.parse_args()
+    if args.make_inputs and not args.photos:
+        ap.error("--make-inputs needs --photos DIR (the data folder of scikit-image 0.19.3)")
     if args.make_inputs:
         make_inputs(args.photos)
 

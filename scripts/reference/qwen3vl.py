@@ -1,6 +1,6 @@
 """Independent float32 PyTorch reference of Qwen3-VL (vision tower + DeepStack + text decoder).
 
-Written from docs/qwen3-vl-2b.md (the project's model spec), not from any C++ in this
+Written from docs/model.md (the project's model spec), not from any C++ in this
 repository and without the `transformers` package. Runs on Debian's python3-torch 1.13 (CPU).
 
 Contract:

@@ -1,7 +1,7 @@
 // Element-wise kernels (residual add, bias add, SiLU-gated product, tanh and erf GELU)
 // against the chain's ops on the very fp16 values the device reads; both mappings;
 // timing-only cycles equal the functional run; bytes past the row ends untouched;
-// the two GELUs are told apart element by element (testing-notes item 3).
+// the two GELUs are told apart element by element (docs/testing.md model-test item 3).
 #include "kernels/elementwise.h"
 
 #include "kernel_harness.h"
@@ -178,7 +178,7 @@ TEST(Elementwise, NegativeControlCorruptedOutputFailsTheGate) {
   EXPECT_FALSE(passes(bad, r.ref));
 }
 
-// testing-notes item 3: swapping the tanh GELU for the erf GELU is invisible end to end,
+// docs/testing.md model-test item 3: swapping the tanh GELU for the erf GELU is invisible end to end,
 // so each kernel must pass against its own formula and fail against the other one.
 TEST(Elementwise, TanhAndErfGeluAreToldApart) {
   for (EwOp op : {EwOp::gelu_tanh, EwOp::gelu_erf}) {

@@ -1,5 +1,5 @@
 // The chain on the tiny config: determinism, KV-cache decode = full recompute
-// (testing-notes item 8), the splice and DeepStack intermediates, the fp16 rounding mode,
+// (docs/testing.md model-test item 8), the splice and DeepStack intermediates, the fp16 rounding mode,
 // the fp32 and W4A16 weight sources, sensitivity to a dropped feature, and the gate
 // against the PyTorch reference goldens (tests/model/golden/, when present).
 #include <gtest/gtest.h>
@@ -189,7 +189,7 @@ TEST(Chain, IntermediatesShowSpliceAndDeepstack) {
 }
 
 TEST(Chain, SensitivityToDroppedFeatures) {
-  // Each deliberate change must move the logits past a 0.9999 cosine gate (testing-notes 2).
+  // Each deliberate change must move the logits past a 0.9999 cosine gate (docs/testing.md model-test item 2).
   auto& f = fx();
   std::vector<ImagePatches> ims{random_image(f.cfg, 4, 6, 8)};
   auto ids = prompt(f.cfg, 6);

@@ -1,4 +1,4 @@
-// Config tests: the 2B values against the spec (docs qwen3-vl-2b.md sections 1, 8, 9),
+// Config tests: the 2B values against the spec (docs/model.md sections 1, 8, 9),
 // the tiny config's features, config.json reading (real HF layout), round trip, errors.
 #include <gtest/gtest.h>
 
@@ -144,7 +144,7 @@ TEST(Config, TinyHasEveryFeature) {
   EXPECT_NE(t.text.head_dim, b.text.head_dim);  // head sizes must come from the config
   EXPECT_NE(t.vision.head_dim(), b.vision.head_dim());
   EXPECT_EQ(t.vision.head_dim() % 4, 0);        // 2-D RoPE: rows and columns halves
-  // DeepStack: tower depth >= 4 with 3 taps, more LM layers than taps (testing-notes 4).
+  // DeepStack: tower depth >= 4 with 3 taps, more LM layers than taps (docs/testing.md model-test item 4).
   EXPECT_GE(t.vision.depth, 4);
   EXPECT_EQ(t.vision.deepstack_visual_indexes.size(), 3u);
   EXPECT_GT(t.text.num_hidden_layers, int(t.vision.deepstack_visual_indexes.size()) + 1);

@@ -1,6 +1,7 @@
 // Image input tests against the goldens of scripts/reference/image_golden.py (written
 // from the spec, independently of model/image.cpp). Regenerate the data with:
-//   /usr/bin/python3 scripts/reference/image_golden.py --make-inputs --photos /work/shared/data/photos
+//   /usr/bin/python3 scripts/reference/image_golden.py --make-inputs --photos DIR
+// (DIR: the data folder of scikit-image 0.19.3, Debian's python3-skimage)
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -117,7 +118,7 @@ TEST(ImageNormalise, BitExactWithReferenceLut) {
   for (int x = 0; x < 256; ++x) {
     const float ref = lut[x].get<float>();
     EXPECT_EQ(normalise_pixel(static_cast<uint8_t>(x)), ref) << x;
-    // Negative control: the other formula of testing-notes item 7 differs in the last
+    // Negative control: the other formula of docs/testing.md model-test item 7 differs in the last
     // bit for some x, so this test can tell them apart.
     const float alt = (static_cast<float>(x) / 255.0f - 0.5f) / 0.5f;
     alt_diff += (alt != ref);

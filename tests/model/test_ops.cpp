@@ -1,6 +1,6 @@
-// The chain's ops, one by one, against their formulas (testing-notes item 3): each op is
-// compared with an independent double-precision evaluation of the formula of docs
-// qwen3-vl-2b.md on several shapes, including widths that are not multiples of 16 or 128.
+// The chain's ops, one by one, against their formulas (docs/testing.md model-test item 3): each op is
+// compared with an independent double-precision evaluation of the formula of
+// docs/model.md on several shapes, including widths that are not multiples of 16 or 128.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -166,7 +166,7 @@ TEST(Synthetic, PinnedValues) {
   EXPECT_THROW(synthetic_values(spec(kFinalNorm), cfg, 7, 100, 100, part.data()), gpnpu::Error);
 }
 
-// The scales of docs testing-notes.md item 2.
+// The scales of docs/testing.md model-test item 2.
 TEST(Synthetic, ValueScales) {
   const ModelConfig cfg = config_tiny();
   const int64_t vh = cfg.vision.hidden_size;
