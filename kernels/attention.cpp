@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "isa/error.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
 

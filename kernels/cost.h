@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "isa/isa.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
 

@@ -33,7 +33,7 @@
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
 

@@ -2,7 +2,7 @@
 
 #include "isa/error.h"
 #include "kernels/gemv.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
 

@@ -6,7 +6,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
 
@@ -109,7 +109,7 @@ uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint
   return buffers_bytes(p);
 }
 
-std::vector<uint8_t> pack_gemm_weight(const model::QuantTensor& w, const sim::Config& cfg, uint32_t split) {
+std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg, uint32_t split) {
   const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols);
   GemmPlan p = plan_gemm(cfg, 0, n, k, split);
   const uint32_t npe = cfg.npe(), S = p.split, B = p.blocks;

@@ -1,7 +1,7 @@
 // W4A16 GEMM for the vision tower and the prefill:
 //   Y[m][n] = sum_k X[m][k] W[n][k] (+ bias[n]),
 // X and Y fp16 row-major in OCM (row strides in bytes), W as 4-bit codes with an fp16
-// scale and an integer zero per 128-block (model/quant.h: w = (q - z) * s), packed in
+// scale and an integer zero per 128-block (kernels/w4_weights.h: w = (q - z) * s), packed in
 // DDR by pack_gemm_weight. Accumulation in fp32; Y rounded once to fp16.
 //
 // Rounding points (what the chain must mirror): the dequantised weight is rounded to
@@ -60,8 +60,8 @@
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
-#include "model/quant.h"
-#include "sim/config.h"
+#include "kernels/w4_weights.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
 
@@ -110,7 +110,7 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 
 // Packs a quantised [n][k] weight into the layout above.
-std::vector<uint8_t> pack_gemm_weight(const model::QuantTensor& w, const sim::Config& cfg,
+std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg,
                                       uint32_t split = 0);
 
 // macs = m*n*k, ddr_bytes = the packed weight (bias and activations are in OCM).

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "isa/error.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
 
@@ -18,7 +18,7 @@ uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe) {
   return uint64_t(ceil_div(n, npe)) * (k / kBlock) * npe * kGemvColumnBlockBytes;
 }
 
-std::vector<uint8_t> pack_gemv_weight(const model::QuantTensor& w, uint32_t npe) {
+std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe) {
   const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols);
   if (k % kBlock) fail("pack_gemv_weight: K = {} is not a multiple of {}", k, kBlock);
   const uint32_t nblk = k / kBlock, ntiles = ceil_div(n, npe);

@@ -21,8 +21,8 @@
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
-#include "model/quant.h"
-#include "sim/config.h"
+#include "kernels/w4_weights.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
 
@@ -39,7 +39,7 @@ struct GemvArgs {
 };
 
 // Packs a quantised [n][k] weight into the layout above for an array of `npe` PEs.
-std::vector<uint8_t> pack_gemv_weight(const model::QuantTensor& w, uint32_t npe);
+std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe);
 uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe);
 
 // Blocks per DMA chunk for this config and scratch size (the tiling rule).

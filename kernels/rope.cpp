@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "isa/error.h"
-#include "model/ops.h"
 
 namespace gpnpu::kernels {
 
@@ -94,42 +93,6 @@ KernelCost cost_rope(const sim::Config&, const RopeArgs& a) {
   // x in and out (fp16) plus one cos and one sin row per PE of the row.
   c.ocm_bytes = uint64_t(a.rows) * a.heads * a.head_dim * (2 + 2 + 2 * tab);
   return c;
-}
-
-void rope_tables_mrope(std::span<const std::array<int, 3>> pos, int head_dim, float theta,
-                       std::span<const int> section, std::vector<float>& cos_t, std::vector<float>& sin_t) {
-  const int half = head_dim / 2;
-  std::vector<int> axis = model::ops::mrope_axes(section, head_dim);
-  std::vector<float> inv = model::ops::inv_freq(theta, head_dim);
-  cos_t.assign(pos.size() * size_t(head_dim), 0.0f);
-  sin_t.assign(pos.size() * size_t(head_dim), 0.0f);
-  for (size_t n = 0; n < pos.size(); ++n)
-    for (int j = 0; j < half; ++j) {
-      float ang = float(pos[n][size_t(axis[size_t(j)])]) * inv[size_t(j)];
-      float c = std::cos(ang), s = std::sin(ang);
-      for (int k : {j, j + half}) {
-        cos_t[n * size_t(head_dim) + size_t(k)] = c;
-        sin_t[n * size_t(head_dim) + size_t(k)] = s;
-      }
-    }
-}
-
-void rope_tables_2d(std::span<const std::array<int, 2>> rq, int head_dim, float theta,
-                    std::vector<float>& cos_t, std::vector<float>& sin_t) {
-  const int half = head_dim / 2, nf = head_dim / 4;
-  std::vector<float> inv = model::ops::inv_freq(theta, half);
-  cos_t.assign(rq.size() * size_t(head_dim), 0.0f);
-  sin_t.assign(rq.size() * size_t(head_dim), 0.0f);
-  for (size_t n = 0; n < rq.size(); ++n)
-    for (int k = 0; k < nf; ++k)
-      for (int axis = 0; axis < 2; ++axis) {
-        float ang = float(rq[n][size_t(axis)]) * inv[size_t(k)];
-        float c = std::cos(ang), s = std::sin(ang);
-        for (int d : {axis * nf + k, axis * nf + k + half}) {
-          cos_t[n * size_t(head_dim) + size_t(d)] = c;
-          sin_t[n * size_t(head_dim) + size_t(d)] = s;
-        }
-      }
 }
 
 }  // namespace gpnpu::kernels

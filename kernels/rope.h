@@ -9,7 +9,7 @@
 // (interleaved M-RoPE t/h/w axis per frequency, or the tower's 2-D row/column rule)
 // drives each dimension, so this one kernel serves the LM and the tower:
 // cos[r][d] = cos(angle_r[d mod hd/2]), sin likewise (build them with
-// rope_tables_mrope / rope_tables_2d below, or any other rule).
+// model::ops::rope_tables_mrope / rope_tables_2d, model/reference/ops.h, or any other rule).
 //
 // Layouts:
 //   x    fp16 in OCM, row-major [rows][heads*head_dim], row stride x_row_stride bytes
@@ -25,14 +25,11 @@
 // Tiling rule: TR = floor(npe / heads) rows per tile (fails if heads > npe);
 // head_dim must be a multiple of 32 and at most 128 (3 x head_dim/16 registers).
 #pragma once
-#include <array>
 #include <cstdint>
-#include <span>
-#include <vector>
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
 
@@ -46,13 +43,5 @@ struct RopeArgs {
 
 void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a);
 KernelCost cost_rope(const sim::Config& cfg, const RopeArgs& a);
-
-// Host-side table builders (fp32 [rows][head_dim] each), the same angles as
-// model::ops::mrope / model::ops::rope_2d: angle[j] = pos * inv_freq[j], j < hd/2,
-// cos/sin of a float as std::cos/std::sin, duplicated to cat(a, a).
-void rope_tables_mrope(std::span<const std::array<int, 3>> pos, int head_dim, float theta,
-                       std::span<const int> section, std::vector<float>& cos_t, std::vector<float>& sin_t);
-void rope_tables_2d(std::span<const std::array<int, 2>> rq, int head_dim, float theta,
-                    std::vector<float>& cos_t, std::vector<float>& sin_t);
 
 }  // namespace gpnpu::kernels

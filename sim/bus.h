@@ -1,5 +1,5 @@
 // The interconnect: routes TLM transactions from the DMA engines to the target
-// whose memory-map region (sim/memory_map.h) holds the address, rebased to the
+// whose memory-map region (sim/machine/memory_map.h) holds the address, rebased to the
 // target's own offsets. Unmapped addresses get TLM_ADDRESS_ERROR_RESPONSE.
 #pragma once
 #include <memory>
@@ -9,7 +9,7 @@
 #include <tlm_utils/simple_target_socket.h>
 #include <vector>
 
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::sim {
 

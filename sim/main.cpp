@@ -10,10 +10,10 @@
 
 #include "isa/error.h"
 #include "isa/program.h"
-#include "model/commands.h"
-#include "model/driver.h"
-#include "model/driver_sweep.h"
-#include "sim/config.h"
+#include "model/cli/commands.h"
+#include "model/cli/driver.h"
+#include "model/cli/driver_sweep.h"
+#include "sim/machine/config.h"
 #include "sim/run.h"
 #include "traces/commands.h"
 
@@ -25,7 +25,7 @@ struct MachineOptions {
   std::string preset = "qc-u";
   std::vector<std::string> sets;
   void add(CLI::App* cmd) {
-    cmd->add_option("--preset", preset, "machine preset (sim/presets/NAME.cfg) or a .cfg path")->capture_default_str();
+    cmd->add_option("--preset", preset, "machine preset (sim/machine/presets/NAME.cfg) or a .cfg path")->capture_default_str();
     cmd->add_option("--set", sets, "override a config key: --set key=value (repeatable); `gpnpu config --list`");
   }
   sim::Config config() const { return sim::Config::make(preset, sets); }

@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "isa/error.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 // libsystemc's own main() calls sc_main and prints a banner before it; our
 // programs define main() themselves and drive SystemC through the Platform, so

@@ -1,5 +1,5 @@
 // The platform: the one place that builds and wires the GPNPU from the memory map
-// (sim/memory_map.h): sequencer, DMA engine, bus, DDR port and OCM.
+// (sim/machine/memory_map.h): sequencer, DMA engine, bus, DDR port and OCM.
 // SystemC elaborates once per process, so there is one Platform per process;
 // configure() re-sizes it for a new machine config (and clears all memory), run()
 // executes a program to halt. DDR, OCM and scalar memory persist between runs of
@@ -12,7 +12,7 @@
 #include "isa/state.h"
 #include "sim/bus.h"
 #include "sim/clock.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/dma.h"
 #include "sim/memory_target.h"
 #include "sim/sequencer.h"

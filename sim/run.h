@@ -4,7 +4,7 @@
 #include <string>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/stats.h"
 
 namespace gpnpu::sim {

@@ -6,7 +6,7 @@
 
 #include "isa/error.h"
 #include "sim/bus.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/dma.h"
 
 namespace gpnpu::sim {

@@ -8,7 +8,7 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::sim {
 

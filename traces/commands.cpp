@@ -50,7 +50,7 @@ void add_trace_commands(CLI::App& app) {
   static std::vector<std::string> sets;
   static bool timing_only = false;
   dbg->add_option("program", prog, "PROG.s or PROG.bin")->required();
-  dbg->add_option("--preset", preset, "machine preset (sim/presets/NAME.cfg) or a .cfg path")->capture_default_str();
+  dbg->add_option("--preset", preset, "machine preset (sim/machine/presets/NAME.cfg) or a .cfg path")->capture_default_str();
   dbg->add_option("--set", sets, "override a config key: --set key=value (repeatable)");
   dbg->add_option("--commands", commands, "read debugger commands from FILE (one a line) instead of the terminal");
   dbg->add_flag("--timing-only", timing_only, "skip array arithmetic and DMA payloads");

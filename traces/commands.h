@@ -5,7 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/stats.h"
 #include "traces/session.h"
 

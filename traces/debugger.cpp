@@ -7,7 +7,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 #include "traces/insn_trace.h"
 
 namespace gpnpu::traces {

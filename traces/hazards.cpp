@@ -6,7 +6,7 @@
 
 #include "isa/state.h"
 #include "sim/dma.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 #include "traces/insn_trace.h"
 
 namespace gpnpu::traces {

@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/dma.h"
 #include "sim/sequencer.h"
 

@@ -7,7 +7,7 @@
 
 #include "isa/state.h"
 #include "sim/clock.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 #include "sim/run.h"
 
 namespace gpnpu::traces {

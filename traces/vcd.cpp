@@ -8,7 +8,7 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::traces {
 

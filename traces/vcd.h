@@ -19,7 +19,7 @@
 
 #include "isa/isa.h"
 #include "sim/clock.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/dma.h"
 #include "sim/sequencer.h"
 

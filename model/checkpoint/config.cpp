@@ -1,6 +1,6 @@
 // Qwen3-VL configuration: HF config.json reading/writing, built-in configs, the
 // checkpoint tensor list. See config.h for the contract.
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 #include <cmath>
 #include <fstream>

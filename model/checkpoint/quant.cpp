@@ -1,5 +1,5 @@
 // W4A16 quantiser and bundle I/O. See quant.h and docs/quantisation.md.
-#include "model/quant.h"
+#include "model/checkpoint/quant.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,8 +13,8 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace gpnpu::model {
 

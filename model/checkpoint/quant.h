@@ -28,12 +28,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/w4_weights.h"
+
 namespace gpnpu::model {
 
 class Checkpoint;
 struct ModelConfig;
 
-inline constexpr int kQuantBlock = 128;  // input channels per scale/zero block
+inline constexpr int kQuantBlock = kernels::kW4Block;  // input channels per scale/zero block
 // Range-shrink factors tried by the clipping search, 1.0 (plain min/max) first.
 inline constexpr float kClipFactors[] = {1.0f, 0.95f, 0.9f, 0.85f, 0.8f, 0.75f, 0.7f, 0.65f, 0.6f};
 
@@ -52,6 +54,8 @@ struct QuantTensor {
   float scale(int64_t r, int64_t blk) const;  // fp16 -> float
   uint8_t zero(int64_t r, int64_t blk) const { return zeros[size_t(r * nblocks() + blk)]; }
   float dequant(int64_t r, int64_t c) const;  // (q - z) * s
+  // What the kernels pack (kernels/w4_weights.h); valid while this tensor lives.
+  kernels::W4Weights view() const { return {rows, cols, codes, scales, zeros}; }
 };
 
 struct QuantOptions {

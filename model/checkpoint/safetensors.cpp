@@ -1,5 +1,5 @@
 // safetensors reader (mmap), streaming writer and checkpoint loader. See safetensors.h.
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <cerrno>

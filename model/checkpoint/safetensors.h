@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "isa/atomic_file.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 namespace gpnpu::model {
 

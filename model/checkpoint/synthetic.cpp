@@ -1,5 +1,5 @@
 // Seeded synthetic checkpoints. See synthetic.h for the contract and the scales.
-#include "model/synthetic.h"
+#include "model/checkpoint/synthetic.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,7 +13,7 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace gpnpu::model {
 

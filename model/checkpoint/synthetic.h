@@ -26,7 +26,7 @@
 #include <cstdint>
 #include <string>
 
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 namespace gpnpu::model {
 

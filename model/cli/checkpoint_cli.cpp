@@ -1,15 +1,15 @@
-// CLI: make-checkpoint, quantize, check-checkpoint (add_checkpoint_commands in model/commands.h).
+// CLI: make-checkpoint, quantize, check-checkpoint (add_checkpoint_commands in model/cli/commands.h).
 #include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
 
 #include "isa/error.h"
-#include "model/commands.h"
-#include "model/config.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/cli/commands.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 
 namespace gpnpu::model {
 

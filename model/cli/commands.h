@@ -5,8 +5,8 @@
 
 namespace gpnpu::model {
 
-void add_checkpoint_commands(CLI::App& app);  // make-checkpoint, quantize (model/checkpoint_cli.cpp)
-void add_tokenizer_commands(CLI::App& app);   // tokenize, detokenize (model/tokenizer_cli.cpp)
-void add_image_commands(CLI::App& app);       // preprocess (model/image_cli.cpp)
+void add_checkpoint_commands(CLI::App& app);  // make-checkpoint, quantize (model/cli/checkpoint_cli.cpp)
+void add_tokenizer_commands(CLI::App& app);   // tokenize, detokenize (model/cli/tokenizer_cli.cpp)
+void add_image_commands(CLI::App& app);       // preprocess (model/cli/image_cli.cpp)
 
 }  // namespace gpnpu::model

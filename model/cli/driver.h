@@ -3,7 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 namespace gpnpu::model {
 
@@ -11,7 +11,7 @@ namespace gpnpu::model {
 ModelConfig model_config_from_spec(const std::string& spec);
 
 void add_compile_commands(CLI::App& app);
-void add_describe_command(CLI::App& app);  // model/driver_describe.cpp
+void add_describe_command(CLI::App& app);  // model/cli/driver_describe.cpp
 
 // The command line as typed (main sets it), for reports.
 std::string& command_line();

@@ -11,8 +11,8 @@
 
 #include "isa/error.h"
 #include "kernels/cost.h"
-#include "model/compiler.h"
-#include "model/driver.h"
+#include "model/compiler/compiler.h"
+#include "model/cli/driver.h"
 #include "sim/platform.h"
 #include "sim/run.h"
 

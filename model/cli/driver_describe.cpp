@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "isa/error.h"
-#include "model/driver.h"
-#include "model/driver_host.h"
-#include "sim/config.h"
+#include "model/cli/driver.h"
+#include "model/runtime/driver_host.h"
+#include "sim/machine/config.h"
 #include "sim/run.h"
 
 namespace gpnpu::model {

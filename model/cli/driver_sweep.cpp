@@ -1,5 +1,5 @@
-// Architect sweeps (see model/driver_sweep.h for the contract).
-#include "model/driver_sweep.h"
+// Architect sweeps (see model/cli/driver_sweep.h for the contract).
+#include "model/cli/driver_sweep.h"
 
 #include <fcntl.h>
 #include <hdf5.h>
@@ -28,9 +28,9 @@
 #include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "kernels/cost.h"
-#include "model/compiler.h"
-#include "model/config.h"
-#include "sim/config.h"
+#include "model/compiler/compiler.h"
+#include "model/checkpoint/config.h"
+#include "sim/machine/config.h"
 #include "sim/platform.h"
 #include "sim/run.h"
 

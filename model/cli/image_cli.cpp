@@ -13,8 +13,8 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
-#include "model/commands.h"
-#include "model/image.h"
+#include "model/cli/commands.h"
+#include "model/inputs/image.h"
 
 namespace gpnpu::model {
 

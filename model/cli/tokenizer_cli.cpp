@@ -1,4 +1,4 @@
-// `gpnpu tokenize TEXT...` and `gpnpu detokenize ID...` (see model/tokenizer.h).
+// `gpnpu tokenize TEXT...` and `gpnpu detokenize ID...` (see model/inputs/tokenizer.h).
 #include <charconv>
 #include <cstdio>
 #include <fstream>
@@ -7,8 +7,8 @@
 #include <sstream>
 
 #include "isa/error.h"
-#include "model/commands.h"
-#include "model/tokenizer.h"
+#include "model/cli/commands.h"
+#include "model/inputs/tokenizer.h"
 
 namespace gpnpu::model {
 namespace {

@@ -1,7 +1,7 @@
 // DDR layout, the decode program, and weight loading.
-#include "model/compiler.h"
+#include "model/compiler/compiler.h"
 
-#include "model/compiler_emit.h"
+#include "model/compiler/compiler_emit.h"
 
 #include <fmt/format.h>
 
@@ -17,9 +17,8 @@
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
-#include "sim/memory_target.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::model {
 
@@ -275,7 +274,7 @@ CompiledProgram Compiler::decode_program() const {
   return out;
 }
 
-void Compiler::load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const {
+void Compiler::load_weights(const QuantBundle& bundle, DdrWriter ddr) const {
   const TextConfig& t = model_.text;
   const uint32_t npe = cfg_.npe();
   auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -285,17 +284,17 @@ void Compiler::load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) c
     ddr.write(d.offset, bytes.data(), bytes.size());
   };
   auto put_f16 = [&](const std::string& name, const std::vector<float>& v) { put(name, detail::f16_bytes(v)); };
-  put("embed", pack_gemv_weight(bundle.get_quant(kEmbedTokens), npe));
+  put("embed", pack_gemv_weight(bundle.get_quant(kEmbedTokens).view(), npe));
   put_f16("final_norm", bundle.get_f32(kFinalNorm));
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
-    put(layer_name(i, "qkv"), pack_gemv_weight(detail::concat_rows(qkv), npe));
-    put(layer_name(i, "o"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")), npe));
+    put(layer_name(i, "qkv"), pack_gemv_weight(detail::concat_rows(qkv).view(), npe));
+    put(layer_name(i, "o"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")).view(), npe));
     std::vector<QuantTensor> gu;
     for (const std::string& n : gate_up_names(i)) gu.push_back(bundle.get_quant(n));
-    put(layer_name(i, "gateup"), pack_gemv_weight(detail::concat_rows(gu), npe));
-    put(layer_name(i, "down"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")), npe));
+    put(layer_name(i, "gateup"), pack_gemv_weight(detail::concat_rows(gu).view(), npe));
+    put(layer_name(i, "down"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")).view(), npe));
     std::vector<float> norms = bundle.get_f32(text_layer_name(i, "input_layernorm.weight"));
     for (const char* leaf : {"post_attention_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
       std::vector<float> v = bundle.get_f32(text_layer_name(i, leaf));

@@ -10,22 +10,32 @@
 // functional runs (timing-only runs need no weights at all).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "isa/program.h"
 #include "kernels/cost.h"
-#include "model/config.h"
-#include "sim/config.h"
-
-namespace gpnpu::sim {
-class MemoryTarget;
-}
+#include "model/checkpoint/config.h"
+#include "sim/machine/config.h"
 
 namespace gpnpu::model {
 
 class QuantBundle;
+
+// Where load_*() put their bytes: DDR offsets. Made from anything with
+// write(offset, data, bytes), such as the simulator's DDR (the host runtime passes
+// it); the compiler itself never sees the simulator.
+class DdrWriter {
+ public:
+  template <typename Memory>
+  DdrWriter(Memory& m) : write_([&m](uint64_t off, const void* src, uint64_t n) { m.write(off, src, n); }) {}
+  void write(uint64_t offset, const void* src, uint64_t bytes) const { write_(offset, src, bytes); }
+
+ private:
+  std::function<void(uint64_t, const void*, uint64_t)> write_;
+};
 
 // Where one named tensor lives in DDR (offsets from the DDR base).
 struct DdrTensor {
@@ -113,10 +123,10 @@ class Compiler {
   const ImageIo& image_io() const { return iio_; }
   // Constants the compiler folds for a grid: the interpolated position table and the
   // tower's rotary tables (functional runs only).
-  void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, sim::MemoryTarget& ddr) const;
+  void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, DdrWriter ddr) const;
 
   // Writes every weight the programs read into DDR, in the kernels' layouts.
-  void load_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
+  void load_weights(const QuantBundle& bundle, DdrWriter ddr) const;
 
   const ModelConfig& model() const { return model_; }
   const sim::Config& config() const { return cfg_; }
@@ -125,7 +135,7 @@ class Compiler {
   void plan_ddr();
   void plan_image_ddr();
   void plan_decode_ocm();
-  void load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const;
+  void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
   // The image program with activations streamed from DDR in row tiles (small OCM).
   CompiledProgram image_streamed(const ImageShape& shape) const;
 

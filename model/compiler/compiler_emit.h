@@ -12,9 +12,9 @@
 #include "isa/fp16.h"
 #include "kernels/builder.h"
 #include "kernels/cost.h"
-#include "model/compiler.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
+#include "model/compiler/compiler.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::model::detail {
 

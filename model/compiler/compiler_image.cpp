@@ -33,10 +33,9 @@
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "model/compiler.h"
-#include "model/compiler_emit.h"
-#include "model/ops.h"
-#include "sim/memory_target.h"
+#include "model/compiler/compiler.h"
+#include "model/compiler/compiler_emit.h"
+#include "model/reference/ops.h"
 
 namespace gpnpu::model {
 
@@ -127,7 +126,7 @@ void Compiler::plan_image_ddr() {
   iio_.trope_ddr = ddr_.bus("in.trope");
 }
 
-void Compiler::load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& ddr) const {
+void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
   auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
@@ -136,7 +135,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& 
       fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), t.bytes);
     ddr.write(t.offset, bytes.data(), bytes.size());
   };
-  auto gemm = [&](const std::string& name, const QuantTensor& q) { put(name, pack_gemm_weight(q, cfg_)); };
+  auto gemm = [&](const std::string& name, const QuantTensor& q) { put(name, pack_gemm_weight(q.view(), cfg_)); };
   auto vec = [&](const std::string& name, const std::vector<std::string>& parts) {
     std::vector<float> all;
     for (const std::string& p : parts) {
@@ -181,7 +180,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, sim::MemoryTarget& 
   }
 }
 
-void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape& s, sim::MemoryTarget& ddr) const {
+void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape& s, DdrWriter ddr) const {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
   const int n = s.grid_h * s.grid_w;
@@ -193,7 +192,7 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
   // The tower's 2-D rotary tables, per patch in merge-window order.
   std::vector<std::array<int, 2>> rq = ops::merge_window_order(s.grid_h, s.grid_w, v.spatial_merge_size);
   std::vector<float> cos_t, sin_t;
-  rope_tables_2d(rq, int(d.hdv), 10000.0f, cos_t, sin_t);
+  ops::rope_tables_2d(rq, int(d.hdv), 10000.0f, cos_t, sin_t);
   uint64_t off = ddr_.at("const.vrope").offset;
   ddr.write(off, cos_t.data(), cos_t.size() * 4);
   ddr.write(off + uint64_t(opt_.max_patches) * d.hdv * 4, sin_t.data(), sin_t.size() * 4);

@@ -1,6 +1,6 @@
 // Image input: decode, RGB conversion, smart_resize, antialiased bicubic resize,
 // normalisation, patchify, and the vision tower's position tables. See image.h.
-#include "model/image.h"
+#include "model/inputs/image.h"
 
 #include <algorithm>
 #include <cctype>

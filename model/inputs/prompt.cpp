@@ -1,5 +1,5 @@
 // Chat template and M-RoPE positions. See prompt.h.
-#include "model/prompt.h"
+#include "model/inputs/prompt.h"
 
 #include <algorithm>
 

@@ -12,7 +12,7 @@
 //    are tokenised separately by `encode`; that equals tokenising the whole string
 //    because the tokenizer splits on added tokens before BPE. Special-token ids come
 //    from ChatTokens (spec 7.1), so any encode function will do (the real one is
-//    Tokenizer::encode of model/tokenizer.h). Throws gpnpu::Error when the result is
+//    Tokenizer::encode of model/inputs/tokenizer.h). Throws gpnpu::Error when the result is
 //    longer than max_tokens.
 //  - mrope_positions (get_rope_index): a (t, h, w) triple per prompt position. Text
 //    tokens get (p, p, p) with p the next free position; the k-th run of image pads,

@@ -1,5 +1,5 @@
 // Qwen byte-level BPE tokenizer. See tokenizer.h for the contract.
-#include "model/tokenizer.h"
+#include "model/inputs/tokenizer.h"
 
 #include <algorithm>
 #include <cstdlib>

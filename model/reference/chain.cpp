@@ -1,5 +1,5 @@
 // The chain (see chain.h for the contract and the intermediate names).
-#include "model/chain.h"
+#include "model/reference/chain.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,9 +7,9 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/prompt.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
+#include "model/inputs/prompt.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace gpnpu::model {
 
@@ -110,7 +110,7 @@ class CheckpointWeights : public WeightSource {
   const Checkpoint& ck_;
 };
 
-// w = float(q - z) * s, exactly dequantise_row() of model/quant.h, written so that whole
+// w = float(q - z) * s, exactly dequantise_row() of model/checkpoint/quant.h, written so that whole
 // 128-column blocks vectorise (decode reads every weight once per token).
 void dequant_row_fast(const QuantTensor& q, int64_t r, float* out) {
   const int64_t nb = q.nblocks(), cols = q.cols;

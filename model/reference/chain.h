@@ -1,5 +1,5 @@
 // The chain: the C++ float reference of the whole Qwen3-VL model (docs/model.md),
-// built from the ops of model/ops.h. It gates the simulated device step by step.
+// built from the ops of model/reference/ops.h. It gates the simulated device step by step.
 //
 // Contract:
 //  - fp32 compute on fp32 weights: either the original checkpoint (bf16/f16/f32 rows
@@ -41,8 +41,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/ops.h"
+#include "model/checkpoint/config.h"
+#include "model/reference/ops.h"
 
 namespace gpnpu::model {
 
@@ -116,7 +116,7 @@ struct ChainOptions {
 };
 
 // One image as the tower takes it: grid (t, h, w) in patches and the patch rows
-// [t*h*w][patch_dim] in merge-window order (docs 2.3; model/image.h makes them).
+// [t*h*w][patch_dim] in merge-window order (docs 2.3; model/inputs/image.h makes them).
 struct ImagePatches {
   int t = 1, h = 0, w = 0;
   std::vector<float> pixels;
@@ -159,7 +159,7 @@ class Chain {
   // Appends ids to the KV cache and returns the logits [vocab] of the last one. Image
   // pads (cfg.image_token_id) are replaced by the images' merger rows in order (their
   // count must match); positions: one (t, h, w) per id, or empty to compute them with
-  // get_rope_index (model/prompt.h) for a prefill that starts an empty cache.
+  // get_rope_index (model/inputs/prompt.h) for a prefill that starts an empty cache.
   std::vector<float> prefill(const std::vector<int>& ids, const std::vector<ImagePatches>& images,
                              const std::vector<std::array<int, 3>>& positions = {});
   // One token at `position` (default: cache().next_position on all three axes).

@@ -101,6 +101,13 @@ void rope_2d(std::span<float> x, int heads, int head_dim, std::span<const std::a
 // Per-frequency axis of interleaved M-RoPE (0 = t, 1 = h, 2 = w) for head_dim/2 frequencies:
 // j%3==1 and j < 3*section[1] -> h; j%3==2 and j < 3*section[2] -> w; everything else t.
 std::vector<int> mrope_axes(std::span<const int> section, int head_dim);
+// The tables the RoPE kernel (kernels/rope.h) applies, fp32 [rows][head_dim] each, with
+// the same angles as mrope / rope_2d above: angle[j] = pos * inv_freq[j], j < hd/2,
+// cos/sin of a float as std::cos/std::sin, duplicated to cat(a, a).
+void rope_tables_mrope(std::span<const std::array<int, 3>> pos, int head_dim, float theta,
+                       std::span<const int> section, std::vector<float>& cos_t, std::vector<float>& sin_t);
+void rope_tables_2d(std::span<const std::array<int, 2>> rq, int head_dim, float theta,
+                    std::vector<float>& cos_t, std::vector<float>& sin_t);
 // Interleaved M-RoPE in place on x [rows][heads*head_dim]; pos[n] = (t, h, w) of row n.
 void mrope(std::span<float> x, int heads, int head_dim, std::span<const std::array<int, 3>> pos,
            float theta, std::span<const int> section);

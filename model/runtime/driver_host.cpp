@@ -1,5 +1,5 @@
 // The host driver of `gpnpu describe` (contract in driver_host.h).
-#include "model/driver_host.h"
+#include "model/runtime/driver_host.h"
 
 #include <fmt/format.h>
 #include <hdf5.h>
@@ -16,15 +16,15 @@
 #include "isa/error.h"
 #include "isa/fp16.h"
 #include "kernels/rope.h"
-#include "model/chain.h"
-#include "model/compiler.h"
-#include "model/driver.h"
-#include "model/image.h"
-#include "model/prompt.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
-#include "model/tokenizer.h"
+#include "model/reference/chain.h"
+#include "model/compiler/compiler.h"
+#include "model/cli/driver.h"
+#include "model/inputs/image.h"
+#include "model/inputs/prompt.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
+#include "model/inputs/tokenizer.h"
 #include "sim/platform.h"
 
 namespace gpnpu::model {
@@ -205,7 +205,7 @@ void fill_slot(sim::Platform& p, const Compiler& c, int slot, uint16_t value) {
 void write_rope(sim::MemoryTarget& m, const ModelConfig& mc, uint64_t cos_off, uint64_t sin_off,
                 const std::vector<std::array<int, 3>>& pos) {
   std::vector<float> cos_t, sin_t;
-  kernels::rope_tables_mrope(pos, mc.text.head_dim, float(mc.text.rope_theta), mc.text.mrope_section, cos_t, sin_t);
+  ops::rope_tables_mrope(pos, mc.text.head_dim, float(mc.text.rope_theta), mc.text.mrope_section, cos_t, sin_t);
   m.write(cos_off, cos_t.data(), cos_t.size() * 4);
   m.write(sin_off, sin_t.data(), sin_t.size() * 4);
 }

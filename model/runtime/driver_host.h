@@ -2,8 +2,8 @@
 // whole model on the simulated chip, gated step by step against the chain.
 //
 // Contract:
-//  - Inputs: the image is preprocessed (model/image.h, fixed size), the question is put
-//    in the chat template and tokenised (model/prompt.h, model/tokenizer.h), M-RoPE
+//  - Inputs: the image is preprocessed (model/inputs/image.h, fixed size), the question is put
+//    in the chat template and tokenised (model/inputs/prompt.h, model/inputs/tokenizer.h), M-RoPE
 //    positions come from get_rope_index (mrope_positions). The compiler builds the image
 //    program for exactly that prompt and grid and the decode program once.
 //  - Functional runs: the host writes the weights, the folded image constants, the
@@ -11,7 +11,7 @@
 //    the argmax of its logits, then runs the decode program once per token with the
 //    KV cache carried in DDR between runs, until a stop token (<|im_end|>,
 //    <|endoftext|>) or `tokens` answer tokens (the first comes from the image program).
-//    The chain (model/chain.h, W4A16 mode on the bundle's very codes) runs alongside,
+//    The chain (model/reference/chain.h, W4A16 mode on the bundle's very codes) runs alongside,
 //    fed the DEVICE's tokens, and every step is gated:
 //      logits cosine >= kLogitsGate and the same top-1 token unless the chain's top-2
 //      are within kMarginTie; the device KV cache holds exactly the expected slots

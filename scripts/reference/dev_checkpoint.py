@@ -18,7 +18,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from safetensors_io import save as st_save  # noqa: E402
 
-# Mirrors the shapes and weight scales of the C++ config "tiny" (model/config.cpp, model/synthetic.h);
+# Mirrors the shapes and weight scales of the C++ config "tiny" (model/checkpoint/config.cpp, model/checkpoint/synthetic.h);
 # the values differ (another generator), so goldens never come from here.
 TINY = {
     "architectures": ["Qwen3VLForConditionalGeneration"],

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
-"""Golden values for the image-input and prompt tests (tests/model/test_image.cpp,
-tests/model/test_prompt.cpp), computed from the spec docs/model.md
-(sections 2, 3.2, 3.3, 5.4-5.6, 7.3), independently of the C++ in model/image.cpp
-and model/prompt.cpp. Uses PIL only to read/write PNG/JPEG files and torch 1.13's
+"""Golden values for the image-input and prompt tests (tests/model/inputs/test_image.cpp,
+tests/model/inputs/test_prompt.cpp), computed from the spec docs/model.md
+(sections 2, 3.2, 3.3, 5.4-5.6, 7.3), independently of the C++ in model/inputs/image.cpp
+and model/inputs/prompt.cpp. Uses PIL only to read/write PNG/JPEG files and torch 1.13's
 F.interpolate(mode='bicubic', antialias=True) for the resize (the spec's emulation
 of the torchvision path of Qwen2VLImageProcessorFast); everything else is numpy
 written from the spec's formulas.

@@ -1,5 +1,5 @@
 // Parsing, validation and printing of the machine configuration.
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 #include <fmt/format.h>
 
@@ -78,7 +78,7 @@ double parse_real(const std::string& key, const std::string& text, const std::st
 const std::vector<ParamInfo>& param_table() {
   static const std::vector<ParamInfo> t = {
 #define PARAM(ident, key, type, def, unit, desc) {key, ParamType::type, #def, unit, desc},
-#include "sim/config_params.def"
+#include "sim/machine/config_params.def"
 #undef PARAM
   };
   return t;
@@ -95,7 +95,7 @@ void Config::set(const std::string& key_in, const std::string& value, const std:
     refresh_units();                                                                  \
     return;                                                                           \
   }
-#include "sim/config_params.def"
+#include "sim/machine/config_params.def"
 #undef PARAM
   std::string best;
   size_t best_d = SIZE_MAX;
@@ -109,7 +109,7 @@ void Config::set(const std::string& key_in, const std::string& value, const std:
 
 std::string Config::preset_dir() {
   if (const char* env = std::getenv("GPNPU_PRESET_DIR")) return env;
-  return std::string(GPNPU_SOURCE_DIR) + "/sim/presets";
+  return std::string(GPNPU_SOURCE_DIR) + "/sim/machine/presets";
 }
 
 std::vector<std::string> Config::preset_names() {
@@ -183,7 +183,7 @@ void Config::validate() const {
 std::string Config::get(const std::string& key) const {
 #define PARAM(ident, k, type, def, unit, desc) \
   if (key == k) return fmt::format("{}", ident);
-#include "sim/config_params.def"
+#include "sim/machine/config_params.def"
 #undef PARAM
   fail("unknown config key '{}'", key);
 }
@@ -192,7 +192,7 @@ std::string Config::to_json() const {
   nlohmann::ordered_json j;
   j["preset"] = preset;
 #define PARAM(ident, k, type, def, unit, desc) j[k] = ident;
-#include "sim/config_params.def"
+#include "sim/machine/config_params.def"
 #undef PARAM
   return j.dump(2);
 }

@@ -1,4 +1,4 @@
-// The machine configuration: every parameter of sim/config_params.def as a typed
+// The machine configuration: every parameter of sim/machine/config_params.def as a typed
 // field, loaded from defaults, then a preset file, then `--set key=value` overrides.
 // Contract: a Config is always valid (checked by validate()); errors name the key,
 // the value, the accepted form and where the value came from.
@@ -28,7 +28,7 @@ struct Config {
 #define GPNPU_PARAM_TYPE_count uint64_t
 #define GPNPU_PARAM_TYPE_bytes uint64_t
 #define GPNPU_PARAM_TYPE_real double
-#include "sim/config_params.def"
+#include "sim/machine/config_params.def"
 #undef PARAM
 
   Config() { refresh_units(); }
@@ -37,7 +37,7 @@ struct Config {
 
   // Apply "key=value"; `origin` says where it came from (for messages).
   void set(const std::string& key, const std::string& value, const std::string& origin = "--set");
-  // Load a preset by name (sim/presets/NAME.cfg) or by path to a .cfg file.
+  // Load a preset by name (sim/machine/presets/NAME.cfg) or by path to a .cfg file.
   void load_preset(const std::string& name_or_path);
   void validate() const;
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/platform.h"
 #include "sim/run.h"
 

@@ -20,8 +20,8 @@
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
-#include "model/compiler.h"
-#include "sim/memory_map.h"
+#include "model/compiler/compiler.h"
+#include "sim/machine/memory_map.h"
 #include "sim/platform.h"
 #include "sim/run.h"
 

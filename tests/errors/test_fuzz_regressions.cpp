@@ -9,8 +9,8 @@
 
 #include "isa/error.h"
 #include "isa/program.h"
-#include "model/image.h"
-#include "model/safetensors.h"
+#include "model/inputs/image.h"
+#include "model/checkpoint/safetensors.h"
 
 namespace gpnpu::errors_test {
 namespace {

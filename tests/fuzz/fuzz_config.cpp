@@ -12,7 +12,7 @@
 
 #include "fuzz_util.h"
 #include "isa/error.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 
 using namespace gpnpu;
 

@@ -14,7 +14,7 @@
 
 #include "fuzz_util.h"
 #include "isa/error.h"
-#include "model/image.h"
+#include "model/inputs/image.h"
 
 using namespace gpnpu;
 

@@ -7,7 +7,7 @@
 
 #include "fuzz_util.h"
 #include "isa/error.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/safetensors.h"
 
 using namespace gpnpu;
 

@@ -12,7 +12,7 @@
 
 #include "fuzz_util.h"
 #include "isa/error.h"
-#include "model/tokenizer.h"
+#include "model/inputs/tokenizer.h"
 
 using namespace gpnpu;
 

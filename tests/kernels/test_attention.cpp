@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "kernel_harness.h"
-#include "model/ops.h"
-#include "sim/memory_map.h"
+#include "model/reference/ops.h"
+#include "sim/machine/memory_map.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {

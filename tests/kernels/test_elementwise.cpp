@@ -5,7 +5,7 @@
 #include "kernels/elementwise.h"
 
 #include "kernel_harness.h"
-#include "model/ops.h"
+#include "model/reference/ops.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {

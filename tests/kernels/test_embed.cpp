@@ -4,8 +4,8 @@
 
 #include "kernel_harness.h"
 #include "kernels/gemv.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels::test {
 namespace {
@@ -36,7 +36,7 @@ std::pair<std::vector<float>, sim::Stats> run_embed(const EmbedCase& c, bool tim
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
-  std::vector<uint8_t> packed = pack_gemv_weight(q, cfg.npe());
+  std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg.npe());
   p.ddr().write(0, packed.data(), packed.size());
   p.write_smem(a.ids_smem, c.ids.data(), uint32_t(c.ids.size() * 4));
   sim::Stats st = p.run(prog);

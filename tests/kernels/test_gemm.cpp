@@ -13,9 +13,9 @@
 #include <cstdio>
 
 #include "kernel_harness.h"
-#include "model/ops.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
+#include "model/reference/ops.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {
@@ -82,7 +82,7 @@ GemmRun run_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, Gem
     x = random_vector(size_t(m) * k, seed + 1);
     for (float& v : x) v = round_f16(v);  // X lives in OCM as fp16
     q = model::quantise(w.data(), n, k);
-    std::vector<uint8_t> packed = pack_gemm_weight(q, cfg, split);
+    std::vector<uint8_t> packed = pack_gemm_weight(q.view(), cfg, split);
     EXPECT_EQ(packed.size(), r.cost.ddr_bytes);
     p.ddr().write(0x1000, packed.data(), packed.size());
     write_ocm_f16(a.x_ocm, x);

@@ -3,9 +3,9 @@
 #include "kernels/gemv.h"
 
 #include "kernel_harness.h"
-#include "model/ops.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
+#include "model/reference/ops.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {
@@ -41,7 +41,7 @@ GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, 
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
   if (!timing_only) {
-    std::vector<uint8_t> packed = pack_gemv_weight(q, cfg.npe());
+    std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg.npe());
     p.ddr().write(0x1000, packed.data(), packed.size());
     write_ocm_f16(a.x_ocm, x);
   }

@@ -7,7 +7,7 @@
 
 #include "isa/error.h"
 #include "kernel_harness.h"
-#include "model/ops.h"
+#include "model/reference/ops.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {

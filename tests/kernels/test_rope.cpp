@@ -5,7 +5,7 @@
 #include "kernels/rope.h"
 
 #include "kernel_harness.h"
-#include "model/ops.h"
+#include "model/reference/ops.h"
 #include "sim/run.h"
 
 namespace gpnpu::kernels::test {
@@ -56,8 +56,8 @@ RopeRun run_rope(const RopeShape& s, bool timing_only, bool flip_sin = false) {
   std::vector<int> section(section_lm, section_lm + 3);
   if (s.head_dim != 128) section = {int(s.head_dim / 2) - 2 * int(s.head_dim / 6), int(s.head_dim / 6), int(s.head_dim / 6)};
   const float theta = s.mrope ? 5e6f : 10000.0f;
-  if (s.mrope) rope_tables_mrope(pos3, int(s.head_dim), theta, section, cs, sn);
-  else rope_tables_2d(pos2, int(s.head_dim), theta, cs, sn);
+  if (s.mrope) model::ops::rope_tables_mrope(pos3, int(s.head_dim), theta, section, cs, sn);
+  else model::ops::rope_tables_2d(pos2, int(s.head_dim), theta, cs, sn);
 
   std::vector<float> x = random_vector(size_t(s.rows) * width, 17 + s.rows, 1.0f);
   for (float& v : x) v = round_f16(v);

@@ -11,7 +11,9 @@ and line, on
 Generated and vendored things are not scanned: build*/, node_modules/, .git/, the fuzz
 corpora, and this checker's own fixtures (tests/layout/fixtures/: the negative
 control runs the checker on them with --root and must fail).
-Usage: check_refs.py [--root DIR]    exit 0: clean; 1: problems (listed on stdout).
+Usage: check_refs.py [--root DIR] [--expect FILE]
+  exit 0: clean; 1: problems (listed on stdout). With --expect (the negative control):
+  exit 0 only if the problems are exactly one per line of FILE, each containing that line.
 """
 import argparse
 import os
@@ -41,7 +43,9 @@ def files(root):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    root = os.path.abspath(ap.parse_args().root)
+    ap.add_argument("--expect")
+    args = ap.parse_args()
+    root = os.path.abspath(args.root)
     all_files = list(files(root))
     rels = {os.path.relpath(f, root) for f in all_files}
     basenames = {os.path.basename(r) for r in rels}
@@ -82,6 +86,14 @@ def main():
     for p in problems:
         print(p)
     print(f"check_refs: {len(all_files)} files, {len(problems)} problem(s)")
+    if args.expect:
+        want = [w for w in open(args.expect, encoding="utf-8").read().splitlines() if w]
+        missing = [w for w in want if not any(w in p for p in problems)]
+        for w in missing:
+            print(f"negative control: no problem reported containing '{w}'")
+        ok = not missing and len(problems) == len(want)
+        print(f"negative control: {'the checker sees every planted problem' if ok else 'FAILED'}")
+        return 0 if ok else 1
     return 1 if problems else 0
 
 

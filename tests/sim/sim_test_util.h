@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/platform.h"
 #include "sim/stats.h"
 

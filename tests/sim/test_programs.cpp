@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "sim/memory_map.h"
+#include "sim/machine/memory_map.h"
 #include "sim/run.h"
 #include "sim_test_util.h"
 

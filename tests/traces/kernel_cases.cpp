@@ -8,8 +8,8 @@
 #include "kernels/embed.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
-#include "model/quant.h"
-#include "sim/memory_map.h"
+#include "model/checkpoint/quant.h"
+#include "sim/machine/memory_map.h"
 #include "trace_test_util.h"
 
 namespace gpnpu::traces::test {
@@ -53,7 +53,7 @@ KernelCase gemv_case(uint32_t n, uint32_t k, const char* preset) {
   model::QuantTensor q = model::quantise(w.data(), n, k);
   uint32_t npe = c.cfg.npe();
   c.load = [q, x, a, npe](sim::Platform& p) {
-    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q, npe);
+    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), npe);
     p.ddr().write(0x1000, packed.data(), packed.size());
     std::vector<uint16_t> h = f16(x);
     p.ocm().write(a.x_ocm, h.data(), h.size() * 2);
@@ -85,7 +85,7 @@ KernelCase embed_case() {
   model::QuantTensor q = model::quantise(w.data(), vocab, dim);
   uint32_t npe = c.cfg.npe();
   c.load = [q, ids, a, npe](sim::Platform& p) {
-    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q, npe);
+    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), npe);
     p.ddr().write(0, packed.data(), packed.size());
     p.write_smem(a.ids_smem, ids.data(), uint32_t(ids.size() * 4));
   };

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "isa/program.h"
-#include "sim/config.h"
+#include "sim/machine/config.h"
 #include "sim/platform.h"
 
 namespace gpnpu::traces::test {

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "isa/error.h"
-#include "model/config.h"
+#include "model/checkpoint/config.h"
 
 using namespace gpnpu::model;
 

@@ -13,10 +13,10 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/config.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 
 using namespace gpnpu::model;
 namespace fs = std::filesystem;

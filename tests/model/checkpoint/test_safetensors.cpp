@@ -13,8 +13,8 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/config.h"
-#include "model/safetensors.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
 
 using namespace gpnpu::model;
 namespace fs = std::filesystem;

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "isa/error.h"
-#include "model/config.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 
 using namespace gpnpu::model;
 namespace fs = std::filesystem;

@@ -11,9 +11,9 @@
 #include <string>
 #include <sys/wait.h>
 
-#include "model/config.h"
-#include "model/driver_host.h"
-#include "model/synthetic.h"
+#include "model/checkpoint/config.h"
+#include "model/runtime/driver_host.h"
+#include "model/checkpoint/synthetic.h"
 
 namespace gpnpu::model {
 namespace {

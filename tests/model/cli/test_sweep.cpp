@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "isa/error.h"
-#include "model/driver_sweep.h"
+#include "model/cli/driver_sweep.h"
 
 namespace gpnpu::model {
 namespace {

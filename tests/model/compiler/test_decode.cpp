@@ -8,11 +8,11 @@
 
 #include "isa/fp16.h"
 #include "kernels/rope.h"
-#include "model/chain.h"
-#include "model/compiler.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/reference/chain.h"
+#include "model/compiler/compiler.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 #include "sim/platform.h"
 
 namespace gpnpu::model {
@@ -60,7 +60,7 @@ std::vector<float> device_step(const Compiler& c, const isa::Program& prog, int 
   const TextConfig& t = c.model().text;
   std::vector<float> cos_t, sin_t;
   std::array<int, 3> pos{int(slot), int(slot), int(slot)};
-  kernels::rope_tables_mrope({&pos, 1}, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
+  model::ops::rope_tables_mrope({&pos, 1}, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
   p.ocm().write(io.cos_ocm, cos_t.data(), cos_t.size() * 4);
   p.ocm().write(io.sin_ocm, sin_t.data(), sin_t.size() * 4);
   p.run(prog);

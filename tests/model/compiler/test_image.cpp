@@ -14,12 +14,12 @@
 #include "isa/error.h"
 #include "isa/fp16.h"
 #include "kernels/rope.h"
-#include "model/chain.h"
-#include "model/compiler.h"
-#include "model/prompt.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/reference/chain.h"
+#include "model/compiler/compiler.h"
+#include "model/inputs/prompt.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 #include "sim/platform.h"
 
 namespace gpnpu::model {
@@ -90,7 +90,7 @@ ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageSh
     for (auto& q : mp.pos) pos.push_back({q[0], q[1], q[2]});
     const TextConfig& t = c.model().text;
     std::vector<float> cos_t, sin_t;
-    kernels::rope_tables_mrope(pos, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
+    model::ops::rope_tables_mrope(pos, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
     uint64_t off = io.trope_ddr - sim::kDdrRegion.base;
     p.ddr().write(off, cos_t.data(), cos_t.size() * 4);
     p.ddr().write(off + uint64_t(c.decode_io().max_seq) * t.head_dim * 4, sin_t.data(), sin_t.size() * 4);

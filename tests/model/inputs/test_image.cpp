@@ -1,5 +1,5 @@
 // Image input tests against the goldens of scripts/reference/image_golden.py (written
-// from the spec, independently of model/image.cpp). Regenerate the data with:
+// from the spec, independently of model/inputs/image.cpp). Regenerate the data with:
 //   /usr/bin/python3 scripts/reference/image_golden.py --make-inputs --photos DIR
 // (DIR: the data folder of scikit-image 0.19.3, Debian's python3-skimage)
 #include <gtest/gtest.h>
@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
-#include "model/image.h"
+#include "model/inputs/image.h"
 
 namespace gpnpu::model {
 namespace {

@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
-#include "model/prompt.h"
-#include "model/tokenizer.h"
+#include "model/inputs/prompt.h"
+#include "model/inputs/tokenizer.h"
 
 namespace gpnpu::model {
 namespace {

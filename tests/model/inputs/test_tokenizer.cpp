@@ -1,4 +1,4 @@
-// Qwen3 tokenizer (model/tokenizer.h) against the spec (docs/model.md sections 5.6,
+// Qwen3 tokenizer (model/inputs/tokenizer.h) against the spec (docs/model.md sections 5.6,
 // 7.1, 7.2) and against ids produced by the npm package's own JavaScript tokenizer.
 //
 // tests/model/data/tokenizer_reference.json: 86 hand-picked strings with the ids that
@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
-#include "model/tokenizer.h"
+#include "model/inputs/tokenizer.h"
 
 using gpnpu::model::Tokenizer;
 

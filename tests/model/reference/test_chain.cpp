@@ -11,11 +11,11 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/chain.h"
-#include "model/prompt.h"
-#include "model/quant.h"
-#include "model/safetensors.h"
-#include "model/synthetic.h"
+#include "model/reference/chain.h"
+#include "model/inputs/prompt.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/checkpoint/synthetic.h"
 
 #include <hdf5.h>
 

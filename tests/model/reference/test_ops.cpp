@@ -10,7 +10,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "model/ops.h"
+#include "model/reference/ops.h"
 
 namespace gpnpu::model::ops {
 namespace {
