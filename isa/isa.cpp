@@ -20,13 +20,16 @@ struct RawRow {
   const char* mnemonic;
   uint8_t opcode;
   Unit unit;
+  uint8_t mem_bytes;
   const char* operands;
   const char* description;
 };
 
 constexpr RawRow kRows[] = {
-#define INSN(ident, mn, op, unit, ops, desc) {#ident, mn, op, Unit::unit, ops, desc},
+#define INSN(ident, mn, op, unit, ops, desc) {#ident, mn, op, Unit::unit, 0, ops, desc},
+#define INSN_MEM(ident, mn, op, unit, bytes, ops, desc) {#ident, mn, op, Unit::unit, bytes, ops, desc},
 #include "isa/isa_table.def"
+#undef INSN_MEM
 #undef INSN
 };
 constexpr int kNumRows = int(sizeof(kRows) / sizeof(kRows[0]));
@@ -98,7 +101,18 @@ constexpr bool mnemonics_unique() {
       if (str_eq(kRows[i].mnemonic, kRows[j].mnemonic)) return false;
   return true;
 }
+// The OCM port counts a row's memory bytes: a row on a port unit must give them, and
+// only array rows may.
+constexpr bool mem_bytes_consistent() {
+  for (const RawRow& r : kRows) {
+    if (unit_info(r.unit).port != Port::none && r.mem_bytes == 0) return false;
+    if (r.mem_bytes && !is_array_unit(r.unit)) return false;
+  }
+  return true;
+}
 static_assert(opcodes_unique(), "isa_table.def: two rows share an opcode (overlapping encodings)");
+static_assert(mem_bytes_consistent(),
+              "isa_table.def: a row on an OCM port unit without INSN_MEM bytes, or memory bytes on a scalar row");
 static_assert(mnemonics_unique(), "isa_table.def: two rows share a mnemonic");
 static_assert(rows_well_formed(),
               "isa_table.def: a row has a malformed operand string or two operands in one field");
@@ -120,10 +134,7 @@ std::vector<OpInfo> build_table() {
     info.unit = row.unit;
     info.nops = uint8_t(parse_operands(row.operands, info.ops.data()));
     info.predicated = is_array_unit(row.unit);
-    std::string_view mn = row.mnemonic;
-    bool array_mem = row.unit >= Unit::lrm && row.unit <= Unit::ocm_wr;
-    // Bytes per PE of an array memory row, from its width suffix.
-    info.mem_bytes = !array_mem ? 0 : mn.ends_with(".h") ? 32 : mn.ends_with(".w1") ? 4 : mn.ends_with(".h1") ? 2 : 64;
+    info.mem_bytes = row.mem_bytes;
     info.operands = row.operands;
     info.description = row.description;
     info.sem = kSem[r];
@@ -131,12 +142,6 @@ std::vector<OpInfo> build_table() {
   }
   return t;
 }
-
-const char* const kUnitNames[] = {
-#define GPNPU_UNIT_NAME(n) #n,
-    GPNPU_UNITS(GPNPU_UNIT_NAME)
-#undef GPNPU_UNIT_NAME
-};
 
 uint8_t field_value(const Insn& i, char f) {
   switch (f) {
@@ -151,7 +156,7 @@ const char* const kDirNames[] = {"n", "e", "s", "w"};
 
 }  // namespace
 
-std::string_view unit_name(Unit u) { return kUnitNames[int(u)]; }
+std::string_view unit_name(Unit u) { return unit_info(u).name; }
 
 const std::vector<OpInfo>& table() {
   static const std::vector<OpInfo> t = build_table();

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,21 +18,38 @@ struct ArchState;
 struct Insn;
 using SemFn = void (*)(ArchState&, const Insn&);
 
-// Timing classes. Each has lat.<name> and occ.<name> in the machine config.
-#define GPNPU_UNITS(U) U(scalar) U(smem) U(branch) U(ctrl) U(pred) U(valu) U(vfpu) \
-  U(mac16) U(mac8) U(sfu) U(xlane) U(lrm) U(ocm_bc) U(ocm_rd) U(ocm_wr) U(dma)
+// Unit classes (isa/unit_table.def): each has lat.<name> and occ.<name> in the
+// machine config; resource, port and flags are the table's.
 enum class Unit : uint8_t {
-#define GPNPU_UNIT_ENUM(n) n,
-  GPNPU_UNITS(GPNPU_UNIT_ENUM)
-#undef GPNPU_UNIT_ENUM
+#define UNIT(name, resource, port, flags, desc) name,
+#include "isa/unit_table.def"
+#undef UNIT
   count
 };
 constexpr int kNumUnits = int(Unit::count);
 std::string_view unit_name(Unit u);
-// Array units: predicated, their arithmetic is skipped in timing-only mode.
-constexpr bool is_array_unit(Unit u) { return u >= Unit::valu && u <= Unit::ocm_wr; }
+
+// How a unit class uses the OCM <-> array port (unit_table.def, column port).
+enum class Port : uint8_t { none, ocm_row, ocm_per_pe };
+inline constexpr uint8_t kNone = 0, kArray = 1, kCompute = 2, kMac = 4, kBranch = 8;  // unit flags
+struct UnitInfo {
+  const char* name;
+  Unit resource;  // the class whose issue slot it occupies
+  Port port;
+  uint8_t flags;
+  const char* description;
+};
+inline constexpr UnitInfo kUnits[] = {
+#define UNIT(name, resource, port, flags, desc) {#name, Unit::resource, Port::port, flags, desc},
+#include "isa/unit_table.def"
+#undef UNIT
+};
+static_assert(std::size(kUnits) == size_t(kNumUnits));
+constexpr const UnitInfo& unit_info(Unit u) { return kUnits[int(u)]; }
+// Array units: predicated, on the PE array.
+constexpr bool is_array_unit(Unit u) { return unit_info(u).flags & kArray; }
 // Units whose semantics touch only array registers (skippable in timing-only mode).
-constexpr bool is_array_compute(Unit u) { return u >= Unit::valu && u <= Unit::xlane; }
+constexpr bool is_array_compute(Unit u) { return unit_info(u).flags & kCompute; }
 
 struct OperandSpec {
   char kind = 0;    // X V P C N D I F L S M (see isa_table.def)
@@ -47,7 +65,7 @@ struct OpInfo {
   std::array<OperandSpec, 4> ops;
   uint8_t nops;
   bool predicated;
-  uint8_t mem_bytes;     // bytes per PE of an array memory row (64; ".h" 32, ".w1" 4, ".h1" 2), else 0
+  uint8_t mem_bytes;     // bytes per PE of an array memory row (the table's INSN_MEM column), else 0
   const char* operands;  // the table's operand string
   const char* description;
   SemFn sem;

@@ -23,9 +23,7 @@ struct KernelCost {
 };
 
 inline double floor_cycles(const sim::Config& cfg, const KernelCost& c, bool fp16 = true) {
-  const double occ = fp16 ? cfg.occ(isa::Unit::mac16) : cfg.occ(isa::Unit::mac8);
-  const double mac_peak = double(cfg.npe()) * 16.0 / occ;
-  return std::max({double(c.macs) / mac_peak, double(c.ddr_bytes) / cfg.ddr_bytes_per_cycle(),
+  return std::max({double(c.macs) / cfg.mac_peak(fp16), double(c.ddr_bytes) / cfg.ddr_bytes_per_cycle(),
                    double(c.ocm_bytes) / double(cfg.ocm_port_bytes)});
 }
 

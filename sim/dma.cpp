@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "isa/error.h"
+#include "sim/memory_target.h"
 
 namespace gpnpu::sim {
 
@@ -70,6 +71,11 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
   Cycles t0 = clock_.now() + setup_;
   Cycles done = t0;
   tlm::tlm_generic_payload trans;
+#ifndef GPNPU_NO_TRACE_HOOKS
+  // Trace sinks see when the target's port served each run (the payload owns it).
+  PortSpan* span = on_event ? new PortSpan : nullptr;
+  if (span) trans.set_extension(span);
+#endif
   // Timing: every run of both sides is requested at t0; the ports serialise them.
   bool write_side = false;
   auto timing = [&](uint64_t addr, uint64_t bytes) {
@@ -86,7 +92,9 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
     Cycles run_done = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
     done = std::max(done, run_done);
 #ifndef GPNPU_NO_TRACE_HOOKS
-    if (on_event) on_event(DmaEvent{DmaEvent::transfer, ch, &d, t0, run_done, addr, bytes, write_side});
+    if (on_event)
+      on_event(DmaEvent{DmaEvent::transfer, ch, &d, t0, run_done, addr, bytes, write_side, span ? span->begin : 0,
+                        span ? span->end : 0});
 #else
     (void)ch;
 #endif

@@ -31,6 +31,7 @@ struct DmaEvent {
   uint64_t addr = 0;     // transfer: bus address of the run
   uint64_t bytes = 0;    // transfer: bytes of the run
   bool write = false;    // transfer: destination side (else source side)
+  Cycles port_begin = 0, port_end = 0;  // transfer: when the target's port served the run (PortSpan)
 };
 
 // Calls f(address, bytes) for each contiguous run of one side of a descriptor

@@ -14,22 +14,13 @@
 #include "model/cli/driver.h"
 #include "model/cli/driver_sweep.h"
 #include "sim/machine/config.h"
+#include "sim/machine/options.h"
 #include "sim/run.h"
 #include "traces/commands.h"
 
 using namespace gpnpu;
 
 namespace {
-
-struct MachineOptions {
-  std::string preset = "qc-u";
-  std::vector<std::string> sets;
-  void add(CLI::App* cmd) {
-    cmd->add_option("--preset", preset, "machine preset (sim/machine/presets/NAME.cfg) or a .cfg path")->capture_default_str();
-    cmd->add_option("--set", sets, "override a config key: --set key=value (repeatable); `gpnpu config --list`");
-  }
-  sim::Config config() const { return sim::Config::make(preset, sets); }
-};
 
 void add_isa_commands(CLI::App& app) {
   auto* as = app.add_subcommand("asm", "assemble a program: gpnpu asm IN.s -o OUT.bin");
@@ -51,7 +42,7 @@ void add_isa_commands(CLI::App& app) {
 void add_run_command(CLI::App& app) {
   auto* run = app.add_subcommand("run", "run a program (assembly or binary) on the simulated GPNPU");
   static std::string prog;
-  static MachineOptions mo;
+  static sim::MachineOptions mo;
   static bool timing_only = false, quiet = false;
   static std::string stats_json, stats_h5;
   run->add_option("program", prog, "PROG.s or PROG.bin")->required();
@@ -81,7 +72,7 @@ void add_run_command(CLI::App& app) {
 
 void add_config_command(CLI::App& app) {
   auto* c = app.add_subcommand("config", "print the resolved machine config (JSON), or every key with --list");
-  static MachineOptions mo;
+  static sim::MachineOptions mo;
   static bool list = false;
   mo.add(c);
   c->add_flag("--list", list, "list every key with its type, default, unit and description");

@@ -69,6 +69,10 @@ void MemoryTarget::b_transport(tlm::tlm_generic_payload& trans, sc_core::sc_time
   }
   Cycles at = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
   Cycles done = port_.request(at, n);
+  if (PortSpan* span = trans.get_extension<PortSpan>()) {
+    span->begin = port_.last_begin();
+    span->end = port_.last_end();
+  }
   delay = clock_.to_time(done) - sc_core::sc_time_stamp();
   if (trans.is_read()) read(addr, trans.get_data_ptr(), n);
   else if (trans.is_write()) write(addr, trans.get_data_ptr(), n);

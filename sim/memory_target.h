@@ -15,6 +15,14 @@
 
 namespace gpnpu::sim {
 
+// Attached to a transaction by an initiator that wants to know when the target's port
+// served it (the DMA engine, for its trace sinks); b_transport fills it in.
+struct PortSpan : tlm::tlm_extension<PortSpan> {
+  Cycles begin = 0, end = 0;  // the port's busy interval for this request (PortModel::last_*)
+  tlm::tlm_extension_base* clone() const override { return new PortSpan(*this); }
+  void copy_from(const tlm::tlm_extension_base& e) override { *this = static_cast<const PortSpan&>(e); }
+};
+
 class MemoryTarget : public sc_core::sc_module {
  public:
   tlm_utils::simple_target_socket<MemoryTarget> socket;

@@ -27,11 +27,17 @@ class PortModel {
     unsigned __int128 start = std::max(at_ticks, free_);
     unsigned __int128 ticks = (((unsigned __int128)bytes * den_ << kFrac) + num_ - 1) / num_;
     free_ = start + ticks;
+    last_begin_ = Cycles((start + (1ull << kFrac) - 1) >> kFrac);
     busy_ticks_ += ticks;
     bytes_ += bytes;
     return Cycles((free_ + (1ull << kFrac) - 1) >> kFrac) + latency_;
   }
   Cycles busy_cycles() const { return Cycles(busy_ticks_ >> kFrac); }
+  // The port's busy interval for the last request, [begin, end) in whole cycles,
+  // both rounded up so back-to-back requests tile without overlap (its last byte is
+  // delivered `latency` after end).
+  Cycles last_begin() const { return last_begin_; }
+  Cycles last_end() const { return Cycles((free_ + (1ull << kFrac) - 1) >> kFrac); }
   uint64_t bytes() const { return bytes_; }
 
  private:
@@ -41,6 +47,7 @@ class PortModel {
   uint32_t burst_;
   unsigned __int128 free_ = 0, busy_ticks_ = 0;
   uint64_t bytes_ = 0;
+  Cycles last_begin_ = 0;
 };
 
 }  // namespace gpnpu::sim

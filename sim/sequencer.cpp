@@ -7,25 +7,13 @@
 #include "isa/error.h"
 #include "sim/bus.h"
 #include "sim/machine/config.h"
+#include "sim/machine/timing.h"
 #include "sim/dma.h"
 
 namespace gpnpu::sim {
 
 using isa::Effect;
 using isa::Unit;
-
-namespace {
-// Unit classes that share one piece of hardware also share its free cycle: both
-// MAC forms run on the same MAC array, and the three OCM forms use one port.
-constexpr int resource(Unit u) {
-  switch (u) {
-    case Unit::mac8: return int(Unit::mac16);
-    case Unit::ocm_bc:
-    case Unit::ocm_wr: return int(Unit::ocm_rd);
-    default: return int(u);
-  }
-}
-}  // namespace
 
 Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
     : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
@@ -131,13 +119,8 @@ void Sequencer::execute_loop() {
   base_ = clock_.now();
   std::array<Cycles, isa::kNumRegs> ready{};
   std::array<Cycles, isa::kNumUnits> unit_free{};
-  std::array<uint32_t, isa::kNumUnits> lat{}, occ{};
-  for (int u = 0; u < isa::kNumUnits; ++u) {
-    lat[u] = cfg.lat(Unit(u));
-    occ[u] = cfg.occ(Unit(u));
-  }
+  const Timing timing(cfg);
   const Cycles max_cycles = cfg.max_cycles, quantum = cfg.quantum_cycles;
-  const uint32_t port = uint32_t(cfg.ocm_port_bytes);
   Cycles now = 0, last_done = 0, array_busy_until = 0, next_sync = quantum;
   // Lazy broadcasts only where nobody looks at the registers between instructions
   // (no trace hooks); every register is written out when the run ends, however it ends.
@@ -155,7 +138,7 @@ void Sequencer::execute_loop() {
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
     const isa::Insn& in = insns_[pc];
-    const int u = int(in.info->unit), r = resource(in.info->unit);
+    const int u = int(in.info->unit), r = int(isa::unit_info(in.info->unit).resource);
     Cycles t = std::max(now, unit_free[r]);
     for (int k = 0; k < in.nsrc; ++k) t = std::max(t, ready[in.src[k]]);
     for (int k = 0; k < in.ndst; ++k) t = std::max(t, ready[in.dst[k]]);  // in-order writes
@@ -171,13 +154,9 @@ void Sequencer::execute_loop() {
     const bool taken = st.next_pc != pc + 1;
     st.advance();
 
-    Cycles o = occ[u], l = lat[u];
-    if (in.info->mem_bytes && u >= int(Unit::ocm_bc)) {
-      uint64_t bytes = uint64_t(in.info->mem_bytes) * (u == int(Unit::ocm_bc) ? 1 : st.pred_count[in.p]);
-      o = std::max<Cycles>(o, (bytes + port - 1) / port);
-      l += o;
-    }
-    if (u == int(Unit::mac16) || u == int(Unit::mac8)) tot[Stat::macs] += uint64_t(st.pred_count[in.p]) * isa::kLanes;
+    const Cost cost = timing.cost_of(in, st.pred_count[in.p]);
+    const Cycles o = cost.occupancy, l = cost.latency;
+    if (isa::unit_info(Unit(u)).flags & isa::kMac) tot[Stat::macs] += uint64_t(st.pred_count[in.p]) * isa::kLanes;
 
     switch (st.effect) {
       case Effect::none: break;
@@ -221,10 +200,10 @@ void Sequencer::execute_loop() {
       if (t + o > b) tot[Stat::array_busy_cycles] += t + o - b;
       array_busy_until = std::max(array_busy_until, t + o);
     }
-    if constexpr (kHooks) on_issue(IssueEvent{pc, t, &in, &st});
+    if constexpr (kHooks) on_issue(IssueEvent{pc, t, &in, &st, cost});
 
     now = t + 1;
-    if (taken && u == int(Unit::branch)) now += cfg.branch_taken_cycles;
+    if (taken && (isa::unit_info(Unit(u)).flags & isa::kBranch)) now += cfg.branch_taken_cycles;
     if (st.effect == Effect::halt) {
       if (stats_->open_regions())
         fail("{}: halt with mark \"{}\" still open; close it with mark.end", where(pc, t), stats_->current_region());

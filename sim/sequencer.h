@@ -14,6 +14,7 @@
 #include "isa/program.h"
 #include "isa/state.h"
 #include "sim/clock.h"
+#include "sim/machine/timing.h"
 #include "sim/stats.h"
 
 namespace gpnpu::sim {
@@ -22,12 +23,14 @@ class Bus;
 class Config;
 class DmaEngine;
 
-// What a trace sink sees of each issued instruction.
+// What a trace sink sees of each issued instruction: where and when it issued, and
+// what it cost (sim/machine/timing.h), exactly as the sequencer timed it.
 struct IssueEvent {
   uint32_t pc;
   Cycles cycle;  // issue cycle, relative to the run's start
   const isa::Insn* insn;
   const isa::ArchState* state;  // after execution
+  Cost cost;
 };
 
 class Sequencer : public sc_core::sc_module {

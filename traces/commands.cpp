@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "isa/error.h"
+#include "sim/machine/options.h"
 #include "sim/platform.h"
 #include "traces/debugger.h"
 #include "traces/trace_diff.h"
@@ -46,16 +47,15 @@ sim::Stats run_traced(const isa::Program& program, const sim::Config& cfg, bool 
 
 void add_trace_commands(CLI::App& app) {
   auto* dbg = app.add_subcommand("debug", "step through a program: breakpoints, watches, registers, memory");
-  static std::string prog, commands, preset = "qc-u";
-  static std::vector<std::string> sets;
+  static std::string prog, commands;
+  static sim::MachineOptions machine;
   static bool timing_only = false;
   dbg->add_option("program", prog, "PROG.s or PROG.bin")->required();
-  dbg->add_option("--preset", preset, "machine preset (sim/machine/presets/NAME.cfg) or a .cfg path")->capture_default_str();
-  dbg->add_option("--set", sets, "override a config key: --set key=value (repeatable)");
+  machine.add(dbg);
   dbg->add_option("--commands", commands, "read debugger commands from FILE (one a line) instead of the terminal");
   dbg->add_flag("--timing-only", timing_only, "skip array arithmetic and DMA payloads");
   dbg->callback([] {
-    sim::Config cfg = sim::Config::make(preset, sets);
+    sim::Config cfg = machine.config();
     isa::Program p = isa::Program::load(prog);
     sim::Platform& plat = sim::Platform::get();
     plat.configure(cfg, timing_only);

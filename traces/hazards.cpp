@@ -216,7 +216,7 @@ void HazardChecker::on_issue(const sim::IssueEvent& e) {
   const isa::Unit u = op.unit;
   if (s.effect == isa::Effect::mark_begin) marks_.push_back(s.effect_arg);
   said_read_ = said_write_ = said_never_ = false;
-  if (u >= isa::Unit::lrm && u <= isa::Unit::ocm_wr) {
+  if (op.mem_bytes) {  // an array memory row (INSN_MEM of isa_table.def)
     const uint32_t addr = s.x[in.b] + uint32_t(in.imm);
     const uint32_t bytes = op.mem_bytes;
     const uint8_t* pr = s.predicate(in.p);

@@ -1,7 +1,6 @@
 #include "traces/timeline.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include <fmt/format.h>
 
@@ -46,14 +45,11 @@ void Timeline::on_issue(const sim::IssueEvent& e) {
   if (e.cycle > next_issue_) add(sequencer, next_issue_, e.cycle, nullptr, e.pc, fmt::format("stall: {}", op.mnemonic));
   add(sequencer, e.cycle, e.cycle + 1, op.mnemonic, e.pc);
   next_issue_ = e.cycle + 1;
-  if (isa::is_array_unit(u)) {
-    uint64_t occ = cfg_.occ(u);
-    if (op.mem_bytes && u >= isa::Unit::ocm_bc) {
-      uint64_t bytes = uint64_t(op.mem_bytes) * (u == isa::Unit::ocm_bc ? 1 : e.state->pred_count[e.insn->p]);
-      occ = std::max<uint64_t>(occ, (bytes + cfg_.ocm_port_bytes - 1) / cfg_.ocm_port_bytes);
-    }
-    add(array, e.cycle, e.cycle + occ, op.mnemonic, e.pc);
-    if (u == isa::Unit::mac16 || u == isa::Unit::mac8) add(mac, e.cycle, e.cycle + occ, op.mnemonic, e.pc);
+  // Occupancy as the sequencer timed it (IssueEvent::cost), never recomputed here.
+  const isa::UnitInfo& ui = isa::unit_info(u);
+  if (ui.flags & isa::kArray) {
+    add(array, e.cycle, e.cycle + e.cost.occupancy, op.mnemonic, e.pc);
+    if (ui.flags & isa::kMac) add(mac, e.cycle, e.cycle + e.cost.occupancy, op.mnemonic, e.pc);
   }
 }
 
@@ -66,13 +62,8 @@ void Timeline::on_dma(const sim::DmaEvent& e, sim::Cycles base) {
     case sim::DmaEvent::end: break;  // below
     case sim::DmaEvent::transfer: {
       if (e.addr >= sim::kDdrRegion.base + sim::kDdrRegion.window) break;  // not a DDR run
-      // The port serialises requests; the last byte arrives `latency` after the port
-      // finished it, and the port spent bytes / bandwidth on it.
-      uint64_t burst = std::max<uint64_t>(cfg_.ddr_burst_bytes, 1);
-      uint64_t bytes = (e.bytes + burst - 1) / burst * burst;
-      uint64_t dur = uint64_t(std::ceil(double(bytes) / cfg_.ddr_bytes_per_cycle()));
-      uint64_t end = rel(e.done) > cfg_.ddr_latency_cycles ? rel(e.done) - cfg_.ddr_latency_cycles : 0;
-      uint64_t begin = std::max(end > dur ? end - dur : 0, rel(e.at));
+      // The port's busy interval as the DDR target's port model served the run.
+      uint64_t begin = rel(e.port_begin), end = rel(e.port_end);
       ddr_busy_.emplace_back(begin, end);
       ddr_bytes_.push_back(e.bytes);
       add(ddr, begin, end, nullptr, UINT32_MAX,

@@ -13,7 +13,7 @@
 namespace gpnpu::traces {
 
 VcdWriter::VcdWriter(const std::string& path, const sim::Config& cfg)
-    : path_(path), clock_(cfg.clock_ghz), cfg_(cfg), queue_(cfg.dma_channels, 0) {
+    : path_(path), clock_(cfg.clock_ghz), queue_(cfg.dma_channels, 0) {
   // SystemC writes "<base>.vcd" as the simulation runs, to a temporary name renamed
   // at close (isa/atomic_file.h's rules): beside the target, or, for a target that
   // is not a regular file (/dev/null, a FIFO), in the temporary directory, copied
@@ -117,14 +117,9 @@ void VcdWriter::push(sim::Cycles at, Kind k, uint32_t index, int64_t delta) {
 void VcdWriter::on_issue(const sim::IssueEvent& e, sim::Cycles base) {
   const isa::Unit u = e.insn->info->unit;
   sim::Cycles t = base + e.cycle;
-  uint64_t occ = cfg_.occ(u);
-  const isa::OpInfo& op = *e.insn->info;
-  if (op.mem_bytes && u >= isa::Unit::ocm_bc) {
-    uint64_t bytes = uint64_t(op.mem_bytes) * (u == isa::Unit::ocm_bc ? 1 : e.state->pred_count[e.insn->p]);
-    occ = std::max<uint64_t>(occ, (bytes + cfg_.ocm_port_bytes - 1) / cfg_.ocm_port_bytes);
-  }
+  // Occupancy as the sequencer timed it (IssueEvent::cost), never recomputed here.
   push(t, busy, uint32_t(u), +1);
-  push(t + std::max<uint64_t>(occ, 1), busy, uint32_t(u), -1);
+  push(t + std::max<uint64_t>(e.cost.occupancy, 1), busy, uint32_t(u), -1);
   push(t, pc, 0, e.pc);
   if (e.state->effect == isa::Effect::dma_start) push(t, queue, e.state->effect_arg, +1);
 }

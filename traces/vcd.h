@@ -54,7 +54,6 @@ class VcdWriter {
   std::string path_;
   std::string base_, tmp_;  // the name given to SystemC, and the file it writes (base_.vcd)
   sim::Clock clock_;
-  sim::Config cfg_;
   sc_core::sc_trace_file* tf_ = nullptr;
   sc_core::sc_event wake_;
   std::priority_queue<Change, std::vector<Change>, std::greater<Change>> q_;

@@ -3,6 +3,7 @@
 #include "model/checkpoint/config.h"
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -495,6 +496,24 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg) {
   }
   add(kFinalNorm, {h}, R::Norm);
   return out;
+}
+
+ModelConfig model_config_from_spec(const std::string& spec) {
+  if (spec == "synthetic:2b" || spec == "synthetic:2B") return config_2b();
+  if (spec == "synthetic:tiny") return config_tiny();
+  if (spec.starts_with("synthetic:"))
+    fail("--model '{}': unknown synthetic model (use synthetic:2b or synthetic:tiny)", spec);
+  std::error_code ec;
+  std::filesystem::path p(spec);
+  if (std::filesystem::is_directory(p, ec)) {
+    p /= "config.json";
+    if (!std::filesystem::is_regular_file(p, ec)) fail("--model '{}': directory has no config.json", spec);
+  }
+  if (!std::filesystem::is_regular_file(p, ec))
+    fail("--model '{}': expected synthetic:2b, synthetic:tiny, a checkpoint directory with config.json, or a "
+         "config.json file",
+         spec);
+  return ModelConfig::from_json_file(p.string());
 }
 
 }  // namespace gpnpu::model

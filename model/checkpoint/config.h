@@ -153,4 +153,8 @@ inline constexpr const char* kEmbedTokens = "model.language_model.embed_tokens.w
 inline constexpr const char* kFinalNorm = "model.language_model.norm.weight";
 inline constexpr const char* kLmHead = "lm_head.weight";  // absent when tied
 
+// A model by name: "synthetic:2b" (config_2b), "synthetic:tiny" (config_tiny), a
+// checkpoint directory (its config.json) or a config.json file; gpnpu::Error otherwise.
+ModelConfig model_config_from_spec(const std::string& spec);
+
 }  // namespace gpnpu::model

@@ -1,4 +1,4 @@
-// CLI commands built on the compiler: `gpnpu compile` (and, later, `gpnpu describe`).
+// CLI commands built on the compiler and the host runtime: `gpnpu compile`, `gpnpu describe`.
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
@@ -6,9 +6,6 @@
 #include "model/checkpoint/config.h"
 
 namespace gpnpu::model {
-
-// "synthetic:2b", "synthetic:tiny", or a checkpoint directory (its config.json).
-ModelConfig model_config_from_spec(const std::string& spec);
 
 void add_compile_commands(CLI::App& app);
 void add_describe_command(CLI::App& app);  // model/cli/driver_describe.cpp

@@ -13,7 +13,8 @@
 #include "kernels/cost.h"
 #include "model/compiler/compiler.h"
 #include "model/cli/driver.h"
-#include "sim/platform.h"
+#include "model/runtime/session.h"
+#include "sim/machine/options.h"
 #include "sim/run.h"
 
 namespace gpnpu::model {
@@ -21,19 +22,6 @@ namespace gpnpu::model {
 std::string& command_line() {
   static std::string s;
   return s;
-}
-
-ModelConfig model_config_from_spec(const std::string& spec) {
-  if (spec == "synthetic:2b") return config_2b();
-  if (spec == "synthetic:tiny") return config_tiny();
-  if (spec.starts_with("synthetic:"))
-    fail("--model '{}': unknown synthetic model (use synthetic:2b or synthetic:tiny)", spec);
-  std::filesystem::path p(spec);
-  if (std::filesystem::is_directory(p)) p /= "config.json";
-  if (!std::filesystem::exists(p))
-    fail("--model '{}': no such checkpoint directory or config.json (use synthetic:2b, synthetic:tiny or a directory)",
-         spec);
-  return ModelConfig::from_json_file(p.string());
 }
 
 namespace {
@@ -95,22 +83,21 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
 
 void add_compile_commands(CLI::App& app) {
   auto* c = app.add_subcommand("compile", "compile the image and decode programs of a model for a machine");
-  static std::string model_spec = "synthetic:2b", out_dir, preset = "qc-u", grid = "16x16";
-  static std::vector<std::string> sets;
+  static std::string model_spec = "synthetic:2b", out_dir, grid = "16x16";
+  static sim::MachineOptions machine;
   static int seq = 128, image_start = 4;
   static uint32_t cached = 140;
   static bool run = false;
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
-  c->add_option("--preset", preset, "machine preset")->capture_default_str();
-  c->add_option("--set", sets, "override a config key: --set key=value (repeatable)");
+  machine.add(c);
   c->add_option("--grid", grid, "image patch grid HxW of the image program (16x16 = a 256x256 image)")->capture_default_str();
   c->add_option("--seq", seq, "prompt tokens of the image program")->capture_default_str();
   c->add_option("--image-start", image_start, "row of the first image token")->capture_default_str();
   c->add_option("--cached", cached, "cached tokens for the decode run (--run)")->capture_default_str();
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->callback([] {
-    sim::Config cfg = sim::Config::make(preset, sets);
+    sim::Config cfg = machine.config();
     ModelConfig m = model_config_from_spec(model_spec);
     ImageShape shape;
     if (std::sscanf(grid.c_str(), "%dx%d", &shape.grid_h, &shape.grid_w) != 2)
@@ -131,18 +118,16 @@ void add_compile_commands(CLI::App& app) {
     sim::write_file_atomic(path("ddr_layout.json"), layout.dump(1) + "\n");
     sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
     std::printf("compiled %s for %s: decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n",
-                model_spec.c_str(), preset.c_str(), dec.program.words.size(), img.program.words.size(),
+                model_spec.c_str(), machine.preset.c_str(), dec.program.words.size(), img.program.words.size(),
                 comp.layout().total() / 1e9, out_dir.c_str());
     if (!run) return;
     nlohmann::ordered_json j;
-    sim::Platform& p = sim::Platform::get();
-    p.configure(cfg, true);
+    Session dev(comp, true);
     std::vector<int> ids(size_t(shape.seq_len), 0);
-    p.write_smem(comp.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
-    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, j);
-    uint32_t args[3] = {0, cached - 1, cached};
-    p.write_smem(comp.decode_io().token_smem, args, 12);
-    report("decode", p.run(dec.program), dec, cfg, {"decode"}, j);
+    dev.write_prompt(ids);
+    report("image", dev.run(img), img, cfg, {"vision_tower", "prefill", "head"}, j);
+    dev.write_decode_args(0, cached - 1);
+    report("decode", dev.run(dec), dec, cfg, {"decode"}, j);
     j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
     sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
   });

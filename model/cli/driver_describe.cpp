@@ -151,7 +151,7 @@ void write_html(const json& j, const std::string& html, const std::string& plots
 }  // namespace
 
 std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
-  const sim::Config cfg = sim::Config::make(o.preset, o.sets);
+  const sim::Config cfg = o.machine.config();
   const double ghz = cfg.clock_ghz;
   json j;
   j["schema"] = "gpnpu-describe-report/1";
@@ -159,11 +159,11 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   j["mode"] = o.timing_only ? "timing-only" : "functional";
   j["model"] = {{"spec", o.model}, {"name", r.model_name},
                 {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)}};
-  j["machine"] = {{"preset", o.preset},
+  j["machine"] = {{"preset", o.machine.preset},
                   {"clock_ghz", ghz},
                   {"ddr_bytes_per_cycle", cfg.ddr_bytes_per_cycle()},
-                  {"mac_per_cycle_f16", double(cfg.npe()) * 16 / cfg.occ(isa::Unit::mac16)},
-                  {"mac_per_cycle_int8", double(cfg.npe()) * 16 / cfg.occ(isa::Unit::mac8)},
+                  {"mac_per_cycle_f16", cfg.mac_peak(true)},
+                  {"mac_per_cycle_int8", cfg.mac_peak(false)},
                   {"pe_rows", cfg.pe_rows},
                   {"pe_cols", cfg.pe_cols},
                   {"ocm_bytes", cfg.ocm_bytes}};
@@ -266,8 +266,7 @@ void add_describe_command(CLI::App& app) {
   c->add_option("--model", o.model, "synthetic:2b, synthetic:tiny, a checkpoint directory or a W4A16 bundle (.safetensors)")
       ->capture_default_str();
   c->add_option("--cache-dir", o.cache_dir, "where quantised bundles are cached (default $GPNPU_CACHE or ~/.cache/gpnpu)");
-  c->add_option("--preset", o.preset, "machine preset")->capture_default_str();
-  c->add_option("--set", o.sets, "override a config key: --set key=value (repeatable)");
+  o.machine.add(c);
   c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32)")->capture_default_str();
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
   c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache");
@@ -287,7 +286,7 @@ void add_describe_command(CLI::App& app) {
       std::printf("%s\n", step_line(s).c_str());
       std::fflush(stdout);
     };
-    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(), o.preset.c_str(),
+    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(), o.machine.preset.c_str(),
                 o.timing_only ? ", timing only" : "", o.image.c_str(), o.width, o.height);
     std::fflush(stdout);
     DescribeResult r = describe(o);

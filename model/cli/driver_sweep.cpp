@@ -30,8 +30,9 @@
 #include "kernels/cost.h"
 #include "model/compiler/compiler.h"
 #include "model/checkpoint/config.h"
+#include "model/runtime/session.h"
 #include "sim/machine/config.h"
-#include "sim/platform.h"
+#include "sim/machine/options.h"
 #include "sim/run.h"
 
 extern char** environ;
@@ -73,21 +74,6 @@ const sim::ParamInfo* find_param(const std::string& key) {
   return nullptr;
 }
 
-ModelConfig resolve_model(const std::string& s) {
-  if (s == "synthetic:2b" || s == "synthetic:2B") return config_2b();
-  if (s == "synthetic:tiny") return config_tiny();
-  std::error_code ec;
-  if (fs::is_directory(s, ec)) {
-    fs::path cj = fs::path(s) / "config.json";
-    if (!fs::is_regular_file(cj, ec)) fail("--model '{}': directory has no config.json", s);
-    return ModelConfig::from_json_file(cj.string());
-  }
-  if (fs::is_regular_file(s, ec)) return ModelConfig::from_json_file(s);
-  fail("--model '{}': expected synthetic:2b, synthetic:tiny, a checkpoint directory with config.json, or a "
-       "config.json file",
-       s);
-}
-
 // "key=value" sets of one point, as a label: "ocm_bytes=1048576 ddr_gbps=16".
 std::string point_label(const std::vector<std::string>& sets) {
   std::string s;
@@ -110,9 +96,8 @@ struct Floors {
 Floors sum_floors(const sim::Config& cfg, const std::vector<KernelCall>& calls) {
   Floors f;
   for (const KernelCall& c : calls) {
-    const double occ = c.int8 ? cfg.occ(isa::Unit::mac8) : cfg.occ(isa::Unit::mac16);
     f.macs += c.cost.macs;
-    f.compute += double(c.cost.macs) / (double(cfg.npe()) * 16.0 / occ);
+    f.compute += double(c.cost.macs) / cfg.mac_peak(!c.int8);
     f.ddr += double(c.cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
     f.ocm += double(c.cost.ocm_bytes) / double(cfg.ocm_port_bytes);
     f.kernel += kernels::floor_cycles(cfg, c.cost, !c.int8);
@@ -215,15 +200,14 @@ std::vector<std::vector<std::string>> sweep_points(const std::vector<SweepAxis>&
 json run_sweep_point(const std::string& model, const std::string& preset, const std::string& workload,
                      const std::vector<std::string>& sets) {
   check_sweep_workload(workload);
-  const ModelConfig mc = resolve_model(model);
+  const ModelConfig mc = model_config_from_spec(model);
   const sim::Config cfg = sim::Config::make(preset, sets);
   json j;
-  j["mac_peak"] = double(cfg.npe()) * 16.0 / cfg.occ(isa::Unit::mac16);
+  j["mac_peak"] = cfg.mac_peak();
   j["ddr_peak_bytes_per_cycle"] = cfg.ddr_bytes_per_cycle();
   // Each workload compiles on its own (the decode layout without the image weights,
   // so decode figures do not depend on --workload); a workload that does not fit this
   // machine is an error in its own status column and the others still run.
-  sim::Platform& p = sim::Platform::get();
   std::vector<std::string> errors;
   auto attempt = [&](const std::string& w, const std::function<void()>& body) {
     j[w + "_status"] = "ok";  // first, so the column comes before the workload's metrics
@@ -239,14 +223,12 @@ json run_sweep_point(const std::string& model, const std::string& preset, const 
       const ImageShape s = sweep_image_shape();
       Compiler c(mc, cfg);
       CompiledProgram ip = c.image_program(s);
-      p.configure(cfg, true);
+      Session dev(c, true);
       std::vector<int> ids;
       for (int i = 0; i < s.seq_len; ++i)
         ids.push_back(i >= s.image_start && i < s.image_start + s.n_image_tokens() ? mc.image_token_id : 0);
-      p.write_smem(c.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
-      uint32_t zero = 0;
-      p.write_smem(c.image_io().slot0_smem, &zero, 4);
-      const sim::Stats& st = p.run(ip.program);
+      dev.write_prompt(ids);
+      const sim::Stats& st = dev.run(ip);
       add_metrics(j, "image_", cfg, st, ip.calls, true);
     });
   if (workload == "decode" || workload == "both")
@@ -255,12 +237,9 @@ json run_sweep_point(const std::string& model, const std::string& preset, const 
       opt.image = false;
       Compiler c(mc, cfg, opt);
       CompiledProgram dp = c.decode_program();
-      p.configure(cfg, true);
-      uint32_t args[3] = {0, kDecodeContext - 1, kDecodeContext};
-      p.write_smem(c.decode_io().token_smem, &args[0], 4);
-      p.write_smem(c.decode_io().slot_smem, &args[1], 4);
-      p.write_smem(c.decode_io().len_smem, &args[2], 4);
-      const sim::Stats& st = p.run(dp.program);
+      Session dev(c, true);
+      dev.write_decode_args(0, kDecodeContext - 1);
+      const sim::Stats& st = dev.run(dp);
       add_metrics(j, "decode_", cfg, st, dp.calls, false);
     });
   if (errors.size() == (workload == "both" ? 2u : 1u)) fail("{}", errors.front() + (errors.size() > 1 ? "; " + errors[1] : ""));
@@ -630,7 +609,7 @@ std::string self_exe() {
 
 struct SweepOptions {
   SweepSpec spec;
-  std::vector<std::string> sets;
+  sim::MachineOptions machine;  // --preset, and --set as the axes
   std::string out, shard;
   int jobs = 1;
   bool dry_run = false;
@@ -652,13 +631,13 @@ std::pair<uint64_t, uint64_t> parse_shard(const std::string& s) {
 void run_sweep(const SweepOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.jobs < 1) fail("-j {}: need at least 1 process", o.jobs);
-  const std::vector<SweepAxis> axes = parse_sweep_axes(o.sets, o.spec.preset);
+  const std::vector<SweepAxis> axes = parse_sweep_axes(o.machine.sets, o.machine.preset);
   check_sweep_workload(o.spec.workload);
-  resolve_model(o.spec.model);  // fail now on a bad model, not once per point
+  model_config_from_spec(o.spec.model);  // fail now on a bad model, not once per point
   std::vector<std::vector<std::string>> points = sweep_points(axes);
   for (const auto& p : points) {
     try {
-      sim::Config::make(o.spec.preset, p);
+      sim::Config::make(o.machine.preset, p);
     } catch (const Error& e) {
       fail("sweep point '{}' is not a valid machine: {}", point_label(p), e.what());
     }
@@ -669,7 +648,7 @@ void run_sweep(const SweepOptions& o) {
   SweepTable table;
   table.meta["format"] = kFormat;
   table.meta["model"] = o.spec.model;
-  table.meta["preset"] = o.spec.preset;
+  table.meta["preset"] = o.machine.preset;
   table.meta["workload"] = o.spec.workload;
   table.meta["keys"] = json::array();
   for (const SweepAxis& a : axes) table.meta["keys"].push_back(a.key);
@@ -724,7 +703,7 @@ void run_sweep(const SweepOptions& o) {
       size_t t = next++;
       if (t >= todo.size()) return;
       const auto& p = points[todo[t]];
-      std::vector<std::string> args = {"sweep-point", "--model", o.spec.model, "--preset", o.spec.preset,
+      std::vector<std::string> args = {"sweep-point", "--model", o.spec.model, "--preset", o.machine.preset,
                                        "--workload", o.spec.workload};
       for (const std::string& s : p) {
         args.push_back("--set");
@@ -808,12 +787,12 @@ void add_sweep_commands(CLI::App& app) {
     auto o = std::make_shared<SweepOptions>();
     CLI::App* c = app.add_subcommand(
         "sweep", "run the cartesian product of machine-config values (timing-only, one process per point) into HDF5 + CSV");
-    c->add_option("--set", o->sets, "an axis: key=v1,v2,... (repeatable; any key of `gpnpu config --list`)")
-        ->required();
+    o->machine.add(c, "an axis: key=v1,v2,... (repeatable; any key of `gpnpu config --list`)",
+                   "machine preset the axes override");
+    c->get_option("--set")->required();
     c->add_option("--workload", o->spec.workload, "decode, image or both")->capture_default_str();
     c->add_option("--model", o->spec.model, "synthetic:2b, synthetic:tiny, or a checkpoint DIR / config.json")
         ->capture_default_str();
-    c->add_option("--preset", o->spec.preset, "machine preset the axes override")->capture_default_str();
     c->add_option("-j,--jobs", o->jobs, "points run at a time (one process each)")->capture_default_str();
     c->add_option("--shard", o->shard, "run only points i, i+n, i+2n, ... of the product (i/n, 0-based)");
     c->add_option("--out", o->out, "results file (HDF5); the CSV goes beside it (.csv)")->required();
@@ -839,18 +818,17 @@ void add_sweep_commands(CLI::App& app) {
   }
   {
     struct PointOptions {
-      std::string model = "synthetic:2b", preset = "qc-u", workload = "decode";
-      std::vector<std::string> sets;
+      std::string model = "synthetic:2b", workload = "decode";
+      sim::MachineOptions machine;
     };
     auto o = std::make_shared<PointOptions>();
     CLI::App* c = app.add_subcommand("sweep-point", "");  // hidden: run by `gpnpu sweep`, one point per process
     c->group("");
     c->add_option("--model", o->model);
-    c->add_option("--preset", o->preset);
     c->add_option("--workload", o->workload);
-    c->add_option("--set", o->sets);
+    o->machine.add(c);
     c->callback([o] {
-      json j = run_sweep_point(o->model, o->preset, o->workload, o->sets);
+      json j = run_sweep_point(o->model, o->machine.preset, o->workload, o->machine.sets);
       std::printf("%s%s\n", kResultPrefix, j.dump().c_str());
       std::fflush(stdout);
     });

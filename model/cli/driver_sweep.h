@@ -50,9 +50,7 @@ std::vector<SweepAxis> parse_sweep_axes(const std::vector<std::string>& sets, co
 
 struct SweepSpec {
   std::string model = "synthetic:2b";  // synthetic:2b, synthetic:tiny, DIR (with config.json) or a config.json
-  std::string preset = "qc-u";
   std::string workload = "decode";  // decode, image or both
-  std::vector<SweepAxis> axes;
 };
 
 // Checks the workload name: decode, image or both.

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "isa/program.h"
@@ -30,6 +31,7 @@ class QuantBundle;
 class DdrWriter {
  public:
   template <typename Memory>
+    requires(!std::is_same_v<std::remove_cvref_t<Memory>, DdrWriter>)
   DdrWriter(Memory& m) : write_([&m](uint64_t off, const void* src, uint64_t n) { m.write(off, src, n); }) {}
   void write(uint64_t offset, const void* src, uint64_t bytes) const { write_(offset, src, bytes); }
 

@@ -15,17 +15,15 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
-#include "kernels/rope.h"
 #include "model/reference/chain.h"
 #include "model/compiler/compiler.h"
-#include "model/cli/driver.h"
 #include "model/inputs/image.h"
 #include "model/inputs/prompt.h"
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
 #include "model/inputs/tokenizer.h"
-#include "sim/platform.h"
+#include "model/runtime/session.h"
 
 namespace gpnpu::model {
 
@@ -120,8 +118,7 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     static const std::string none = "other";
     return none;
   };
-  const double mac_peak16 = double(cfg.npe()) * 16.0 / cfg.occ(isa::Unit::mac16);
-  const double mac_peak8 = double(cfg.npe()) * 16.0 / cfg.occ(isa::Unit::mac8);
+  const double mac_peak16 = cfg.mac_peak(true), mac_peak8 = cfg.mac_peak(false);
   auto stage = [&](const std::string& name) -> StageRecord& {
     for (StageRecord& s : r.stages)
       if (s.name == name && s.program == program) return s;
@@ -158,29 +155,27 @@ struct CacheCheck {
   std::string worst;
 };
 
-CacheCheck check_cache(sim::Platform& p, const Compiler& c, const KvCache& chain, int expected) {
+CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected) {
+  const Compiler& c = dev.compiler();
   const TextConfig& t = c.model().text;
   const int nkv = t.num_key_value_heads, hd = t.head_dim, kvd = nkv * hd;
   const uint32_t max_seq = c.decode_io().max_seq;
   CacheCheck cc;
-  std::vector<uint16_t> buf(size_t(max_seq) * hd);
-  p.ddr().read(c.layout().at("L0.kcache").offset, buf.data(), buf.size() * 2);
+  std::vector<uint16_t> buf = dev.kv(0, false, 0, max_seq);
   for (uint32_t s = 0; s < max_seq; ++s)
     if (std::any_of(&buf[size_t(s) * hd], &buf[size_t(s + 1) * hd], [](uint16_t h) { return (h & 0x7fff) != 0; }))
       ++cc.slots;
-  std::vector<float> dev(size_t(expected) * kvd);
-  std::vector<uint16_t> head(size_t(expected) * hd);
+  std::vector<float> got(size_t(expected) * kvd);
   for (int l = 0; l < t.num_hidden_layers; ++l)
     for (int which = 0; which < 2; ++which) {
-      const DdrTensor& ten = c.layout().at(fmt::format("L{}.{}cache", l, which ? "v" : "k"));
       for (int h = 0; h < nkv; ++h) {
-        p.ddr().read(ten.offset + uint64_t(h) * max_seq * hd * 2, head.data(), head.size() * 2);
+        std::vector<uint16_t> head = dev.kv(l, which, h, uint32_t(expected));
         for (int s = 0; s < expected; ++s)
-          for (int e = 0; e < hd; ++e) dev[size_t(s) * kvd + size_t(h) * hd + e] = f16_to_f32(head[size_t(s) * hd + e]);
+          for (int e = 0; e < hd; ++e) got[size_t(s) * kvd + size_t(h) * hd + e] = f16_to_f32(head[size_t(s) * hd + e]);
       }
       const std::vector<float>& ref = which ? chain.v[size_t(l)] : chain.k[size_t(l)];
       for (int s = 0; s < expected && size_t(s + 1) * kvd <= ref.size(); ++s) {
-        double cs = cosine(std::span(&dev[size_t(s) * kvd], size_t(kvd)), std::span(&ref[size_t(s) * kvd], size_t(kvd)));
+        double cs = cosine(std::span(&got[size_t(s) * kvd], size_t(kvd)), std::span(&ref[size_t(s) * kvd], size_t(kvd)));
         if (!(cs >= cc.min_cos)) {  // NaN (an all-zero row) counts as the worst
           cc.min_cos = std::isnan(cs) ? 0.0 : cs;
           cc.worst = fmt::format("layer {} {} slot {}", l, which ? "V" : "K", s);
@@ -191,32 +186,18 @@ CacheCheck check_cache(sim::Platform& p, const Compiler& c, const KvCache& chain
 }
 
 // Writes fp16 `value` over every row of slot `slot` (all layers, K and V, all heads).
-void fill_slot(sim::Platform& p, const Compiler& c, int slot, uint16_t value) {
-  const TextConfig& t = c.model().text;
+void fill_slot(Session& dev, int slot, uint16_t value) {
+  const TextConfig& t = dev.compiler().model().text;
   std::vector<uint16_t> row(size_t(t.head_dim), value);
   for (int l = 0; l < t.num_hidden_layers; ++l)
-    for (const char* kv : {"k", "v"})
-      for (int h = 0; h < t.num_key_value_heads; ++h)
-        p.ddr().write(c.layout().at(fmt::format("L{}.{}cache", l, kv)).offset +
-                          (uint64_t(h) * c.decode_io().max_seq + uint64_t(slot)) * t.head_dim * 2,
-                      row.data(), row.size() * 2);
+    for (bool v : {false, true})
+      for (int h = 0; h < t.num_key_value_heads; ++h) dev.write_kv(l, v, h, uint32_t(slot), row);
 }
 
-void write_rope(sim::MemoryTarget& m, const ModelConfig& mc, uint64_t cos_off, uint64_t sin_off,
-                const std::vector<std::array<int, 3>>& pos) {
-  std::vector<float> cos_t, sin_t;
-  ops::rope_tables_mrope(pos, mc.text.head_dim, float(mc.text.rope_theta), mc.text.mrope_section, cos_t, sin_t);
-  m.write(cos_off, cos_t.data(), cos_t.size() * 4);
-  m.write(sin_off, sin_t.data(), sin_t.size() * 4);
-}
-
-std::vector<float> read_logits(sim::Platform& p, uint32_t off, size_t vocab, bool zero) {
-  std::vector<uint16_t> h(vocab);
-  if (zero) p.ocm().write(off, std::vector<uint16_t>(vocab, 0).data(), vocab * 2);  // negative control
-  p.ocm().read(off, h.data(), vocab * 2);
-  std::vector<float> l(vocab);
-  for (size_t i = 0; i < vocab; ++i) l[i] = f16_to_f32(h[i]);
-  return l;
+// The logits of the last run; the zero negative control clears them on the device first.
+std::vector<float> read_logits(Session& dev, size_t vocab, bool zero) {
+  if (zero) dev.write_ocm(dev.logits_ocm(), std::vector<uint16_t>(vocab, 0).data(), vocab * 2);
+  return dev.logits();
 }
 
 }  // namespace
@@ -301,7 +282,7 @@ DescribeResult describe(const DescribeOptions& o) {
   const auto t_start = Clock::now();
   DescribeResult r;
   if (o.tokens < 1) fail("--tokens {}: give at least 1 (the first comes from the image program)", o.tokens);
-  const sim::Config cfg = sim::Config::make(o.preset, o.sets);
+  const sim::Config cfg = o.machine.config();
   r.config_json = cfg.to_json();
 
   // The model: a bundle for functional runs; timing-only runs need only the config.
@@ -362,26 +343,20 @@ DescribeResult describe(const DescribeOptions& o) {
   copt.max_seq = std::max<uint32_t>(copt.max_seq, uint32_t(S + o.tokens));
   copt.max_patches = std::max<uint32_t>(copt.max_patches, uint32_t(in.n_patches()));
   say(o, fmt::format("compiling the image program ({} tokens, {}x{} patches) and the decode program for {} ...", S,
-                     in.grid_h, in.grid_w, o.preset));
+                     in.grid_h, in.grid_w, o.machine.preset));
   Compiler comp(mc, cfg, copt);
   CompiledProgram img = comp.image_program(shape), dec = comp.decode_program();
   r.image_instructions = img.program.words.size();
   r.decode_instructions = dec.program.words.size();
 
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, o.timing_only);
+  Session dev(comp, o.timing_only);
   const size_t V = size_t(mc.text.vocab_size);
   std::unique_ptr<WeightSource> weights;
   std::unique_ptr<Chain> chain;
   if (!o.timing_only) {
     say(o, "loading the weights into the simulated DDR ...");
-    comp.load_weights(*bundle, p.ddr());
-    comp.load_image_constants(*bundle, shape, p.ddr());
-    std::vector<uint16_t> h(in.patches.size());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(in.patches[i]);
-    p.ddr().write(comp.image_io().patches_ddr - sim::kDdrRegion.base, h.data(), h.size() * 2);
-    const uint64_t trope = comp.image_io().trope_ddr - sim::kDdrRegion.base;
-    write_rope(p.ddr(), mc, trope, trope + uint64_t(copt.max_seq) * mc.text.head_dim * 4, pos);
+    dev.load_weights(*bundle);
+    dev.load_image_constants(*bundle, shape);
     weights = bundle_weights(*bundle);
     ChainOptions co;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -390,9 +365,7 @@ DescribeResult describe(const DescribeOptions& o) {
     co.threads = o.threads > 0 ? o.threads : std::max(1, cores - 1);
     chain = std::make_unique<Chain>(mc, *weights, co);
   }
-  p.write_smem(comp.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
-  uint32_t zero = 0;
-  p.write_smem(comp.image_io().slot0_smem, &zero, 4);
+  dev.write_prompt(ids, pos, in.patches);
   r.wall_setup = since(t_start);
 
   // Progress during the long image program: every block / layer / stage that closes,
@@ -402,8 +375,8 @@ DescribeResult describe(const DescribeOptions& o) {
   struct ResetHook {  // the hook refers to this frame: never leave it behind (errors included)
     sim::Sequencer& seq;
     ~ResetHook() { seq.on_mark_end = nullptr; }
-  } reset_hook{p.sequencer()};
-  p.sequencer().on_mark_end = [&](uint32_t mark, sim::Cycles end) {
+  } reset_hook{dev.sequencer()};
+  dev.sequencer().on_mark_end = [&](uint32_t mark, sim::Cycles end) {
     const std::string& name = img.program.names.at(mark);
     if (name.find('.') != std::string::npos) return;
     bool stage = name == "vision_tower" || name == "prefill" || name == "head";
@@ -413,20 +386,20 @@ DescribeResult describe(const DescribeOptions& o) {
   };
 
   // Gates of one run.
-  auto gate = [&](StepRecord& s, std::span<const float> dev, const std::vector<float>* ref, int expected_slots,
+  auto gate = [&](StepRecord& s, std::span<const float> got, const std::vector<float>* ref, int expected_slots,
                   std::optional<int> golden_row) {
-    s.device_token = argmax(dev);
+    s.device_token = argmax(got);
     s.cache_expected = expected_slots;
     if (!ref) return;
     s.chain_token = argmax(*ref);
     s.margin = top2_margin(*ref);
-    double cs = cosine(dev, *ref);
+    double cs = cosine(got, *ref);
     s.cosine = std::isnan(cs) ? 0.0 : cs;
     if (!(*s.cosine >= kLogitsGate)) s.failures.push_back(fmt::format("logits cosine {:.6f} < {}", *s.cosine, kLogitsGate));
     if (s.device_token != *s.chain_token && *s.margin >= kMarginTie)
       s.failures.push_back(fmt::format("device token {} != chain token {} (chain margin {:.3f})", s.device_token,
                                        *s.chain_token, *s.margin));
-    CacheCheck cc = check_cache(p, comp, chain->cache(), expected_slots);
+    CacheCheck cc = check_cache(dev, chain->cache(), expected_slots);
     s.cache_slots = cc.slots;
     s.slot_cosine = cc.min_cos;
     if (cc.slots != expected_slots)
@@ -435,7 +408,7 @@ DescribeResult describe(const DescribeOptions& o) {
       s.failures.push_back(fmt::format("KV cache row cosine {:.6f} < {} at {}", cc.min_cos, kCacheGate, cc.worst));
     if (golden_row) {
       std::span<const float> g(&golden->w4a16_logits[size_t(*golden_row) * V], V);
-      double gc = cosine(dev, g);
+      double gc = cosine(got, g);
       s.golden_cosine = gc;
       if (!(gc >= kLogitsGate)) s.failures.push_back(fmt::format("cosine vs the PyTorch W4A16 golden {:.6f} < {}", gc, kLogitsGate));
       if (s.device_token != argmax(g) && top2_margin(g) >= kMarginTie)
@@ -465,25 +438,25 @@ DescribeResult describe(const DescribeOptions& o) {
   s0.step = -1;
   s0.pos = S - 1;
   {
-    const sim::Stats& st = p.run(img.program);
+    const sim::Stats& st = dev.run(img);
     s0.cycles = st.total[sim::Stat::cycles];
     s0.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
     r.image_cycles = s0.cycles;
     r.image_ddr_bytes = s0.ddr_bytes;
     collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
   }
-  p.sequencer().on_mark_end = nullptr;
+  dev.sequencer().on_mark_end = nullptr;
   if (o.timing_only) {
     s0.cache_expected = S;
   } else {
-    std::vector<float> dev = read_logits(p, img.logits_ocm, V, o.negative == NegativeControl::zero);
+    std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
     std::vector<float> ref = chain_logits.get();
     if (o.negative == NegativeControl::one_word) {
       // One fp16 word of the cache: layer 0, K, head 0, the last prompt slot, element 0.
       uint16_t big = f32_to_f16(32768.0f);
-      p.ddr().write(comp.layout().at("L0.kcache").offset + uint64_t(S - 1) * mc.text.head_dim * 2, &big, 2);
+      dev.write_kv(0, false, 0, uint32_t(S - 1), std::span(&big, 1));
     }
-    gate(s0, dev, &ref, S, golden_row(0));
+    gate(s0, got, &ref, S, golden_row(0));
   }
   s0.wall_s = since(t_img);
   r.wall_image = s0.wall_s;
@@ -499,11 +472,8 @@ DescribeResult describe(const DescribeOptions& o) {
     if (!o.timing_only && (prev == ChatTokens{}.im_end || prev == kEndOfText)) break;
     const auto t_step = Clock::now();
     const uint32_t slot = uint32_t(S + k);
-    uint32_t args[3] = {uint32_t(prev), slot, slot + 1};
-    p.write_smem(comp.decode_io().token_smem, args, 12);
     auto dp = decode_position(slot, mp.rope_delta);
-    if (!o.timing_only)
-      write_rope(p.ocm(), mc, comp.decode_io().cos_ocm, comp.decode_io().sin_ocm, {{dp[0], dp[1], dp[2]}});
+    dev.write_decode_args(prev, slot, {dp[0], dp[1], dp[2]});
     std::future<std::vector<float>> next;
     if (chain)
       next = std::async(std::launch::async, [&, prev, dp] { return chain->decode(prev, {dp[0], dp[1], dp[2]}); });
@@ -511,7 +481,7 @@ DescribeResult describe(const DescribeOptions& o) {
     s.step = k;
     s.pos = int(slot);
     {
-      const sim::Stats& st = p.run(dec.program);
+      const sim::Stats& st = dev.run(dec);
       s.cycles = st.total[sim::Stat::cycles];
       s.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
       collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
@@ -519,11 +489,11 @@ DescribeResult describe(const DescribeOptions& o) {
     if (o.timing_only) {
       s.cache_expected = int(slot) + 1;
     } else {
-      std::vector<float> dev = read_logits(p, dec.logits_ocm, V, o.negative == NegativeControl::zero);
+      std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
       std::vector<float> ref = next.get();
-      gate(s, dev, &ref, int(slot) + 1, golden_row(k + 1));
+      gate(s, got, &ref, int(slot) + 1, golden_row(k + 1));
       // The host "forgets" the slot step 0 wrote: step 1 gets a stale cache.
-      if (o.negative == NegativeControl::stale_cache && k == 0) fill_slot(p, comp, int(slot), 0);
+      if (o.negative == NegativeControl::stale_cache && k == 0) fill_slot(dev, int(slot), 0);
     }
     s.wall_s = since(t_step);
     r.steps.push_back(s);

@@ -1,5 +1,6 @@
 // The host driver of `gpnpu describe`: one photograph and one question through the
-// whole model on the simulated chip, gated step by step against the chain.
+// whole model on the simulated chip (a device session, model/runtime/session.h),
+// gated step by step against the chain.
 //
 // Contract:
 //  - Inputs: the image is preprocessed (model/inputs/image.h, fixed size), the question is put
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "kernels/cost.h"
+#include "sim/machine/options.h"
 
 namespace gpnpu::model {
 
@@ -50,8 +52,7 @@ struct DescribeOptions {
   int tokens = 20;                     // answer tokens at most (>= 1)
   std::string model = "synthetic:2b";  // synthetic:2b | synthetic:tiny | checkpoint dir | bundle .safetensors
   std::string cache_dir;               // where quantised bundles are kept ("" = default_cache_dir())
-  std::string preset = "qc-u";
-  std::vector<std::string> sets;       // config overrides key=value
+  sim::MachineOptions machine;         // --preset, --set
   int width = 256, height = 256;       // the image is resized to this (multiples of 32)
   bool timing_only = false;
   NegativeControl negative = NegativeControl::none;

@@ -145,9 +145,11 @@ void Config::load_preset(const std::string& name_or_path) {
 }
 
 void Config::refresh_units() {
-#define GPNPU_UNIT_ASSIGN(n) lat_[int(isa::Unit::n)] = uint32_t(lat_##n); occ_[int(isa::Unit::n)] = uint32_t(occ_##n);
-  GPNPU_UNITS(GPNPU_UNIT_ASSIGN)
-#undef GPNPU_UNIT_ASSIGN
+#define UNIT(n, resource, port, flags, desc) \
+  lat_[int(isa::Unit::n)] = uint32_t(lat_##n);   \
+  occ_[int(isa::Unit::n)] = uint32_t(occ_##n);
+#include "isa/unit_table.def"
+#undef UNIT
 }
 
 void Config::validate() const {

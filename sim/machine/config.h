@@ -46,6 +46,9 @@ struct Config {
   uint32_t occ(isa::Unit u) const { return occ_[int(u)]; }
   double ddr_bytes_per_cycle() const { return ddr_gbps / clock_ghz; }
   uint32_t npe() const { return uint32_t(pe_rows * pe_cols); }
+  // Peak MACs per cycle of the whole array: 16 lanes per PE, one MAC per lane every
+  // occ.mac16 (fp16) or occ.mac8 (int8) cycles.
+  double mac_peak(bool fp16 = true) const { return double(npe()) * 16.0 / occ(fp16 ? isa::Unit::mac16 : isa::Unit::mac8); }
 
   // Value of a key as text (for reports and `gpnpu config`).
   std::string get(const std::string& key) const;

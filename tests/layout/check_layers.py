@@ -11,7 +11,8 @@ naming file and line, on
 A file belongs to the library whose folder is the longest prefix of its path.
 "may include" lists libraries (or single files, in backquotes); "nothing of ours" and
 "everything" are what they say; a library may always include itself.
-Usage: check_layers.py [--root DIR] [--doc FILE] [--expect FILE]
+Usage: check_layers.py [--root DIR] [--doc FILE] [--expect FILE] [--graph]
+  --graph also prints the include graph as found (library: the libraries it includes).
   exit 0: clean; 1: problems (listed on stdout). With --expect (the negative control):
   exit 0 only if the problems are exactly one per line of FILE, each containing that line.
 """
@@ -71,6 +72,7 @@ def main():
     ap.add_argument("--root", default=os.path.join(HERE, "..", ".."))
     ap.add_argument("--doc", help="the document with the table (default ROOT/docs/architecture.md)")
     ap.add_argument("--expect")
+    ap.add_argument("--graph", action="store_true")
     args = ap.parse_args()
     root = os.path.abspath(args.root)
     libs = read_table(args.doc or os.path.join(root, "docs", "architecture.md"))
@@ -100,6 +102,9 @@ def main():
                             f"{me} may include: {', '.join(sorted(allowed)) or 'nothing of ours'} (docs/architecture.md)")
     for p in problems:
         print(p)
+    if args.graph:
+        for name in libs:
+            print(f"  {name} -> {', '.join(sorted(edges.get(name, set()) - {name})) or '(nothing of ours)'}")
     print(f"check_layers: {files} files, {len(problems)} problem(s)")
     if args.expect:
         want = [w for w in open(args.expect, encoding="utf-8").read().splitlines() if w]

@@ -13,7 +13,7 @@
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
-#include "sim/platform.h"
+#include "model/runtime/session.h"
 
 namespace gpnpu::model {
 namespace {
@@ -50,25 +50,10 @@ struct TinyBundle {
 };
 
 // One decode step on the device: token at cache slot `slot`, text position = slot.
-std::vector<float> device_step(const Compiler& c, const isa::Program& prog, int token, uint32_t slot) {
-  sim::Platform& p = sim::Platform::get();
-  const DecodeIo& io = c.decode_io();
-  uint32_t args[3] = {uint32_t(token), slot, slot + 1};
-  p.write_smem(io.token_smem, &args[0], 4);
-  p.write_smem(io.slot_smem, &args[1], 4);
-  p.write_smem(io.len_smem, &args[2], 4);
-  const TextConfig& t = c.model().text;
-  std::vector<float> cos_t, sin_t;
-  std::array<int, 3> pos{int(slot), int(slot), int(slot)};
-  model::ops::rope_tables_mrope({&pos, 1}, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
-  p.ocm().write(io.cos_ocm, cos_t.data(), cos_t.size() * 4);
-  p.ocm().write(io.sin_ocm, sin_t.data(), sin_t.size() * 4);
-  p.run(prog);
-  std::vector<uint16_t> h(size_t(t.vocab_size));
-  p.ocm().read(io.logits_ocm, h.data(), h.size() * 2);
-  std::vector<float> logits(h.size());
-  for (size_t i = 0; i < h.size(); ++i) logits[i] = f16_to_f32(h[i]);
-  return logits;
+std::vector<float> device_step(Session& dev, const CompiledProgram& prog, int token, uint32_t slot) {
+  dev.write_decode_args(token, slot, {int(slot), int(slot), int(slot)});
+  dev.run(prog);
+  return dev.logits();
 }
 
 TinyBundle& tiny_bundle() {
@@ -83,16 +68,15 @@ void decode_matches_chain(const char* preset, const std::vector<std::string>& se
   opt.max_seq = 64;
   Compiler c(config_tiny(), cfg, opt);
   CompiledProgram dp = c.decode_program();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, false);
-  c.load_weights(*tiny.bundle, p.ddr());
+  Session dev(c, false);
+  dev.load_weights(*tiny.bundle);
 
   auto weights = bundle_weights(*tiny.bundle);
   Chain chain(config_tiny(), *weights);
   const std::vector<int> tokens = {9707, 11, 1879, 0, 151644, 872, 198, 3838};
   for (size_t i = 0; i < tokens.size(); ++i) {
     std::vector<float> ref = i == 0 ? chain.prefill({tokens[0]}, {}) : chain.decode(tokens[i]);
-    std::vector<float> got = device_step(c, dp.program, tokens[i], uint32_t(i));
+    std::vector<float> got = device_step(dev, dp, tokens[i], uint32_t(i));
     double cs = cosine(got, ref);
     EXPECT_GE(cs, 0.9999) << preset << " step " << i;
     std::printf("%s step %zu: logits cosine %.7f\n", preset, i, cs);
@@ -112,9 +96,8 @@ TEST(Decode, NegativeControlOneCacheWordFailsTheGate) {
   opt.max_seq = 64;
   Compiler c(config_tiny(), cfg, opt);
   CompiledProgram dp = c.decode_program();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, false);
-  c.load_weights(*tiny.bundle, p.ddr());
+  Session dev(c, false);
+  dev.load_weights(*tiny.bundle);
   auto weights = bundle_weights(*tiny.bundle);
   Chain chain(config_tiny(), *weights);
   const std::vector<int> tokens = {9707, 11, 1879, 0};
@@ -123,10 +106,9 @@ TEST(Decode, NegativeControlOneCacheWordFailsTheGate) {
     std::vector<float> ref = i == 0 ? chain.prefill({tokens[0]}, {}) : chain.decode(tokens[i]);
     if (i == 2) {  // layer 0, kv head 0, slot 1, dimension 0 of K: a large wrong value
       uint16_t bad = f32_to_f16(40000.0f);
-      const DdrTensor& k = c.layout().at("L0.kcache");
-      p.ddr().write(k.offset + 1 * c.model().text.head_dim * 2, &bad, 2);
+      dev.write_kv(0, false, 0, 1, std::span(&bad, 1));
     }
-    std::vector<float> got = device_step(c, dp.program, tokens[i], uint32_t(i));
+    std::vector<float> got = device_step(dev, dp, tokens[i], uint32_t(i));
     if (i >= 2) worst = std::min(worst, cosine(got, ref));
   }
   EXPECT_LT(worst, 0.9999) << "a corrupted cache word must fail the gate";
@@ -138,11 +120,9 @@ TEST(Decode, FullSizeAtTheDdrRoofline) {
   Compiler c(config_2b(), cfg);
   CompiledProgram dp = c.decode_program();
   EXPECT_LE(dp.program.words.size(), 100000u) << "static instructions";
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, true);
-  uint32_t args[3] = {0, 139, 140};
-  p.write_smem(c.decode_io().token_smem, args, 12);
-  const sim::Stats& st = p.run(dp.program);
+  Session dev(c, true);
+  dev.write_decode_args(0, 139);
+  const sim::Stats& st = dev.run(dp);
   uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
   uint64_t cycles = st.total[sim::Stat::cycles];
   double floor = double(bytes) / cfg.ddr_bytes_per_cycle();

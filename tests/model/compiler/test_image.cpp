@@ -20,7 +20,7 @@
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
-#include "sim/platform.h"
+#include "model/runtime/session.h"
 
 namespace gpnpu::model {
 namespace {
@@ -73,35 +73,19 @@ struct ImageRun {
 // Runs the image program; with a bundle, functionally on random pixels.
 ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageShape& s, const QuantBundle* bundle,
                    const std::vector<float>& pixels, bool timing_only, uint32_t slot0 = 0) {
-  sim::Platform& p = sim::Platform::get();
-  p.configure(c.config(), timing_only);
-  const ImageIo& io = c.image_io();
+  Session dev(c, timing_only);
   std::vector<int> ids = prompt_ids(s);
-  p.write_smem(io.ids_smem, ids.data(), uint32_t(ids.size() * 4));
-  p.write_smem(io.slot0_smem, &slot0, 4);
+  std::vector<std::array<int, 3>> pos;
   if (bundle) {
-    c.load_weights(*bundle, p.ddr());
-    c.load_image_constants(*bundle, s, p.ddr());
-    std::vector<uint16_t> h(pixels.size());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(pixels[i]);
-    p.ddr().write(io.patches_ddr - sim::kDdrRegion.base, h.data(), h.size() * 2);
+    dev.load_weights(*bundle);
+    dev.load_image_constants(*bundle, s);
     MropePositions mp = mrope_positions(ids, {MergedGrid{s.grid_h / 2, s.grid_w / 2}});
-    std::vector<std::array<int, 3>> pos;
     for (auto& q : mp.pos) pos.push_back({q[0], q[1], q[2]});
-    const TextConfig& t = c.model().text;
-    std::vector<float> cos_t, sin_t;
-    model::ops::rope_tables_mrope(pos, t.head_dim, float(t.rope_theta), t.mrope_section, cos_t, sin_t);
-    uint64_t off = io.trope_ddr - sim::kDdrRegion.base;
-    p.ddr().write(off, cos_t.data(), cos_t.size() * 4);
-    p.ddr().write(off + uint64_t(c.decode_io().max_seq) * t.head_dim * 4, sin_t.data(), sin_t.size() * 4);
   }
+  dev.write_prompt(ids, pos, pixels, slot0);
   ImageRun r;
-  r.stats = p.run(prog.program);
-  if (!timing_only) {
-    std::vector<uint16_t> h(size_t(c.model().text.vocab_size));
-    p.ocm().read(prog.logits_ocm, h.data(), h.size() * 2);
-    for (uint16_t v : h) r.logits.push_back(f16_to_f32(v));
-  }
+  r.stats = dev.run(prog);
+  if (!timing_only) r.logits = dev.logits();
   return r;
 }
 

@@ -1,0 +1,97 @@
+// The host runtime (contract in session.h).
+#include "model/runtime/session.h"
+
+#include <fmt/format.h>
+
+#include "isa/error.h"
+#include "isa/fp16.h"
+#include "model/checkpoint/quant.h"
+#include "model/reference/ops.h"
+
+namespace gpnpu::model {
+
+Session::Session(const Compiler& compiler, bool timing_only)
+    : comp_(compiler), timing_only_(timing_only), p_(sim::Platform::get()) {
+  p_.configure(comp_.config(), timing_only);
+}
+
+void Session::load_weights(const QuantBundle& bundle) {
+  if (timing_only_) fail("internal: a timing-only session takes no weights");
+  comp_.load_weights(bundle, p_.ddr());
+}
+
+void Session::load_image_constants(const QuantBundle& bundle, const ImageShape& shape) {
+  comp_.load_image_constants(bundle, shape, p_.ddr());
+}
+
+void Session::write_rope(sim::MemoryTarget& m, uint64_t cos_off, uint64_t sin_off,
+                         std::span<const std::array<int, 3>> pos) {
+  const ModelConfig& mc = comp_.model();
+  std::vector<float> cos_t, sin_t;
+  ops::rope_tables_mrope(pos, mc.text.head_dim, float(mc.text.rope_theta), mc.text.mrope_section, cos_t, sin_t);
+  m.write(cos_off, cos_t.data(), cos_t.size() * 4);
+  m.write(sin_off, sin_t.data(), sin_t.size() * 4);
+}
+
+void Session::write_prompt(std::span<const int> ids, std::span<const std::array<int, 3>> pos,
+                           std::span<const float> patches, uint32_t first_slot) {
+  const ImageIo& io = comp_.image_io();
+  if (!timing_only_) {
+    std::vector<uint16_t> h(patches.size());
+    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(patches[i]);
+    p_.ddr().write(io.patches_ddr - sim::kDdrRegion.base, h.data(), h.size() * 2);
+    const uint64_t trope = io.trope_ddr - sim::kDdrRegion.base;
+    write_rope(p_.ddr(), trope, trope + uint64_t(comp_.decode_io().max_seq) * comp_.model().text.head_dim * 4, pos);
+  }
+  p_.write_smem(io.ids_smem, ids.data(), uint32_t(ids.size() * 4));
+  p_.write_smem(io.slot0_smem, &first_slot, 4);
+}
+
+void Session::write_decode_args(int token, uint32_t slot, const std::array<int, 3>& pos) {
+  const DecodeIo& io = comp_.decode_io();
+  const uint32_t args[3] = {uint32_t(token), slot, slot + 1};
+  p_.write_smem(io.token_smem, &args[0], 4);
+  p_.write_smem(io.slot_smem, &args[1], 4);
+  p_.write_smem(io.len_smem, &args[2], 4);
+  if (!timing_only_) write_rope(p_.ocm(), io.cos_ocm, io.sin_ocm, std::span(&pos, 1));
+}
+
+const sim::Stats& Session::run(const CompiledProgram& program) {
+  last_ = &program;
+  return p_.run(program.program);
+}
+
+uint32_t Session::logits_ocm() const {
+  if (!last_) fail("internal: no program has run in this session");
+  return last_->logits_ocm;
+}
+
+std::vector<float> Session::logits() const {
+  const size_t vocab = size_t(comp_.model().text.vocab_size);
+  std::vector<uint16_t> h(vocab);
+  p_.ocm().read(logits_ocm(), h.data(), vocab * 2);
+  std::vector<float> l(vocab);
+  for (size_t i = 0; i < vocab; ++i) l[i] = f16_to_f32(h[i]);
+  return l;
+}
+
+uint64_t Session::kv_offset(int layer, bool value, int head, uint32_t slot) const {
+  const uint64_t hd = uint64_t(comp_.model().text.head_dim);
+  return comp_.layout().at(fmt::format("L{}.{}cache", layer, value ? "v" : "k")).offset +
+         (uint64_t(head) * comp_.decode_io().max_seq + slot) * hd * 2;
+}
+
+std::vector<uint16_t> Session::kv(int layer, bool value, int head, uint32_t n) const {
+  std::vector<uint16_t> rows(size_t(n) * size_t(comp_.model().text.head_dim));
+  p_.ddr().read(kv_offset(layer, value, head, 0), rows.data(), rows.size() * 2);
+  return rows;
+}
+
+void Session::write_kv(int layer, bool value, int head, uint32_t slot, std::span<const uint16_t> elems,
+                       uint32_t first) {
+  p_.ddr().write(kv_offset(layer, value, head, slot) + uint64_t(first) * 2, elems.data(), elems.size() * 2);
+}
+
+void Session::write_ocm(uint32_t offset, const void* data, uint64_t bytes) { p_.ocm().write(offset, data, bytes); }
+
+}  // namespace gpnpu::model
