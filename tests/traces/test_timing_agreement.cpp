@@ -117,7 +117,7 @@ Writers run_cli_with_traces(const std::string& sets, const sim::Config& cfg) {
   }
   w.array = merge(array);
   w.mac = merge(mac);
-  w.stats_cycles = nlohmann::json::parse(read_text(st)).at("total").at("cycles");
+  w.stats_cycles = nlohmann::json::parse(read_text(st)).at("cycles");
 
   // VCD: the intervals where each busy_<unit> is 1.
   const uint64_t period = sim::Clock(cfg.clock_ghz).period_ps();
