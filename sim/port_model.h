@@ -1,5 +1,6 @@
-// A shared port with a bandwidth and a latency: requests are served in arrival
-// order, each holding the port for bytes / bandwidth. Time is kept in exact
+// The timing of a memory target's port (the contract every DDR model meets), and
+// the ideal port: a shared pipe with a bandwidth and a latency, requests served in
+// arrival order, each holding the port for bytes / bandwidth. Time is kept in exact
 // rational fixed point (2^-20 cycle), so long streams do not drift.
 #pragma once
 #include <algorithm>
@@ -10,7 +11,16 @@
 
 namespace gpnpu::sim {
 
-class PortModel {
+// A request of `bytes` at target offset `addr`, arriving at core cycle `at`:
+// returns the cycle its last byte is delivered. Called in arrival order of the
+// TLM transactions; a model may keep state between requests (open rows).
+class Port {
+ public:
+  virtual ~Port() = default;
+  virtual Cycles request(Cycles at, uint64_t addr, uint64_t bytes, bool write) = 0;
+};
+
+class PortModel final : public Port {
  public:
   // bandwidth = num / den bytes per cycle (e.g. GB/s * 1e6 / GHz * 1e6).
   PortModel(double bytes_per_cycle_num, double bytes_per_cycle_den, Cycles latency, uint32_t burst)
@@ -21,7 +31,7 @@ class PortModel {
 
   // A request of `bytes` arriving at cycle `at`: returns the cycle its last byte
   // is delivered (including the latency).
-  Cycles request(Cycles at, uint64_t bytes) {
+  Cycles request(Cycles at, uint64_t /*addr*/, uint64_t bytes, bool /*write*/) override {
     bytes = (bytes + burst_ - 1) / burst_ * burst_;
     unsigned __int128 at_ticks = (unsigned __int128)at << kFrac;
     unsigned __int128 start = std::max(at_ticks, free_);
