@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/cost.h"
+#include "sim/stats.h"
 
 namespace gpnpu::model {
 
@@ -75,6 +76,7 @@ struct StepRecord {
   bool ok = true;
   std::vector<std::string> failures;
   uint64_t cycles = 0, ddr_bytes = 0;
+  sim::Counters counters;  // the run's stats (dram_* among them, for describe's DRAM line)
   double wall_s = 0;
 };
 
