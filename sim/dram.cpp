@@ -114,6 +114,7 @@ DramSpec DramSpec::from(const Config& cfg) {
        fmt::format("'{}' is not open or close", cfg.dram_page_policy));
   s.close_page = cfg.dram_page_policy == "close";
   s.fr_cap = uint32_t(std::min<uint64_t>(cfg.dram_fr_cap, 1u << 30));
+  s.write_queue = uint32_t(std::min<uint64_t>(cfg.dram_write_queue, 1u << 20));
   s.ctrl_latency = cfg.dram_ctrl_latency_cycles;
   return s;
 }
@@ -253,13 +254,6 @@ void DramModel::refresh_due(uint32_t ch, uint32_t rank, Tick by) {
   }
 }
 
-void DramModel::advance(Cycles now) {
-  if (s_.refresh == DramSpec::Refresh::none || now < origin_) return;
-  const Tick by = Tick(s_.clock.to_other(now - origin_));
-  for (uint32_t ch = 0; ch < s_.channels; ++ch)
-    for (uint32_t r = 0; r < s_.ranks; ++r) refresh_due(ch, r, by);
-}
-
 DramModel::Tick DramModel::schedule(uint32_t ch, const Target& x, bool write, Tick arrival) {
   Channel& c = ch_[ch];
   std::vector<Tick>& t = c.t;
@@ -360,56 +354,98 @@ void DramModel::run_segment(uint32_t ch, uint64_t first, uint64_t last, bool wri
   for (; l <= last; ++l) schedule(ch, decode(l), write, arrival);
 }
 
+// One channel's bursts of a request: the request queue holds one entry per span (a
+// row of each inner target), served FR-FCFS: the oldest entry, unless a younger one
+// hits an open row and the oldest has not yet been passed fr_cap times.
+void DramModel::serve(uint32_t ch, uint64_t first, uint64_t last, bool write, Tick arrival) {
+  struct Entry {
+    uint64_t first, last;
+  };
+  const uint64_t span = uint64_t(inner_) * cols_;
+  std::vector<Entry> queue;
+  for (uint64_t a = first; a <= last; a = (a / span + 1) * span) queue.push_back({a, std::min(last, (a / span + 1) * span - 1)});
+  uint32_t passed = 0;
+  while (!queue.empty()) {
+    size_t pick = 0;
+    if (passed < s_.fr_cap && queue.size() > 1) {
+      const Target oldest = decode(queue[0].first);
+      if (ch_[ch].open_row[oldest.bank] != oldest.row)
+        for (size_t q = 1; q < queue.size(); ++q) {
+          const Target x = decode(queue[q].first);
+          if (ch_[ch].open_row[x.bank] == x.row) {
+            pick = q;
+            break;
+          }
+        }
+    }
+    passed = pick ? passed + 1 : 0;
+    run_segment(ch, queue[pick].first, queue[pick].last, write, arrival);
+    queue.erase(queue.begin() + long(pick));
+  }
+}
+
+// The posted writes of a channel, grouped by bank and row (arrival order within a
+// row), so a batch pays one turnaround and few activates.
+void DramModel::drain(uint32_t ch) {
+  std::vector<Channel::Posted>& q = ch_[ch].write_queue;
+  std::stable_sort(q.begin(), q.end(), [&](const Channel::Posted& a, const Channel::Posted& b) {
+    const Target x = decode(a.local), y = decode(b.local);
+    return std::pair(x.bank, x.row) < std::pair(y.bank, y.row);
+  });
+  for (const Channel::Posted& w : q) schedule(ch, decode(w.local), true, w.arrival);
+  q.clear();
+}
+
+void DramModel::advance(Cycles now) {
+  for (uint32_t ch = 0; ch < s_.channels; ++ch) drain(ch);
+  if (s_.refresh == DramSpec::Refresh::none || now < origin_) return;
+  const Tick by = Tick(s_.clock.to_other(now - origin_));
+  for (uint32_t ch = 0; ch < s_.channels; ++ch)
+    for (uint32_t r = 0; r < s_.ranks; ++r) refresh_due(ch, r, by);
+}
+
 Cycles DramModel::request(Cycles at, uint64_t addr, uint64_t bytes, bool write) {
   if (bytes == 0) return at;
   const Tick arrival = Tick(s_.clock.to_other(at > origin_ ? at - origin_ : 0));
+  // Each channel's bursts of [g0, g1] are one range of its local indices.
   const uint64_t g0 = addr / s_.burst_bytes, g1 = (addr + bytes - 1) / s_.burst_bytes;
   const uint32_t k = s_.shift[DramSpec::Ch], cb = s_.bits[DramSpec::Ch];
   const uint64_t low = (uint64_t(1) << k) - 1;
-  const uint64_t span = uint64_t(inner_) * cols_;
-  Tick done = arrival;
+  auto split = [&](uint64_t g) {
+    return std::tuple{g >> (k + cb), uint32_t((g >> k) & ((uint64_t(1) << cb) - 1)), g & low};
+  };
+  const auto [hi0, c0, lo0] = split(g0);
+  const auto [hi1, c1, lo1] = split(g1);
+  struct Range {
+    uint32_t ch;
+    uint64_t first, last;
+  };
+  std::vector<Range> ranges;
+  bool fits = write && s_.write_queue > 0;
   for (uint32_t ch = 0; ch < s_.channels; ++ch) {
-    // This channel's bursts of [g0, g1] are one range of its local indices.
-    auto split = [&](uint64_t g) {
-      return std::tuple{g >> (k + cb), uint32_t((g >> k) & ((uint64_t(1) << cb) - 1)), g & low};
-    };
-    auto [hi0, c0, lo0] = split(g0);
-    auto [hi1, c1, lo1] = split(g1);
-    const uint64_t first = ch == c0 ? (hi0 << k) | lo0 : ch > c0 ? hi0 << k : (hi0 + 1) << k;
     if (ch > c1 && hi1 == 0) continue;
+    const uint64_t first = ch == c0 ? (hi0 << k) | lo0 : ch > c0 ? hi0 << k : (hi0 + 1) << k;
     const uint64_t last = ch == c1 ? (hi1 << k) | lo1 : ch < c1 ? (hi1 << k) | low : (hi1 << k) - 1;
-    if (first > last || (ch > c1 && (hi1 << k) == 0)) continue;
-    // The request queue of the channel: one entry per span (a row of each inner
-    // target), served FR-FCFS: the oldest entry, unless a younger one hits an open
-    // row and the oldest has not yet been passed fr_cap times.
-    struct Entry {
-      uint64_t first, last;
-    };
-    std::vector<Entry> queue;
-    for (uint64_t a = first; a <= last; a = (a / span + 1) * span) queue.push_back({a, std::min(last, (a / span + 1) * span - 1)});
-    uint32_t passed = 0;
-    while (!queue.empty()) {
-      size_t pick = 0;
-      if (passed < s_.fr_cap && queue.size() > 1) {
-        const Target oldest = decode(queue[0].first);
-        if (ch_[ch].open_row[oldest.bank] != oldest.row)
-          for (size_t q = 1; q < queue.size(); ++q) {
-            const Target x = decode(queue[q].first);
-            if (ch_[ch].open_row[x.bank] == x.row) {
-              pick = q;
-              break;
-            }
-          }
-      }
-      passed = pick ? passed + 1 : 0;
-      run_segment(ch, queue[pick].first, queue[pick].last, write, arrival);
-      queue.erase(queue.begin() + long(pick));
+    if (first > last) continue;
+    ranges.push_back({ch, first, last});
+    fits = fits && last - first + 1 + ch_[ch].write_queue.size() <= s_.write_queue;
+  }
+  if (fits) {  // posted: buffered, done once accepted
+    for (const Range& r : ranges) {
+      for (uint64_t l = r.first; l <= r.last; ++l) ch_[r.ch].write_queue.push_back({l, arrival});
+      if (ch_[r.ch].write_queue.size() == s_.write_queue) drain(r.ch);
     }
-    Channel& c = ch_[ch];
+    return at + s_.ctrl_latency;
+  }
+  Tick done = arrival;
+  for (const Range& r : ranges) {
+    Channel& c = ch_[r.ch];
+    if (write) drain(r.ch);  // writes stay in order
+    serve(r.ch, r.first, r.last, write, arrival);
     done = std::max(done, c.t[kBusFree]);
     if (s_.close_page)
       for (uint32_t b = 0; b < banks_per_channel_; ++b)
-        if (c.open_row[b] >= 0) close_bank(c, ch, b, arrival);
+        if (c.open_row[b] >= 0) close_bank(c, r.ch, b, arrival);
   }
   return origin_ + s_.clock.to_core(uint64_t(done)) + s_.ctrl_latency;
 }

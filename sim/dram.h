@@ -7,7 +7,8 @@
 // Contract (sim/port_model.h): request(at, addr, bytes, write) returns the core
 // cycle the last byte is delivered. Requests are TLM transactions (a DMA run: a
 // whole contiguous descriptor side, or one row of a strided one) and arrive in
-// time order. A request becomes bursts (dram.BL x channel width bytes) dealt to the
+// time order. Small writes are posted: buffered per channel (dram.write_queue
+// bursts) and drained in one batch, grouped by row. A request becomes bursts (dram.BL x channel width bytes) dealt to the
 // channels by the mapping; each channel schedules its bursts at the earliest DRAM
 // clock every timing allows, given every command already scheduled (commands of
 // one kind issue in order). A long run of row hits is computed in bulk: once two
@@ -43,7 +44,7 @@ struct DramSpec {
            tRRD_L = 0, tFAW = 0, tWR = 0, tWTR_S = 0, tWTR_L = 0, tRTW = 0, tRTP = 0, tRFC = 0, tRFCpb = 0, tREFI = 0;
   Refresh refresh = Refresh::all;
   bool close_page = false;
-  uint32_t fr_cap = 0;
+  uint32_t fr_cap = 0, write_queue = 0;
   Cycles ctrl_latency = 0;
   double clock_mhz = 0;
   ClockRatio clock{1.0, 1.0};  // core cycles <-> DRAM clocks
@@ -70,8 +71,8 @@ class DramModel final : public Port {
   DramModel(const DramSpec& spec, Cycles origin);
 
   Cycles request(Cycles at, uint64_t addr, uint64_t bytes, bool write) override;
-  // Performs the refreshes due up to core cycle `now` (at the end of a run, so
-  // their counts include idle time).
+  // At the end of a run: schedules the posted writes still buffered and performs the
+  // refreshes due up to core cycle `now` (so their counts include idle time).
   void advance(Cycles now);
 
   // Counts go to the named stats of `sink` (the run's totals) as they happen.
@@ -92,6 +93,11 @@ class DramModel final : public Port {
     std::vector<Tick> next_ref;     // per rank: the next refresh deadline
     std::vector<uint64_t> refreshed; // per rank: banks refreshed in this round (per-bank refresh)
     int8_t last_dir = -1;           // 0 read, 1 write, -1 none yet
+    struct Posted {
+      uint64_t local;
+      Tick arrival;
+    };
+    std::vector<Posted> write_queue;  // posted write bursts not yet scheduled
   };
   // Layout of Channel::t.
   static constexpr uint32_t kLastCol = 0, kBusFree = 1, kLastRd = 2, kLastWrEnd = 3, kRankBase = 4;
@@ -109,6 +115,8 @@ class DramModel final : public Port {
   void refresh_due(uint32_t ch, uint32_t rank, Tick by);
   void close_bank(Channel& c, uint32_t ch, uint32_t bank, Tick after);
   void run_segment(uint32_t ch, uint64_t first, uint64_t last, bool write, Tick arrival);
+  void serve(uint32_t ch, uint64_t first, uint64_t last, bool write, Tick arrival);
+  void drain(uint32_t ch);
   void count(uint32_t ch, DramCounts::Kind k, uint64_t n = 1);
   Tick min_deadline(const Channel& c) const;
 
