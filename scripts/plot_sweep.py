@@ -50,6 +50,8 @@ def axis_label(key, value):
             if v >= m and v % m == 0:
                 return f"{v // m} {unit}"
         return f"{v} B"
+    if isinstance(value, str):
+        return value
     return f"{value:g}"
 
 

@@ -272,6 +272,11 @@ def roofline_chart(plt, rep):
             label=f"fp16 roofline: min({bw:.4g} B/cycle x I, {f16:g} MAC/cycle)")
     ax.plot(grid, np.minimum(bw * grid, i8), color="black", lw=1.0, ls="--",
             label=f"int8 MAC ceiling {i8:g} MAC/cycle")
+    sus = m.get("ddr_sustained_bytes_per_cycle")  # ddr_model = dram: the preset's sustained stream
+    if sus:
+        ax.plot(grid, np.minimum(sus * grid, f16), color="#b03030", lw=1.0, ls="-.",
+                label=f"DRAM {rep['dram']['preset']} sustained {sus:.4g} B/cycle "
+                      f"({100 * sus / bw:.1f}% of its peak)")
     ax.axvline(edge / 1.6, color="#999999", lw=0.8, ls=":")
     seen, groups = {}, {}
     for x, y, group, int8, stage in pts:
@@ -522,7 +527,10 @@ def roofline_caption(rep):
     return (f"Every kernel call of the image program and of the first decode step. x: MACs per DDR byte the call "
             f"moves; y: MACs per cycle it achieved. Ceilings of the configured machine: DDR "
             f"{m['ddr_bytes_per_cycle']:.4g} B/cycle (the diagonal), fp16 {m['mac_per_cycle_f16']:g} and int8 "
-            f"{m['mac_per_cycle_int8']:g} MAC/cycle (horizontal). A call on the diagonal is DDR-bound at full bandwidth.")
+            f"{m['mac_per_cycle_int8']:g} MAC/cycle (horizontal). A call on the diagonal is DDR-bound at full bandwidth."
+            + (f" DDR is the DRAM model ({rep['dram']['preset']}): the diagonal is its peak, the dash-dotted line the "
+               f"sustained ceiling of a sequential stream ({m['ddr_sustained_bytes_per_cycle']:.4g} B/cycle; "
+               f"decode row hits {100 * rep['dram']['decode']['row_hit_rate']:.1f}%)." if rep.get("dram") else ""))
 
 
 def page(rep, charts):

@@ -4,11 +4,12 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <systemc>
 
-namespace gpnpu::sim {
+#include "sim/machine/clock_ratio.h"
 
-using Cycles = uint64_t;
+namespace gpnpu::sim {
 
 class Clock {
  public:
@@ -24,5 +25,6 @@ class Clock {
  private:
   uint64_t period_ps_;
 };
+
 
 }  // namespace gpnpu::sim

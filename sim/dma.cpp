@@ -77,7 +77,13 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
   if (span) trans.set_extension(span);
 #endif
   // Timing: every run of both sides is requested at t0; the ports serialise them.
-  bool write_side = false;
+  AccessDirection dir;  // the side, for timing models that tell reads from writes (sim/dram.h)
+  trans.set_extension(&dir);
+  struct Clear {
+    tlm::tlm_generic_payload& t;
+    ~Clear() { t.clear_extension<AccessDirection>(); }
+  } clear{trans};
+  bool& write_side = dir.write;
   auto timing = [&](uint64_t addr, uint64_t bytes) {
     trans.set_command(tlm::TLM_IGNORE_COMMAND);
     trans.set_address(addr);

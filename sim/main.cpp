@@ -80,11 +80,17 @@ void add_config_command(CLI::App& app) {
     if (list) {
       for (const sim::ParamInfo& p : sim::param_table())
         std::printf("%-20s %-6s %-14s %-12s %s\n", p.key,
-                    p.type == sim::ParamType::count ? "count" : p.type == sim::ParamType::bytes ? "bytes" : "real",
+                    p.type == sim::ParamType::count   ? "count"
+                    : p.type == sim::ParamType::bytes ? "bytes"
+                    : p.type == sim::ParamType::real  ? "real"
+                                                      : "text",
                     p.default_text, p.unit, p.description);
       std::string presets;
       for (const std::string& n : sim::Config::preset_names()) presets += " " + n;
       std::printf("presets:%s\n", presets.c_str());
+      std::string dram;
+      for (const std::string& n : sim::Config::dram_preset_names()) dram += " " + n;
+      std::printf("DRAM presets (dram = NAME, with ddr_model = dram):%s\n", dram.c_str());
       return;
     }
     std::printf("%s\n", mo.config().to_json().c_str());

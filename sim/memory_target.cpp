@@ -10,9 +10,9 @@ MemoryTarget::MemoryTarget(sc_core::sc_module_name name, bool sparse, const Cloc
   socket.register_transport_dbg(this, &MemoryTarget::transport_dbg);
 }
 
-void MemoryTarget::configure(uint64_t size, PortModel port) {
+void MemoryTarget::configure(uint64_t size, std::unique_ptr<Port> port) {
   size_ = size;
-  port_ = port;
+  port_ = std::move(port);
   pages_.clear();
   dense_.clear();
   if (sparse_) pages_.resize((size_ + kPageBytes - 1) / kPageBytes);
@@ -68,10 +68,11 @@ void MemoryTarget::b_transport(tlm::tlm_generic_payload& trans, sc_core::sc_time
     return;
   }
   Cycles at = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
-  Cycles done = port_.request(at, n);
+  const AccessDirection* dir = trans.get_extension<AccessDirection>();
+  Cycles done = port_->request(at, addr, n, dir ? dir->write : trans.is_write());
   if (PortSpan* span = trans.get_extension<PortSpan>()) {
-    span->begin = port_.last_begin();
-    span->end = port_.last_end();
+    span->begin = port_->last_begin();
+    span->end = port_->last_end();
   }
   delay = clock_.to_time(done) - sc_core::sc_time_stamp();
   if (trans.is_read()) read(addr, trans.get_data_ptr(), n);

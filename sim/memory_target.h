@@ -1,7 +1,9 @@
-// A TLM-2.0 target memory with a bandwidth/latency port: the DDR port (sparse
-// pages allocated on first write) and the OCM (dense, shared with the PE array's
-// functional model). b_transport annotates timing and moves data unless the
-// command is TLM_IGNORE_COMMAND (timing only); transport_dbg moves data, no time.
+// A TLM-2.0 target memory with a timing port (sim/port_model.h): the DDR port
+// (sparse pages allocated on first write; the ideal port or the DRAM model,
+// sim/dram.h) and the OCM (dense, shared with the PE array's functional model).
+// b_transport annotates timing and moves data unless the command is
+// TLM_IGNORE_COMMAND (timing only: the initiator says the direction with an
+// AccessDirection extension); transport_dbg moves data, no time.
 #pragma once
 #include <memory>
 #include <string>
@@ -23,6 +25,13 @@ struct PortSpan : tlm::tlm_extension<PortSpan> {
   void copy_from(const tlm::tlm_extension_base& e) override { *this = static_cast<const PortSpan&>(e); }
 };
 
+// On a TLM_IGNORE_COMMAND (timing-only) transaction: whether it stands for a write.
+struct AccessDirection : tlm::tlm_extension<AccessDirection> {
+  bool write = false;
+  tlm::tlm_extension_base* clone() const override { return new AccessDirection(*this); }
+  void copy_from(const tlm::tlm_extension_base& e) override { write = static_cast<const AccessDirection&>(e).write; }
+};
+
 class MemoryTarget : public sc_core::sc_module {
  public:
   tlm_utils::simple_target_socket<MemoryTarget> socket;
@@ -31,14 +40,14 @@ class MemoryTarget : public sc_core::sc_module {
   // untouched pages return zeros.
   MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock);
   // Sets the size and the port, and clears the contents.
-  void configure(uint64_t size, PortModel port);
+  void configure(uint64_t size, std::unique_ptr<Port> port);
 
   uint64_t size() const { return size_; }
   void read(uint64_t addr, void* dst, uint64_t n) const;
   void write(uint64_t addr, const void* src, uint64_t n);
   // Dense storage (OCM only): the PE array's functional model reads it directly.
   uint8_t* dense() { return dense_.data(); }
-  const PortModel& port() const { return port_; }
+  Port& port() { return *port_; }
   uint64_t pages_touched() const;
 
   static constexpr uint64_t kPageBytes = 1ull << 16;
@@ -51,7 +60,7 @@ class MemoryTarget : public sc_core::sc_module {
   uint64_t size_ = 0;
   bool sparse_;
   const Clock& clock_;
-  PortModel port_{1, 1, 0, 1};
+  std::unique_ptr<Port> port_;
   std::vector<uint8_t> dense_;
   std::vector<std::unique_ptr<uint8_t[]>> pages_;
 };

@@ -94,8 +94,16 @@ void Platform::configure(const Config& cfg, bool timing_only) {
   cfg_ = cfg;
   timing_only_ = timing_only;
   *clock_ = Clock(cfg.clock_ghz);
-  ddr_->configure(cfg.ddr_bytes, PortModel(cfg.ddr_gbps, cfg.clock_ghz, cfg.ddr_latency_cycles, uint32_t(cfg.ddr_burst_bytes)));
-  ocm_->configure(cfg.ocm_bytes, PortModel(double(cfg.ocm_dma_bytes), 1.0, 1, 1));
+  dram_ = nullptr;
+  if (cfg.dram_model()) {
+    auto dram = std::make_unique<DramModel>(DramSpec::from(cfg), clock_->now());
+    dram_ = dram.get();
+    ddr_->configure(cfg.ddr_bytes, std::move(dram));
+  } else {
+    ddr_->configure(cfg.ddr_bytes, std::make_unique<PortModel>(cfg.ddr_gbps, cfg.clock_ghz, cfg.ddr_latency_cycles,
+                                                               uint32_t(cfg.ddr_burst_bytes)));
+  }
+  ocm_->configure(cfg.ocm_bytes, std::make_unique<PortModel>(double(cfg.ocm_dma_bytes), 1.0, 1, 1));
   bus_->set_size(kDdrRegion, cfg.ddr_bytes);
   bus_->set_size(kOcmRegion, cfg.ocm_bytes);
   dma_->configure(uint32_t(cfg.dma_channels), uint32_t(cfg.dma_queue_depth), cfg.dma_setup_cycles, !timing_only);
@@ -118,12 +126,20 @@ const Stats& Platform::run(const isa::Program& program) {
   std::fill(st.pred.begin() + st.npe, st.pred.end(), 0);
   for (int p = 1; p < isa::kPregs; ++p) st.pred_count[p] = 0;
   stats_ = Stats();
+  if (dram_) {
+    dram_->clear_counts();
+    dram_->attach(&stats_.total);
+  }
   seq_->prepare(cfg_, st, program, stats_, timing_only_);
   seq_->start();
   sc_core::sc_start();
   restore_main_stack_for_asan();
   if (!seq_->done()) fail("internal: the simulation stopped before the program halted");
   if (!seq_->error().empty()) throw Error(seq_->error());
+  if (dram_) {
+    dram_->advance(clock_->now());  // refreshes up to the end of the run (idle ones too)
+    stats_.dram_channels = dram_->channel_counts();
+  }
   return stats_;
 }
 

@@ -14,6 +14,7 @@
 #include "sim/clock.h"
 #include "sim/machine/config.h"
 #include "sim/dma.h"
+#include "sim/dram.h"
 #include "sim/memory_target.h"
 #include "sim/sequencer.h"
 #include "sim/stats.h"
@@ -50,6 +51,7 @@ class Platform {
   bool timing_only_ = false;
   std::unique_ptr<Clock> clock_;
   std::unique_ptr<MemoryTarget> ddr_, ocm_;
+  DramModel* dram_ = nullptr;  // the DDR port when ddr_model = dram (owned by ddr_)
   std::unique_ptr<Bus> bus_;
   std::unique_ptr<DmaEngine> dma_;
   std::unique_ptr<Sequencer> seq_;

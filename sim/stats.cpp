@@ -27,6 +27,11 @@ nlohmann::ordered_json counters_json(const Counters& c, const Config& cfg) {
   double bpc = cycles > 0 ? ddr / cycles : 0.0;
   j["ddr_bytes_per_cycle"] = bpc;
   j["ddr_roofline_fraction"] = bpc / cfg.ddr_bytes_per_cycle();
+  if (cfg.dram_model()) {
+    const double bursts = double(c[Stat::dram_reads] + c[Stat::dram_writes]);
+    j["ddr_gbps_achieved"] = bpc * cfg.clock_ghz;
+    j["dram_row_hit_rate"] = bursts > 0 ? double(c[Stat::dram_row_hits]) / bursts : 0.0;
+  }
   j["macs_per_cycle"] = cycles > 0 ? double(c[Stat::macs]) / cycles : 0.0;
   j["time_ms"] = cycles / (cfg.clock_ghz * 1e6);
   nlohmann::ordered_json units;
@@ -35,6 +40,24 @@ nlohmann::ordered_json counters_json(const Counters& c, const Config& cfg) {
   j["instructions_by_unit"] = units;
   return j;
 }
+
+nlohmann::ordered_json dram_json(const Config& cfg, const std::vector<DramCounts>& channels) {
+  const DramSpec spec = DramSpec::from(cfg);
+  nlohmann::ordered_json d;
+  d["preset"] = spec.name;
+  d["peak_gbps"] = spec.peak_gbps();
+  d["peak_bytes_per_cycle"] = spec.peak_bytes_per_cycle();
+  d["sustained_bytes_per_cycle"] = sustained_bytes_per_cycle(spec);
+  nlohmann::ordered_json per = nlohmann::ordered_json::array();
+  for (const DramCounts& c : channels) {
+    nlohmann::ordered_json one;
+    for (int k = 0; k < DramCounts::kKinds; ++k) one[kStats[int(Stat::dram_reads) + k].name] = c.v[k];
+    per.push_back(one);
+  }
+  d["channels"] = per;
+  return d;
+}
+
 }  // namespace
 
 const StatInfo& stat_info(Stat s) { return kStats[int(s)]; }
@@ -85,6 +108,7 @@ std::string Stats::to_json(const Config& cfg, bool timing_only) const {
     regs[r.name] = rj;
   }
   j["regions"] = regs;
+  if (cfg.dram_model()) j["dram"] = dram_json(cfg, dram_channels);
   j["stat_units"] = [] {
     nlohmann::ordered_json u;
     for (const StatInfo& s : kStats) u[s.name] = {{"unit", s.unit}, {"description", s.description}};
@@ -107,9 +131,20 @@ std::string Stats::to_text(const Config& cfg) const {
                               "cycles", "insns", "MACs", "DDR bytes", "B/cycle", "roofl.");
   s += line("(total)", total, 1);
   for (const Region& r : regions()) s += line(r.name, r.counters, r.calls);
-  s += fmt::format("{} cycles = {:.3f} ms at {} GHz; DDR roofline {:.2f} bytes/cycle ({} GB/s)\n",
+  s += fmt::format("{} cycles = {:.3f} ms at {} GHz; DDR roofline {:.2f} bytes/cycle ({:.4g} GB/s{})\n",
                    total[Stat::cycles], double(total[Stat::cycles]) / (cfg.clock_ghz * 1e6), cfg.clock_ghz,
-                   cfg.ddr_bytes_per_cycle(), cfg.ddr_gbps);
+                   cfg.ddr_bytes_per_cycle(), cfg.ddr_bytes_per_cycle() * cfg.clock_ghz,
+                   cfg.dram_model() ? ", DRAM " + cfg.dram + " peak" : "");
+  if (cfg.dram_model()) {
+    const Counters& c = total;
+    const uint64_t bursts = c[Stat::dram_reads] + c[Stat::dram_writes];
+    s += fmt::format("DRAM: {} read + {} write bursts, row hits {:.1f}% (misses {}, conflicts {}), {} activates, "
+                     "{} refreshes, {} turnarounds\n",
+                     c[Stat::dram_reads], c[Stat::dram_writes],
+                     bursts ? 100.0 * double(c[Stat::dram_row_hits]) / double(bursts) : 0.0, c[Stat::dram_row_misses],
+                     c[Stat::dram_row_conflicts], c[Stat::dram_activates], c[Stat::dram_refreshes],
+                     c[Stat::dram_turnarounds]);
+  }
   return s;
 }
 

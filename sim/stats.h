@@ -11,6 +11,7 @@
 
 #include "isa/isa.h"
 #include "sim/clock.h"
+#include "sim/dram.h"
 
 namespace gpnpu::sim {
 
@@ -25,7 +26,16 @@ class Config;
   S(ddr_bytes_written, "bytes", "bytes DMA wrote to DDR (counted when the descriptor starts)")    \
   S(dma_descriptors, "count", "DMA descriptors started")                                           \
   S(dma_bytes, "bytes", "bytes moved by DMA (all directions)")                                     \
-  S(array_busy_cycles, "cycles", "cycles with at least one array unit occupied")
+  S(array_busy_cycles, "cycles", "cycles with at least one array unit occupied")                   \
+  S(dram_reads, "count", "DRAM read bursts (ddr_model = dram; counted when the request is made)")   \
+  S(dram_writes, "count", "DRAM write bursts")                                                       \
+  S(dram_activates, "count", "DRAM row activates (ACT)")                                             \
+  S(dram_precharges, "count", "DRAM precharges (PRE: row conflicts, refresh, close-page policy)")    \
+  S(dram_refreshes, "count", "DRAM refresh commands (all-bank REFab, or per-bank REFpb), idle included") \
+  S(dram_row_hits, "count", "DRAM bursts to the open row of their bank")                            \
+  S(dram_row_misses, "count", "DRAM bursts to a bank with no open row (one ACT)")                   \
+  S(dram_row_conflicts, "count", "DRAM bursts to a bank with another row open (PRE + ACT)")         \
+  S(dram_turnarounds, "count", "DRAM data bus direction switches (read to write or write to read)")
 
 enum class Stat : uint8_t {
 #define GPNPU_STAT_ENUM(n, unit, desc) n,
@@ -62,6 +72,7 @@ class Stats {
  public:
   Counters total;
   std::vector<std::string> names;  // mark names of the program
+  std::vector<DramCounts> dram_channels;  // ddr_model = dram: the run's counts per DRAM channel
 
   void begin(uint32_t name, Cycles now);
   // Closes the innermost region; returns false if `name` is not that region.
@@ -80,7 +91,8 @@ class Stats {
   std::vector<Region> regions() const;
 
   // JSON with "cycles", "instructions", ..., "ddr_roofline_fraction", "units",
-  // "regions" {name: same fields + "calls"} and "config".
+  // "regions" {name: same fields + "calls"}, "dram" (ddr_model = dram: the preset's
+  // peak and sustained ceiling, counts per channel) and "config".
   std::string to_json(const Config& cfg, bool timing_only) const;
   std::string to_text(const Config& cfg) const;
   // Every region call as an HDF5 table (grows with the program; JSON would not).

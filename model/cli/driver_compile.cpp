@@ -30,6 +30,7 @@ struct CallRow {
   std::string mark, kernel;
   uint64_t cycles;
   double floor;
+  sim::Counters counters;
 };
 
 // Each kernel call's cycles (from the stats) beside its floor (from the compiler).
@@ -41,7 +42,7 @@ std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog
     auto it = by_mark.find(st.names[rc.name]);
     if (it == by_mark.end()) continue;
     rows.push_back({it->first, it->second->kernel, rc.end - rc.begin,
-                    kernels::floor_cycles(cfg, it->second->cost, !it->second->int8)});
+                    kernels::floor_cycles(cfg, it->second->cost, !it->second->int8), rc.counters});
   }
   return rows;
 }
@@ -54,6 +55,21 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
               what, prog.program.words.size(), (unsigned long long)total, total / (cfg.clock_ghz * 1e6), cfg.clock_ghz,
               bytes / 1e9, double(bytes) / total, 100.0 * double(bytes) / total / cfg.ddr_bytes_per_cycle());
   nlohmann::ordered_json pj;
+  auto dram = [](const sim::Counters& c) {  // ddr_model = dram (docs/dram.md)
+    using S = sim::Stat;
+    return nlohmann::ordered_json{{"bursts", c[S::dram_reads] + c[S::dram_writes]}, {"row_hits", c[S::dram_row_hits]},
+                                  {"activates", c[S::dram_activates]}, {"refreshes", c[S::dram_refreshes]},
+                                  {"turnarounds", c[S::dram_turnarounds]}};
+  };
+  if (cfg.dram_model()) {
+    const sim::Counters& c = st.total;
+    const uint64_t bursts = c[sim::Stat::dram_reads] + c[sim::Stat::dram_writes];
+    std::printf("  DRAM %s: row hits %.2f%% of %llu bursts, %llu activates, %llu refreshes, %llu turnarounds\n",
+                cfg.dram.c_str(), bursts ? 100.0 * double(c[sim::Stat::dram_row_hits]) / double(bursts) : 0.0,
+                (unsigned long long)bursts, (unsigned long long)c[sim::Stat::dram_activates],
+                (unsigned long long)c[sim::Stat::dram_refreshes], (unsigned long long)c[sim::Stat::dram_turnarounds]);
+    pj["dram"] = dram(c);
+  }
   pj["instructions"] = prog.program.words.size();
   pj["cycles"] = total;
   pj["ddr_bytes"] = bytes;
@@ -75,7 +91,10 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
                 r.floor, r.floor > 0 ? r.cycles / r.floor : 0.0);
   }
   pj["floor_cycles"] = floor_sum;
-  for (const CallRow& r : rows) pj["calls"].push_back({{"mark", r.mark}, {"kernel", r.kernel}, {"cycles", r.cycles}, {"floor", r.floor}});
+  for (const CallRow& r : rows) {
+    pj["calls"].push_back({{"mark", r.mark}, {"kernel", r.kernel}, {"cycles", r.cycles}, {"floor", r.floor}});
+    if (cfg.dram_model()) pj["calls"].back()["dram"] = dram(r.counters);
+  }
   j[what] = pj;
 }
 

@@ -116,6 +116,16 @@ void print_report(const json& j) {
     std::printf("decode: %.2f ms/token, %.4f GB DDR per token, %.2f B/cycle = %.1f%% of the DDR roofline (%.2f B/cycle)\n",
                 double(t["decode_ms_per_token"]), double(t["ddr_bytes_per_token"]) / 1e9, double(t["decode_bytes_per_cycle"]),
                 100 * double(t["decode_roofline_share"]), double(j["machine"]["ddr_bytes_per_cycle"]));
+  if (j.contains("dram"))  // ddr_model = dram (docs/dram.md)
+    for (const char* prog : {"image", "decode"}) {
+      const json& d = j["dram"][prog];
+      std::printf("DRAM %s, %s: %.2f B/cycle = %.1f%% of its peak %.2f (sustained ceiling %.2f), row hits %.1f%%, "
+                  "%s activates, %s refreshes\n",
+                  std::string(j["dram"]["preset"]).c_str(), prog, double(d["bytes_per_cycle"]),
+                  100 * double(d["bytes_per_cycle"]) / double(j["dram"]["peak_bytes_per_cycle"]),
+                  double(j["dram"]["peak_bytes_per_cycle"]), double(j["dram"]["sustained_bytes_per_cycle"]),
+                  100 * double(d["row_hit_rate"]), commas(d["activates"]).c_str(), commas(d["refreshes"]).c_str());
+    }
   std::printf("\nthe ten kernel calls furthest above their floors (image program and first decode step):\n");
   std::printf("  %-7s %-30s %-16s %13s %13s %6s\n", "program", "call", "kernel", "cycles", "floor", "ratio");
   for (const json& c : j["worst_kernels"]) {
@@ -206,6 +216,24 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
                  {"ddr_bytes_per_token", nsteps ? double(dec_ddr) / nsteps : 0.0},
                  {"decode_bytes_per_cycle", dec_total ? double(dec_ddr) / dec_total : 0.0},
                  {"decode_roofline_share", dec_total ? double(dec_ddr) / dec_total / cfg.ddr_bytes_per_cycle() : 0.0}};
+  if (cfg.dram_model()) {  // the DRAM's figures per program (docs/dram.md)
+    const sim::DramSpec d = sim::DramSpec::from(cfg);
+    j["dram"] = {{"preset", d.name}, {"peak_bytes_per_cycle", d.peak_bytes_per_cycle()},
+                 {"sustained_bytes_per_cycle", sim::sustained_bytes_per_cycle(d)}};
+    for (const char* prog : {"image", "decode"}) {
+      sim::Counters c;
+      uint64_t cycles = 0, bytes = 0;
+      for (const StepRecord& s : r.steps)
+        if ((s.step < 0) == (std::string(prog) == "image")) c.add_diff(s.counters, {}), cycles += s.cycles, bytes += s.ddr_bytes;
+      const double bursts = double(c[sim::Stat::dram_reads] + c[sim::Stat::dram_writes]);
+      j["dram"][prog] = {{"bytes_per_cycle", cycles ? double(bytes) / double(cycles) : 0.0},
+                         {"row_hit_rate", bursts > 0 ? double(c[sim::Stat::dram_row_hits]) / bursts : 0.0},
+                         {"activates", c[sim::Stat::dram_activates]},
+                         {"refreshes", c[sim::Stat::dram_refreshes]},
+                         {"turnarounds", c[sim::Stat::dram_turnarounds]}};
+    }
+    j["machine"]["ddr_sustained_bytes_per_cycle"] = j["dram"]["sustained_bytes_per_cycle"];
+  }
   auto call_json = [](const CallRecord& c) {
     return json{{"program", c.program}, {"stage", c.stage},   {"mark", c.mark},
                 {"kernel", c.kernel},   {"cycles", c.cycles}, {"floor", c.floor},

@@ -82,6 +82,7 @@ std::string point_label(const std::vector<std::string>& sets) {
 }
 
 json key_value(const SweepAxis& a, const std::string& canonical) {
+  if (a.text) return canonical;
   if (a.real) return std::stod(canonical);
   return uint64_t(std::stoull(canonical));
 }
@@ -123,6 +124,12 @@ void add_metrics(json& j, const std::string& prefix, const sim::Config& cfg, con
   const double bpc = cycles ? double(bytes) / double(cycles) : 0.0;
   j[prefix + "bytes_per_cycle"] = bpc;
   j[prefix + "roofline_share"] = bpc / cfg.ddr_bytes_per_cycle();
+  if (cfg.dram_model()) {  // the DRAM's own figures (docs/dram.md)
+    const uint64_t bursts = st.total[sim::Stat::dram_reads] + st.total[sim::Stat::dram_writes];
+    j[prefix + "dram_row_hit_rate"] = bursts ? double(st.total[sim::Stat::dram_row_hits]) / double(bursts) : 0.0;
+    j[prefix + "dram_activates"] = st.total[sim::Stat::dram_activates];
+    j[prefix + "dram_refreshes"] = st.total[sim::Stat::dram_refreshes];
+  }
   Floors f = sum_floors(cfg, calls);
   j[prefix + "macs"] = f.macs;  // the model's MACs (kernel calls' work), for the roofline's intensity
   j[prefix + "compute_floor"] = f.compute;
@@ -155,6 +162,7 @@ std::vector<SweepAxis> parse_sweep_axes(const std::vector<std::string>& sets, co
       fail("--set '{}': unknown config key '{}'", item, a.key);
     }
     a.real = info->type == sim::ParamType::real;
+    a.text = info->type == sim::ParamType::text;
     for (const SweepAxis& other : axes)
       if (other.key == a.key) fail("--set '{}': key '{}' is swept twice; give all its values in one list", item, a.key);
     std::string list = item.substr(eq + 1);

@@ -41,6 +41,7 @@ struct SweepAxis {
   std::string key;
   std::vector<std::string> given, canonical;
   bool real = false;  // the key's type is real (else an integer count or byte size)
+  bool text = false;  // the key's type is text (a word: ddr_model, dram, ...)
 };
 
 // Parses `key=v1,v2,...` items; `preset` is applied before checking the values.

@@ -441,6 +441,7 @@ DescribeResult describe(const DescribeOptions& o) {
     const sim::Stats& st = dev.run(img);
     s0.cycles = st.total[sim::Stat::cycles];
     s0.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
+    s0.counters = st.total;
     r.image_cycles = s0.cycles;
     r.image_ddr_bytes = s0.ddr_bytes;
     collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
@@ -484,6 +485,7 @@ DescribeResult describe(const DescribeOptions& o) {
       const sim::Stats& st = dev.run(dec);
       s.cycles = st.total[sim::Stat::cycles];
       s.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
+      s.counters = st.total;
       collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
     }
     if (o.timing_only) {

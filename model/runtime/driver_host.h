@@ -35,6 +35,7 @@
 
 #include "kernels/cost.h"
 #include "sim/machine/options.h"
+#include "sim/stats.h"
 
 namespace gpnpu::model {
 
@@ -76,6 +77,7 @@ struct StepRecord {
   bool ok = true;
   std::vector<std::string> failures;
   uint64_t cycles = 0, ddr_bytes = 0;
+  sim::Counters counters;  // the run's stats (dram_* among them, for describe's DRAM line)
   double wall_s = 0;
 };
 

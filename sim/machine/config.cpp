@@ -12,13 +12,14 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
+#include "sim/machine/dram_spec.h"
 
 namespace gpnpu::sim {
 
 namespace {
 
 constexpr const char* type_name(ParamType t) {
-  return t == ParamType::count ? "count" : t == ParamType::bytes ? "bytes" : "real";
+  return t == ParamType::count ? "count" : t == ParamType::bytes ? "bytes" : t == ParamType::real ? "real" : "text";
 }
 
 // Edit distance, for "did you mean" hints.
@@ -73,26 +74,82 @@ double parse_real(const std::string& key, const std::string& text, const std::st
   return v;
 }
 
+// A text default is a string literal: its default_text drops the quotes.
+template <ParamType T, typename V>
+const char* default_text(const char* stringified, V value) {
+  if constexpr (T == ParamType::text)
+    return value;
+  else
+    return stringified;
+}
+
+std::string text_value(const std::string& key, const std::string& text, const std::string& origin) {
+  std::string t = trim(text);
+  if (t.empty() || t.find_first_of(" \t") != std::string::npos)
+    fail("config key '{}' ({}): '{}' is not a single word", key, origin, text);
+  return t;
+}
+
+template <ParamType T, typename V>
+void parse_into(V& out, const std::string& key, const std::string& value, const std::string& origin) {
+  if constexpr (T == ParamType::real)
+    out = parse_real(key, value, origin);
+  else if constexpr (T == ParamType::text)
+    out = text_value(key, value, origin);
+  else
+    out = parse_unsigned(key, value, T == ParamType::bytes, origin);
+}
+
 }  // namespace
 
 const std::vector<ParamInfo>& param_table() {
   static const std::vector<ParamInfo> t = {
-#define PARAM(ident, key, type, def, unit, desc) {key, ParamType::type, #def, unit, desc},
+#define PARAM(ident, key, type, def, unit, desc) {key, ParamType::type, default_text<ParamType::type>(#def, def), unit, desc},
 #include "sim/machine/config_params.def"
 #undef PARAM
   };
   return t;
 }
 
+namespace {
+// Reads a `key = value` file (a machine or a DRAM preset) into `c`.
+void load_cfg_file(Config& c, const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  int no = 0;
+  while (std::getline(in, line)) {
+    ++no;
+    std::string t = trim(line.substr(0, line.find('#')));
+    if (t.empty()) continue;
+    size_t eq = t.find('=');
+    if (eq == std::string::npos) fail("{}:{}: expected 'key = value', got '{}'", path, no, t);
+    c.set(t.substr(0, eq), t.substr(eq + 1), fmt::format("{}:{}", path, no));
+  }
+}
+
+std::vector<std::string> cfg_names(const std::string& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".cfg") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& n : v) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+}  // namespace
+
 void Config::set(const std::string& key_in, const std::string& value, const std::string& origin) {
   std::string key = trim(key_in);
 #define PARAM(ident, k, type, def, unit, desc)                                        \
   if (key == k) {                                                                     \
-    if constexpr (ParamType::type == ParamType::real)                                 \
-      ident = parse_real(key, value, origin);                                         \
-    else                                                                              \
-      ident = parse_unsigned(key, value, ParamType::type == ParamType::bytes, origin); \
+    parse_into<ParamType::type>(ident, key, value, origin);                           \
     refresh_units();                                                                  \
+    if (key == "dram") load_dram_preset(dram, origin);                                \
     return;                                                                           \
   }
 #include "sim/machine/config_params.def"
@@ -112,35 +169,26 @@ std::string Config::preset_dir() {
   return std::string(GPNPU_SOURCE_DIR) + "/sim/machine/presets";
 }
 
-std::vector<std::string> Config::preset_names() {
-  std::vector<std::string> names;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(preset_dir(), ec))
-    if (e.path().extension() == ".cfg") names.push_back(e.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
+std::vector<std::string> Config::preset_names() { return cfg_names(preset_dir()); }
+std::vector<std::string> Config::dram_preset_names() { return cfg_names(preset_dir() + "/dram"); }
+
+void Config::load_dram_preset(const std::string& name_or_path, const std::string& origin) {
+  std::string path = name_or_path;
+  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
+    path = preset_dir() + "/dram/" + name_or_path + ".cfg";
+  if (!std::ifstream(path))
+    fail("config key 'dram' ({}): unknown DRAM preset '{}': no file {} (DRAM presets: {})", origin, name_or_path, path,
+         join(dram_preset_names()));
+  load_cfg_file(*this, path);
+  dram = name_or_path;
 }
 
 void Config::load_preset(const std::string& name_or_path) {
   std::string path = name_or_path;
   if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
     path = preset_dir() + "/" + name_or_path + ".cfg";
-  std::ifstream in(path);
-  if (!in) {
-    std::string known;
-    for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
-    fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, known);
-  }
-  std::string line;
-  int no = 0;
-  while (std::getline(in, line)) {
-    ++no;
-    std::string t = trim(line.substr(0, line.find('#')));
-    if (t.empty()) continue;
-    size_t eq = t.find('=');
-    if (eq == std::string::npos) fail("{}:{}: expected 'key = value', got '{}'", path, no, t);
-    set(t.substr(0, eq), t.substr(eq + 1), fmt::format("{}:{}", path, no));
-  }
+  if (!std::ifstream(path)) fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, join(preset_names()));
+  load_cfg_file(*this, path);
   preset = name_or_path;
 }
 
@@ -174,12 +222,18 @@ void Config::validate() const {
   need(ddr_bytes >= 4096 && ddr_bytes <= 0xC0000000ull, "ddr_bytes",
        fmt::format("{} must be between 4KiB and 3GiB (the DDR window of the memory map)", ddr_bytes));
   need(quantum_cycles >= 1, "quantum_cycles", "must be at least 1");
+  need(ddr_model == "ideal" || ddr_model == "dram", "ddr_model", fmt::format("'{}' is not ideal or dram", ddr_model));
+  if (dram_model()) DramSpec::from(*this);  // throws on DRAM settings that contradict each other
   for (const ParamInfo& p : param_table()) {
     std::string k = p.key;
     if ((k.starts_with("occ.") || k.starts_with("lat.")) && (std::stoull(get(k)) < 1 || std::stoull(get(k)) > 1000000))
       fail("config key '{}': {} is outside 1..1000000 cycles", k, get(k));
   }
   need(lat_mac16 >= 1 && lat_mac8 >= 1, "lat.mac16", "latencies must be at least 1");
+}
+
+double Config::ddr_bytes_per_cycle() const {
+  return dram_model() ? DramSpec::from(*this).peak_bytes_per_cycle() : ddr_gbps / clock_ghz;
 }
 
 std::string Config::get(const std::string& key) const {

@@ -12,7 +12,7 @@
 
 namespace gpnpu::sim {
 
-enum class ParamType { count, bytes, real };
+enum class ParamType { count, bytes, real, text };
 
 struct ParamInfo {
   const char* key;
@@ -28,6 +28,7 @@ struct Config {
 #define GPNPU_PARAM_TYPE_count uint64_t
 #define GPNPU_PARAM_TYPE_bytes uint64_t
 #define GPNPU_PARAM_TYPE_real double
+#define GPNPU_PARAM_TYPE_text std::string
 #include "sim/machine/config_params.def"
 #undef PARAM
 
@@ -39,12 +40,17 @@ struct Config {
   void set(const std::string& key, const std::string& value, const std::string& origin = "--set");
   // Load a preset by name (sim/machine/presets/NAME.cfg) or by path to a .cfg file.
   void load_preset(const std::string& name_or_path);
+  // Load a DRAM preset (sim/machine/presets/dram/NAME.cfg or a path): what `dram = NAME` does.
+  void load_dram_preset(const std::string& name_or_path, const std::string& origin);
   void validate() const;
 
   // Latency and occupancy of a unit class, in cycles.
   uint32_t lat(isa::Unit u) const { return lat_[int(u)]; }
   uint32_t occ(isa::Unit u) const { return occ_[int(u)]; }
-  double ddr_bytes_per_cycle() const { return ddr_gbps / clock_ghz; }
+  // Peak DDR bytes per core cycle: ddr_gbps for the ideal port, the DRAM preset's
+  // peak (channels x width x data rate) for ddr_model = dram.
+  double ddr_bytes_per_cycle() const;
+  bool dram_model() const { return ddr_model == "dram"; }
   uint32_t npe() const { return uint32_t(pe_rows * pe_cols); }
   // Peak MACs per cycle of the whole array: 16 lanes per PE, one MAC per lane every
   // occ.mac16 (fp16) or occ.mac8 (int8) cycles.
@@ -58,6 +64,7 @@ struct Config {
   static Config make(const std::string& preset, const std::vector<std::string>& sets);
   static std::vector<std::string> preset_names();
   static std::string preset_dir();
+  static std::vector<std::string> dram_preset_names();
 
  private:
   void refresh_units();
