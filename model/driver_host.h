@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "kernels/cost.h"
+#include "sim/energy.h"
 
 namespace gpnpu::model {
 
@@ -75,6 +76,8 @@ struct StepRecord {
   bool ok = true;
   std::vector<std::string> failures;
   uint64_t cycles = 0, ddr_bytes = 0;
+  sim::Energy energy;        // of the whole run, from its event counts (sim/energy.h)
+  double peak_w = 0;         // highest power_window_cycles window of the run (NaN: shorter than one)
   double wall_s = 0;
 };
 
@@ -83,6 +86,7 @@ struct StageRecord {
   uint64_t cycles = 0, calls = 0;
   double macs = 0, ddr_bytes = 0, mac_floor = 0, ddr_floor = 0;
   int steps = 0;  // decode: steps summed
+  double energy_mj = 0;
 };
 
 struct CallRecord {
@@ -91,6 +95,7 @@ struct CallRecord {
   double floor = 0;
   kernels::KernelCost cost;
   bool int8 = false;
+  double energy_mj = 0;
 };
 
 struct Answer {
@@ -112,6 +117,7 @@ struct DescribeResult {
   bool ok = true;
   double wall_setup = 0, wall_image = 0, wall_decode = 0;
   std::string config_json;
+  std::vector<double> image_power_w, decode_power_w;  // W per power window: image program, first decode step
 };
 
 // $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.

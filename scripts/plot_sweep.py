@@ -6,7 +6,8 @@ every point of every workload.
     /usr/bin/python3 scripts/plot_sweep.py results.h5 [--out-dir DIR] [--x ddr_gbps] [--y ocm_bytes]
 
 Writes DIR/decode_tokens_per_s.png, DIR/image_ms.png (when the sweep ran the image
-workload) and DIR/roofline.png; DIR defaults to the file's directory. Keys swept
+workload), DIR/roofline.png and DIR/decode_pareto.png (decode tokens/s against tokens/J,
+the Pareto front marked; sweeps with energy columns); DIR defaults to the file's directory. Keys swept
 besides the two heatmap axes get one panel per combination of their values.
 Failed points (status other than "ok", or a workload that did not fit) are blank
 cells. Uses Debian's python3-matplotlib, python3-h5py and python3-numpy.
@@ -167,6 +168,47 @@ def roofline(cols, keys, meta, out):
     return out
 
 
+def pareto_front(xs, ys):
+    """Indices of the points no other point beats on both (higher is better on both):
+    a point is dominated when another is >= on both and > on one. Sorted by x."""
+    idx = []
+    for i in range(len(xs)):
+        if not any(xs[j] >= xs[i] and ys[j] >= ys[i] and (xs[j] > xs[i] or ys[j] > ys[i]) for j in range(len(xs))):
+            idx.append(i)
+    return sorted(idx, key=lambda i: (xs[i], -ys[i]))
+
+
+def pareto(cols, keys, meta, out):
+    """Decode tokens/s against tokens/J, one point per machine; the Pareto front marked."""
+    if "decode_tokens_per_j" not in cols:
+        return None
+    ok = ok_mask(cols, "decode")
+    tpj = np.asarray(cols["decode_tokens_per_j"], dtype=float)
+    tps = np.asarray(cols["decode_tokens_per_s"], dtype=float)
+    sel = np.nonzero(ok & np.isfinite(tpj) & np.isfinite(tps))[0]
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    xs, ys = tpj[sel].tolist(), tps[sel].tolist()
+    front = pareto_front(xs, ys)
+    ax.scatter(xs, ys, s=40, color="#1f77b4", edgecolors="black", linewidths=0.5, zorder=3, label=f"{len(xs)} machines")
+    if front:
+        fx, fy = [xs[i] for i in front], [ys[i] for i in front]
+        ax.plot(fx, fy, color="#d62728", lw=1.2, zorder=2)
+        ax.scatter(fx, fy, s=140, facecolors="none", edgecolors="#d62728", linewidths=1.5, zorder=4,
+                   label=f"Pareto front ({len(front)})")
+    for i, r in enumerate(sel):
+        label = ", ".join(axis_label(k, cols[k][r]) for k in keys)
+        ax.annotate(label, (xs[i], ys[i]), fontsize=7, xytext=(5, -3), textcoords="offset points")
+    ax.set_xlabel("decode tokens per joule (whole chip: DDR, OCM, PEs, static)")
+    ax.set_ylabel("decode tokens per second")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
+    ax.set_title(f"Speed against energy per token ({meta['model']}, one decode step, keys: {', '.join(keys)})\n"
+                 "the front: no other machine is both faster and more frugal", fontsize=9)
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", help="HDF5 file written by gpnpu sweep / sweep-merge")
@@ -186,6 +228,7 @@ def main():
         heatmap(cols, keys, meta, "image_ms", "image", "Image to first token, ms per image (256x256, 128-token prompt)",
                 "{:.1f}", a.x, a.y, os.path.join(out_dir, "image_ms.png"), "low"),
         roofline(cols, keys, meta, os.path.join(out_dir, "roofline.png")),
+        pareto(cols, keys, meta, os.path.join(out_dir, "decode_pareto.png")),
     ]
     for w in written:
         if w:

@@ -10,6 +10,9 @@
 
 namespace gpnpu::sim {
 
+// Bytes a port with `burst`-byte bursts moves for a request of `bytes`.
+inline uint64_t whole_bursts(uint64_t bytes, uint64_t burst) { return (bytes + burst - 1) / burst * burst; }
+
 class PortModel {
  public:
   // bandwidth = num / den bytes per cycle (e.g. GB/s * 1e6 / GHz * 1e6).
@@ -22,7 +25,7 @@ class PortModel {
   // A request of `bytes` arriving at cycle `at`: returns the cycle its last byte
   // is delivered (including the latency).
   Cycles request(Cycles at, uint64_t bytes) {
-    bytes = (bytes + burst_ - 1) / burst_ * burst_;
+    bytes = whole_bursts(bytes, burst_);
     unsigned __int128 at_ticks = (unsigned __int128)at << kFrac;
     unsigned __int128 start = std::max(at_ticks, free_);
     unsigned __int128 ticks = (((unsigned __int128)bytes * den_ << kFrac) + num_ - 1) / num_;
