@@ -392,8 +392,8 @@ def power_chart(plt, rep):
                 ax.axhline(part["average_w"], color="#555555", ls="--", lw=0.8, label=f"average {part['average_w']:.3g} W")
             peak = max(w[:-1]) if len(w) > 1 else w[0]
             ax.plot([t[w.index(peak)]], [peak], "v", color="#d62728", label=f"peak {peak:.3g} W")
-            ax.set_ylim(0, max(w) * 1.15)
-            ax.legend(loc="lower right", fontsize=8)
+            ax.set_ylim(0, max(w) * 1.4)
+            ax.legend(loc="upper right", ncol=2, fontsize=8)
         ax.set_ylabel("W")
         ax.set_title(f"{label}: power per {en['window_cycles']:,}-cycle window ({window_ms:.3g} ms)", fontsize=9)
         ax.grid(alpha=0.3)

@@ -5,6 +5,7 @@
 // count the same events, and bad energy keys and values are clear errors (acceptance 5).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -75,10 +76,12 @@ Expected expected_energy(const Counts& counts, const Config& cfg, uint64_t cycle
   return e;
 }
 
-// The stats JSON's energy (what `gpnpu run --stats-json` writes) against the expectation.
-::testing::AssertionResult energy_matches(const Stats& st, const Config& cfg, const Counts& counts) {
+// The stats JSON's energy (what `gpnpu run --stats-json` writes for a run on `cfg`)
+// against the expectation from the test's counts and the table of `table`.
+::testing::AssertionResult energy_matches(const Stats& st, const Config& cfg, const Counts& counts,
+                                          const Config& table) {
   nlohmann::json j = nlohmann::json::parse(st.to_json(cfg, false));
-  Expected e = expected_energy(counts, cfg, st.total[Stat::cycles]);
+  Expected e = expected_energy(counts, table, st.total[Stat::cycles]);
   for (const auto& [name, pj] : e.event_pj)
     if (j["energy"]["events_pj"][name].get<double>() != pj)
       return ::testing::AssertionFailure() << "energy." << name << ": stats " << j["energy"]["events_pj"][name]
@@ -105,7 +108,7 @@ TEST(Energy, ExamplesEqualCountsTimesTheTable) {
   for (const Case& c : cases(cfg)) {
     SCOPED_TRACE(c.program);
     const Stats st = run_program(isa::Program::load(source_path(c.program)), cfg, false);
-    EXPECT_TRUE(energy_matches(st, cfg, c.counts));
+    EXPECT_TRUE(energy_matches(st, cfg, c.counts, cfg));
     const Energy e = energy_of(st.total, cfg);
     std::printf("%s: %.6f mJ in %llu cycles (%.3f W): DDR %.6f, OCM %.6f, MAC %.6f, other %.6f, static %.6f mJ\n",
                 c.program, e.total_mj(), (unsigned long long)st.total[Stat::cycles], e.average_w(),
@@ -129,8 +132,8 @@ TEST(Energy, ChangingOneEntryMovesTheTotalByCountTimesDelta) {
     const double ea = energy_of(a.total, base).total_pj(), eb = energy_of(b.total, changed).total_pj();
     const double want = double(c.counts.at(c.changed)) * delta;
     EXPECT_NEAR(eb - ea, want, 1e-9 * want);
-    EXPECT_TRUE(energy_matches(b, changed, c.counts));
-    EXPECT_FALSE(energy_matches(b, base, c.counts));  // the old table's expectation fails
+    EXPECT_TRUE(energy_matches(b, changed, c.counts, changed));
+    EXPECT_FALSE(energy_matches(b, changed, c.counts, base));  // the old table's expectation fails
   }
 }
 
@@ -185,8 +188,13 @@ TEST(Energy, PowerWindowsSumToTheTotals) {
     for (size_t k = 0; k < w.size(); ++k) joules += w[k] * double(std::min<Cycles>(1000, cycles - k * 1000)) / (cfg.clock_ghz * 1e9);
     const Energy e = energy_of(st.total, cfg);
     EXPECT_NEAR(joules, e.total_pj() * 1e-12, 1e-9 * e.total_pj() * 1e-12);
+    // The peak is the highest full window (none: shorter than one window).
     const double peak = st.peak_watts(cfg, w, 0, cycles);
-    EXPECT_GE(peak, e.average_w() * 0.999);
+    if (cycles < 1000) {
+      EXPECT_TRUE(std::isnan(peak));
+    } else {
+      EXPECT_EQ(peak, *std::max_element(w.begin(), w.begin() + cycles / 1000));
+    }
   }
 }
 
@@ -196,10 +204,12 @@ TEST(Energy, DmaBytesLandWhereTheyMove) {
   const Config cfg = Config::make("qc-u", {"power_window_cycles=10000"});
   const Stats st = run_program(isa::Program::load(source_path("examples/asm/ddr_stream.s")), cfg, true);
   ASSERT_GE(st.power.bins.size(), 300u);
-  // 8 descriptors (2 MiB) are queued in the first cycles; window 0 gets a share only.
+  // 8 descriptors (2 MiB) are queued in the first cycles: counted at dma.start, window 0
+  // would hold 2 MiB. Spread from request to delivery it holds about what the port moves
+  // in 10,000 cycles (188,235 bytes), plus the share of the runs still queued in the port.
   const uint64_t first = st.power.bins[0][int(Stat::ddr_io_bytes_read)];
-  EXPECT_GT(first, 0u);
-  EXPECT_LT(first, 2 * 10000 * cfg.ddr_bytes_per_cycle());
+  EXPECT_GT(first, 10000 * cfg.ddr_bytes_per_cycle());
+  EXPECT_LT(first, 524288u);
 }
 
 TEST(Energy, StatsJsonAndCliCarryTheBreakdown) {
@@ -241,7 +251,7 @@ TEST(EnergyErrors, NegativeNonFiniteAndUnknownKeysAreClearErrors) {
   EXPECT_EQ(config_error({"energy.ddr_read_byte=inf"}),
             "config key 'energy.ddr_read_byte' (--set): 'inf' is not a number (example: 1.7)");
   EXPECT_EQ(config_error({"energy.sfu_op=nan"}), "config key 'energy.sfu_op' (--set): 'nan' is not a number (example: 1.7)");
-  EXPECT_EQ(config_error({"energy.mac_f16=1e12"}), "config key 'energy.mac_f16': 1e+12 pJ is above 1e9 pJ (a typo?)");
+  EXPECT_EQ(config_error({"energy.mac_f16=1e12"}), "config key 'energy.mac_f16': 1000000000000 pJ is above 1e9 pJ (a typo?)");
   EXPECT_EQ(config_error({"energy.mac_fp16=0.5"}),
             "unknown config key 'energy.mac_fp16' (--set) (did you mean 'energy.mac_f16'?); `gpnpu config --list` "
             "prints every key");
