@@ -21,7 +21,7 @@ const std::array<EnergyEvent, kNumEnergyEvents>& energy_events() {
 
 StaticPower static_power(const Config& cfg) {
   return {double(cfg.npe()) * cfg.power_pe_mw, double(cfg.ocm_bytes) / double(1 << 20) * cfg.power_ocm_mw_per_mib,
-          cfg.power_ddr_mw};
+          cfg.power_ddr_mw_per_gbps * cfg.ddr_gbps};
 }
 
 double Energy::dynamic_pj() const {

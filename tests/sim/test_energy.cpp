@@ -71,7 +71,7 @@ Expected expected_energy(const Counts& counts, const Config& cfg, uint64_t cycle
   }
   const double static_mw = double(cfg.pe_rows * cfg.pe_cols) * std::stod(cfg.get("power.pe_mw")) +
                            double(cfg.ocm_bytes) / 1048576.0 * std::stod(cfg.get("power.ocm_mw_per_mib")) +
-                           std::stod(cfg.get("power.ddr_mw"));
+                           std::stod(cfg.get("power.ddr_mw_per_gbps")) * cfg.ddr_gbps;
   e.total_pj += static_mw * 1e-3 * (double(cycles) / (cfg.clock_ghz * 1e9)) * 1e12;
   return e;
 }
@@ -245,8 +245,8 @@ TEST(EnergyErrors, NegativeNonFiniteAndUnknownKeysAreClearErrors) {
   EXPECT_EQ(config_error({"energy.mac_f16=-0.4"}),
             "config key 'energy.mac_f16': -0.4 pJ is negative; energies and static powers must be >= 0 (0 leaves that "
             "term out)");
-  EXPECT_EQ(config_error({"power.ddr_mw=-5"}),
-            "config key 'power.ddr_mw': -5 mW is negative; energies and static powers must be >= 0 (0 leaves that term "
+  EXPECT_EQ(config_error({"power.ddr_mw_per_gbps=-5"}),
+            "config key 'power.ddr_mw_per_gbps': -5 mW is negative; energies and static powers must be >= 0 (0 leaves that term "
             "out)");
   EXPECT_EQ(config_error({"energy.ddr_read_byte=inf"}),
             "config key 'energy.ddr_read_byte' (--set): 'inf' is not a number (example: 1.7)");
