@@ -6,7 +6,9 @@ every point of every workload.
     /usr/bin/python3 scripts/plot_sweep.py results.h5 [--out-dir DIR] [--x ddr_gbps] [--y ocm_bytes]
 
 Writes DIR/decode_tokens_per_s.png, DIR/image_ms.png (when the sweep ran the image
-workload) and DIR/roofline.png; DIR defaults to the file's directory. Keys swept
+workload), DIR/roofline.png and DIR/pareto.png (decode tokens/s against tokens/J and
+image program images/s against images/J, the Pareto front marked; sweeps with energy
+columns); DIR defaults to the file's directory. Keys swept
 besides the two heatmap axes get one panel per combination of their values.
 Failed points (status other than "ok", or a workload that did not fit) are blank
 cells. Uses Debian's python3-matplotlib, python3-h5py and python3-numpy.
@@ -169,6 +171,67 @@ def roofline(cols, keys, meta, out):
     return out
 
 
+def pareto_front(xs, ys):
+    """Indices of the points no other point beats on both (higher is better on both):
+    a point is dominated when another is >= on both and > on one. Sorted by x."""
+    idx = []
+    for i in range(len(xs)):
+        if not any(xs[j] >= xs[i] and ys[j] >= ys[i] and (xs[j] > xs[i] or ys[j] > ys[i]) for j in range(len(xs))):
+            idx.append(i)
+    return sorted(idx, key=lambda i: (xs[i], -ys[i]))
+
+
+def pareto(cols, keys, meta, out):
+    """Speed against energy, one point per machine, the Pareto front marked: decode
+    (tokens/s against tokens/J) and, when the sweep ran it, the image program
+    (images/s against images/J)."""
+    if "decode_tokens_per_j" not in cols and "image_energy_mj" not in cols:
+        return None
+    panels = []
+    if "decode_tokens_per_j" in cols:
+        panels.append(("decode", np.asarray(cols["decode_tokens_per_j"], dtype=float),
+                       np.asarray(cols["decode_tokens_per_s"], dtype=float), "decode tokens per joule",
+                       "decode tokens per second", "one decode step, 140 tokens cached"))
+    if "image_energy_mj" in cols:
+        panels.append(("image", 1e3 / np.asarray(cols["image_energy_mj"], dtype=float),
+                       1e3 / np.asarray(cols["image_ms"], dtype=float), "images per joule", "images per second",
+                       "the image program: 256x256 image, 128-token prompt"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5), squeeze=False)
+    for ax, (w, x, y, xl, yl, what) in zip(axes[0], panels):
+        sel = np.nonzero(ok_mask(cols, w) & np.isfinite(x) & np.isfinite(y))[0]
+        xs, ys = x[sel].tolist(), y[sel].tolist()
+        front = pareto_front(xs, ys)
+        ax.scatter(xs, ys, s=40, color="#1f77b4", edgecolors="black", linewidths=0.5, zorder=3,
+                   label=f"{len(xs)} machines")
+        if front:
+            fx, fy = [xs[i] for i in front], [ys[i] for i in front]
+            ax.plot(fx, fy, color="#d62728", lw=1.2, zorder=2)
+            ax.scatter(fx, fy, s=160, facecolors="none", edgecolors="#d62728", linewidths=1.5, zorder=4,
+                       label=f"Pareto front ({len(front)})")
+        # Labels: points of about the same speed are stacked, so their labels go one under the other.
+        rank = {}
+        for i in sorted(range(len(xs)), key=lambda i: -xs[i]):
+            key = round(ys[i], 1 if ys[i] < 100 else 0)
+            k = rank.setdefault(key, []).__len__()
+            rank[key].append(i)
+            label = ", ".join(axis_label(kk, cols[kk][sel[i]]) for kk in keys)
+            ax.annotate(label, (xs[i], ys[i]), fontsize=6.5, xytext=(6, 4 - 9 * k), textcoords="offset points",
+                        color="#d62728" if i in front else "black")
+        ax.set_xlabel(f"{xl} (whole chip: DDR, OCM, PEs, static)")
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize=8)
+        ax.set_title(what, fontsize=9)
+        lo, hi = min(xs), max(xs)
+        ax.set_xlim(lo - 0.05 * (hi - lo), hi + 0.3 * (hi - lo))
+    fig.suptitle(f"Speed against energy ({meta['model']}, keys: {', '.join(keys)}); the front: no other machine is "
+                 "both faster and more frugal", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("results", help="HDF5 file written by gpnpu sweep / sweep-merge")
@@ -188,6 +251,7 @@ def main():
         heatmap(cols, keys, meta, "image_ms", "image", "Image to first token, ms per image (256x256, 128-token prompt)",
                 "{:.1f}", a.x, a.y, os.path.join(out_dir, "image_ms.png"), "low"),
         roofline(cols, keys, meta, os.path.join(out_dir, "roofline.png")),
+        pareto(cols, keys, meta, os.path.join(out_dir, "pareto.png")),
     ]
     for w in written:
         if w:

@@ -6,11 +6,12 @@ docs/report.md) into ONE self-contained HTML page a person can look at:
 
 The page holds the photo as the model saw it, the answers side by side, a bar chart
 of cycles per stage against each stage's MAC and DDR floors, a roofline with every
-kernel call as a point, the kernels furthest above their floors, the per-step gate
-table, the totals and the resolved machine config. Everything is embedded (images
+kernel call as a point, the energy split and power over time (reports with "energy"),
+the kernels furthest above their floors, the per-step gate table, the totals and the
+resolved machine config. Everything is embedded (images
 as data: URIs, CSS inline, no script, no font, no link): the page works offline from
-a file. With --plots DIR the two charts are also written there as stages.png and
-roofline.png (the same bytes the page embeds).
+a file. With --plots DIR the charts are also written there as stages.png,
+roofline.png, energy.png and power.png (the same bytes the page embeds).
 
 A malformed report (unreadable, not JSON, a missing key, a key of the wrong type)
 exits 2 with one line naming the file and the key. Output files are written under a
@@ -30,6 +31,13 @@ import tempfile
 
 SCHEMA = "gpnpu-describe-report/1"
 CHARTS = ("stages", "roofline")  # data-chart names of the page's charts, in page order
+ENERGY_CHARTS = ("energy", "power")  # added when the report has "energy" (issue 15)
+ENERGY_PARTS = ("image", "decode_per_token", "run")
+ENERGY_SPLIT = ("ddr", "ocm", "mac", "other", "static")
+
+
+def charts_of(rep):
+    return CHARTS + (ENERGY_CHARTS if "energy" in rep else ())
 
 
 class ReportError(Exception):
@@ -131,6 +139,23 @@ def load_report(path):
             raise ReportError(f"{path}: key 'answers.{name}.text' is {type(a['text']).__name__}, expected str or null")
     gates = c.get(rep, "gates", "", dict)
     c.get(gates, "ok", "gates", bool)
+    en = c.get(rep, "energy", "", dict, optional=True)
+    if en is not None:  # reports made before issue 15 have none: the page leaves the energy charts out
+        c.get(en, "window_cycles", "energy", NUM)
+        c.get(en, "tokens_per_j", "energy", NUM)
+        for part in ENERGY_PARTS:
+            e_ = c.get(en, part, "energy", dict, optional=part == "decode_per_token")
+            if e_ is None:
+                continue
+            for k in ("total_mj", "average_w"):
+                c.get(e_, k, f"energy.{part}", NUM)
+            split = c.get(e_, "split_mj", f"energy.{part}", dict)
+            for k in ENERGY_SPLIT:
+                c.get(split, k, f"energy.{part}.split_mj", NUM)
+        for k in ("image_power_w", "decode_power_w"):
+            for i, v in enumerate(c.get(en, k, "energy", list)):
+                if isinstance(v, bool) or not isinstance(v, NUM):
+                    raise ReportError(f"{path}: key 'energy.{k}[{i}]' is {type(v).__name__}, expected a number")
     try:
         png = base64.b64decode(img["png_base64"], validate=True)
     except ValueError:
@@ -324,6 +349,64 @@ def roofline_chart(plt, rep):
     return fig
 
 
+SPLIT_COLOURS = {"ddr": "#d62728", "ocm": "#ff7f0e", "mac": "#1f77b4", "other": "#9467bd", "static": "#7f7f7f"}
+SPLIT_LABELS = {"ddr": "DDR", "ocm": "OCM", "mac": "MAC", "other": "other dynamic", "static": "static"}
+
+
+def energy_chart(plt, rep):
+    """100 % stacked bars: the image program and the mean decode step, split DDR / OCM /
+    MAC / other dynamic / static, each labelled with its mJ and average W."""
+    en = rep["energy"]
+    rows = [(lbl, en[k]) for k, lbl in (("image", "image program"), ("decode_per_token", "decode, per token"))
+            if en.get(k)]
+    fig, ax = plt.subplots(figsize=(8.0, 1.2 + 0.8 * len(rows)))
+    for i, (label, e_) in enumerate(rows):
+        y = len(rows) - 1 - i
+        total = sum(e_["split_mj"][k] for k in ENERGY_SPLIT) or 1.0
+        left = 0.0
+        for k in ENERGY_SPLIT:
+            share = 100.0 * e_["split_mj"][k] / total
+            ax.barh(y, share, 0.6, left=left, color=SPLIT_COLOURS[k], label=SPLIT_LABELS[k] if i == 0 else None)
+            if share >= 6:
+                ax.text(left + share / 2, y, f"{share:.0f}%", ha="center", va="center", fontsize=8, color="white")
+            left += share
+        ax.text(101, y, f" {e_['total_mj']:.4g} mJ\n avg {e_['average_w']:.3g} W", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)])
+    ax.set_xlim(0, 125)
+    ax.set_xlabel("share of the energy (%)")
+    ax.set_title(f"Energy split ({en['tokens_per_j']:.3g} tokens/J over the run)", fontsize=10)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.35 if len(rows) < 2 else -0.22), ncol=5, fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def power_chart(plt, rep):
+    """Power per window over time: the image program and the first decode step."""
+    en = rep["energy"]
+    window_ms = en["window_cycles"] / (rep["machine"]["clock_ghz"] * 1e6)
+    series = [(k, lbl, en.get(k) or []) for k, lbl in (("image_power_w", "image program"),
+                                                        ("decode_power_w", "first decode step"))]
+    fig, axes = plt.subplots(len(series), 1, figsize=(8.0, 2.2 * len(series) + 0.4))
+    for ax, (key, label, w) in zip(axes, series):
+        if w:
+            t = [(k + 0.5) * window_ms for k in range(len(w))]
+            ax.step([k * window_ms for k in range(len(w))] + [len(w) * window_ms], list(w) + [w[-1]], where="post",
+                    color="#1f77b4", lw=1.2)
+            part = en["image"] if key == "image_power_w" else en.get("decode_per_token") or {}
+            if part.get("average_w") is not None:
+                ax.axhline(part["average_w"], color="#555555", ls="--", lw=0.8, label=f"average {part['average_w']:.3g} W")
+            peak = max(w[:-1]) if len(w) > 1 else w[0]
+            ax.plot([t[w.index(peak)]], [peak], "v", color="#d62728", label=f"peak {peak:.3g} W")
+            ax.set_ylim(0, max(w) * 1.4)
+            ax.legend(loc="upper right", ncol=2, fontsize=8)
+        ax.set_ylabel("W")
+        ax.set_title(f"{label}: power per {en['window_cycles']:,}-cycle window ({window_ms:.3g} ms)", fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("ms from the start of the run")
+    fig.tight_layout()
+    return fig
+
+
 def make_charts(rep):
     import matplotlib
 
@@ -332,8 +415,9 @@ def make_charts(rep):
 
     plt.rcParams["svg.hashsalt"] = "gpnpu"  # deterministic output
     out = {}
-    for name, fn in (("stages", stage_chart), ("roofline", roofline_chart)):
-        fig = fn(plt, rep)
+    fns = {"stages": stage_chart, "roofline": roofline_chart, "energy": energy_chart, "power": power_chart}
+    for name in charts_of(rep):
+        fig = fns[name](plt, rep)
         out[name] = png_bytes(fig)
         plt.close(fig)
     return out
@@ -492,6 +576,34 @@ def totals_html(rep):
     return '<table class="totals">' + "".join(f"<tr><td>{e(a)}</td><td>{b}</td></tr>" for a, b in rows) + "</table>"
 
 
+def energy_html(rep, charts):
+    if "energy" not in rep:
+        return ""
+    en = rep["energy"]
+    head = ('<tr><th class="l"></th><th>mJ</th>' + "".join(f"<th>{SPLIT_LABELS[k]}</th>" for k in ENERGY_SPLIT) +
+            "<th>average W</th><th>peak W</th></tr>")
+    rows = []
+    for k, label in (("image", "image program"), ("decode_per_token", "decode, per token"), ("run", "whole run")):
+        e_ = en.get(k)
+        if not e_:
+            continue
+        peak = e_.get("peak_w")
+        rows.append(f'<tr><td class="l">{label}</td><td>{e_["total_mj"]:.4g}</td>' +
+                    "".join(f'<td>{e_["split_mj"][s]:.4g}</td>' for s in ENERGY_SPLIT) +
+                    f'<td>{e_["average_w"]:.4g}</td><td>{"-" if peak is None else f"{peak:.4g}"}</td></tr>')
+    fams = sorted(en.get("kernel_families", []), key=lambda f: -f.get("energy_mj", 0))[:10]
+    fam_rows = "".join(f'<tr><td class="l">{e(f["program"])}</td><td class="l">{e(f["kernel"])}</td><td>{f["calls"]:,}</td>'
+                       f'<td>{f["energy_mj"]:.4g}</td></tr>' for f in fams)
+    return (f"<h2>Energy and power</h2>\n<p>{en['tokens_per_j']:.4g} tokens per joule over the run; the energy table "
+            f"is in the machine config (energy.* and power.* keys; assumptions in docs/energy.md).</p>\n"
+            f'<table class="totals energy">{head}{"".join(rows)}</table>\n<div class="charts">\n'
+            f'{chart_html("energy", charts["energy"], "Where the energy goes: the image program and the mean decode step, split into DDR, OCM, MAC, other dynamic (vector units, registers, LRM, instructions, DMA descriptors) and static power.")}\n'
+            f'{chart_html("power", charts["power"], "Average power of each window (power_window_cycles) over the run: the image program and the first decode step; dashed: the average, triangle: the peak full window.")}\n'
+            f'</div>\n<details class="groups" open><summary>Energy by kernel family (image program and first decode step), '
+            f'top ten</summary><table class="groups"><tr><th class="l">program</th><th class="l">kernel</th><th>calls</th>'
+            f"<th>mJ</th></tr>{fam_rows}</table></details>")
+
+
 def config_html(rep):
     def table(d):
         return "<table>" + "".join(f'<tr><td class="l">{e(k)}</td><td>{e(json.dumps(v) if isinstance(v, (dict, list)) else v)}</td></tr>'
@@ -540,7 +652,7 @@ def page(rep, charts):
     top = kernel_table(sorted(rep["kernels"], key=lambda k: -k["cycles"])[:10], "The ten calls with the most cycles")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
-<meta name="gpnpu-charts" content="{','.join(CHARTS)}">
+<meta name="gpnpu-charts" content="{','.join(charts_of(rep))}">
 <style>{CSS}</style></head>
 <body>
 <h1>{e(title)}</h1>
@@ -557,6 +669,7 @@ def page(rep, charts):
 {chart_html("roofline", charts["roofline"], roofline_caption(rep))}
 </div>
 {groups_html(rep)}
+{energy_html(rep, charts)}
 <h2>Kernels against their floors</h2>
 <div class="tables">{worst}{top}</div>
 <h2>Gates per step</h2>

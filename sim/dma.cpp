@@ -4,6 +4,8 @@
 
 #include "isa/error.h"
 #include "sim/memory_target.h"
+#include "sim/machine/memory_map.h"
+#include "sim/port_model.h"
 
 namespace gpnpu::sim {
 
@@ -52,6 +54,7 @@ void DmaEngine::channel_thread(uint32_t ch) {
   for (;;) {
     while (c.queue.empty()) sc_core::wait(c.work);
     Cycles start = clock_.now();
+    if (power_) power_->add(Stat::dma_descriptors, start - power_base_, 1);
 #ifndef GPNPU_NO_TRACE_HOOKS
     if (on_event) on_event(DmaEvent{DmaEvent::begin, ch, &c.queue.front(), start});
 #endif
@@ -97,6 +100,12 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
       fail("internal: DMA run [0x{:x}, +{}) was not accepted by the bus", addr, bytes);
     Cycles run_done = clock_.to_cycles(sc_core::sc_time_stamp() + delay);
     done = std::max(done, run_done);
+    if (power_) {
+      const bool ddr = in_region(kDdrRegion, addr);
+      const Stat s = ddr ? (write_side ? Stat::ddr_io_bytes_written : Stat::ddr_io_bytes_read)
+                         : (write_side ? Stat::ocm_dma_bytes_written : Stat::ocm_dma_bytes_read);
+      power_->spread(s, t0 - power_base_, run_done - power_base_, ddr ? whole_bursts(bytes, ddr_burst_) : bytes);
+    }
 #ifndef GPNPU_NO_TRACE_HOOKS
     if (on_event)
       on_event(DmaEvent{DmaEvent::transfer, ch, &d, t0, run_done, addr, bytes, write_side, span ? span->begin : 0,

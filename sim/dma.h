@@ -15,6 +15,7 @@
 
 #include "isa/state.h"
 #include "sim/clock.h"
+#include "sim/stats.h"
 
 namespace gpnpu::sim {
 
@@ -77,6 +78,15 @@ class DmaEngine : public sc_core::sc_module {
   // Called for every DMA event when set (tracing); nothing is done when empty.
   std::function<void(const DmaEvent&)> on_event;
 
+  // Puts the energy events of DMA (descriptors, OCM-port bytes, DDR bytes in whole
+  // bursts) into `power`'s windows as they happen, cycles relative to `base` (the run's
+  // start); nullptr stops it. Set by the sequencer for each run.
+  void trace_power(PowerTrace* power, Cycles base, uint64_t ddr_burst) {
+    power_ = power;
+    power_base_ = base;
+    ddr_burst_ = ddr_burst;
+  }
+
  private:
   struct Channel {
     std::deque<isa::DmaDescriptor> queue;
@@ -92,6 +102,9 @@ class DmaEngine : public sc_core::sc_module {
   Cycles setup_ = 0;
   bool functional_ = true;
   std::vector<uint8_t> buffer_;
+  PowerTrace* power_ = nullptr;
+  Cycles power_base_ = 0;
+  uint64_t ddr_burst_ = 1;
 };
 
 }  // namespace gpnpu::sim

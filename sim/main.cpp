@@ -60,7 +60,7 @@ void add_run_command(CLI::App& app) {
     sim::Stats st = tracing.any() ? traces::run_traced(p, cfg, timing_only, tracing) : sim::run_program(p, cfg, timing_only);
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!stats_json.empty()) sim::write_file_atomic(stats_json, st.to_json(cfg, timing_only) + "\n");
-    if (!stats_h5.empty()) st.write_hdf5(stats_h5);
+    if (!stats_h5.empty()) st.write_hdf5(stats_h5, cfg);
     if (!quiet) {
       std::fputs(st.to_text(cfg).c_str(), stdout);
       uint64_t cycles = st.total[sim::Stat::cycles];

@@ -11,6 +11,9 @@
 
 namespace gpnpu::sim {
 
+// Bytes a port with `burst`-byte bursts moves for a request of `bytes`.
+inline uint64_t whole_bursts(uint64_t bytes, uint64_t burst) { return (bytes + burst - 1) / burst * burst; }
+
 // A request of `bytes` at target offset `addr`, arriving at core cycle `at`:
 // returns the cycle its last byte is delivered. Called in arrival order of the
 // TLM transactions; a model may keep state between requests (open rows).
@@ -39,7 +42,7 @@ class PortModel final : public Port {
   // A request of `bytes` arriving at cycle `at`: returns the cycle its last byte
   // is delivered (including the latency).
   Cycles request(Cycles at, uint64_t /*addr*/, uint64_t bytes, bool /*write*/) override {
-    bytes = (bytes + burst_ - 1) / burst_ * burst_;
+    bytes = whole_bursts(bytes, burst_);
     unsigned __int128 at_ticks = (unsigned __int128)at << kFrac;
     unsigned __int128 start = std::max(at_ticks, free_);
     unsigned __int128 ticks = (((unsigned __int128)bytes * den_ << kFrac) + num_ - 1) / num_;

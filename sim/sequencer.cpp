@@ -9,6 +9,7 @@
 #include "sim/machine/config.h"
 #include "sim/machine/timing.h"
 #include "sim/dma.h"
+#include "sim/port_model.h"
 
 namespace gpnpu::sim {
 
@@ -45,6 +46,7 @@ void Sequencer::thread() {
       // Let descriptors already queued finish, so the next run starts with idle channels.
       dma_.wait_all_idle();
     }
+    dma_.trace_power(nullptr, 0, 1);
     done_ = true;
     sc_core::sc_pause();
   }
@@ -93,12 +95,56 @@ void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
   const Bus::Route* src = route("source", d.src, span(d.src_stride, d.src_plane_stride));
   const Bus::Route* dst = route("destination", d.dst, span(d.dst_stride, d.dst_plane_stride));
   Counters& tot = stats_->total;
-  if (src->region.name == "DDR") tot[Stat::ddr_bytes_read] += d.bytes();
-  if (dst->region.name == "DDR") tot[Stat::ddr_bytes_written] += d.bytes();
+  // The DDR moves whole bursts of every contiguous run (the port's rule); the DMA engine
+  // puts the same counts into the power windows as the runs move.
+  auto bursts = [&](uint32_t base, uint32_t stride, uint32_t pstride) {
+    uint64_t n = 0;
+    for_runs(base, d, stride, pstride, [&](uint64_t, uint64_t bytes) { n += whole_bursts(bytes, cfg_->ddr_burst_bytes); });
+    return n;
+  };
+  if (src->region.name == "DDR") {
+    tot[Stat::ddr_bytes_read] += d.bytes();
+    tot[Stat::ddr_io_bytes_read] += bursts(d.src, d.src_stride, d.src_plane_stride);
+  } else {
+    tot[Stat::ocm_dma_bytes_read] += d.bytes();
+  }
+  if (dst->region.name == "DDR") {
+    tot[Stat::ddr_bytes_written] += d.bytes();
+    tot[Stat::ddr_io_bytes_written] += bursts(d.dst, d.dst_stride, d.dst_plane_stride);
+  } else {
+    tot[Stat::ocm_dma_bytes_written] += d.bytes();
+  }
   tot[Stat::dma_descriptors]++;
   tot[Stat::dma_bytes] += d.bytes();
   (void)in;
   dma_.submit(ch, d);
+}
+
+// The energy events of an array instruction (sim/energy.h): lane operations per unit
+// class, vector-register words read and written, LRM and OCM-port bytes. Counted from
+// the unit, the operands and the enabled PEs only, so timing-only runs count the same.
+void Sequencer::count_array_events(const isa::Insn& in, uint64_t pes) {
+  Counters& tot = stats_->total;
+  const uint64_t lanes = pes * isa::kLanes;
+  uint64_t vreads = 0, vwrites = 0;
+  for (int k = 0; k < in.nsrc; ++k) vreads += in.src[k] >= isa::kRegV && in.src[k] < isa::kRegP;
+  for (int k = 0; k < in.ndst; ++k) vwrites += in.dst[k] >= isa::kRegV && in.dst[k] < isa::kRegP;
+  tot[Stat::vrf_reads] += vreads * lanes;
+  tot[Stat::vrf_writes] += vwrites * lanes;
+  const uint64_t bytes = in.info->mem_bytes;
+  switch (in.info->unit) {
+    case Unit::mac16: tot[Stat::macs] += lanes; tot[Stat::macs_f16] += lanes; break;
+    case Unit::mac8: tot[Stat::macs] += lanes; tot[Stat::macs_int8] += lanes; break;
+    case Unit::valu: tot[Stat::valu_lane_ops] += lanes; break;
+    case Unit::vfpu: tot[Stat::vfpu_lane_ops] += lanes; break;
+    case Unit::sfu: tot[Stat::sfu_lane_ops] += lanes; break;
+    case Unit::xlane: tot[Stat::xlane_lane_ops] += lanes; break;
+    case Unit::lrm: tot[Stat::lrm_bytes] += bytes * pes; break;
+    case Unit::ocm_bc: tot[Stat::ocm_array_bytes_read] += bytes; break;
+    case Unit::ocm_rd: tot[Stat::ocm_array_bytes_read] += bytes * pes; break;
+    case Unit::ocm_wr: tot[Stat::ocm_array_bytes_written] += bytes * pes; break;
+    default: break;
+  }
 }
 
 void Sequencer::execute() {
@@ -134,6 +180,20 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
+  // Power windows: the issue-timed counts of each window are the change of the totals
+  // across it (the DMA engine fills the dma_timed stats itself).
+  PowerTrace& power = stats_->power;
+  power = PowerTrace{cfg.power_window_cycles, {}};
+  dma_.trace_power(&power, base_, cfg.ddr_burst_bytes);
+  Cycles window_start = 0, window_end = power.window;
+  std::array<uint64_t, kNumStats> at_window = tot.v;
+  auto close_window = [&] {
+    const size_t k = size_t(window_start / power.window);
+    if (power.bins.size() <= k) power.bins.resize(k + 1);
+    for (int s = 0; s < kNumStats; ++s)
+      if (!dma_timed(Stat(s))) power.bins[k][s] += tot.v[s] - at_window[s];
+    at_window = tot.v;
+  };
 
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
@@ -142,6 +202,12 @@ void Sequencer::execute_loop() {
     Cycles t = std::max(now, unit_free[r]);
     for (int k = 0; k < in.nsrc; ++k) t = std::max(t, ready[in.src[k]]);
     for (int k = 0; k < in.ndst; ++k) t = std::max(t, ready[in.dst[k]]);  // in-order writes
+
+    if (t >= window_end) {
+      close_window();
+      window_start = t / power.window * power.window;
+      window_end = window_start + power.window;
+    }
 
     st.pc = pc;
     st.next_pc = pc + 1;
@@ -156,7 +222,7 @@ void Sequencer::execute_loop() {
 
     const Cost cost = timing.cost_of(in, st.pred_count[in.p]);
     const Cycles o = cost.occupancy, l = cost.latency;
-    if (isa::unit_info(Unit(u)).flags & isa::kMac) tot[Stat::macs] += uint64_t(st.pred_count[in.p]) * isa::kLanes;
+    if (isa::is_array_unit(Unit(u))) count_array_events(in, st.pred_count[in.p]);
 
     switch (st.effect) {
       case Effect::none: break;
@@ -211,6 +277,7 @@ void Sequencer::execute_loop() {
       dma_.wait_all_idle();
       Cycles end = std::max({now, last_done, clock_.now() - base_});
       tot[Stat::cycles] = end;
+      close_window();
       sync(end);
       return;
     }

@@ -3,12 +3,15 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
 #include "sim/machine/config.h"
+#include "sim/energy.h"
 
 namespace gpnpu::sim {
 
@@ -38,6 +41,7 @@ nlohmann::ordered_json counters_json(const Counters& c, const Config& cfg) {
   for (int u = 0; u < isa::kNumUnits; ++u)
     if (c.by_unit[u]) units[std::string(isa::unit_name(isa::Unit(u)))] = c.by_unit[u];
   j["instructions_by_unit"] = units;
+  j["energy"] = energy_json(energy_of(c, cfg));
   return j;
 }
 
@@ -58,7 +62,49 @@ nlohmann::ordered_json dram_json(const Config& cfg, const std::vector<DramCounts
   return d;
 }
 
+
+nlohmann::ordered_json watts_json(double w) { return std::isnan(w) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(w); }
 }  // namespace
+
+void PowerTrace::add(Stat s, Cycles at, uint64_t n) {
+  const size_t k = size_t(at / window);
+  if (bins.size() <= k) bins.resize(k + 1);
+  bins[k][int(s)] += n;
+}
+
+void PowerTrace::spread(Stat s, Cycles from, Cycles to, uint64_t n) {
+  if (to <= from) return add(s, from, n);
+  // Window k gets floor(n * (hi - from) / len) - floor(n * (lo - from) / len): the parts sum to n exactly.
+  const unsigned __int128 len = to - from;
+  auto upto = [&](Cycles x) { return uint64_t((unsigned __int128)n * (x - from) / len); };
+  const size_t last = size_t((to - 1) / window);
+  if (bins.size() <= last) bins.resize(last + 1);
+  for (size_t k = size_t(from / window); k <= last; ++k) {
+    const Cycles lo = std::max<Cycles>(from, k * window), hi = std::min<Cycles>(to, (k + 1) * window);
+    bins[k][int(s)] += upto(hi) - upto(lo);
+  }
+}
+
+std::vector<double> Stats::window_watts(const Config& cfg) const {
+  const Cycles end = total[Stat::cycles], w = power.window;
+  std::vector<double> out;
+  if (!w) return out;
+  std::array<uint64_t, kNumStats> zero{};
+  for (size_t k = 0; k * w < end; ++k) {
+    const Cycles len = std::min<Cycles>(w, end - k * w);
+    out.push_back(energy_of(k < power.bins.size() ? power.bins[k] : zero, len, cfg).average_w());
+  }
+  return out;
+}
+
+double Stats::peak_watts(const Config&, const std::vector<double>& watts, Cycles begin, Cycles end) const {
+  const Cycles w = power.window;
+  double peak = std::numeric_limits<double>::quiet_NaN();
+  if (!w) return peak;
+  for (size_t k = size_t((begin + w - 1) / w); k < watts.size() && (k + 1) * w <= end; ++k)
+    if (!(watts[k] <= peak)) peak = watts[k];
+  return peak;
+}
 
 const StatInfo& stat_info(Stat s) { return kStats[int(s)]; }
 
@@ -101,9 +147,20 @@ std::vector<Stats::Region> Stats::regions() const {
 std::string Stats::to_json(const Config& cfg, bool timing_only) const {
   nlohmann::ordered_json j = counters_json(total, cfg);
   j["timing_only"] = timing_only;
+  const std::vector<double> watts = window_watts(cfg);
+  j["energy"]["peak_w"] = watts_json(peak_watts(cfg, watts, 0, total[Stat::cycles]));
+  j["power"] = {{"window_cycles", power.window}, {"windows_w", watts}};
+  // A region's peak: the highest full window inside any one of its calls.
+  std::map<std::string, double> peaks;
+  for (const RegionCall& c : calls_) {
+    double p = peak_watts(cfg, watts, c.begin, c.end);
+    auto [it, fresh] = peaks.try_emplace(names.at(c.name), p);
+    if (!std::isnan(p) && !(p <= it->second)) it->second = p;
+  }
   nlohmann::ordered_json regs = nlohmann::ordered_json::object();
   for (const Region& r : regions()) {
     nlohmann::ordered_json rj = counters_json(r.counters, cfg);
+    rj["energy"]["peak_w"] = watts_json(peaks.at(r.name));
     rj["calls"] = r.calls;
     regs[r.name] = rj;
   }
@@ -123,12 +180,12 @@ std::string Stats::to_text(const Config& cfg) const {
     double cycles = double(c[Stat::cycles]);
     double ddr = double(c[Stat::ddr_bytes_read] + c[Stat::ddr_bytes_written]);
     double bpc = cycles > 0 ? ddr / cycles : 0;
-    return fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8.2f} {:>6.1f}%\n", name, calls,
+    return fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8.2f} {:>6.1f}% {:>10.4f}\n", name, calls,
                        c[Stat::cycles], c[Stat::instructions], c[Stat::macs], uint64_t(ddr), bpc,
-                       100.0 * bpc / cfg.ddr_bytes_per_cycle());
+                       100.0 * bpc / cfg.ddr_bytes_per_cycle(), energy_of(c, cfg).total_mj());
   };
-  std::string s = fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8} {:>7}\n", "region", "calls",
-                              "cycles", "insns", "MACs", "DDR bytes", "B/cycle", "roofl.");
+  std::string s = fmt::format("{:<28} {:>6} {:>14} {:>12} {:>14} {:>14} {:>8} {:>7} {:>10}\n", "region", "calls",
+                              "cycles", "insns", "MACs", "DDR bytes", "B/cycle", "roofl.", "mJ");
   s += line("(total)", total, 1);
   for (const Region& r : regions()) s += line(r.name, r.counters, r.calls);
   s += fmt::format("{} cycles = {:.3f} ms at {} GHz; DDR roofline {:.2f} bytes/cycle ({:.4g} GB/s{})\n",
@@ -145,10 +202,18 @@ std::string Stats::to_text(const Config& cfg) const {
                      c[Stat::dram_row_conflicts], c[Stat::dram_activates], c[Stat::dram_refreshes],
                      c[Stat::dram_turnarounds]);
   }
+  const Energy e = energy_of(total, cfg);
+  const double peak = peak_watts(cfg, window_watts(cfg), 0, total[Stat::cycles]);
+  s += fmt::format("energy {:.4f} mJ (DDR {:.4f}, OCM {:.4f}, MAC {:.4f}, other {:.4f}, static {:.4f}); average {:.3f} W, "
+                   "peak {} over {}-cycle windows\n",
+                   e.total_mj(), e.group_pj(EnergyGroup::ddr) * 1e-9, e.group_pj(EnergyGroup::ocm) * 1e-9,
+                   e.group_pj(EnergyGroup::mac) * 1e-9, e.group_pj(EnergyGroup::other) * 1e-9, e.static_pj() * 1e-9,
+                   e.average_w(), std::isnan(peak) ? std::string("n/a (shorter than one window)") : fmt::format("{:.3f} W", peak),
+                   cfg.power_window_cycles);
   return s;
 }
 
-void Stats::write_hdf5(const std::string& path) const {
+void Stats::write_hdf5(const std::string& path, const Config& cfg) const {
   // Built in memory (HDF5's core driver, no backing store), then written under a
   // temporary name and renamed (isa/atomic_file.h): never half a file, and a full
   // disk is our checked write, not an HDF5 flush failure (HDF5 1.10 crashes at
@@ -188,6 +253,26 @@ void Stats::write_hdf5(const std::string& path) const {
   column("end", fill([](const RegionCall& c) { return c.end; }));
   for (int s = 0; s < kNumStats; ++s)
     column(kStats[s].name, fill([s](const RegionCall& c) { return c.counters.v[s]; }));
+  auto real_column = [&](const char* name, const std::vector<double>& v) {
+    hsize_t n = v.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(f, name, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0 || (n && H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)) ok = false;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(space);
+  };
+  // Energy per call (mJ) and its split; power per window (W), window length in power_window_cycles.
+  std::vector<double> mj(calls_.size());
+  auto fill_mj = [&](auto get) {
+    for (size_t k = 0; k < calls_.size(); ++k) mj[k] = get(energy_of(calls_[k].counters, cfg)) * 1e-9;
+    return mj;
+  };
+  real_column("energy_mj", fill_mj([](const Energy& e) { return e.total_pj(); }));
+  for (int g = 0; g < 4; ++g)
+    real_column(fmt::format("energy_{}_mj", kEnergyGroupNames[g]).c_str(),
+                fill_mj([g](const Energy& e) { return e.group_pj(EnergyGroup(g)); }));
+  real_column("energy_static_mj", fill_mj([](const Energy& e) { return e.static_pj(); }));
+  real_column("power_window_w", window_watts(cfg));
   // names as a variable-length string dataset
   std::vector<const char*> ptrs;
   for (const std::string& n : names) ptrs.push_back(n.c_str());

@@ -35,7 +35,22 @@ class Config;
   S(dram_row_hits, "count", "DRAM bursts to the open row of their bank")                            \
   S(dram_row_misses, "count", "DRAM bursts to a bank with no open row (one ACT)")                   \
   S(dram_row_conflicts, "count", "DRAM bursts to a bank with another row open (PRE + ACT)")         \
-  S(dram_turnarounds, "count", "DRAM data bus direction switches (read to write or write to read)")
+  S(dram_turnarounds, "count", "DRAM data bus direction switches (read to write or write to read)") \
+  S(macs_f16, "MAC", "fp16 multiply-accumulates (vmac.f16: enabled PEs x 16 lanes)")               \
+  S(macs_int8, "MAC", "int8 multiply-accumulates (vmac.i8: enabled PEs x 16 lanes)")               \
+  S(valu_lane_ops, "ops", "lane operations of valu instructions (enabled PEs x 16 lanes)")        \
+  S(vfpu_lane_ops, "ops", "lane operations of vfpu instructions (enabled PEs x 16 lanes)")        \
+  S(sfu_lane_ops, "ops", "lane operations of sfu instructions (enabled PEs x 16 lanes)")          \
+  S(xlane_lane_ops, "ops", "lane operations of xlane instructions (enabled PEs x 16 lanes)")      \
+  S(vrf_reads, "words", "32-bit words read from vector registers (V operands read x enabled PEs x 16)") \
+  S(vrf_writes, "words", "32-bit words written to vector registers (V operands written x enabled PEs x 16)") \
+  S(lrm_bytes, "bytes", "bytes read or written in the PEs' LRM (vld/vst: bytes per PE x enabled PEs)") \
+  S(ocm_array_bytes_read, "bytes", "bytes read from OCM by the array port (broadcast once, scatter per enabled PE)") \
+  S(ocm_array_bytes_written, "bytes", "bytes written to OCM by the array port (gather, per enabled PE)") \
+  S(ocm_dma_bytes_read, "bytes", "bytes DMA read from OCM (counted when the descriptor starts)")   \
+  S(ocm_dma_bytes_written, "bytes", "bytes DMA wrote to OCM (counted when the descriptor starts)") \
+  S(ddr_io_bytes_read, "bytes", "bytes the DDR interface reads: each contiguous run in whole ddr_burst_bytes bursts") \
+  S(ddr_io_bytes_written, "bytes", "bytes the DDR interface writes: each contiguous run in whole ddr_burst_bytes bursts")
 
 enum class Stat : uint8_t {
 #define GPNPU_STAT_ENUM(n, unit, desc) n,
@@ -61,6 +76,23 @@ struct Counters {
   void add_diff(const Counters& end, const Counters& begin);
 };
 
+// Energy-event counts per window of power_window_cycles cycles (relative to the run's
+// start), for power over time and peak power. The sequencer's events go to the window
+// of their issue cycle; the DMA engine's (dma_timed) are spread evenly over the cycles
+// from each run's request to its delivery, so that a long transfer's energy lands where
+// its bytes move. Every event is in exactly one window: the windows sum to the totals.
+struct PowerTrace {
+  Cycles window = 0;
+  std::vector<std::array<uint64_t, kNumStats>> bins;
+  void add(Stat s, Cycles at, uint64_t n);
+  void spread(Stat s, Cycles from, Cycles to, uint64_t n);  // evenly over [from, to); at `from` if empty
+};
+// Stats whose windows the DMA engine fills (their totals are counted at dma.start).
+constexpr bool dma_timed(Stat s) {
+  return s == Stat::dma_descriptors || s == Stat::ocm_dma_bytes_read || s == Stat::ocm_dma_bytes_written ||
+         s == Stat::ddr_io_bytes_read || s == Stat::ddr_io_bytes_written;
+}
+
 struct RegionCall {
   uint32_t name;
   uint32_t depth;
@@ -71,6 +103,7 @@ struct RegionCall {
 class Stats {
  public:
   Counters total;
+  PowerTrace power;
   std::vector<std::string> names;  // mark names of the program
   std::vector<DramCounts> dram_channels;  // ddr_model = dram: the run's counts per DRAM channel
 
@@ -90,13 +123,18 @@ class Stats {
   };
   std::vector<Region> regions() const;
 
-  // JSON with "cycles", "instructions", ..., "ddr_roofline_fraction", "units",
-  // "regions" {name: same fields + "calls"}, "dram" (ddr_model = dram: the preset's
-  // peak and sustained ceiling, counts per channel) and "config".
+  // Average power of each window (W), the last one over its own length (sim/energy.h).
+  std::vector<double> window_watts(const Config& cfg) const;
+  // Highest window power among the full windows inside [begin, end); NaN if none fits.
+  double peak_watts(const Config& cfg, const std::vector<double>& watts, Cycles begin, Cycles end) const;
+
+  // JSON with "cycles", "instructions", ..., "ddr_roofline_fraction", "units", "energy",
+  // "power" (windows), "regions" {name: same fields + "calls"}, "dram" (ddr_model = dram: the
+  // preset's peak and sustained ceiling, counts per channel) and "config".
   std::string to_json(const Config& cfg, bool timing_only) const;
   std::string to_text(const Config& cfg) const;
   // Every region call as an HDF5 table (grows with the program; JSON would not).
-  void write_hdf5(const std::string& path) const;
+  void write_hdf5(const std::string& path, const Config& cfg) const;
 
  private:
   struct Open {

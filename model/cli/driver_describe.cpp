@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <map>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -126,6 +128,25 @@ void print_report(const json& j) {
                   double(j["dram"]["peak_bytes_per_cycle"]), double(j["dram"]["sustained_bytes_per_cycle"]),
                   100 * double(d["row_hit_rate"]), commas(d["activates"]).c_str(), commas(d["refreshes"]).c_str());
     }
+  const json& e = j["energy"];
+  auto split = [](const json& x) {
+    const json& m = x["split_mj"];
+    return fmt::format("DDR {:.3f}, OCM {:.3f}, MAC {:.3f}, other {:.3f}, static {:.3f} mJ", double(m["ddr"]),
+                       double(m["ocm"]), double(m["mac"]), double(m["other"]), double(m["static"]));
+  };
+  auto watts = [](const json& x) {
+    return fmt::format("average {:.3f} W, peak {}", double(x["average_w"]),
+                       x["peak_w"].is_null() ? std::string("n/a") : fmt::format("{:.3f} W", double(x["peak_w"])));
+  };
+  std::printf("\nenergy (table in the machine config, assumptions in docs/energy.md; peak over %llu-cycle windows):\n",
+              (unsigned long long)e["window_cycles"]);
+  std::printf("  image program %10.3f mJ  (%s; %s)\n", double(e["image"]["total_mj"]), split(e["image"]).c_str(),
+              watts(e["image"]).c_str());
+  if (!e["decode_per_token"].is_null())
+    std::printf("  decode        %10.3f mJ per token  (%s; %s)\n", double(e["decode_per_token"]["total_mj"]),
+                split(e["decode_per_token"]).c_str(), watts(e["decode_per_token"]).c_str());
+  std::printf("  run           %10.3f mJ for %d tokens: %.2f tokens/J, average %.3f W\n", double(e["run"]["total_mj"]),
+              int(t["tokens"]), double(e["tokens_per_j"]), double(e["run"]["average_w"]));
   std::printf("\nthe ten kernel calls furthest above their floors (image program and first decode step):\n");
   std::printf("  %-7s %-30s %-16s %13s %13s %6s\n", "program", "call", "kernel", "cycles", "floor", "ratio");
   for (const json& c : j["worst_kernels"]) {
@@ -156,6 +177,50 @@ void write_html(const json& j, const std::string& html, const std::string& plots
     fail("--report-html '{}': scripts/report_html.py failed (exit status {}); its message is above "
          "(it needs Debian's python3-matplotlib: scripts/install-deps.sh)", html, rc);
   std::printf("report page: %s%s\n", html.c_str(), plots.empty() ? "" : (" (charts in " + plots + ")").c_str());
+}
+
+// The report's "energy" (docs/report.md): the image program, the mean decode step and
+// the whole run (sim/energy.h), per kernel family, and power per window.
+json energy_report(const sim::Config& cfg, const DescribeResult& r) {
+  auto peak_json = [](double w) { return std::isnan(w) ? json(nullptr) : json(w); };
+  auto with_peak = [&](const sim::Energy& e, double peak) {
+    json j = sim::energy_json(e);
+    j["peak_w"] = peak_json(peak);
+    return j;
+  };
+  sim::Energy image, decode, all;
+  double image_peak = NAN, decode_peak = NAN;
+  size_t nsteps = 0;
+  for (const StepRecord& s : r.steps) {
+    all += s.energy;
+    if (s.step < 0) {
+      image = s.energy;
+      image_peak = s.peak_w;
+    } else {
+      decode += s.energy;
+      ++nsteps;
+      if (!std::isnan(s.peak_w) && !(s.peak_w <= decode_peak)) decode_peak = s.peak_w;
+    }
+  }
+  std::map<std::pair<std::string, std::string>, std::pair<uint64_t, double>> fam;  // (program, kernel) -> calls, mJ
+  for (const CallRecord& c : r.calls) {
+    auto& f = fam[{c.program, c.kernel}];
+    f.first++;
+    f.second += c.energy_mj;
+  }
+  json families = json::array();
+  for (const auto& [k, v] : fam)
+    families.push_back({{"program", k.first}, {"kernel", k.second}, {"calls", v.first}, {"energy_mj", v.second}});
+  const double joules = all.total_pj() * 1e-12;
+  return {{"window_cycles", cfg.power_window_cycles},
+          {"image", with_peak(image, image_peak)},
+          {"decode_per_token", nsteps ? with_peak(decode.scaled(1.0 / double(nsteps)), decode_peak) : json(nullptr)},
+          {"run", sim::energy_json(all)},
+          {"tokens_per_j", joules > 0 ? double(r.steps.size()) / joules : 0.0},
+          {"decode_tokens_per_j", nsteps ? json(double(nsteps) / (decode.total_pj() * 1e-12)) : json(nullptr)},
+          {"kernel_families", families},
+          {"image_power_w", r.image_power_w},
+          {"decode_power_w", r.decode_power_w}};
 }
 
 }  // namespace
@@ -189,7 +254,8 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   for (const StageRecord& s : r.stages) {
     json e = {{"name", s.name},        {"program", s.program},         {"cycles", s.cycles},
               {"ms", s.cycles / (ghz * 1e6)}, {"macs", s.macs},        {"ddr_bytes", s.ddr_bytes},
-              {"mac_floor_cycles", s.mac_floor}, {"ddr_floor_cycles", s.ddr_floor}, {"calls", s.calls}};
+              {"mac_floor_cycles", s.mac_floor}, {"ddr_floor_cycles", s.ddr_floor}, {"calls", s.calls},
+              {"energy_mj", s.energy_mj}};
     if (s.program == "decode") e["steps"] = s.steps;
     stages.push_back(e);
   }
@@ -237,8 +303,10 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   auto call_json = [](const CallRecord& c) {
     return json{{"program", c.program}, {"stage", c.stage},   {"mark", c.mark},
                 {"kernel", c.kernel},   {"cycles", c.cycles}, {"floor", c.floor},
-                {"macs", c.cost.macs},  {"ddr_bytes", c.cost.ddr_bytes}, {"int8", c.int8}};
+                {"macs", c.cost.macs},  {"ddr_bytes", c.cost.ddr_bytes}, {"int8", c.int8},
+                {"energy_mj", c.energy_mj}};
   };
+  j["energy"] = energy_report(cfg, r);
   json calls = json::array();
   for (const CallRecord& c : r.calls) calls.push_back(call_json(c));
   j["kernels"] = calls;

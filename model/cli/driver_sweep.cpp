@@ -33,6 +33,7 @@
 #include "model/runtime/session.h"
 #include "sim/machine/config.h"
 #include "sim/machine/options.h"
+#include "sim/energy.h"
 #include "sim/run.h"
 
 extern char** environ;
@@ -139,6 +140,14 @@ void add_metrics(json& j, const std::string& prefix, const sim::Config& cfg, con
   const double top = std::max({f.compute, f.ddr, f.ocm});
   j[prefix + "floor_ratio"] = top > 0 ? double(cycles) / top : 0.0;
   j[prefix + "bound"] = f.ddr >= f.compute && f.ddr >= f.ocm ? "ddr" : f.compute >= f.ocm ? "compute" : "ocm";
+  // Energy (sim/energy.h): the run's total, its split, average and peak power.
+  const sim::Energy e = sim::energy_of(st.total, cfg);
+  j[prefix + "energy_mj"] = e.total_mj();
+  for (int g = 0; g < 4; ++g) j[prefix + sim::kEnergyGroupNames[g] + "_mj"] = e.group_pj(sim::EnergyGroup(g)) * 1e-9;
+  j[prefix + "static_mj"] = e.static_pj() * 1e-9;
+  j[prefix + "average_w"] = e.average_w();
+  j[prefix + "peak_w"] = st.peak_watts(cfg, st.window_watts(cfg), 0, cycles);  // NaN (null) if shorter than a window
+  if (prefix == "decode_") j["decode_tokens_per_j"] = 1.0 / (e.total_pj() * 1e-12);
 }
 
 }  // namespace

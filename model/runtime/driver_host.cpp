@@ -107,11 +107,12 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
   struct Span {
     std::string name;
     sim::Cycles begin, end;
+    double mj;
   };
   std::vector<Span> spans;
   for (const sim::RegionCall& rc : st.calls())
     if (std::find(stage_names.begin(), stage_names.end(), st.names[rc.name]) != stage_names.end())
-      spans.push_back({st.names[rc.name], rc.begin, rc.end});
+      spans.push_back({st.names[rc.name], rc.begin, rc.end, sim::energy_of(rc.counters, cfg).total_mj()});
   auto stage_of = [&](const sim::RegionCall& rc) -> const std::string& {
     for (const Span& s : spans)
       if (rc.begin >= s.begin && rc.end <= s.end) return s.name;
@@ -128,6 +129,7 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
   for (const Span& s : spans) {
     StageRecord& rec = stage(s.name);
     rec.cycles += s.end - s.begin;
+    rec.energy_mj += s.mj;
     if (program == "decode") rec.steps++;
   }
   for (const sim::RegionCall& rc : st.calls()) {
@@ -143,8 +145,17 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     s.ddr_floor += double(kc.cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
     if (keep_calls)
       r.calls.push_back({program, sname, kc.mark, kc.kernel, rc.end - rc.begin,
-                         kernels::floor_cycles(cfg, kc.cost, !kc.int8), kc.cost, kc.int8});
+                         kernels::floor_cycles(cfg, kc.cost, !kc.int8), kc.cost, kc.int8,
+                         sim::energy_of(rc.counters, cfg).total_mj()});
   }
+}
+
+// A run's energy and power (sim/energy.h) into its step record; `watts` gets its windows.
+void record_energy(const sim::Stats& st, const sim::Config& cfg, StepRecord& s, std::vector<double>* watts) {
+  const std::vector<double> w = st.window_watts(cfg);
+  s.energy = sim::energy_of(st.total, cfg);
+  s.peak_w = st.peak_watts(cfg, w, 0, st.total[sim::Stat::cycles]);
+  if (watts) *watts = w;
 }
 
 // The device KV cache against the chain's: slots filled (layer 0, head 0 rows that are
@@ -444,6 +455,7 @@ DescribeResult describe(const DescribeOptions& o) {
     s0.counters = st.total;
     r.image_cycles = s0.cycles;
     r.image_ddr_bytes = s0.ddr_bytes;
+    record_energy(st, cfg, s0, &r.image_power_w);
     collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
   }
   dev.sequencer().on_mark_end = nullptr;
@@ -487,6 +499,7 @@ DescribeResult describe(const DescribeOptions& o) {
       s.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
       s.counters = st.total;
       collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
+      record_energy(st, cfg, s, k == 0 ? &r.decode_power_w : nullptr);
     }
     if (o.timing_only) {
       s.cache_expected = int(slot) + 1;

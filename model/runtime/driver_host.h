@@ -36,6 +36,7 @@
 #include "kernels/cost.h"
 #include "sim/machine/options.h"
 #include "sim/stats.h"
+#include "sim/energy.h"
 
 namespace gpnpu::model {
 
@@ -78,6 +79,8 @@ struct StepRecord {
   std::vector<std::string> failures;
   uint64_t cycles = 0, ddr_bytes = 0;
   sim::Counters counters;  // the run's stats (dram_* among them, for describe's DRAM line)
+  sim::Energy energy;        // of the whole run, from its event counts (sim/energy.h)
+  double peak_w = 0;         // highest power_window_cycles window of the run (NaN: shorter than one)
   double wall_s = 0;
 };
 
@@ -86,6 +89,7 @@ struct StageRecord {
   uint64_t cycles = 0, calls = 0;
   double macs = 0, ddr_bytes = 0, mac_floor = 0, ddr_floor = 0;
   int steps = 0;  // decode: steps summed
+  double energy_mj = 0;
 };
 
 struct CallRecord {
@@ -94,6 +98,7 @@ struct CallRecord {
   double floor = 0;
   kernels::KernelCost cost;
   bool int8 = false;
+  double energy_mj = 0;
 };
 
 struct Answer {
@@ -115,6 +120,7 @@ struct DescribeResult {
   bool ok = true;
   double wall_setup = 0, wall_image = 0, wall_decode = 0;
   std::string config_json;
+  std::vector<double> image_power_w, decode_power_w;  // W per power window: image program, first decode step
 };
 
 // $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.

@@ -161,6 +161,13 @@ void Config::set(const std::string& key_in, const std::string& value, const std:
     if (d < best_d) { best_d = d; best = p.key; }
   }
   std::string hint = best_d <= 3 ? fmt::format(" (did you mean '{}'?)", best) : "";
+  // A key of a family (energy.*, power.*, lat.*, occ.*) with no close match: name the family's keys.
+  if (size_t dot = key.find('.'); hint.empty() && dot != std::string::npos && dot > 0) {
+    std::string family;
+    for (const ParamInfo& p : param_table())
+      if (std::string_view(p.key).starts_with(key.substr(0, dot + 1))) family += (family.empty() ? "" : ", ") + std::string(p.key);
+    if (!family.empty()) hint = fmt::format(" (the {}* keys are {})", key.substr(0, dot + 1), family);
+  }
   fail("unknown config key '{}' ({}){}; `gpnpu config --list` prints every key", key, origin, hint);
 }
 
@@ -224,6 +231,16 @@ void Config::validate() const {
   need(quantum_cycles >= 1, "quantum_cycles", "must be at least 1");
   need(ddr_model == "ideal" || ddr_model == "dram", "ddr_model", fmt::format("'{}' is not ideal or dram", ddr_model));
   if (dram_model()) DramSpec::from(*this);  // throws on DRAM settings that contradict each other
+  need(power_window_cycles >= 100, "power_window_cycles", fmt::format("{} is below 100 cycles", power_window_cycles));
+  for (const ParamInfo& p : param_table()) {
+    std::string k = p.key;
+    if (!k.starts_with("energy.") && !k.starts_with("power.")) continue;
+    const double v = std::stod(get(k));
+    if (!(v >= 0))
+      fail("config key '{}': {} {} is negative; energies and static powers must be >= 0 (0 leaves that term out)", k,
+           get(k), p.unit);
+    if (v > 1e9) fail("config key '{}': {} {} is above 1e9 {} (a typo?)", k, get(k), p.unit, p.unit);
+  }
   for (const ParamInfo& p : param_table()) {
     std::string k = p.key;
     if ((k.starts_with("occ.") || k.starts_with("lat.")) && (std::stoull(get(k)) < 1 || std::stoull(get(k)) > 1000000))

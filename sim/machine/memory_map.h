@@ -17,6 +17,8 @@ inline constexpr Region kDdrRegion{"DDR", 0x00000000u, 0xC0000000ull};  // ddr_b
 inline constexpr Region kOcmRegion{"OCM", 0xE0000000u, 0x10000000ull};  // ocm_bytes <= 256 MiB
 inline constexpr Region kMemoryMap[] = {kDdrRegion, kOcmRegion};
 
+inline constexpr bool in_region(const Region& r, uint64_t addr) { return addr >= r.base && addr - r.base < r.window; }
+
 inline constexpr uint32_t ddr_addr(uint64_t offset) { return uint32_t(kDdrRegion.base + offset); }
 inline constexpr uint32_t ocm_addr(uint64_t offset) { return uint32_t(kOcmRegion.base + offset); }
 

@@ -6,7 +6,7 @@ a person would see it whole:
   - it asked for nothing outside the file itself (no http(s) request, every src and
     href a data: URI or an in-page anchor): it works offline;
   - the photo and every chart the report has (figure.chart[data-chart=...]: stages,
-    roofline) decoded to a non-blank picture that is laid out on the page;
+    roofline; energy and power when the report has "energy") decoded to a non-blank picture that is laid out on the page;
   - each answer's text from the report JSON is shown in its answer box (and, for a
     timing-only report without text, the device answer box is there);
   - a full-page screenshot was taken (--screenshot) and is not blank.
@@ -34,6 +34,11 @@ import threading
 import time
 
 CHARTS = ("stages", "roofline")
+ENERGY_CHARTS = ("energy", "power")  # on pages of reports with "energy" (issue 15)
+
+
+def charts_of(report):
+    return CHARTS + (ENERGY_CHARTS if "energy" in report else ())
 
 
 class BrowserError(Exception):
@@ -311,7 +316,7 @@ def judge(report, problems, facts, shot):
     if not photo or not photo["loaded"] or photo["colours"] < 2 or photo["shown"][0] < 16:
         problems.append(f"the photo did not render: {photo}")
     charts = {c["name"]: c["img"] for c in facts.get("charts", [])}
-    for name in CHARTS:
+    for name in charts_of(report):
         c = charts.get(name)
         if c is None:
             problems.append(f"chart '{name}' is missing from the page")

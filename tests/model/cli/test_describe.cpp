@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -64,12 +65,23 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
               "decode step 0 %llu cycles\n",
               r.steps.size(), worst, worst_golden, (unsigned long long)r.steps[0].cycles, (unsigned long long)r.steps[1].cycles);
 
-  // The same run timing-only: the same cycles at every step, and no gates.
+  // The same run timing-only: the same cycles and the same energy (every event count,
+  // every term, the peak window) at every step (issue 15 acceptance 2), and no gates.
   o.timing_only = true;
   o.golden.clear();
   DescribeResult t = describe(o);
   ASSERT_EQ(t.steps.size(), r.steps.size());
-  for (size_t k = 0; k < r.steps.size(); ++k) EXPECT_EQ(t.steps[k].cycles, r.steps[k].cycles) << "step " << k;
+  for (size_t k = 0; k < r.steps.size(); ++k) {
+    EXPECT_EQ(t.steps[k].cycles, r.steps[k].cycles) << "step " << k;
+    EXPECT_GT(r.steps[k].energy.total_pj(), 0.0) << "step " << k;
+    EXPECT_EQ(t.steps[k].energy, r.steps[k].energy) << "step " << k;
+    EXPECT_TRUE(t.steps[k].peak_w == r.steps[k].peak_w || (std::isnan(t.steps[k].peak_w) && std::isnan(r.steps[k].peak_w)))
+        << "step " << k;
+  }
+  EXPECT_EQ(t.image_power_w, r.image_power_w);
+  EXPECT_EQ(t.decode_power_w, r.decode_power_w);
+  std::printf("tiny describe energy: image program %.6f mJ, decode step 0 %.6f mJ (functional = timing-only at all %zu runs)\n",
+              r.steps[0].energy.total_mj(), r.steps[1].energy.total_mj(), r.steps.size());
   EXPECT_TRUE(t.device.ids.empty());
   EXPECT_FALSE(t.steps[0].cosine.has_value());
 
@@ -82,6 +94,9 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
   EXPECT_EQ(j["worst_kernels"].size(), 10u);
   EXPECT_FALSE(j["kernels"].empty());
   EXPECT_TRUE(j["gates"]["ok"].get<bool>());
+  EXPECT_GT(j["energy"]["image"]["total_mj"].get<double>(), 0.0);
+  EXPECT_GT(j["energy"]["decode_per_token"]["total_mj"].get<double>(), 0.0);
+  EXPECT_GT(j["energy"]["tokens_per_j"].get<double>(), 0.0);
 }
 
 // Every negative control must fail a gate, at the step where it bites.
