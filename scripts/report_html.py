@@ -318,8 +318,8 @@ def roofline_chart(plt, rep):
     notes = []
     above = above_roof(rep)
     if above:
-        notes.append(f"{len(above)} calls above the DDR roof (up to {max(r for _, r in above):.2f}x): "
-                     "bytes moved before their own mark began (prefetch), see below")
+        notes.append(f"{len(above)} calls above the DDR roof (up to {max(r for _, r in above):.4f}x): "
+                     "bytes moved before their mark began (prefetch; see the caption)")
     if n_edge:
         notes.append(f"{n_edge} calls with 0 DDR bytes drawn at the right edge (>)")
     if no_macs:
@@ -327,7 +327,7 @@ def roofline_chart(plt, rep):
     if any(p[3] for p in pts):
         notes.append("squares: int8 calls")
     if notes:
-        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", color="#444444")
+        ax.text(0.01, 0.01, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", color="#444444")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(xmin, xmax)
@@ -479,8 +479,8 @@ def answers_html(rep):
             agree = (f'<div class="agree">matches the device on {same}/{max(len(a["ids"]), len(dev_ids))} tokens'
                      + (f", first difference at token {first}" if first is not None else "") + "</div>")
         out.append(f'<div class="answer" data-answer="{e(k)}"><h3>{e(label)}</h3>{body}{agree}'
-                   f'<div class="ids">{len(a["ids"])} token ids: {e(" ".join(str(i) for i in a["ids"]))}</div></div>')
-    return synthetic_html(rep) + '<div class="answers">' + "".join(out) + "</div>"
+                   f'<div class="ids">{len(a["ids"])} token ids: {e(" ".join(str(i) for i in a["ids"])) or "none"}</div></div>')
+    return '<div class="answers">' + "".join(out) + "</div>"
 
 
 def is_synthetic(rep):
@@ -620,7 +620,7 @@ def above_roof_caption(rep):
     if not above:
         return ""
     names = ", ".join(sorted({k["mark"] for k, _ in above})[:6]) + (", ..." if len(above) > 6 else "")
-    return (f" {len(above)} calls sit above the DDR roof (up to {max(r for _, r in above):.2f}x the peak bytes per "
+    return (f" {len(above)} calls sit above the DDR roof (up to {max(r for _, r in above):.4f}x the peak bytes per "
             f"cycle: {e(names)}): some of their bytes were moved before their own mark began (the GEMM weights "
             f"are prefetched by DMA during the call before; a DMA may be queued before the mark), so their own "
             f"cycles undercount the time their bytes took. The roof holds for the run as a whole.")
@@ -648,7 +648,7 @@ def page(rep, charts):
 <p>{e(rep["mode"])} run on {e(rep["machine"].get("preset"))} ({rep["machine"]["clock_ghz"]:g} GHz); model {e(model["spec"])}
 {("(bundle " + e(model["bundle"]) + ")") if model.get("bundle") else ""}</p>
 <h2>The photo and the answers</h2>
-<div class="top">{photo_html(rep)}{answers_html(rep)}</div>
+{synthetic_html(rep)}<div class="top">{photo_html(rep)}{answers_html(rep)}</div>
 <h2>Totals</h2>
 {totals_html(rep)}
 <h2>Where the cycles went</h2>

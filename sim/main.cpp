@@ -14,6 +14,7 @@
 #include "model/driver.h"
 #include "model/driver_sweep.h"
 #include "sim/config.h"
+#include "sim/config_limits.h"
 #include "sim/run.h"
 #include "traces/commands.h"
 
@@ -50,6 +51,9 @@ void add_isa_commands(CLI::App& app) {
 
 void add_run_command(CLI::App& app) {
   auto* run = app.add_subcommand("run", "run a program (assembly or binary) on the simulated GPNPU");
+  run->footer("A run stops with an error after max_cycles simulated cycles (an endless loop; `gpnpu config --list` "
+              "gives the default): lower it with --set max_cycles=N to stop a suspect program sooner, raise it for "
+              "a longer run.");
   static std::string prog;
   static MachineOptions mo;
   static bool timing_only = false, quiet = false;
@@ -84,13 +88,14 @@ void add_config_command(CLI::App& app) {
   static MachineOptions mo;
   static bool list = false;
   mo.add(c);
-  c->add_flag("--list", list, "list every key with its type, default, unit and description");
+  c->add_flag("--list", list, "list every key with its type, default, allowed values, unit and description");
   c->callback([] {
     if (list) {
+      std::printf("%-20s %-6s %-14s %-20s %-12s %s\n", "key", "type", "default", "allowed", "unit", "description");
       for (const sim::ParamInfo& p : sim::param_table())
-        std::printf("%-20s %-6s %-14s %-12s %s\n", p.key,
+        std::printf("%-20s %-6s %-14s %-20s %-12s %s\n", p.key,
                     p.type == sim::ParamType::count ? "count" : p.type == sim::ParamType::bytes ? "bytes" : "real",
-                    p.default_text, p.unit, p.description);
+                    p.default_text, sim::param_allowed(p.key).c_str(), p.unit, p.description);
       std::string presets;
       for (const std::string& n : sim::Config::preset_names()) presets += " " + n;
       std::printf("presets:%s\n", presets.c_str());
