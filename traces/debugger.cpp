@@ -184,7 +184,7 @@ class Dbg {
       return 1;
     }
     if (c == "break" || c == "b") {
-      Breakpoint b{Breakpoint::pc, next_id_++, 0};
+      Breakpoint b{Breakpoint::pc, next_id_, 0};  // the id is taken only when the breakpoint is set
       std::string kind = arg(1, "pc N, mark NAME or cycle N");
       if (kind == "mark") {
         const std::string& name = arg(2, "a mark name");
@@ -206,6 +206,7 @@ class Dbg {
         if (b.value >= prog_.words.size()) fail("break: pc {} is past the program's {} instructions", b.value, prog_.words.size());
         out_ << fmt::format("breakpoint {}: before pc {} `{}`\n", b.id, b.value, disasm_[b.value]);
       }
+      ++next_id_;
       breaks_.push_back(b);
       return 0;
     }

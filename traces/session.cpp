@@ -32,7 +32,7 @@ TraceSession::TraceSession(sim::Platform& p, const isa::Program& program, const 
     });
   if (!o.vcd.empty()) vcd_ = std::make_unique<VcdWriter>(o.vcd, cfg);
   if (o.check_hazards) hazards_ = std::make_unique<HazardChecker>(cfg, program);
-  if (!o.any()) return;
+  if (!o.any()) return;  // (a filter alone was refused above)
   p.sequencer().on_issue = [this](const sim::IssueEvent& e) {
     if (tracer_) tracer_->on_issue(e);
     if (timeline_) timeline_->on_issue(e);

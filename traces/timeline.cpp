@@ -137,9 +137,11 @@ std::string Timeline::json(const sim::Stats& stats) const {
   });
   const uint64_t span_lo = filtered_ ? kept_begin_ : 0, span_hi = filtered_ ? last_cycle_ : UINT64_MAX;
   for (const sim::RegionCall* c : calls) {
-    if (c->end < span_lo || c->begin > span_hi) continue;  // outside what the filter kept
+    if (filtered_ && (c->end <= span_lo || c->begin >= span_hi)) continue;  // outside what the filter kept
     std::string name = c->name < stats.names.size() ? stats.names[c->name] : fmt::format("#{}", c->name);
-    slice(marks, c->begin, std::max(c->end, c->begin + 1), name,
+    // Filtered: an enclosing mark is clipped to the span kept (it says where the span is).
+    const uint64_t b = std::max<uint64_t>(c->begin, span_lo), e = std::min<uint64_t>(c->end, span_hi);
+    slice(marks, b, std::max(e, b + 1), name,
           fmt::format(",\"depth\":{},\"instructions\":{},\"ddr_bytes_read\":{}", c->depth,
                       c->counters[sim::Stat::instructions], c->counters[sim::Stat::ddr_bytes_read]));
   }
@@ -175,6 +177,8 @@ std::string Timeline::json(const sim::Stats& stats) const {
 }
 
 void Timeline::write(const std::string& path, const sim::Stats& stats) const {
+  if (warn_ && filtered_ && slices_.empty())
+    warn_(fmt::format("timeline: the --trace-filter kept no instruction; {} holds no slice", path));
   if (warn_ && estimated_bytes() >= (64ull << 20))
     warn_(fmt::format("timeline: writing {} slices, about {} MB, to {} ...", slices_.size(), estimated_bytes() >> 20, path));
   sim::write_file_atomic(path, json(stats));
