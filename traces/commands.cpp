@@ -16,8 +16,8 @@ void add_run_trace_options(CLI::App* run, TraceOptions& o) {
                   "what --trace and --timeline keep: mark=NAME,pc=LO:HI,cycle=LO:HI (both), every=N,pe=N (--trace "
                   "only); comma-separated, all optional");
   run->add_option("--timeline", o.timeline,
-                  "write a Perfetto/Chrome JSON timeline (ui.perfetto.dev); ~115 bytes per instruction, so filter "
-                  "long runs (a 2B decode step is ~214 MB)");
+                  "write a Perfetto/Chrome JSON timeline (ui.perfetto.dev); ~130 bytes per instruction or stall, so "
+                  "filter long runs (a 2B decode step is 214 MB)");
   run->add_option("--vcd", o.vcd, "write a VCD of unit busy flags, DMA queues and DDR bytes in flight (GTKWave)");
   run->add_flag("--check-hazards", o.check_hazards,
                 "report DMA/array races and reads of never-written OCM/LRM (exit 1 if any)");

@@ -44,8 +44,8 @@ void Timeline::add(uint32_t track, uint64_t begin, uint64_t end, const char* nam
   kept_begin_ = std::min(kept_begin_, begin);
   slices_.push_back(Slice{track, begin, end, name, pc, std::move(label)});
   if (warn_ && estimated_bytes() >= warn_at_) {
-    warn_(fmt::format("timeline: {} slices so far, about {} MB of JSON to write (and as much memory); narrow it with "
-                      "--trace-filter mark=NAME, pc=LO:HI or cycle=LO:HI", slices_.size(), estimated_bytes() >> 20));
+    warn_(fmt::format("timeline: {} slices so far, about {:.0f} MB of JSON to write (and as much memory); narrow it "
+                      "with --trace-filter mark=NAME, pc=LO:HI or cycle=LO:HI", slices_.size(), estimated_bytes() / 1e6));
     warn_at_ *= 2;
   }
 }
@@ -179,8 +179,9 @@ std::string Timeline::json(const sim::Stats& stats) const {
 void Timeline::write(const std::string& path, const sim::Stats& stats) const {
   if (warn_ && filtered_ && slices_.empty())
     warn_(fmt::format("timeline: the --trace-filter kept no instruction; {} holds no slice", path));
-  if (warn_ && estimated_bytes() >= (64ull << 20))
-    warn_(fmt::format("timeline: writing {} slices, about {} MB, to {} ...", slices_.size(), estimated_bytes() >> 20, path));
+  if (warn_ && estimated_bytes() >= 64000000)
+    warn_(fmt::format("timeline: writing {} slices, about {:.0f} MB, to {} ...", slices_.size(), estimated_bytes() / 1e6,
+                      path));
   sim::write_file_atomic(path, json(stats));
 }
 

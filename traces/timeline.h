@@ -14,8 +14,8 @@
 //
 // A filter (TraceFilter: mark=, pc=, cycle=) keeps the instructions that pass it, the
 // DMA and DDR activity while the last issued instruction passed, and the marks and
-// bandwidth bins inside the span of what was kept. Size: about 115 bytes of JSON per
-// slice (a 2B decode step is ~2 M slices, ~214 MB); `warn` is told the estimate each
+// bandwidth bins inside the span of what was kept. Size: about 130 bytes of JSON per
+// slice (a 2B decode step is 1.67 M slices, 214 MB); `warn` is told the estimate each
 // time it doubles past 64 MB, and before the file is written.
 #pragma once
 #include <cstdint>
@@ -57,7 +57,7 @@ class Timeline {
   };
   void add(uint32_t track, uint64_t begin, uint64_t end, const char* name, uint32_t pc, std::string label = {});
   uint64_t estimated_bytes() const { return slices_.size() * kBytesPerSlice + 4096; }
-  static constexpr uint64_t kBytesPerSlice = 115;
+  static constexpr uint64_t kBytesPerSlice = 130;  // measured: a 2B decode step, 214.5 MB / 1.67 M slices
 
   const sim::Config cfg_;
   const isa::Program& program_;
@@ -73,7 +73,7 @@ class Timeline {
   bool filtered_ = false, open_ = true;  // a filter given; the last issued instruction passed it
   uint64_t kept_begin_ = UINT64_MAX;    // the span of the kept instructions (filtered only)
   Warn warn_;
-  uint64_t warn_at_ = 64ull << 20;  // the next estimated size to warn at
+  uint64_t warn_at_ = 64000000;  // the next estimated size (bytes) to warn at
 };
 
 }  // namespace gpnpu::traces
