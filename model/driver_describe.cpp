@@ -279,7 +279,7 @@ void add_describe_command(CLI::App& app) {
       ->capture_default_str();
   c->add_option("--cache-dir", o.cache_dir,
                 "where quantised bundles are cached (default $GPNPU_CACHE or ~/.cache/gpnpu); the first functional run "
-                "of synthetic:2b makes its bundle there once: 4.26 GB of temporary checkpoint and a 1.2 GB bundle, "
+                "of synthetic:2b makes its bundle there once: 4.26 GB of temporary checkpoint and a 1.12 GB bundle, "
                 "minutes (docs/performance.md)");
   c->add_option("--preset", o.preset, "machine preset")->capture_default_str();
   c->add_option("--set", o.sets, "override a config key: --set key=value (repeatable)");

@@ -298,14 +298,13 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   if (!ec && sp.available < need)
     fail("cache directory '{}': making the {} bundle needs {} of disk, only {} is free (set --cache-dir or $GPNPU_CACHE "
          "to a disk with room)", dir.string(), spec, human_bytes(double(need)), human_bytes(double(sp.available)));
-  auto say_line = [&](const std::string& l) { note(l); };
   auto t0 = Clock::now();
   if (synthetic) {
     ckpt = dir / fmt::format("checkpoint.tmp.{}", ::getpid());
     note(fmt::format("making the {} checkpoint ...", spec));
     SyntheticOptions so;
     so.seed = 1;
-    so.progress = progress_callback("checkpoint", say_line);
+    so.progress = progress_callback("checkpoint", note);
     make_synthetic_checkpoint(mc, ckpt.string(), so);
     note(fmt::format("  checkpoint made in {:.1f} s", since(t0)));
   }
@@ -313,7 +312,7 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   auto t1 = Clock::now();
   Checkpoint ck = load_checkpoint(ckpt.string());
   QuantOptions qo;
-  qo.progress = progress_callback("quantising", say_line);
+  qo.progress = progress_callback("quantising", note);
   write_quant_bundle(ck, cfg, bundle.string(), qo);  // written under a temporary name, then renamed
   note(fmt::format("  quantised in {:.1f} s", since(t1)));
   if (synthetic) fs::remove_all(ckpt, ec);
