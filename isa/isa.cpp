@@ -266,7 +266,12 @@ std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx)
       case 'C': s += fmt::format("c{}", v); break;
       case 'N': s += fmt::format("{}", v); break;
       case 'D': s += kDirNames[v & 3]; break;
-      case 'I': s += fmt::format("{}", insn.imm); break;
+      case 'I':
+        // Large values are addresses and masks far more often than counts: hex (as
+        // the unsigned 32-bit word, which the assembler reads back to the same bits).
+        s += insn.imm >= 0x10000 || insn.imm < -0x1000000 ? fmt::format("0x{:x}", uint32_t(insn.imm))
+                                                            : fmt::format("{}", insn.imm);
+        break;
       case 'F': {
         // Shortest decimal that reads back to the same bits; raw bits for inf/nan.
         float f = std::bit_cast<float>(uint32_t(insn.imm));

@@ -12,6 +12,7 @@ APT_PACKAGES=(
   nlohmann-json3-dev libstb-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-torch python3-numpy python3-h5py python3-matplotlib
   chromium  # headless, for the report page test (tests/report, label report)
+  fonts-noto-cjk  # CJK glyphs for answer text on the report page (report.cjk_answer checks them)
 )
 # Node and npm may come from elsewhere (a newer Node.js than Debian's): take
 # Debian's only when there is no npm at all.

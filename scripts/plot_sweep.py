@@ -19,12 +19,25 @@ import math
 import os
 import sys
 
-import h5py
-import matplotlib
+DEBIAN_PYTHON = "/usr/bin/python3"
+try:
+    import h5py
+    import matplotlib
+    import numpy as np
+except ModuleNotFoundError as missing:
+    # Another Python (a venv, conda) without Debian's packages: run again under Debian's,
+    # once; else say what is missing and how to get it.
+    if (os.path.exists(DEBIAN_PYTHON) and os.path.realpath(sys.executable) != os.path.realpath(DEBIAN_PYTHON)
+            and not os.environ.get("GPNPU_PLOT_SWEEP_REEXEC")):
+        print(f"plot_sweep: {sys.executable} has no {missing.name}; running again with {DEBIAN_PYTHON}",
+              file=sys.stderr)
+        os.environ["GPNPU_PLOT_SWEEP_REEXEC"] = "1"
+        os.execv(DEBIAN_PYTHON, [DEBIAN_PYTHON, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit(f"error: plot_sweep.py needs the Python module '{missing.name}': run it with {DEBIAN_PYTHON} and "
+             f"Debian's python3-h5py, python3-matplotlib and python3-numpy (scripts/install-deps.sh installs them)")
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 
 
 def text(v):

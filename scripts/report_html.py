@@ -5,13 +5,15 @@ docs/report.md) into ONE self-contained HTML page a person can look at:
     /usr/bin/python3 scripts/report_html.py --json REPORT.json --html OUT.html [--plots DIR]
 
 The page holds the photo as the model saw it, the answers side by side, a bar chart
-of cycles per stage against each stage's MAC and DDR floors, a roofline with every
-kernel call as a point, the energy split and power over time (reports with "energy"),
-the kernels furthest above their floors, the per-step gate table, the totals and the
-resolved machine config. Everything is embedded (images
+of cycles per stage against each stage's MAC and DDR floors (linear bars), a roofline
+with every kernel call as a point, cycles and DDR bytes per decode step, the energy split and power over time
+(reports with "energy"), the kernels
+furthest above their floors, the per-step gate table, the totals and the resolved
+machine config. A run on synthetic (random) weights says so above its answers. Everything is embedded (images
 as data: URIs, CSS inline, no script, no font, no link): the page works offline from
-a file. With --plots DIR the charts are also written there as stages.png,
-roofline.png, energy.png and power.png (the same bytes the page embeds).
+a file (answer text in CJK scripts needs a CJK font on the viewing machine:
+scripts/install-deps.sh installs Debian's fonts-noto-cjk). With --plots DIR the
+charts are also written there as NAME.png (the same bytes the page embeds).
 
 A malformed report (unreadable, not JSON, a missing key, a key of the wrong type)
 exits 2 with one line naming the file and the key. Output files are written under a
@@ -30,7 +32,7 @@ import sys
 import tempfile
 
 SCHEMA = "gpnpu-describe-report/1"
-CHARTS = ("stages", "roofline")  # data-chart names of the page's charts, in page order
+CHARTS = ("stages", "roofline", "steps")  # data-chart names of the page's charts, in page order
 ENERGY_CHARTS = ("energy", "power")  # added when the report has "energy" (issue 15)
 ENERGY_PARTS = ("image", "decode_per_token", "run")
 ENERGY_SPLIT = ("ddr", "ocm", "mac", "other", "static")
@@ -169,7 +171,8 @@ def load_report(path):
 
 # One colour per program/stage, fixed so every report reads the same.
 STAGE_COLOURS = {"vision_tower": "#1f77b4", "prefill": "#d62728", "head": "#9467bd", "decode": "#2ca02c"}
-EXTRA_COLOURS = ["#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+# (no light yellow: every colour here must also read as text on white)
+EXTRA_COLOURS = ["#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#6b6b00", "#17becf"]
 
 
 def stage_colour(stage, seen):
@@ -195,10 +198,13 @@ def fmt_cycles(v):
 
 
 def stage_chart(plt, rep):
-    """Grouped horizontal bars: each stage's cycles beside its MAC floor and DDR floor."""
+    """Grouped horizontal bars on a LINEAR axis (bar lengths compare as the cycles do):
+    each stage's cycles beside its MAC floor and DDR floor; the label gives the figures,
+    so a stage too short to see still reads. The legend sits under the axes, clear of
+    the bars and their labels."""
     stages = rep["stages"]
     clock = rep["machine"]["clock_ghz"]
-    fig, ax = plt.subplots(figsize=(8.0, 0.9 + 0.75 * max(1, len(stages))))
+    fig, ax = plt.subplots(figsize=(8.0, 1.5 + 0.75 * max(1, len(stages))))
     h = 0.26
     seen = {}
     names = []
@@ -215,19 +221,18 @@ def stage_chart(plt, rep):
         floor = max(s["mac_floor_cycles"], s["ddr_floor_cycles"])
         ratio = f", {s['cycles'] / floor:.3f}x floor" if floor > 0 else ""
         ax.text(s["cycles"], y + h, f" {fmt_cycles(s['cycles'])} = {s['cycles'] / (clock * 1e6):.4g} ms{ratio}",
-                va="center", fontsize=8)
+                va="center", fontsize=8, color="#222222")
     ax.set_yticks([y for y, _ in names], [n for _, n in names])
-    ax.set_xlabel("cycles")
+    ax.set_xlabel("cycles (linear)")
+    ax.xaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: fmt_cycles(v)))
     vals = [v for s in stages for v in (s["cycles"], s["mac_floor_cycles"], s["ddr_floor_cycles"]) if v > 0]
-    if vals and max(vals) / min(vals) > 200:
-        ax.set_xscale("log")
-        ax.set_xlim(min(vals) / 2, max(vals) * 20)
-    elif vals:
-        ax.set_xlim(0, max(vals) * 1.6)
+    ax.set_xlim(0, max(vals) * 1.5 if vals else 1)
+    ax.set_ylim(-0.6, len(stages) - 0.4)
     ax.set_title(f"Cycles per stage against its floors ({rep['machine'].get('preset', '?')}, {clock:g} GHz)",
                  fontsize=10)
     if stages:
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.5 / (1 + 0.5 * len(stages))), ncol=3, fontsize=8,
+                  frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -273,6 +278,20 @@ def roofline_groups(rep):
                         intensity=inten, rate=rate, ceiling=ceiling,
                         bound="MAC" if inten is None or bw * inten >= peak else "DDR", share=rate / ceiling))
     out.sort(key=lambda g: -g["cycles"])
+    return out
+
+
+def above_roof(rep):
+    """Calls drawn above the DDR roof: (call, DDR bytes per cycle over the peak) for every
+    call whose counted DDR bytes over its own cycles beat the peak bandwidth. They are
+    real: the GEMMs' weights are prefetched by DMA during the call before them
+    (kernels/gemm.h, GemmArgs::next), and a call's DMA may be queued before its mark
+    begins, so its own cycles undercount the time its bytes took."""
+    bw = rep["machine"]["ddr_bytes_per_cycle"]
+    out = []
+    for k in rep["kernels"]:
+        if k["macs"] > 0 and k["cycles"] > 0 and k["ddr_bytes"] / k["cycles"] > bw * (1 + 1e-9):
+            out.append((k, k["ddr_bytes"] / k["cycles"] / bw))
     return out
 
 
@@ -327,6 +346,10 @@ def roofline_chart(plt, rep):
                     arrowprops=dict(arrowstyle="-", lw=0.6, color="#666666", shrinkA=0, shrinkB=3))
     n_edge = sum(1 for p in pts if p[0] is None)
     notes = []
+    above = above_roof(rep)
+    if above:
+        notes.append(f"{len(above)} calls above the DDR roof (up to {max(r for _, r in above):.4f}x): "
+                     "bytes moved before their mark began (prefetch; see the caption)")
     if n_edge:
         notes.append(f"{n_edge} calls with 0 DDR bytes drawn at the right edge (>)")
     if no_macs:
@@ -334,7 +357,7 @@ def roofline_chart(plt, rep):
     if any(p[3] for p in pts):
         notes.append("squares: int8 calls")
     if notes:
-        ax.text(0.01, 0.01, "; ".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", color="#444444")
+        ax.text(0.01, 0.01, "\n".join(notes), transform=ax.transAxes, fontsize=7, va="bottom", color="#444444")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(xmin, xmax)
@@ -407,6 +430,57 @@ def power_chart(plt, rep):
     return fig
 
 
+def decode_steps(rep):
+    """(cycles per decode step, DDR bytes per decode step) from programs.decode, or
+    from the steps table when a report has no programs block."""
+    dec = (rep.get("programs") or {}).get("decode") or {}
+    cyc, byt = dec.get("cycles_per_step"), dec.get("ddr_bytes_per_step")
+    if not isinstance(cyc, list):
+        cyc = [s.get("cycles", 0) for s in rep["steps"] if s["step"] >= 0]
+    if not isinstance(byt, list) or len(byt) != len(cyc):
+        byt = None
+    return cyc, byt
+
+
+def steps_chart(plt, rep):
+    """Per decode step (one answer token each): cycles (top) and DDR bytes (bottom),
+    with the answer's token ids under the steps when the run has them."""
+    cyc, byt = decode_steps(rep)
+    clock = rep["machine"]["clock_ghz"]
+    fig, axes = plt.subplots(2, 1, figsize=(8.0, 4.6), sharex=True)
+    steps = list(range(len(cyc)))
+    if not cyc:
+        for ax in axes:
+            ax.text(0.5, 0.5, "no decode steps in this run (--tokens 1)", ha="center", va="center",
+                    transform=ax.transAxes, fontsize=9, color="#222222")
+    else:
+        def panel(ax, ys, colour, label, unit, scale):
+            vals = [v / scale for v in ys]
+            ax.plot(steps, vals, marker="o", ms=3, color=colour, lw=1.2)
+            lo, hi = min(vals), max(vals)
+            ax.set_ylabel(unit, fontsize=8)
+            ax.set_title(f"{label}: {lo:,.4g} .. {hi:,.4g} {unit}"
+                         + (f", largest +{100 * (hi - lo) / lo:.2f}% (axis not from 0)" if lo > 0 else ""),
+                         fontsize=9, loc="left")
+            ax.grid(alpha=0.3)
+        panel(axes[0], cyc, STAGE_COLOURS["decode"], f"cycles per step ({1 / clock:.4g} ms per M cycles)",
+              "M cycles", 1e6)
+        if byt:
+            panel(axes[1], byt, "#1f77b4", "DDR bytes per step (weights + KV cache)", "MB", 1e6)
+        else:
+            axes[1].text(0.5, 0.5, "the report has no DDR bytes per step", ha="center", va="center",
+                         transform=axes[1].transAxes, fontsize=9)
+        axes[1].xaxis.set_major_locator(plt.MaxNLocator(integer=True))
+        ids = rep["answers"]["device"]["ids"]
+        axes[1].set_xlabel("decode step (step k makes answer token k + 1; token 0 comes from the image program)"
+                           + (", and the token id it was fed" if ids else ""), fontsize=8)
+        if ids and len(ids) >= len(cyc) and len(cyc) <= 40:
+            axes[1].set_xticks(steps, [f"{k}\n{ids[k]}" for k in steps], fontsize=7)
+    fig.suptitle(f"Per decode step: {len(cyc)} steps", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def make_charts(rep):
     import matplotlib
 
@@ -415,7 +489,7 @@ def make_charts(rep):
 
     plt.rcParams["svg.hashsalt"] = "gpnpu"  # deterministic output
     out = {}
-    fns = {"stages": stage_chart, "roofline": roofline_chart, "energy": energy_chart, "power": power_chart}
+    fns = {"stages": stage_chart, "roofline": roofline_chart, "steps": steps_chart, "energy": energy_chart, "power": power_chart}
     for name in charts_of(rep):
         fig = fns[name](plt, rep)
         out[name] = png_bytes(fig)
@@ -454,7 +528,8 @@ h1{font-size:1.4em;margin:0 0 4px}h2{font-size:1.1em;margin:24px 0 8px;border-bo
 .answer{flex:1 1 220px;background:#fff;border:1px solid #ccc;border-radius:6px;padding:8px 12px}
 .answer h3{margin:0 0 6px;font-size:.95em}.answer .text{white-space:pre-wrap;font-size:1.05em}
 .answer .none{color:#888;font-style:italic}.answer details{font-size:.75em;color:#555}
-.answer .ids{font-family:monospace;word-break:break-all}
+.answer .ids{font-family:monospace;word-break:break-all;font-size:.8em;color:#444;margin-top:6px}
+.synthetic{background:#fff3cd;border:1px solid #b58900;border-radius:6px;padding:6px 12px;margin:0 0 10px;color:#222}
 table{border-collapse:collapse;font-size:.85em;background:#fff}
 td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}th{background:#eee}
 td.l,th.l{text-align:left}
@@ -493,9 +568,23 @@ def answers_html(rep):
             agree = (f'<div class="agree">matches the device on {same}/{max(len(a["ids"]), len(dev_ids))} tokens'
                      + (f", first difference at token {first}" if first is not None else "") + "</div>")
         out.append(f'<div class="answer" data-answer="{e(k)}"><h3>{e(label)}</h3>{body}{agree}'
-                   f'<details><summary>{len(a["ids"])} token ids</summary>'
-                   f'<div class="ids">{e(" ".join(str(i) for i in a["ids"]))}</div></details></div>')
+                   f'<div class="ids">{len(a["ids"])} token ids: {e(" ".join(str(i) for i in a["ids"])) or "none"}</div></div>')
     return '<div class="answers">' + "".join(out) + "</div>"
+
+
+def is_synthetic(rep):
+    m = rep["model"]
+    return m.get("synthetic") is True or (m.get("synthetic") is None and m["spec"].startswith("synthetic:"))
+
+
+def synthetic_html(rep):
+    if not is_synthetic(rep):
+        return ""
+    return ('<p class="synthetic" id="synthetic"><b>Synthetic weights:</b> this model\'s weights are random '
+            '(seeded), so the answer text is meaningless — repeated or foreign-looking tokens are expected. '
+            'What the run shows is that the simulated chip computes what the reference computes (the gates) '
+            'and how many cycles it takes. Give <code>--model</code> a real Qwen3-VL checkpoint for a real '
+            'answer.</p>')
 
 
 def photo_html(rep):
@@ -642,13 +731,32 @@ def roofline_caption(rep):
             f"{m['mac_per_cycle_int8']:g} MAC/cycle (horizontal). A call on the diagonal is DDR-bound at full bandwidth."
             + (f" DDR is the DRAM model ({rep['dram']['preset']}): the diagonal is its peak, the dash-dotted line the "
                f"sustained ceiling of a sequential stream ({m['ddr_sustained_bytes_per_cycle']:.4g} B/cycle; "
-               f"decode row hits {100 * rep['dram']['decode']['row_hit_rate']:.1f}%)." if rep.get("dram") else ""))
+               f"decode row hits {100 * rep['dram']['decode']['row_hit_rate']:.1f}%)." if rep.get("dram") else "")
+            + above_roof_caption(rep))
+
+
+def above_roof_caption(rep):
+    above = above_roof(rep)
+    if not above:
+        return ""
+    names = ", ".join(sorted({k["mark"] for k, _ in above})[:6]) + (", ..." if len(above) > 6 else "")
+    return (f" {len(above)} calls sit above the DDR roof (up to {max(r for _, r in above):.4f}x the peak bytes per "
+            f"cycle: {e(names)}): some of their bytes were moved before their own mark began (the GEMM weights "
+            f"are prefetched by DMA during the call before; a DMA may be queued before the mark), so their own "
+            f"cycles undercount the time their bytes took. The roof holds for the run as a whole.")
+
+
+def steps_caption(rep):
+    return ("Each decode step makes one answer token: its cycles (top) and the DDR bytes it moved (bottom). "
+            "Every step streams all the weights once, and the KV cache grows by one slot a step, so both rise "
+            "slowly across the answer. The image program (the first token) is not drawn here.")
 
 
 def page(rep, charts):
     model = rep["model"]
     title = f"gpnpu describe: {model.get('name') or model['spec']}"
-    worst = kernel_table(rep["worst_kernels"], "The ten calls furthest above their floors")
+    worst = kernel_table(rep["worst_kernels"], "The ten calls with the most cycles above their floors "
+                                               "(sorted by cycles - floor, the last column)")
     top = kernel_table(sorted(rep["kernels"], key=lambda k: -k["cycles"])[:10], "The ten calls with the most cycles")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
@@ -660,13 +768,14 @@ def page(rep, charts):
 <p>{e(rep["mode"])} run on {e(rep["machine"].get("preset"))} ({rep["machine"]["clock_ghz"]:g} GHz); model {e(model["spec"])}
 {("(bundle " + e(model["bundle"]) + ")") if model.get("bundle") else ""}</p>
 <h2>The photo and the answers</h2>
-<div class="top">{photo_html(rep)}{answers_html(rep)}</div>
+{synthetic_html(rep)}<div class="top">{photo_html(rep)}{answers_html(rep)}</div>
 <h2>Totals</h2>
 {totals_html(rep)}
 <h2>Where the cycles went</h2>
 <div class="charts">
 {chart_html("stages", charts["stages"], "Cycles per stage (decode: the sum over all decode steps) beside the stage's MAC floor (its MACs at the peak rate) and DDR floor (its DDR bytes at the peak bandwidth).")}
 {chart_html("roofline", charts["roofline"], roofline_caption(rep))}
+{chart_html("steps", charts["steps"], steps_caption(rep))}
 </div>
 {groups_html(rep)}
 {energy_html(rep, charts)}

@@ -15,6 +15,7 @@
 #include "model/cli/driver_sweep.h"
 #include "sim/machine/config.h"
 #include "sim/machine/options.h"
+#include "sim/machine/config_limits.h"
 #include "sim/run.h"
 #include "traces/commands.h"
 
@@ -41,6 +42,9 @@ void add_isa_commands(CLI::App& app) {
 
 void add_run_command(CLI::App& app) {
   auto* run = app.add_subcommand("run", "run a program (assembly or binary) on the simulated GPNPU");
+  run->footer("A run stops with an error after max_cycles simulated cycles (an endless loop; `gpnpu config --list` "
+              "gives the default): lower it with --set max_cycles=N to stop a suspect program sooner, raise it for "
+              "a longer run.");
   static std::string prog;
   static sim::MachineOptions mo;
   static bool timing_only = false, quiet = false;
@@ -75,16 +79,17 @@ void add_config_command(CLI::App& app) {
   static sim::MachineOptions mo;
   static bool list = false;
   mo.add(c);
-  c->add_flag("--list", list, "list every key with its type, default, unit and description");
+  c->add_flag("--list", list, "list every key with its type, default, allowed values, unit and description");
   c->callback([] {
     if (list) {
+      std::printf("%-20s %-6s %-14s %-20s %-12s %s\n", "key", "type", "default", "allowed", "unit", "description");
       for (const sim::ParamInfo& p : sim::param_table())
-        std::printf("%-20s %-6s %-14s %-12s %s\n", p.key,
+        std::printf("%-20s %-6s %-14s %-20s %-12s %s\n", p.key,
                     p.type == sim::ParamType::count   ? "count"
                     : p.type == sim::ParamType::bytes ? "bytes"
                     : p.type == sim::ParamType::real  ? "real"
                                                       : "text",
-                    p.default_text, p.unit, p.description);
+                    p.default_text, sim::param_allowed(p.key).c_str(), p.unit, p.description);
       std::string presets;
       for (const std::string& n : sim::Config::preset_names()) presets += " " + n;
       std::printf("presets:%s\n", presets.c_str());

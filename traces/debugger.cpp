@@ -1,6 +1,7 @@
 #include "traces/debugger.h"
 
 #include <algorithm>
+#include <csignal>
 #include <istream>
 #include <ostream>
 #include <sstream>
@@ -17,6 +18,30 @@ namespace {
 // Thrown from the hook to end the run early (a gpnpu::Error, so the sequencer
 // drains its DMAs and the platform returns cleanly).
 const char* const kQuit = "debugger: quit";
+
+// Ctrl-C at the terminal: the handler only sets this; the next issued instruction
+// stops the run there, as a breakpoint would (gdb's behaviour).
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_sigint(int) { g_interrupted = 1; }
+
+// Installs on_sigint for the debugger's lifetime and puts the previous handler back.
+// SA_RESTART: a Ctrl-C at the prompt does not break the read of the next command.
+struct SigintScope {
+  struct sigaction old {};
+  bool active;
+  explicit SigintScope(bool on) : active(on) {
+    if (!active) return;
+    struct sigaction sa {};
+    sa.sa_handler = on_sigint;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGINT, &sa, &old);
+    g_interrupted = 0;
+  }
+  ~SigintScope() {
+    if (active) sigaction(SIGINT, &old, nullptr);
+  }
+};
 
 struct Breakpoint {
   enum Kind { pc, mark, cycle } kind;
@@ -70,7 +95,11 @@ class Dbg {
     if (error.find(kQuit) != std::string::npos) return;
     if (fatal_) throw Error(error);
     halted_ = true;
-    if (!error.empty()) out_ << "the program stopped with an error: " << error << "\n";
+    fault_ = error;
+    if (!error.empty())
+      out_ << fmt::format("the program faulted after {} instructions (last issue at cycle {}): {}\n"
+                          "(its state is as the fault left it: regs, mem, where; it cannot run on)\n",
+                          executed_, last_cycle_, error);
     else
       out_ << fmt::format("program halted: {} cycles, {} instructions\n", p_.stats().total[sim::Stat::cycles],
                           p_.stats().total[sim::Stat::instructions]);
@@ -100,7 +129,10 @@ class Dbg {
       if (!source_.empty()) out_ << "(gpnpu) " << line << "\n";
       try {
         int r = execute(t);
-        if (r > 0) return true;
+        if (r > 0) {
+          g_interrupted = 0;  // a Ctrl-C typed at the prompt does not stop the next run at once
+          return true;
+        }
         if (r < 0) return stop_session();
       } catch (const Error& e) {
         if (std::string(e.what()) == kQuit) throw;
@@ -137,7 +169,7 @@ class Dbg {
       bool cycles = c == "stepc" || (t.size() > 2 && t[2].starts_with("cycle"));
       if (n == 0) fail("`{} 0` does nothing; give a positive count", c);
       if (halted_) {
-        out_ << "the program has halted\n";
+        out_ << ended() << "\n";
         return 0;
       }
       if (cycles) until_cycle_ = last_cycle_ + n;
@@ -146,13 +178,13 @@ class Dbg {
     }
     if (c == "continue" || c == "c") {
       if (halted_) {
-        out_ << "the program has halted\n";
+        out_ << ended() << "\n";
         return 0;
       }
       return 1;
     }
     if (c == "break" || c == "b") {
-      Breakpoint b{Breakpoint::pc, next_id_++, 0};
+      Breakpoint b{Breakpoint::pc, next_id_, 0};  // the id is taken only when the breakpoint is set
       std::string kind = arg(1, "pc N, mark NAME or cycle N");
       if (kind == "mark") {
         const std::string& name = arg(2, "a mark name");
@@ -164,12 +196,17 @@ class Dbg {
       } else if (kind == "cycle") {
         b.kind = Breakpoint::cycle;
         b.value = number(arg(2, "a cycle"), "cycle");
+        if (executed_ && b.value <= last_cycle_)
+          fail("break cycle {}: that cycle is past (the last instruction issued at cycle {}); the simulator runs "
+               "forward only: give a later cycle, or run again with the breakpoint set before `continue`",
+               b.value, last_cycle_);
         out_ << fmt::format("breakpoint {}: cycle {}\n", b.id, b.value);
       } else {
         b.value = number(kind == "pc" ? arg(2, "a pc") : kind, "pc");
         if (b.value >= prog_.words.size()) fail("break: pc {} is past the program's {} instructions", b.value, prog_.words.size());
         out_ << fmt::format("breakpoint {}: before pc {} `{}`\n", b.id, b.value, disasm_[b.value]);
       }
+      ++next_id_;
       breaks_.push_back(b);
       return 0;
     }
@@ -287,7 +324,8 @@ class Dbg {
       return 0;
     }
     if (c == "where" || c == "info") {
-      if (halted_) out_ << fmt::format("halted after cycle {}", last_cycle_);
+      if (halted_ && !fault_.empty()) out_ << fmt::format("faulted: {}\n  the last instruction that completed was pc {}", fault_, last_pc_);
+      else if (halted_) out_ << fmt::format("halted after cycle {}", last_cycle_);
       else out_ << fmt::format("before pc {} `{}`", next_pc_, next_pc_ < disasm_.size() ? disasm_[next_pc_] : "?");
       out_ << fmt::format(" (last issue at cycle {}, {} instructions executed)\n", last_cycle_, executed_);
       std::string m;
@@ -368,11 +406,16 @@ class Dbg {
     const isa::ArchState& s = *e.state;
     ++executed_;
     last_cycle_ = e.cycle;
+    last_pc_ = e.pc;
     next_pc_ = s.next_pc;
     if (s.effect == isa::Effect::mark_begin) marks_.push_back(s.effect_arg);
     if (s.effect == isa::Effect::mark_end && !marks_.empty()) marks_.pop_back();
     if (s.effect == isa::Effect::halt) return;  // the run ends; the prompt returns after it
     std::vector<std::string> why;
+    if (g_interrupted) {
+      g_interrupted = 0;
+      why.push_back("interrupted (Ctrl-C)");
+    }
     if (step_left_ && --step_left_ == 0) why.push_back("step");
     if (e.cycle >= until_cycle_) {
       why.push_back(fmt::format("stepc: cycle {} >= {}", e.cycle, until_cycle_));
@@ -410,13 +453,17 @@ class Dbg {
     command_loop();
   }
 
+  std::string ended() const {
+    return fault_.empty() ? "the program has halted" : "the program faulted (`where` says where); it cannot run on";
+  }
+
   static constexpr const char* kHelp =
       "break pc N | break N | break mark NAME | break cycle N   set a breakpoint\n"
       "delete [N]            remove a breakpoint (all without N); breaks: list them\n"
       "watch SPACE ADDR [BYTES] [pe N]   stop when the bytes change (ocm, lrm, smem, ddr)\n"
       "unwatch [N]           remove a watch\n"
       "step [N]              execute N instructions;  stepc N: run N cycles\n"
-      "continue | c          run to a breakpoint, a watch or halt\n"
+      "continue | c          run to a breakpoint, a watch or halt (Ctrl-C stops it where it is)\n"
       "regs | print xN       scalar registers;  print vN [pe N]: one PE's vector register\n"
       "vregs [pe N]          the 32 vector registers of a PE;  preds: predicate counts\n"
       "mem SPACE ADDR [BYTES] [hex|fp16|f32|int4] [pe N]   show memory (alias x)\n"
@@ -435,14 +482,16 @@ class Dbg {
   int next_id_ = 1;
   size_t line_no_ = 0;
   uint64_t executed_ = 0, last_cycle_ = 0, step_left_ = 0, until_cycle_ = UINT64_MAX;
-  uint32_t next_pc_ = 0;
+  uint32_t next_pc_ = 0, last_pc_ = 0;
   bool started_ = false, halted_ = false, fatal_ = false;
+  std::string fault_;  // the error that ended the run ("" if it halted or runs)
 };
 
 }  // namespace
 
 void debug_program(sim::Platform& platform, const isa::Program& program, std::istream& in, std::ostream& out,
                    const std::string& source) {
+  SigintScope sigint(source.empty());  // at the terminal, Ctrl-C stops a run instead of the process
   Dbg(platform, program, in, out, source).run();
 }
 

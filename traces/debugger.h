@@ -15,7 +15,9 @@
 //                         smem, ddr; BYTES default 4); `unwatch [N]`
 //   step [N]              execute N instructions (default 1)
 //   stepc N               run until the first instruction issuing N cycles later
-//   continue | c          run to the next breakpoint, watch or halt
+//   continue | c          run to the next breakpoint, watch or halt; at the terminal,
+//                         Ctrl-C stops the run before the next instruction, like gdb
+//                         (the prompt returns, state inspectable)
 //   regs                  every scalar register; `print xN` one
 //   print vN [pe N]       one vector register of one PE (hex, fp32, fp16 halves)
 //   vregs [pe N]          the 32 vector registers of one PE (hex)
@@ -24,6 +26,9 @@
 //   disasm [PC] [N]       N instructions around PC (default: around the next pc)
 //   where                 position, cycle, open marks, DMA queues
 //   help, quit
+// A program that faults (a runtime error) is reported as faulted, with the error; its
+// state stays inspectable but it cannot run on. `break cycle N` for a cycle already
+// past is refused (the simulator does not run backwards).
 // In a command file an unknown or malformed command is an error (FILE:LINE); at
 // the terminal it is printed and the prompt returns. At the end of the commands
 // the debugger stops (the program is not run further).

@@ -402,19 +402,14 @@ void InsnTracer::writes_of(const sim::IssueEvent& e, uint32_t pe, std::vector<Tr
 
 InsnTracer::InsnTracer(const std::string& path, const isa::Program& program, const TraceFilter& filter,
                        const std::string& header)
-    : path_(path), out_(path), binary_(is_binary_trace_path(path)), program_(program), filter_(filter) {
+    : path_(path),
+      out_(path),
+      binary_(is_binary_trace_path(path)),
+      program_(program),
+      filter_(filter),
+      match_(filter, program) {
   disasm_ = disassemble_all(program);
   for (uint64_t w : program.words) units_.push_back(isa::unit_name(isa::decode(w, 0).info->unit));
-  if (!filter_.mark.empty()) {
-    auto it = std::find(program.names.begin(), program.names.end(), filter_.mark);
-    if (it == program.names.end()) {
-      std::string all;
-      for (const std::string& n : program.names) all += (all.empty() ? "" : ", ") + n;
-      fail("--trace-filter: mark \"{}\" is not in the program (its marks: {})", filter_.mark,
-           all.empty() ? "none" : all);
-    }
-    mark_id_ = uint32_t(it - program.names.begin());
-  }
   f_ = std::fopen(out_.temp().c_str(), "wb");
   if (!f_)
     fail("cannot write trace '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
@@ -455,13 +450,28 @@ InsnTracer::~InsnTracer() {
   if (f_) std::fclose(f_);  // out_ removes the temporary
 }
 
-void InsnTracer::on_issue(const sim::IssueEvent& e) {
+FilterMatch::FilterMatch(const TraceFilter& filter, const isa::Program& program) : f_(filter) {
+  if (f_.mark.empty()) return;
+  auto it = std::find(program.names.begin(), program.names.end(), f_.mark);
+  if (it == program.names.end()) {
+    std::string all;
+    for (const std::string& n : program.names) all += (all.empty() ? "" : ", ") + n;
+    fail("--trace-filter: mark \"{}\" is not in the program (its marks: {})", f_.mark, all.empty() ? "none" : all);
+  }
+  mark_id_ = uint32_t(it - program.names.begin());
+}
+
+bool FilterMatch::on_issue(const sim::IssueEvent& e) {
   const isa::ArchState& s = *e.state;
   if (s.effect == isa::Effect::mark_begin) marks_.push_back(s.effect_arg);
-  bool pass = e.pc >= filter_.pc_lo && e.pc < filter_.pc_hi && e.cycle >= filter_.cycle_lo && e.cycle < filter_.cycle_hi;
+  bool pass = e.pc >= f_.pc_lo && e.pc < f_.pc_hi && e.cycle >= f_.cycle_lo && e.cycle < f_.cycle_hi;
   if (pass && mark_id_ != UINT32_MAX) pass = std::find(marks_.begin(), marks_.end(), mark_id_) != marks_.end();
   if (s.effect == isa::Effect::mark_end && !marks_.empty()) marks_.pop_back();
-  if (!pass) return;
+  return pass;
+}
+
+void InsnTracer::on_issue(const sim::IssueEvent& e) {
+  if (!match_.on_issue(e)) return;
   if (passed_++ % filter_.every != 0) return;
   rec_.cycle = e.cycle;
   rec_.pc = e.pc;

@@ -42,6 +42,24 @@ struct TraceFilter {
   uint32_t pe = 0;
   // "mark=gemv,pc=10:50,cycle=0:5000,every=4,pe=3"; throws gpnpu::Error on bad input.
   static TraceFilter parse(const std::string& spec);
+  // every= or pe= given: terms only the instruction trace has (the timeline takes
+  // mark=, pc= and cycle=).
+  bool has_trace_only_terms() const { return every != 1 || pe != 0; }
+};
+
+// Follows the marks a run opens and closes and says whether each issued instruction
+// passes a filter's mark, pc and cycle terms: the instruction trace and the timeline
+// filter with it. Throws gpnpu::Error naming the program's marks when the filter's
+// mark is not one of them.
+class FilterMatch {
+ public:
+  FilterMatch(const TraceFilter& filter, const isa::Program& program);
+  bool on_issue(const sim::IssueEvent& e);  // call for every issued instruction, in order
+
+ private:
+  TraceFilter f_;
+  std::vector<uint32_t> marks_;  // open mark ids, innermost last
+  uint32_t mark_id_ = UINT32_MAX;
 };
 
 // One thing an instruction wrote.
@@ -107,10 +125,9 @@ class InsnTracer {
   bool binary_ = false;
   const isa::Program& program_;
   TraceFilter filter_;
+  FilterMatch match_;
   std::vector<std::string> disasm_;
   std::vector<std::string_view> units_;
-  std::vector<uint32_t> marks_;  // open mark ids, innermost last
-  uint32_t mark_id_ = UINT32_MAX;
   uint64_t passed_ = 0, lines_ = 0, last_cycle_ = 0;
   TraceRecord rec_;
   std::string buf_;

@@ -1,5 +1,6 @@
 #include "traces/session.h"
 
+#include <cstdio>
 #include <exception>
 
 #include <fmt/format.h>
@@ -10,17 +11,28 @@ namespace gpnpu::traces {
 
 TraceSession::TraceSession(sim::Platform& p, const isa::Program& program, const TraceOptions& o) : p_(p), o_(o) {
   const sim::Config& cfg = p.config();
+  const TraceFilter filter = TraceFilter::parse(o.filter);
+  // A filter that would filter nothing is refused, not ignored.
+  if (!o.filter.empty() && o.trace.empty() && o.timeline.empty())
+    fail("--trace-filter '{}' applies to nothing: it filters --trace and --timeline (the VCD and --check-hazards "
+         "see every instruction); give one of them, or drop the filter", o.filter);
+  if (filter.has_trace_only_terms() && o.trace.empty())
+    fail("--trace-filter '{}': every= and pe= apply to the instruction trace only (--trace); the timeline takes mark=, "
+         "pc= and cycle=", o.filter);
   base_ = sim::Clock(cfg.clock_ghz).to_cycles(sc_core::sc_time_stamp());
   if (!o.trace.empty()) {
     std::string header = fmt::format("gpnpu instruction trace: {}, preset {}{}, filter '{}'",
                                      program.source.empty() ? "<program>" : program.source, cfg.preset,
                                      p.timing_only() ? ", timing only" : "", o.filter);
-    tracer_ = std::make_unique<InsnTracer>(o.trace, program, TraceFilter::parse(o.filter), header);
+    tracer_ = std::make_unique<InsnTracer>(o.trace, program, filter, header);
   }
-  if (!o.timeline.empty()) timeline_ = std::make_unique<Timeline>(cfg, program);
+  if (!o.timeline.empty())
+    timeline_ = std::make_unique<Timeline>(cfg, program, filter, [](const std::string& w) {
+      std::fprintf(stderr, "%s\n", w.c_str());
+    });
   if (!o.vcd.empty()) vcd_ = std::make_unique<VcdWriter>(o.vcd, cfg);
   if (o.check_hazards) hazards_ = std::make_unique<HazardChecker>(cfg, program);
-  if (!o.any()) return;
+  if (!o.any()) return;  // (a filter alone was refused above)
   p.sequencer().on_issue = [this](const sim::IssueEvent& e) {
     if (tracer_) tracer_->on_issue(e);
     if (timeline_) timeline_->on_issue(e);

@@ -29,7 +29,8 @@ struct TraceOptions {
   std::string timeline;      // Perfetto JSON file
   std::string vcd;           // VCD file (SystemC tracing; before the process's first run)
   bool check_hazards = false;
-  bool any() const { return !trace.empty() || !timeline.empty() || !vcd.empty() || check_hazards; }
+  // A filter alone counts: the session refuses it (a filter that applies to nothing).
+  bool any() const { return !trace.empty() || !timeline.empty() || !vcd.empty() || check_hazards || !filter.empty(); }
 };
 
 class TraceSession {

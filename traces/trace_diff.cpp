@@ -76,4 +76,53 @@ TraceDivergence diff_traces(const std::vector<TraceLine>& a, const std::vector<T
   return d;
 }
 
+TraceDivergence diff_trace_values(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b,
+                                  const std::string& name_a, const std::string& name_b) {
+  std::vector<size_t> wa, wb;  // the lines that write something
+  for (size_t i = 0; i < a.size(); ++i)
+    if (!a[i].writes.empty()) wa.push_back(i);
+  for (size_t i = 0; i < b.size(); ++i)
+    if (!b[i].writes.empty()) wb.push_back(i);
+  TraceDivergence d;
+  const size_t n = std::min(wa.size(), wb.size());
+  size_t k = 0;
+  while (k < n && a[wa[k]].writes == b[wb[k]].writes) ++k;
+  if (k == n && wa.size() == wb.size()) {
+    d.report = fmt::format("traces write the same values: {} writing lines ({} and {} lines in all; cycles, pcs and "
+                           "instructions not compared)\n", wa.size(), a.size(), b.size());
+    return d;
+  }
+  d.same = false;
+  if (k == n) {
+    const bool a_longer = wa.size() > wb.size();
+    const TraceLine& l = a_longer ? a[wa[k]] : b[wb[k]];
+    d.what = "length";
+    d.line = a_longer ? wa[k] : a.size();
+    d.cycle = l.cycle;
+    d.pc = l.pc;
+    d.report = fmt::format("the writes agree for {} writing lines, then {} writes no more; {} goes on with:\n  {}\n", k,
+                           a_longer ? name_b : name_a, a_longer ? name_a : name_b, l.text);
+    return d;
+  }
+  const TraceLine &x = a[wa[k]], &y = b[wb[k]];
+  d.what = "write";
+  d.line = wa[k];
+  d.cycle = x.cycle;
+  d.pc = x.pc;
+  std::vector<std::string> pa = split_writes(x.writes), pb = split_writes(y.writes);
+  for (size_t i = 0; i < std::max(pa.size(), pb.size()); ++i) {
+    std::string p = i < pa.size() ? pa[i] : "", q = i < pb.size() ? pb[i] : "";
+    if (p != q) {
+      d.write_a = p;
+      d.write_b = q;
+      break;
+    }
+  }
+  d.report = fmt::format("first different write: writing line {} ({} line {}, {} line {}):\n  {}: {}\n  {}: {}\n"
+                         "  differing write: {} vs {}\n",
+                         k + 1, name_a, wa[k] + 1, name_b, wb[k] + 1, name_a, x.text, name_b, y.text,
+                         d.write_a.empty() ? "(none)" : d.write_a, d.write_b.empty() ? "(none)" : d.write_b);
+  return d;
+}
+
 }  // namespace gpnpu::traces

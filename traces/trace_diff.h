@@ -24,4 +24,14 @@ struct TraceDivergence {
 TraceDivergence diff_traces(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b,
                             const std::string& name_a = "A", const std::string& name_b = "B");
 
+// Values only (`trace-diff --values-only`): the sequence of what the two runs wrote,
+// ignoring when. Lines that write nothing (waits, nops, branches not taken, ...) are
+// skipped, and cycle, unit, pc and instruction are not compared, so the same program
+// on a retimed machine, or with waits or nops added, compares equal; the first
+// differing write (or one run writing more) is the divergence (`what` = "write" or
+// "length"; `line` is the index in A's lines). A change that reorders the writes
+// (a new schedule of the same work) is reported at the first reordered write.
+TraceDivergence diff_trace_values(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b,
+                                  const std::string& name_a = "A", const std::string& name_b = "B");
+
 }  // namespace gpnpu::traces

@@ -267,11 +267,10 @@ QuantErrorReport quant_error_report(const float* w, const QuantTensor& q) {
 
 // ---- bundle ---------------------------------------------------------------------------
 
-BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, const std::string& out_path,
-                               const QuantOptions& opt) {
-  auto t0 = std::chrono::steady_clock::now();
-  ck.check(cfg);
-  const auto specs = expected_tensors(cfg);
+namespace {
+
+// The bundle's tensors (layout in quant.h).
+std::vector<TensorDecl> bundle_decls(const std::vector<TensorSpec>& specs) {
   std::vector<TensorDecl> decls;
   for (const auto& s : specs) {
     if (s.quantised()) {
@@ -283,6 +282,23 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
       decls.push_back({s.name, DType::F32, s.shape});
     }
   }
+  return decls;
+}
+
+}  // namespace
+
+uint64_t quant_bundle_data_bytes(const ModelConfig& cfg) {
+  uint64_t n = 0;
+  for (const TensorDecl& d : bundle_decls(expected_tensors(cfg))) n += d.nbytes();
+  return n;
+}
+
+BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, const std::string& out_path,
+                               const QuantOptions& opt) {
+  auto t0 = std::chrono::steady_clock::now();
+  ck.check(cfg);
+  const auto specs = expected_tensors(cfg);
+  const std::vector<TensorDecl> decls = bundle_decls(specs);
   std::map<std::string, std::string> meta = {{"format", "gpnpu-w4a16"},
                                              {"version", "1"},
                                              {"block", std::to_string(kQuantBlock)},
@@ -291,8 +307,11 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
                                              {"source", ck.path()}};
   BundleStats st;
   SafetensorsWriter wr(out_path, decls, meta);
+  uint64_t total_bytes = 0, done_bytes = 0;
+  for (const auto& s : specs) total_bytes += ck.get(s.name).nbytes;
   for (const auto& s : specs) {
     const TensorView& tv = ck.get(s.name);
+    done_bytes += tv.nbytes;
     std::vector<float> w = tv.to_f32();
     if (s.quantised()) {
       QuantTensor q = quantise(w.data(), s.rows(), s.cols(), opt, s.name);
@@ -311,6 +330,7 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
       wr.write_f32(s.name, w.data(), w.size());
       st.float_tensors++;
     }
+    if (opt.progress) opt.progress(done_bytes, total_bytes);
   }
   wr.finish();
   st.bytes = std::filesystem::file_size(out_path);

@@ -24,6 +24,7 @@
 //    bytes (an odd last column leaves the high nibble 0).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,6 +62,8 @@ struct QuantTensor {
 struct QuantOptions {
   bool clip_search = true;  // false: plain min/max range
   int threads = 0;          // 0: std::thread::hardware_concurrency(); results do not depend on it
+  // write_quant_bundle: called after each tensor with the source bytes done and their total.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 // Quantises a row-major [rows, cols] float matrix. gpnpu::Error on a non-finite weight
@@ -111,6 +114,10 @@ struct BundleStats {
 // by tensor (streaming). Deterministic for any thread count.
 BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg,
                                const std::string& out_path, const QuantOptions& opt = {});
+
+// The tensor data bytes of the bundle write_quant_bundle makes for `cfg` (the file adds
+// a header of a few hundred kB): for sizing the cache before the first run.
+uint64_t quant_bundle_data_bytes(const ModelConfig& cfg);
 
 // Reads a bundle back (mmapped). Checks format metadata and every tensor against the
 // config stored in it; gpnpu::Error naming the file and tensor otherwise.

@@ -171,6 +171,8 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
     const int64_t batch = int64_t(nt) * 16 * kSynthChunk;
     std::vector<float> vals;
     std::vector<uint16_t> bf;
+    const uint64_t total_bytes = uint64_t(st.params) * 2;
+    uint64_t done_bytes = 0;
     for (const auto& s : specs) {
       const int64_t n = s.numel();
       wr.begin_tensor(s.name);
@@ -194,6 +196,8 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
           for (auto& x : th) x.join();
         }
         wr.append(bf.data(), size_t(m) * 2);
+        done_bytes += uint64_t(m) * 2;
+        if (opt.progress) opt.progress(done_bytes, total_bytes);
       }
     }
   }

@@ -24,6 +24,7 @@
 //    (4.26 GB) needs only a few MB of memory beyond the page cache.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "model/checkpoint/config.h"
@@ -41,6 +42,8 @@ struct SyntheticOptions {
   uint64_t seed = 0;
   int threads = 0;        // 0: hardware_concurrency(); output does not depend on it
   bool no_data = false;   // header + sparse zero data only (fast layout test)
+  // Called after each written batch with the tensor bytes written and their total.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
 
 struct SyntheticStats {

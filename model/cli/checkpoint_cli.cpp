@@ -10,6 +10,7 @@
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
+#include "model/checkpoint/progress.h"
 
 namespace gpnpu::model {
 
@@ -54,6 +55,7 @@ void add_checkpoint_commands(CLI::App& app) {
       so.seed = o->seed;
       so.threads = o->threads;
       so.no_data = o->no_data;
+      so.progress = progress_callback("writing", [](const std::string& l) { fmt::print(stderr, "{}\n", l); });
       SyntheticStats st = make_synthetic_checkpoint(cfg, o->out, so);
       fmt::print("make-checkpoint: config {} seed {}: {} tensors, {} parameters, {} bytes{} in {:.2f} s -> {}\n",
                  o->config, o->seed, st.tensors, st.params, st.bytes, o->no_data ? " (header only, sparse data)" : "",
@@ -81,6 +83,7 @@ void add_checkpoint_commands(CLI::App& app) {
       QuantOptions qo;
       qo.threads = o->threads;
       qo.clip_search = !o->no_clip;
+      qo.progress = progress_callback("quantising", [](const std::string& l) { fmt::print(stderr, "{}\n", l); });
       BundleStats st = write_quant_bundle(ck, cfg, o->out, qo);
       fmt::print(
           "quantize: {} quantised tensors ({} weights, {} blocks of {}), {} float tensors, {} bytes in {:.2f} s -> {}\n",

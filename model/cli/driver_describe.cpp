@@ -100,8 +100,17 @@ std::string shell_quote(const std::string& s) {
 // above their floors.
 void print_report(const json& j) {
   std::printf("\nanswers:%s\n", j["mode"] == "timing-only" ? " none (timing only: the tokens fed back are placeholders)" : "");
-  for (const auto& [who, a] : j["answers"].items())
-    if (!a["text"].is_null()) std::printf("  %-16s %s\n", who.c_str(), json(a["text"]).dump().c_str());
+  for (const auto& [who, a] : j["answers"].items()) {
+    if (a["text"].is_null()) continue;
+    std::string ids;
+    for (const json& id : a["ids"]) ids += (ids.empty() ? "" : " ") + std::to_string(int(id));
+    // The text as JSON (escapes, not raw control bytes) and the ids it decodes from.
+    std::printf("  %-16s %s\n  %-16s ids %s\n", who.c_str(), json(a["text"]).dump(-1, ' ', false, json::error_handler_t::replace).c_str(),
+                "", ids.c_str());
+  }
+  if (j["model"]["synthetic"] == true && j["mode"] != "timing-only")
+    std::printf("  (synthetic weights: the model's weights are random, so the text is meaningless; what counts is that\n"
+                "   the device matches the chain, the gates above)\n");
   const double ghz = j["machine"]["clock_ghz"];
   std::printf("\ncycles per stage at %.2f GHz (floors: MAC, DDR):\n", ghz);
   for (const json& s : j["stages"]) {
@@ -147,13 +156,15 @@ void print_report(const json& j) {
                 split(e["decode_per_token"]).c_str(), watts(e["decode_per_token"]).c_str());
   std::printf("  run           %10.3f mJ for %d tokens: %.2f tokens/J, average %.3f W\n", double(e["run"]["total_mj"]),
               int(t["tokens"]), double(e["tokens_per_j"]), double(e["run"]["average_w"]));
-  std::printf("\nthe ten kernel calls furthest above their floors (image program and first decode step):\n");
-  std::printf("  %-7s %-30s %-16s %13s %13s %6s\n", "program", "call", "kernel", "cycles", "floor", "ratio");
+  std::printf("\nthe ten kernel calls with the most cycles above their floors (image program and first decode step),\n"
+              "sorted by cycles - floor:\n");
+  std::printf("  %-7s %-30s %-16s %13s %13s %13s %6s\n", "program", "call", "kernel", "cycles", "floor", "above floor",
+              "ratio");
   for (const json& c : j["worst_kernels"]) {
-    double fl = c["floor"];
-    std::printf("  %-7s %-30s %-16s %13s %13s %6.2f\n", std::string(c["program"]).c_str(), std::string(c["mark"]).c_str(),
-                std::string(c["kernel"]).c_str(), commas(c["cycles"]).c_str(), commas(uint64_t(fl)).c_str(),
-                fl > 0 ? double(c["cycles"]) / fl : 0.0);
+    double fl = c["floor"], cy = c["cycles"];
+    std::printf("  %-7s %-30s %-16s %13s %13s %13s %6.2f\n", std::string(c["program"]).c_str(),
+                std::string(c["mark"]).c_str(), std::string(c["kernel"]).c_str(), commas(uint64_t(cy)).c_str(),
+                commas(uint64_t(fl)).c_str(), commas(uint64_t(std::max(0.0, cy - fl))).c_str(), fl > 0 ? cy / fl : 0.0);
   }
   const json& w = j["wall_s"];
   std::printf("\nwall: setup %.1f s, image program %.1f s, decode %.1f s, total %.1f s\n", double(w["setup"]),
@@ -233,7 +244,8 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   j["command"] = o.command;
   j["mode"] = o.timing_only ? "timing-only" : "functional";
   j["model"] = {{"spec", o.model}, {"name", r.model_name},
-                {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)}};
+                {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)},
+                {"synthetic", o.model.starts_with("synthetic:")}};
   j["machine"] = {{"preset", o.machine.preset},
                   {"clock_ghz", ghz},
                   {"ddr_bytes_per_cycle", cfg.ddr_bytes_per_cycle()},
@@ -245,8 +257,8 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   j["config"] = json::parse(r.config_json);
   j["image"] = {{"path", o.image},
                 {"attribution", attribution(o.image)},
-                {"width", o.width},
-                {"height", o.height},
+                {"width", r.width},
+                {"height", r.height},
                 {"grid", {1, r.grid_h, r.grid_w}},
                 {"png_base64", base64(r.png)}};
   j["prompt"] = {{"text", o.prompt}, {"tokens", r.prompt_tokens}, {"image_tokens", r.image_tokens}, {"image_start", r.image_start}};
@@ -361,9 +373,13 @@ void add_describe_command(CLI::App& app) {
   c->add_option("--tokens", o.tokens, "answer tokens at most (the first from the image program)")->capture_default_str();
   c->add_option("--model", o.model, "synthetic:2b, synthetic:tiny, a checkpoint directory or a W4A16 bundle (.safetensors)")
       ->capture_default_str();
-  c->add_option("--cache-dir", o.cache_dir, "where quantised bundles are cached (default $GPNPU_CACHE or ~/.cache/gpnpu)");
+  c->add_option("--cache-dir", o.cache_dir,
+                "where quantised bundles are cached (default $GPNPU_CACHE or ~/.cache/gpnpu); the first functional run "
+                "of synthetic:2b makes its bundle there once: 4.26 GB of temporary checkpoint and a 1.12 GB bundle, "
+                "minutes (docs/performance.md)");
   o.machine.add(c);
-  c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32)")->capture_default_str();
+  c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32), or 'auto': the processor's "
+                "smart resize (as `gpnpu preprocess --size auto`)")->capture_default_str();
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
   c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache");
   c->add_option("--golden", o.golden, "PyTorch golden (.h5, scripts/reference/golden.py) of the same inputs: adds its answers and gates");
@@ -372,8 +388,9 @@ void add_describe_command(CLI::App& app) {
   c->add_option("--report-html", report_html, "write the run report as one self-contained HTML page");
   c->add_option("--plots", plots, "also write the report's charts as PNG files into this directory (with --report-html)");
   c->callback([] {
-    if (std::sscanf(size.c_str(), "%dx%d", &o.width, &o.height) != 2)
-      fail("--size '{}': expected WxH in pixels, e.g. 256x256", size);
+    if (size == "auto") o.width = o.height = 0;
+    else if (std::sscanf(size.c_str(), "%dx%d", &o.width, &o.height) != 2 || o.width <= 0 || o.height <= 0)
+      fail("--size '{}': expected WxH in pixels, e.g. 256x256, or 'auto' (the processor's own resize)", size);
     o.negative = parse_negative_control(negative);
     if (!plots.empty() && report_html.empty()) fail("--plots needs --report-html (the charts are made with the page)");
     o.command = command_line();
@@ -382,8 +399,12 @@ void add_describe_command(CLI::App& app) {
       std::printf("%s\n", step_line(s).c_str());
       std::fflush(stdout);
     };
-    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(), o.machine.preset.c_str(),
-                o.timing_only ? ", timing only" : "", o.image.c_str(), o.width, o.height);
+    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %s)\n", o.model.c_str(), o.machine.preset.c_str(),
+                o.timing_only ? ", timing only" : "", o.image.c_str(),
+                o.width ? fmt::format("{}x{}", o.width, o.height).c_str() : "auto: the processor's smart resize");
+    if (o.model.starts_with("synthetic:") && !o.timing_only)
+      std::printf("  weights synthetic (random, seed 1): the answer text will be meaningless; the gates check that the\n"
+                  "         simulated chip computes what the host reference computes\n");
     std::fflush(stdout);
     DescribeResult r = describe(o);
     json rep = json::parse(report_json(o, r));

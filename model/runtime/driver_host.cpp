@@ -24,6 +24,7 @@
 #include "model/checkpoint/synthetic.h"
 #include "model/inputs/tokenizer.h"
 #include "model/runtime/session.h"
+#include "model/checkpoint/progress.h"
 
 namespace gpnpu::model {
 
@@ -270,20 +271,41 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cache directory '{}': {} (set --cache-dir or $GPNPU_CACHE to a writable directory)", dir.string(), ec.message());
+  // The first run's cost, said before it is paid: the disk it needs (the synthetic
+  // checkpoint is temporary, the bundle stays) and where it goes.
+  const ModelConfig cfg = synthetic ? mc : ModelConfig::from_json_file((ckpt / "config.json").string());
+  uint64_t ckpt_bytes = 0;
+  for (const TensorSpec& t : expected_tensors(cfg)) ckpt_bytes += uint64_t(t.numel()) * 2;  // bf16
+  const uint64_t bundle_bytes = quant_bundle_data_bytes(cfg);
+  const uint64_t need = bundle_bytes + (synthetic ? ckpt_bytes : 0);
+  const fs::space_info sp = fs::space(dir, ec);
+  note(fmt::format("first run of {}: no W4A16 bundle cached yet, so it is made once{} in {}: {}a {} bundle (kept; later "
+                   "runs start at once); {} of disk needed, {} free. Progress lines follow; docs/performance.md gives "
+                   "the measured first-run times.",
+                   spec, synthetic ? " (synthetic weights, seed 1)" : "", dir.string(),
+                   synthetic ? fmt::format("a {} bf16 checkpoint (temporary, deleted after), quantised to ", human_bytes(double(ckpt_bytes)))
+                             : "the checkpoint quantised to ",
+                   human_bytes(double(bundle_bytes)), human_bytes(double(need)),
+                   ec ? std::string("unknown") : human_bytes(double(sp.available))));
+  if (!ec && sp.available < need)
+    fail("cache directory '{}': making the {} bundle needs {} of disk, only {} is free (set --cache-dir or $GPNPU_CACHE "
+         "to a disk with room)", dir.string(), spec, human_bytes(double(need)), human_bytes(double(sp.available)));
   auto t0 = Clock::now();
   if (synthetic) {
     ckpt = dir / fmt::format("checkpoint.tmp.{}", ::getpid());
-    note(fmt::format("making the {} checkpoint (synthetic weights, seed 1) once, in {} ...", spec, dir.string()));
+    note(fmt::format("making the {} checkpoint ...", spec));
     SyntheticOptions so;
     so.seed = 1;
+    so.progress = progress_callback("checkpoint", note);
     make_synthetic_checkpoint(mc, ckpt.string(), so);
     note(fmt::format("  checkpoint made in {:.1f} s", since(t0)));
   }
-  note(fmt::format("quantising {} to W4A16 once (cached in {}) ...", synthetic ? spec : ckpt.string(), bundle.string()));
+  note(fmt::format("quantising {} to W4A16 ({}) ...", synthetic ? spec : ckpt.string(), bundle.string()));
   auto t1 = Clock::now();
   Checkpoint ck = load_checkpoint(ckpt.string());
-  ModelConfig cfg = synthetic ? mc : ModelConfig::from_json_file((ckpt / "config.json").string());
-  write_quant_bundle(ck, cfg, bundle.string());  // written under a temporary name, then renamed
+  QuantOptions qo;
+  qo.progress = progress_callback("quantising", note);
+  write_quant_bundle(ck, cfg, bundle.string(), qo);  // written under a temporary name, then renamed
   note(fmt::format("  quantised in {:.1f} s", since(t1)));
   if (synthetic) fs::remove_all(ckpt, ec);
   return bundle.string();
@@ -311,6 +333,7 @@ DescribeResult describe(const DescribeOptions& o) {
 
   // Inputs: pixels, prompt ids, positions.
   PreprocessOptions po;
+  if (o.width == 0 && o.height == 0) po.mode = ResizeMode::smart;  // --size auto, as `preprocess` does it
   po.width = o.width;
   po.height = o.height;
   po.patch_size = mc.vision.patch_size;
@@ -318,8 +341,19 @@ DescribeResult describe(const DescribeOptions& o) {
   po.merge_size = mc.vision.spatial_merge_size;
   ImageInput in = preprocess_image(o.image, po);
   r.png = encode_png(in.resized);
+  r.width = in.resized.width;
+  r.height = in.resized.height;
   Tokenizer tok = Tokenizer::load(Tokenizer::default_path());
   std::vector<int> ids = build_chat_prompt([&](std::string_view s) { return tok.encode(s); }, o.prompt, in.n_tokens());
+  // The image program reads the prompt's ids from scalar memory, after its descriptor
+  // areas: that, not the tokenizer's 4,096, is the prompt limit of a machine (3,072 on
+  // qc-u's 16 KiB). Said here, before the compiler runs, in the user's terms.
+  if (const uint64_t room = cfg.smem_bytes > ImageIo{}.ids_smem ? (cfg.smem_bytes - ImageIo{}.ids_smem) / 4 : 0;
+      ids.size() > room)
+    fail("the prompt is {} tokens ({} of them image tokens), more than the {} this machine's scalar memory holds "
+         "(smem_bytes {}, the ids from byte {}): shorten the prompt, use a smaller --size, or --set smem_bytes={}",
+         ids.size(), in.n_tokens(), room, cfg.smem_bytes, ImageIo{}.ids_smem,
+         (ImageIo{}.ids_smem + ids.size() * 4 + 1023) / 1024 * 1024);
   for (int id : ids)
     if (id >= mc.text.vocab_size)
       fail("prompt token {} is outside the model's vocabulary (0..{}): the model does not fit this tokenizer", id,
@@ -380,7 +414,16 @@ DescribeResult describe(const DescribeOptions& o) {
   r.wall_setup = since(t_start);
 
   // Progress during the long image program: every block / layer / stage that closes,
-  // at most one line per 5 s of wall time (and every stage).
+  // at most one line per 5 s of wall time (and every stage), with the share of the
+  // program done counted in its kernels' floor cycles (a fair clock: the calls run
+  // close to their floors) and the time left at that rate.
+  std::map<std::string, double> floor_of;
+  double floor_total = 0, floor_done = 0;
+  for (const KernelCall& c : img.calls) {
+    const double f = kernels::floor_cycles(cfg, c.cost, !c.int8);
+    floor_of[c.mark] += f;
+    floor_total += f;
+  }
   auto last_note = Clock::now();
   const auto t_img = Clock::now();
   struct ResetHook {  // the hook refers to this frame: never leave it behind (errors included)
@@ -389,11 +432,15 @@ DescribeResult describe(const DescribeOptions& o) {
   } reset_hook{dev.sequencer()};
   dev.sequencer().on_mark_end = [&](uint32_t mark, sim::Cycles end) {
     const std::string& name = img.program.names.at(mark);
+    if (auto it = floor_of.find(name); it != floor_of.end()) floor_done += it->second;
     if (name.find('.') != std::string::npos) return;
     bool stage = name == "vision_tower" || name == "prefill" || name == "head";
     if (!stage && since(last_note) < 5.0) return;
     last_note = Clock::now();
-    say(o, fmt::format("  image program: {} done at {:.1f} M cycles ({:.1f} s)", name, end / 1e6, since(t_img)));
+    const double share = floor_total > 0 ? floor_done / floor_total : 0, t = since(t_img);
+    say(o, fmt::format("  image program: {} done at {:.1f} M cycles ({:.1f} s; {:.0f}% of the program by its kernels' "
+                       "floors{})", name, end / 1e6, t, 100 * share,
+                       share > 0.02 && share < 1 ? fmt::format(", about {:.0f} s left", t * (1 - share) / share) : ""));
   };
 
   // Gates of one run.

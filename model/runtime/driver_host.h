@@ -55,7 +55,7 @@ struct DescribeOptions {
   std::string model = "synthetic:2b";  // synthetic:2b | synthetic:tiny | checkpoint dir | bundle .safetensors
   std::string cache_dir;               // where quantised bundles are kept ("" = default_cache_dir())
   sim::MachineOptions machine;         // --preset, --set
-  int width = 256, height = 256;       // the image is resized to this (multiples of 32)
+  int width = 256, height = 256;       // the image is resized to this (multiples of 32); 0 x 0: auto (smart resize)
   bool timing_only = false;
   NegativeControl negative = NegativeControl::none;
   std::string golden;                  // optional PyTorch golden (.h5) of the same inputs
@@ -109,6 +109,7 @@ struct Answer {
 struct DescribeResult {
   std::string model_name, bundle_path;
   int prompt_tokens = 0, image_tokens = 0, image_start = 0, grid_h = 0, grid_w = 0;
+  int width = 0, height = 0;  // the size the image was resized to (from --size, or chosen by --size auto)
   std::string png;  // the image as the model saw it
   uint64_t image_instructions = 0, decode_instructions = 0, image_cycles = 0, image_ddr_bytes = 0;
   std::vector<StepRecord> steps;

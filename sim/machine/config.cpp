@@ -13,6 +13,7 @@
 
 #include "isa/error.h"
 #include "sim/machine/dram_spec.h"
+#include "sim/machine/config_limits.h"
 
 namespace gpnpu::sim {
 
@@ -100,7 +101,65 @@ void parse_into(V& out, const std::string& key, const std::string& value, const 
     out = parse_unsigned(key, value, T == ParamType::bytes, origin);
 }
 
+// The allowed values of the keys that have limits: validate() checks them and
+// `gpnpu config --list` shows them. A key not here takes any value of its type.
+struct Limit {
+  const char* key;    // a key, or a prefix ending in '.' (every lat.* / occ.* key)
+  double lo, hi;      // inclusive (lo exclusive when lo_open); hi = kNoMax: no upper limit
+  bool lo_open;
+  uint64_t multiple;  // 0: any
+  const char* why;    // appended to the message: the unit or the reason of the limit
+};
+constexpr double kNoMax = 1e300;
+constexpr Limit kLimits[] = {
+    {"clock_ghz", 0, 100, true, 0, ""},
+    {"pe_rows", 1, 256, false, 0, ""},
+    {"pe_cols", 1, 256, false, 0, ""},
+    {"lrm_bytes", 64, 1 << 20, false, 64, ""},
+    {"ocm_bytes", 4096, 256 << 20, false, 64, " (the OCM window of the memory map)"},
+    {"ocm_port_bytes", 1, kNoMax, false, 0, ""},
+    {"ocm_dma_bytes", 1, kNoMax, false, 0, ""},
+    {"smem_bytes", 64, 1 << 24, false, 4, ""},
+    {"dma_channels", 1, 32, false, 0, ""},
+    {"dma_queue_depth", 1, 64, false, 0, ""},
+    {"ddr_gbps", 0, kNoMax, true, 0, ""},
+    {"ddr_burst_bytes", 1, kNoMax, false, 0, ""},
+    {"ddr_bytes", 4096, double(0xC0000000ull), false, 0, " (the DDR window of the memory map)"},
+    {"quantum_cycles", 1, kNoMax, false, 0, ""},
+    {"lat.", 1, 1000000, false, 0, " cycles"},
+    {"occ.", 1, 1000000, false, 0, " cycles"},
+};
+
+bool limit_covers(const Limit& l, std::string_view key) {
+  std::string_view k = l.key;
+  return k.ends_with('.') ? key.starts_with(k) : key == k;
+}
+
+// 4096 -> "4KiB", 1048576 -> "1MiB", 64 -> "64" (for byte keys), else the number.
+std::string limit_number(double v, bool bytes) {
+  if (bytes)
+    for (auto [suffix, m] : {std::pair{"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}})
+      if (v >= double(m) && std::fmod(v, double(m)) == 0) return fmt::format("{}{}", uint64_t(v / double(m)), suffix);
+  return fmt::format("{}", v);
+}
+
 }  // namespace
+
+std::string param_allowed(const std::string& key) {
+  const ParamInfo* info = nullptr;
+  for (const ParamInfo& p : param_table())
+    if (key == p.key) info = &p;
+  if (!info) return "";
+  for (const Limit& l : kLimits) {
+    if (!limit_covers(l, key)) continue;
+    const bool bytes = info->type == ParamType::bytes;
+    std::string r = l.hi == kNoMax ? fmt::format("{} {}", l.lo_open ? ">" : ">=", limit_number(l.lo, bytes))
+                    : l.lo_open    ? fmt::format("({}, {}]", limit_number(l.lo, bytes), limit_number(l.hi, bytes))
+                                   : fmt::format("{}..{}", limit_number(l.lo, bytes), limit_number(l.hi, bytes));
+    return l.multiple > 1 ? fmt::format("{}, x{}", r, l.multiple) : r;
+  }
+  return info->type == ParamType::real ? "any" : ">= 0";
+}
 
 const std::vector<ParamInfo>& param_table() {
   static const std::vector<ParamInfo> t = {
@@ -208,27 +267,25 @@ void Config::refresh_units() {
 }
 
 void Config::validate() const {
+  for (const Limit& l : kLimits)
+    for (const ParamInfo& p : param_table()) {
+      if (!limit_covers(l, p.key)) continue;
+      const double v = std::stod(get(p.key));
+      const bool bytes = p.type == ParamType::bytes;
+      const bool ok = (l.lo_open ? v > l.lo : v >= l.lo) && v <= l.hi &&
+                      (l.multiple <= 1 || std::fmod(v, double(l.multiple)) == 0);
+      if (ok) continue;
+      const std::string lo = limit_number(l.lo, bytes), hi = limit_number(l.hi, bytes), val = get(p.key);
+      if (l.hi == kNoMax) fail("config key '{}': {}", p.key, l.lo_open ? "must be positive" : fmt::format("must be at least {}", lo));
+      if (l.lo_open) fail("config key '{}': {} {} is outside ({}, {}]{}", p.key, val, p.unit, lo, hi, l.why);
+      if (l.multiple > 1)
+        fail("config key '{}': {} must be a multiple of {} between {} and {}{}", p.key, val, l.multiple, lo, hi, l.why);
+      if (bytes) fail("config key '{}': {} must be between {} and {}{}", p.key, val, lo, hi, l.why);
+      fail("config key '{}': {} is outside {}..{}{}", p.key, val, lo, hi, l.why);
+    }
   auto need = [](bool ok, const char* key, const std::string& why) {
     if (!ok) fail("config key '{}': {}", key, why);
   };
-  need(clock_ghz > 0 && clock_ghz <= 100, "clock_ghz", fmt::format("{} GHz is outside (0, 100]", clock_ghz));
-  need(pe_rows >= 1 && pe_rows <= 256, "pe_rows", fmt::format("{} is outside 1..256", pe_rows));
-  need(pe_cols >= 1 && pe_cols <= 256, "pe_cols", fmt::format("{} is outside 1..256", pe_cols));
-  need(lrm_bytes >= 64 && lrm_bytes % 64 == 0 && lrm_bytes <= (1u << 20), "lrm_bytes",
-       fmt::format("{} must be a multiple of 64 between 64 and 1MiB", lrm_bytes));
-  need(ocm_bytes >= 4096 && ocm_bytes % 64 == 0 && ocm_bytes <= (256ull << 20), "ocm_bytes",
-       fmt::format("{} must be a multiple of 64 between 4KiB and 256MiB (the OCM window of the memory map)", ocm_bytes));
-  need(ocm_port_bytes >= 1, "ocm_port_bytes", "must be at least 1");
-  need(ocm_dma_bytes >= 1, "ocm_dma_bytes", "must be at least 1");
-  need(smem_bytes >= 64 && smem_bytes % 4 == 0 && smem_bytes <= (1u << 24), "smem_bytes",
-       fmt::format("{} must be a multiple of 4 between 64 and 16MiB", smem_bytes));
-  need(dma_channels >= 1 && dma_channels <= 32, "dma_channels", fmt::format("{} is outside 1..32", dma_channels));
-  need(dma_queue_depth >= 1 && dma_queue_depth <= 64, "dma_queue_depth", fmt::format("{} is outside 1..64", dma_queue_depth));
-  need(ddr_gbps > 0, "ddr_gbps", "must be positive");
-  need(ddr_burst_bytes >= 1, "ddr_burst_bytes", "must be at least 1");
-  need(ddr_bytes >= 4096 && ddr_bytes <= 0xC0000000ull, "ddr_bytes",
-       fmt::format("{} must be between 4KiB and 3GiB (the DDR window of the memory map)", ddr_bytes));
-  need(quantum_cycles >= 1, "quantum_cycles", "must be at least 1");
   need(ddr_model == "ideal" || ddr_model == "dram", "ddr_model", fmt::format("'{}' is not ideal or dram", ddr_model));
   if (dram_model()) DramSpec::from(*this);  // throws on DRAM settings that contradict each other
   need(power_window_cycles >= 100, "power_window_cycles", fmt::format("{} is below 100 cycles", power_window_cycles));
@@ -241,12 +298,6 @@ void Config::validate() const {
            get(k), p.unit);
     if (v > 1e9) fail("config key '{}': {} {} is above 1e9 {} (a typo?)", k, get(k), p.unit, p.unit);
   }
-  for (const ParamInfo& p : param_table()) {
-    std::string k = p.key;
-    if ((k.starts_with("occ.") || k.starts_with("lat.")) && (std::stoull(get(k)) < 1 || std::stoull(get(k)) > 1000000))
-      fail("config key '{}': {} is outside 1..1000000 cycles", k, get(k));
-  }
-  need(lat_mac16 >= 1 && lat_mac8 >= 1, "lat.mac16", "latencies must be at least 1");
 }
 
 double Config::ddr_bytes_per_cycle() const {

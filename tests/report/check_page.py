@@ -8,7 +8,13 @@ a person would see it whole:
   - the photo and every chart the report has (figure.chart[data-chart=...]: stages,
     roofline; energy and power when the report has "energy") decoded to a non-blank picture that is laid out on the page;
   - each answer's text from the report JSON is shown in its answer box (and, for a
-    timing-only report without text, the device answer box is there);
+    timing-only report without text, the device answer box is there), with its
+    token ids;
+  - every character of the answer text is drawn with a real glyph, not the empty
+    box of a missing font ("tofu"): each distinct character is drawn on a canvas
+    in the answer's font and compared with the drawing of U+10FFFD, a code point no
+    font has;
+  - a report of synthetic weights says so on the page;
   - a full-page screenshot was taken (--screenshot) and is not blank.
 
     /usr/bin/python3 tests/report/check_page.py --html PAGE --json REPORT [--screenshot OUT.png]
@@ -33,7 +39,7 @@ import tempfile
 import threading
 import time
 
-CHARTS = ("stages", "roofline")
+CHARTS = ("stages", "roofline", "steps")
 ENERGY_CHARTS = ("energy", "power")  # on pages of reports with "energy" (issue 15)
 
 
@@ -56,7 +62,7 @@ def find_chromium():
 class Browser:
     """Headless Chromium driven through the DevTools protocol on fds 3 (in) and 4 (out)."""
 
-    def __init__(self, timeout=60.0):
+    def __init__(self, timeout=60.0, env=None):
         self.timeout = timeout
         self.profile = tempfile.mkdtemp(prefix="gpnpu-chromium-")
         to_chrome_r, to_chrome_w = os.pipe()
@@ -78,7 +84,7 @@ class Browser:
                 f"--user-data-dir={self.profile}", "about:blank"]
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=self.log,
-                                     preexec_fn=child_fds, close_fds=False)
+                                     preexec_fn=child_fds, close_fds=False, env=env)
         os.close(a)
         os.close(b)
         self.w = to_chrome_w
@@ -272,6 +278,30 @@ FACTS_JS = r"""
             natural: [img.naturalWidth, img.naturalHeight], shown: [r.width, r.height],
             colours: img.naturalWidth ? distinctColours(img) : 0};
   };
+  // Tofu: a character no installed font has is drawn as the primary font's empty box,
+  // the same drawing as U+10FFFD (plane 16 private use: in no font).
+  const glyphFacts = (el) => {
+    if (!el) return null;
+    const st = getComputedStyle(el);
+    const c = document.createElement('canvas');
+    c.width = 48; c.height = 48;
+    const g = c.getContext('2d', {willReadFrequently: true});
+    const draw = (ch) => {
+      g.clearRect(0, 0, 48, 48);
+      g.font = `${st.fontStyle} ${st.fontWeight} 32px ${st.fontFamily}`;
+      g.fillStyle = '#000'; g.textBaseline = 'top';
+      g.fillText(ch, 4, 4);
+      const d = g.getImageData(0, 0, 48, 48).data;
+      let h = 0, ink = 0;
+      for (let i = 3; i < d.length; i += 4) { h = (Math.imul(h, 31) + d[i]) | 0; if (d[i]) ink++; }
+      return {h, ink};
+    };
+    const tofu = draw('\u{10FFFD}');
+    const chars = [...new Set([...el.innerText].filter(ch => ch.trim() !== '' && !/[\p{M}\p{Cf}]/u.test(ch)))];
+    const missing = chars.slice(0, 400).filter(ch => { const d = draw(ch); return d.ink === 0 || d.h === tofu.h; });
+    return {chars: chars.length, missing: missing.slice(0, 12).map(ch => ch + ' U+' + ch.codePointAt(0).toString(16).toUpperCase()),
+            missing_count: missing.length};
+  };
   const charts = [];
   for (const f of document.querySelectorAll('figure.chart')) {
     charts.push({name: f.dataset.chart || '', img: await imgFacts(f.querySelector('img'))});
@@ -289,7 +319,10 @@ FACTS_JS = r"""
     external: refs.filter(u => !/^\s*(data:|#)/i.test(u)).map(u => u.slice(0, 120)),
     css_urls: (styles.match(/url\(\s*['"]?(?!data:)[^)]*\)|@import/gi) || []),
     answers: [...document.querySelectorAll('[data-answer]')].map(a => ({
-      name: a.dataset.answer, text: (a.querySelector('.text') || {innerText: ''}).innerText})),
+      name: a.dataset.answer, text: (a.querySelector('.text') || {innerText: ''}).innerText,
+      ids: (a.querySelector('.ids') || {innerText: ''}).innerText,
+      glyphs: glyphFacts(a.querySelector('.text'))})),
+    synthetic: !!document.getElementById('synthetic'),
   };
 })()
 """
@@ -340,6 +373,21 @@ def judge(report, problems, facts, shot):
             want = norm(a["text"])
             if want and (want not in shown[name] or want not in body):
                 problems.append(f"answer '{name}' text is not shown: expected {want[:80]!r}")
+            box = next(x for x in facts["answers"] if x["name"] == name)
+            gl = box.get("glyphs") or {}
+            if gl.get("missing_count"):
+                problems.append(f"answer '{name}' text has {gl['missing_count']} characters drawn as empty boxes "
+                                f"(no font has them; scripts/install-deps.sh installs fonts-noto-cjk): "
+                                f"{', '.join(gl['missing'])}")
+        ids = " ".join(str(i) for i in a["ids"])
+        box_ids = next(x for x in facts["answers"] if x["name"] == name).get("ids", "")
+        if ids and ids not in norm(box_ids):
+            problems.append(f"answer '{name}' token ids are not shown: expected {ids[:60]!r}")
+    synthetic = report["model"].get("synthetic")
+    if synthetic is None:
+        synthetic = report["model"]["spec"].startswith("synthetic:")
+    if synthetic and not facts.get("synthetic"):
+        problems.append("the page does not say that the weights are synthetic (random) and the text meaningless")
     if not shot.startswith(b"\x89PNG") or len(shot) < 2000:
         problems.append(f"the screenshot is not a picture ({len(shot)} bytes)")
     return problems

@@ -1,5 +1,13 @@
 // Debugger (acceptance 3): command files that use every command, on known.s whose
 // trace is known line by line (test_insn_trace.cpp), so each stop can be checked.
+#include <fcntl.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <sstream>
 
 #include "isa/error.h"
@@ -145,6 +153,147 @@ TEST(Debugger, CliReadsACommandFile) {
   expect_in_order(out, {"(gpnpu) break mark body", "stopped before pc 4", "x1 = 0x00000003", "program halted"});
   EXPECT_EQ(run_cli("debug " + kKnown + " --preset mini --commands /nonexistent", out), 1);
   EXPECT_NE(out.find("cannot read the command file"), std::string::npos) << out;
+}
+
+TEST(Debugger, AFaultIsCalledAFaultAndStateStaysInspectable) {
+  isa::Program prog = isa::assemble("li x1, 5\nli x2, 0x7fff0\nlw x3, 0(x2)\nhalt\n", "fault.s");
+  sim::Platform& p = sim::Platform::get();
+  p.configure(sim::Config::make("mini", {}), false);
+  std::istringstream in("continue\nprint x1\nwhere\ncontinue\nstep\n");
+  std::ostringstream out;
+  EXPECT_THROW(debug_program(p, prog, in, out, "cmds"), Error);
+  expect_in_order(out.str(), {"the program faulted after 2 instructions", "it cannot run on",
+                              "x1 = 0x00000005", "faulted: ", "the last instruction that completed was pc 1",
+                              "the program faulted (`where` says where); it cannot run on",
+                              "the program faulted (`where` says where); it cannot run on"});
+  EXPECT_EQ(out.str().find("halted"), std::string::npos) << out.str();
+}
+
+TEST(Debugger, BreakAtAPastCycleIsRefused) {
+  std::string out = debug("step 5\nbreak cycle 2\nbreak cycle 1000\ncontinue\n", "");
+  expect_in_order(out, {"stopped before pc 5",
+                        "error: break cycle 2: that cycle is past (the last instruction issued at cycle ",
+                        "breakpoint 1: cycle 1000", "program halted"});
+  // Before the run starts, every cycle is ahead.
+  out = debug("break cycle 0\ncontinue\nquit\n", "");
+  EXPECT_NE(out.find("breakpoint 1: cycle 0"), std::string::npos) << out;
+}
+
+// Ctrl-C through a pseudo-terminal, as a person at the keyboard: `continue` on an
+// endless loop, Ctrl-C stops it and the (gpnpu) prompt returns; the state is
+// inspectable (x1 counts the iterations run), `continue` goes on from there and a
+// second Ctrl-C stops it further on; `quit` ends the session with exit status 0.
+class Pty {
+ public:
+  Pty(const std::vector<std::string>& argv) {
+    pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
+    if (pid_ == 0) {
+      std::vector<char*> a;
+      for (const std::string& s : argv) a.push_back(const_cast<char*>(s.c_str()));
+      a.push_back(nullptr);
+      execv(a[0], a.data());
+      _exit(127);
+    }
+  }
+  ~Pty() {
+    if (pid_ > 0 && !reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (fd_ >= 0) close(fd_);
+  }
+  bool ok() const { return pid_ > 0; }
+  void send(const std::string& s) { ASSERT_EQ(write(fd_, s.data(), s.size()), ssize_t(s.size())); }
+  // Everything the child prints until `want` appears after the text already read (or
+  // the timeout); the text read so far in `all`.
+  std::string until(const std::string& want, double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    const size_t from = all.size();
+    while (all.find(want, from) == std::string::npos && std::chrono::steady_clock::now() < end) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) break;
+      all.append(buf, size_t(n));
+    }
+    return all.substr(from);
+  }
+  int wait_exit(double seconds) {
+    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    int st = 0;
+    while (std::chrono::steady_clock::now() < end) {
+      until("\x01never", 0.1);  // drain the output so the child never blocks on a full pty
+      if (waitpid(pid_, &st, WNOHANG) == pid_) {
+        reaped_ = true;
+        return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+      }
+    }
+    return -1;
+  }
+  std::string all;
+
+ private:
+  int fd_ = -1;
+  pid_t pid_ = -1;
+  bool reaped_ = false;
+};
+
+uint32_t x1_of(const std::string& text) {
+  size_t at = text.rfind("x1 = 0x");
+  return at == std::string::npos ? 0 : uint32_t(std::stoul(text.substr(at + 7, 8), nullptr, 16));
+}
+
+TEST(Debugger, CtrlCStopsAContinueAndThePromptReturns) {
+  const std::string spin = std::string(GPNPU_SOURCE_DIR) + "/tests/traces/programs/spin.s";
+  Pty t({GPNPU_BINARY, "debug", spin, "--preset", "mini"});
+  ASSERT_TRUE(t.ok());
+  ASSERT_NE(t.until("(gpnpu) ", 60).find("stopped before pc 0"), std::string::npos) << t.all;
+  t.send("continue\n");
+  // Running: no prompt comes back by itself.
+  EXPECT_EQ(t.until("(gpnpu) ", 1.0).find("(gpnpu) "), std::string::npos) << t.all;
+  t.send("\x03");  // Ctrl-C: the pty's line discipline sends SIGINT
+  std::string stop = t.until("(gpnpu) ", 30);
+  ASSERT_NE(stop.find("(interrupted (Ctrl-C))"), std::string::npos) << t.all;
+  EXPECT_NE(stop.find("executed:"), std::string::npos) << stop;
+  t.send("print x1\n");
+  std::string first = t.until("(gpnpu) ", 30);
+  const uint32_t n1 = x1_of(first);
+  EXPECT_GT(n1, 0u) << first;
+  t.send("where\n");
+  EXPECT_NE(t.until("(gpnpu) ", 30).find("before pc "), std::string::npos) << t.all;
+  t.send("continue\n");
+  t.until("(gpnpu) ", 0.5);
+  t.send("\x03");
+  ASSERT_NE(t.until("(gpnpu) ", 30).find("(interrupted (Ctrl-C))"), std::string::npos) << t.all;
+  t.send("print x1\n");
+  const uint32_t n2 = x1_of(t.until("(gpnpu) ", 30));
+  EXPECT_GT(n2, n1) << t.all;  // it went on from where it stopped
+  t.send("quit\n");
+  EXPECT_EQ(t.wait_exit(30), 0) << t.all;
+}
+
+// Negative control: without a terminal (a command file) there is no handler, and a
+// SIGINT ends the process as it always did.
+TEST(Debugger, CtrlCWithACommandFileEndsTheProcess) {
+  std::string cmds = temp_path("spin.dbg");
+  write_text(cmds, "continue\n");
+  const std::string spin = std::string(GPNPU_SOURCE_DIR) + "/tests/traces/programs/spin.s";
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(GPNPU_BINARY, GPNPU_BINARY, "debug", spin.c_str(), "--preset", "mini", "--commands", cmds.c_str(),
+          (char*)nullptr);
+    _exit(127);
+  }
+  usleep(1500 * 1000);
+  kill(pid, SIGINT);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT) << st;
 }
 
 }  // namespace

@@ -220,6 +220,55 @@ TEST(Timeline, JsonParsesAndHasEveryTrack) {
   (void)st;
 }
 
+// --trace-filter applies to the timeline (issue 20): mark=compute keeps the 400 vmac
+// issues of the compute loop (and its mark slices), not the DMA prologue; pc= and
+// cycle= likewise; a filter that keeps nothing leaves an empty file, not the whole run.
+TEST(Timeline, FilterKeepsWhatPasses) {
+  isa::Program prog = isa::Program::load(kPrograms + "dma_mac.s");
+  auto slices = [&](const std::string& filter) {
+    TraceOptions o;
+    o.timeline = temp_path("filtered.json");
+    o.filter = filter;
+    run_with(prog, "qc-u", o);
+    std::vector<nlohmann::json> x;
+    const nlohmann::json j = nlohmann::json::parse(read_text(o.timeline));
+    for (const auto& e : j.at("traceEvents"))
+      if (e.at("ph") == "X") x.push_back(e);
+    return x;
+  };
+  auto count = [](const std::vector<nlohmann::json>& x, int tid, const std::string& prefix = "") {
+    return std::count_if(x.begin(), x.end(), [&](const nlohmann::json& e) {
+      return e.at("tid") == tid && std::string(e.at("name")).starts_with(prefix);
+    });
+  };
+  std::vector<nlohmann::json> all = slices(""), m = slices("mark=compute"), pc = slices("pc=35:37");
+  EXPECT_EQ(count(m, Timeline::sequencer, "vmac.f16"), 400);
+  EXPECT_EQ(count(m, Timeline::mac), count(all, Timeline::mac));  // all the MAC work is inside "compute"
+  EXPECT_GT(count(m, Timeline::mac), 0);
+  EXPECT_GT(count(all, Timeline::sequencer), count(m, Timeline::sequencer) + 10);  // the prologue is gone
+  for (const auto& e : m) {
+    if (e.at("tid") == Timeline::sequencer) EXPECT_TRUE(e.at("args").contains("pc"));
+  }
+  // Marks: only those over the kept span ("outer" clipped to it, "compute").
+  std::set<std::string> marks;
+  for (const auto& e : m)
+    if (e.at("tid") == Timeline::marks) marks.insert(std::string(e.at("name")));
+  EXPECT_EQ(marks, (std::set<std::string>{"outer", "compute"}));
+  // pc: only instructions at pc 35 and 36 (the two vmac.f16), and their stalls.
+  for (const auto& e : pc) {
+    if (e.at("tid") == Timeline::sequencer) EXPECT_TRUE(e.at("args").at("pc") == 35 || e.at("args").at("pc") == 36) << e;
+  }
+  EXPECT_EQ(count(pc, Timeline::sequencer, "vmac.f16"), 400);
+  // cycle: every kept instruction issued inside the window.
+  for (const auto& e : slices("cycle=100:600")) {
+    if (e.at("tid") == Timeline::sequencer && !std::string(e.at("name")).starts_with("stall"))
+      EXPECT_TRUE(e.at("args").at("cycle") >= 100 && e.at("args").at("cycle") < 600) << e;
+  }
+  // Negative control: the unfiltered timeline has more than the filtered one on every track kept.
+  EXPECT_GT(all.size(), m.size());
+  EXPECT_TRUE(slices("cycle=999999999:").empty());
+}
+
 TEST(Vcd, FileParsesAndSignalsMove) {
   // SystemC accepts a trace file only before the first sc_start of a process: use the CLI.
   std::string vcd = temp_path("dma_mac.vcd"), out;

@@ -87,6 +87,65 @@ TEST(TraceDiff, NegativeControlIdenticalRunsAreTheSame) {
   EXPECT_EQ(d.line, t2.size());
 }
 
+// Values only (issue 20): the same GEMV on a retimed machine (a quarter of the DDR
+// bandwidth, slower MACs) issues at other cycles but writes the same values: the plain
+// diff reports timing, the values-only diff calls them the same. A changed input value
+// is still found by the values-only diff, at the first write it changes.
+TEST(TraceDiff, ValuesOnlyIgnoresTimingButNotValues) {
+  KernelCase a = gemv_case(), retimed = gemv_case(), changed = gemv_case();
+  retimed.cfg.set("ddr_gbps", "8");
+  retimed.cfg.set("lat.mac16", "13");
+  retimed.cfg.validate();
+  auto load = changed.load;
+  changed.load = [load](sim::Platform& p) {
+    load(p);
+    uint16_t one = 0x3c00;
+    p.ocm().write(6, &one, 2);  // x[3] = 1.0 instead of its random value
+  };
+  std::vector<TraceLine> ta = trace_of(a, temp_path("values_a.gtrc")), tr = trace_of(retimed, temp_path("values_r.trace")),
+                         tc = trace_of(changed, temp_path("values_c.gtrc"));
+  TraceDivergence timing = diff_traces(ta, tr);
+  ASSERT_FALSE(timing.same);  // the retime is real: the plain diff sees it
+  EXPECT_EQ(timing.what, "cycle") << timing.report;
+  TraceDivergence v = diff_trace_values(ta, tr);
+  EXPECT_TRUE(v.same) << v.report;
+  EXPECT_NE(v.report.find("traces write the same values"), std::string::npos) << v.report;
+  // Negative control: a changed value is a divergence, at the same line the plain diff finds.
+  TraceDivergence plain = diff_traces(ta, tc), vc = diff_trace_values(ta, tc);
+  EXPECT_FALSE(vc.same);
+  EXPECT_EQ(vc.what, "write");
+  EXPECT_EQ(vc.line, plain.line);
+  EXPECT_EQ(vc.pc, pc_of(a.program, "obcast.h v10"));
+  EXPECT_EQ(vc.write_a, plain.write_a);
+  EXPECT_NE(vc.write_a, vc.write_b);
+  // ... and so is one run writing less (cut short).
+  tr.pop_back();
+  while (!tr.empty() && tr.back().writes.empty()) tr.pop_back();
+  tr.pop_back();
+  TraceDivergence cut = diff_trace_values(ta, tr);
+  EXPECT_FALSE(cut.same);
+  EXPECT_EQ(cut.what, "length") << cut.report;
+}
+
+TEST(TraceDiff, ValuesOnlyCli) {
+  // The same loop with nops added (a retimed program: other pcs and cycles) writes the
+  // same values; one with another increment does not.
+  std::string a = temp_path("val_a.s"), b = temp_path("val_b.s"), c = temp_path("val_c.s"), out;
+  write_text(a, "li x1, 3\nloop x1, e\naddi x2, x2, 1\ne:\nsw x2, 8(x0)\nhalt\n");
+  write_text(b, "li x1, 3\nnop\nloop x1, e\naddi x2, x2, 1\nnop\ne:\nnop\nsw x2, 8(x0)\nhalt\n");
+  write_text(c, "li x1, 3\nloop x1, e\naddi x2, x2, 2\ne:\nsw x2, 8(x0)\nhalt\n");
+  std::string ta = temp_path("val_a.trace"), tb = temp_path("val_b.gtrc"), tc = temp_path("val_c.trace");
+  ASSERT_EQ(run_cli("run " + a + " -q --trace " + ta, out), 0) << out;
+  ASSERT_EQ(run_cli("run " + b + " -q --trace " + tb, out), 0) << out;
+  ASSERT_EQ(run_cli("run " + c + " -q --trace " + tc, out), 0) << out;
+  EXPECT_EQ(run_cli("trace-diff " + ta + " " + tb, out), 1) << out;  // plain: the pcs differ
+  EXPECT_EQ(run_cli("trace-diff --values-only " + ta + " " + tb, out), 0) << out;
+  EXPECT_NE(out.find("traces write the same values: 5 writing lines"), std::string::npos) << out;
+  EXPECT_EQ(run_cli("trace-diff --values-only " + ta + " " + tc, out), 1) << out;
+  EXPECT_NE(out.find("differing write: x2=0x00000001 vs x2=0x00000002"), std::string::npos) << out;
+  EXPECT_NE(out.find("error: traces differ in their values"), std::string::npos) << out;
+}
+
 TEST(TraceDiff, Cli) {
   std::string a = temp_path("cli_a.s"), b = temp_path("cli_b.s"), out;
   write_text(a, "li x1, 3\nloop x1, e\naddi x2, x2, 1\ne:\nhalt\n");
