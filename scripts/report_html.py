@@ -7,10 +7,11 @@ docs/report.md) into ONE self-contained HTML page a person can look at:
 The page holds the photo as the model saw it, the answers side by side, a bar chart
 of cycles per stage against each stage's MAC and DDR floors, a roofline with every
 kernel call as a point, the kernels furthest above their floors, the per-step gate
-table, the totals and the resolved machine config. Everything is embedded (images
+table, the totals and the resolved machine config; for a functional run also the fp16
+headroom chart (the largest |x| every kernel call wrote in fp16 against 65,504). Everything is embedded (images
 as data: URIs, CSS inline, no script, no font, no link): the page works offline from
 a file. With --plots DIR the two charts are also written there as stages.png and
-roofline.png (the same bytes the page embeds).
+roofline.png (and headroom.png when the report has numerics; the same bytes the page embeds).
 
 A malformed report (unreadable, not JSON, a missing key, a key of the wrong type)
 exits 2 with one line naming the file and the key. Output files are written under a
@@ -131,6 +132,17 @@ def load_report(path):
             raise ReportError(f"{path}: key 'answers.{name}.text' is {type(a['text']).__name__}, expected str or null")
     gates = c.get(rep, "gates", "", dict)
     c.get(gates, "ok", "gates", bool)
+    numerics = c.get(rep, "numerics", "", dict, optional=True)  # null in timing-only runs, absent in old reports
+    if numerics is not None:
+        c.get(numerics, "fp16_overflow", "numerics", str)
+        for k in ("fp16_max", "max_abs", "overflow", "underflow", "nan"):
+            c.get(numerics, k, "numerics", NUM)
+        for i, k in enumerate(c.get(numerics, "calls", "numerics", list)):
+            w = f"numerics.calls[{i}]"
+            for f in ("program", "mark", "kernel"):
+                c.get(k, f, w, str)
+            for f in ("max_abs", "overflow", "underflow", "nan"):
+                c.get(k, f, w, NUM)
     try:
         png = base64.b64decode(img["png_base64"], validate=True)
     except ValueError:
@@ -319,6 +331,37 @@ def roofline_chart(plt, rep):
     return fig
 
 
+def headroom_chart(plt, rep):
+    """The largest |x| each kernel call wrote in fp16 (before rounding), in program order,
+    against fp16's largest value 65,504 (log scale). Calls that overflowed are red."""
+    n = rep["numerics"]
+    calls = n["calls"]
+    fig, ax = plt.subplots(figsize=(9.0, 3.8))
+    seen = {}
+    for prog in dict.fromkeys(c["program"] for c in calls):
+        idx = [i for i, c in enumerate(calls) if c["program"] == prog]
+        ax.scatter(idx, [max(calls[i]["max_abs"], 1e-3) for i in idx], s=10,
+                   color=stage_colour("vision_tower" if prog == "image" else "decode", seen), label=f"{prog} program")
+    bad = [i for i, c in enumerate(calls) if c["overflow"] or c["nan"]]
+    if bad:
+        ax.scatter(bad, [max(calls[i]["max_abs"], 1e-3) for i in bad], s=40, facecolors="none", edgecolors="#d62728",
+                   label="overflow or NaN")
+    ax.axhline(n["fp16_max"], color="#d62728", ls="--", lw=1, label="fp16 max 65,504")
+    for i in sorted(range(len(calls)), key=lambda i: -calls[i]["max_abs"])[:3]:
+        ax.annotate(calls[i]["mark"], (i, max(calls[i]["max_abs"], 1e-3)), fontsize=7, xytext=(3, 3),
+                    textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("kernel call (program order: image program, then the decode program over all steps)")
+    ax.set_ylabel("largest |x| written in fp16")
+    head = n["fp16_max"] / n["max_abs"] if n["max_abs"] > 0 else float("inf")
+    ax.set_title(f"fp16 headroom: largest |x| {n['max_abs']:.4g} ({head:.3g}x below 65,504); "
+                 f"{n['overflow']} overflowed ({n['fp16_overflow']}), {n['nan']} NaN", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def make_charts(rep):
     import matplotlib
 
@@ -327,7 +370,10 @@ def make_charts(rep):
 
     plt.rcParams["svg.hashsalt"] = "gpnpu"  # deterministic output
     out = {}
-    for name, fn in (("stages", stage_chart), ("roofline", roofline_chart)):
+    charts = [("stages", stage_chart), ("roofline", roofline_chart)]
+    if rep.get("numerics"):
+        charts.append(("headroom", headroom_chart))
+    for name, fn in charts:
         fig = fn(plt, rep)
         out[name] = png_bytes(fig)
         plt.close(fig)
@@ -525,6 +571,21 @@ def roofline_caption(rep):
             f"{m['mac_per_cycle_int8']:g} MAC/cycle (horizontal). A call on the diagonal is DDR-bound at full bandwidth.")
 
 
+def numerics_html(rep, charts):
+    n = rep.get("numerics")
+    if not n:
+        return ""
+    top = sorted(n["calls"], key=lambda c: -c["max_abs"])[:10]
+    rows = "".join(f'<tr><td class="l">{e(c["program"])}</td><td class="l">{e(c["mark"])}</td><td class="l">{e(c["kernel"])}</td>'
+                   f'<td>{c["max_abs"]:.4g}</td><td>{100 * c["max_abs"] / n["fp16_max"]:.1f} %</td><td>{c["overflow"]}</td>'
+                   f'<td>{c["nan"]}</td><td>{c["underflow"]}</td></tr>' for c in top)
+    first = (f'<p class="fail">{e(n["first_nonfinite"])}</p>' if n.get("first_nonfinite") else "")
+    return (f'<h2>Numerics (fp16 headroom)</h2>\n{first}<div class="charts">'
+            f'{chart_html("headroom", charts["headroom"], "The largest |x| each kernel call wrote in fp16 (before rounding), against fp16 largest value 65,504; fp16_overflow = " + e(n["fp16_overflow"]) + ".")}</div>'
+            f'<table><tr><th>program</th><th>call</th><th>kernel</th><th>max |x|</th><th>of 65,504</th><th>overflow</th>'
+            f'<th>NaN</th><th>to zero</th></tr>{rows}</table>')
+
+
 def page(rep, charts):
     model = rep["model"]
     title = f"gpnpu describe: {model.get('name') or model['spec']}"
@@ -532,7 +593,7 @@ def page(rep, charts):
     top = kernel_table(sorted(rep["kernels"], key=lambda k: -k["cycles"])[:10], "The ten calls with the most cycles")
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
-<meta name="gpnpu-charts" content="{','.join(CHARTS)}">
+<meta name="gpnpu-charts" content="{','.join(charts)}">
 <style>{CSS}</style></head>
 <body>
 <h1>{e(title)}</h1>
@@ -553,6 +614,7 @@ def page(rep, charts):
 <div class="tables">{worst}{top}</div>
 <h2>Gates per step</h2>
 {steps_html(rep)}
+{numerics_html(rep, charts)}
 <h2>Machine</h2>
 {config_html(rep)}
 </body></html>

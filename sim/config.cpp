@@ -18,7 +18,7 @@ namespace gpnpu::sim {
 namespace {
 
 constexpr const char* type_name(ParamType t) {
-  return t == ParamType::count ? "count" : t == ParamType::bytes ? "bytes" : "real";
+  return t == ParamType::count ? "count" : t == ParamType::bytes ? "bytes" : t == ParamType::real ? "real" : "choice";
 }
 
 // Edit distance, for "did you mean" hints.
@@ -63,6 +63,17 @@ uint64_t parse_unsigned(const std::string& key, const std::string& text, bool by
   return v * mult;
 }
 
+// One of the '|'-separated words of `choices`.
+std::string parse_choice(const std::string& key, const std::string& text, const std::string& choices,
+                         const std::string& origin) {
+  const std::string t = trim(text);
+  if (!t.empty() && t.find('|') == std::string::npos && ("|" + choices + "|").find("|" + t + "|") != std::string::npos)
+    return t;
+  std::string list = choices;
+  std::replace(list.begin(), list.end(), '|', ',');
+  fail("config key '{}' ({}): '{}' is not one of {}", key, origin, text, list);
+}
+
 double parse_real(const std::string& key, const std::string& text, const std::string& origin) {
   std::string t = trim(text);
   errno = 0;
@@ -71,6 +82,13 @@ double parse_real(const std::string& key, const std::string& text, const std::st
   if (t.empty() || *end || errno || !std::isfinite(v))
     fail("config key '{}' ({}): '{}' is not a number (example: 1.7)", key, origin, text);
   return v;
+}
+
+template <ParamType T>
+auto parse_value(const std::string& key, const std::string& text, const char* unit, const std::string& origin) {
+  if constexpr (T == ParamType::real) return parse_real(key, text, origin);
+  else if constexpr (T == ParamType::choice) return parse_choice(key, text, unit, origin);
+  else return parse_unsigned(key, text, T == ParamType::bytes, origin);
 }
 
 }  // namespace
@@ -88,10 +106,7 @@ void Config::set(const std::string& key_in, const std::string& value, const std:
   std::string key = trim(key_in);
 #define PARAM(ident, k, type, def, unit, desc)                                        \
   if (key == k) {                                                                     \
-    if constexpr (ParamType::type == ParamType::real)                                 \
-      ident = parse_real(key, value, origin);                                         \
-    else                                                                              \
-      ident = parse_unsigned(key, value, ParamType::type == ParamType::bytes, origin); \
+    ident = parse_value<ParamType::type>(key, value, unit, origin);                   \
     refresh_units();                                                                  \
     return;                                                                           \
   }

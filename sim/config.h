@@ -12,7 +12,7 @@
 
 namespace gpnpu::sim {
 
-enum class ParamType { count, bytes, real };
+enum class ParamType { count, bytes, real, choice };  // choice: a word listed in the unit, '|'-separated
 
 struct ParamInfo {
   const char* key;
@@ -24,10 +24,15 @@ struct ParamInfo {
 const std::vector<ParamInfo>& param_table();
 
 struct Config {
-#define PARAM(ident, key, type, def, unit, desc) GPNPU_PARAM_TYPE_##type ident = def;
+#define PARAM(ident, key, type, def, unit, desc) GPNPU_PARAM_TYPE_##type ident = GPNPU_PARAM_INIT_##type(def);
 #define GPNPU_PARAM_TYPE_count uint64_t
 #define GPNPU_PARAM_TYPE_bytes uint64_t
 #define GPNPU_PARAM_TYPE_real double
+#define GPNPU_PARAM_TYPE_choice std::string
+#define GPNPU_PARAM_INIT_count(d) d
+#define GPNPU_PARAM_INIT_bytes(d) d
+#define GPNPU_PARAM_INIT_real(d) d
+#define GPNPU_PARAM_INIT_choice(d) #d
 #include "sim/config_params.def"
 #undef PARAM
 

@@ -89,7 +89,10 @@ void add_config_command(CLI::App& app) {
     if (list) {
       for (const sim::ParamInfo& p : sim::param_table())
         std::printf("%-20s %-6s %-14s %-12s %s\n", p.key,
-                    p.type == sim::ParamType::count ? "count" : p.type == sim::ParamType::bytes ? "bytes" : "real",
+                    p.type == sim::ParamType::count   ? "count"
+                    : p.type == sim::ParamType::bytes ? "bytes"
+                    : p.type == sim::ParamType::real  ? "real"
+                                                      : "choice",
                     p.default_text, p.unit, p.description);
       std::string presets;
       for (const std::string& n : sim::Config::preset_names()) presets += " " + n;

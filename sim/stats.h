@@ -25,7 +25,10 @@ class Config;
   S(ddr_bytes_written, "bytes", "bytes DMA wrote to DDR (counted when the descriptor starts)")    \
   S(dma_descriptors, "count", "DMA descriptors started")                                           \
   S(dma_bytes, "bytes", "bytes moved by DMA (all directions)")                                     \
-  S(array_busy_cycles, "cycles", "cycles with at least one array unit occupied")
+  S(array_busy_cycles, "cycles", "cycles with at least one array unit occupied")                  \
+  S(f16_overflow, "count", "fp32 values converted to fp16 beyond its range (|x| >= 65520 or inf): written as inf, or clamped to +-65504 with fp16_overflow = saturate (functional runs)") \
+  S(f16_underflow, "count", "normal non-zero fp32 values converted to fp16 that became zero (functional runs)") \
+  S(f16_nan, "count", "NaN values converted to fp16 (functional runs)")
 
 enum class Stat : uint8_t {
 #define GPNPU_STAT_ENUM(n, unit, desc) n,
@@ -46,6 +49,9 @@ const StatInfo& stat_info(Stat s);
 struct Counters {
   std::array<uint64_t, kNumStats> v{};
   std::array<uint64_t, isa::kNumUnits> by_unit{};
+  // Numerics (functional runs): the largest finite |x| converted to fp16 (vpack.f16,
+  // vcvt.f16.f32), before rounding, in the region itself (a maximum, not a difference).
+  float f16_max_abs = 0;
   uint64_t& operator[](Stat s) { return v[int(s)]; }
   uint64_t operator[](Stat s) const { return v[int(s)]; }
   void add_diff(const Counters& end, const Counters& begin);
@@ -62,6 +68,20 @@ class Stats {
  public:
   Counters total;
   std::vector<std::string> names;  // mark names of the program
+
+  // The first fp32 -> fp16 conversion of the run that wrote inf or NaN (functional runs).
+  struct F16Event {
+    bool set = false;
+    std::string mark;                      // innermost open mark ("" if none)
+    std::string where;                     // pc, source line and instruction
+    uint32_t pe = 0, element = 0;          // PE and element of its fp16 results
+    float value = 0;                       // the fp32 value before rounding
+  };
+  F16Event first_nonfinite;
+
+  // Folds the largest |x| converted to fp16 since the last call into every open region
+  // and the total (the sequencer calls it at every mark and at halt).
+  void note_f16_max(float m);
 
   void begin(uint32_t name, Cycles now);
   // Closes the innermost region; returns false if `name` is not that region.
@@ -91,6 +111,7 @@ class Stats {
     uint32_t name;
     Cycles begin;
     Counters at_begin;
+    float f16_max_abs = 0;
   };
   std::vector<Open> open_;
   std::vector<RegionCall> calls_;
