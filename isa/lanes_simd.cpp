@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <vector>
 
@@ -175,18 +176,50 @@ void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n) {
   for (size_t k = 0; k < n; ++k) a[k] = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
 }
 
+namespace {
+// The scalar bodies' fast test, on bit patterns (so it vectorises without AVX-512): the
+// largest |x| bits of n values folded into m, and whether any needs the tracked path:
+// |x| >= 65520, inf or NaN (0x477ff000 is 65520.0f), or a normal |x| <= 2^-25 (0x33000000).
+inline bool needs_tracking(const uint32_t* x, size_t n, uint32_t& m) {
+  uint32_t special = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t a = x[k] & 0x7fffffffu;
+    m = a > m ? a : m;
+    special |= uint32_t(a >= 0x477ff000u) | uint32_t(a - 0x00800000u <= 0x33000000u - 0x00800000u);
+  }
+  return special != 0;
+}
+}  // namespace
+
 void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0) {
-  uint32_t tmp[16];
-  for (int l = 0; l < 16; ++l) {
-    const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
-    tmp[l] = uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[0]), saturate, r, idx0 + 2 * l)) |
-             uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[1]), saturate, r, idx0 + 2 * l + 1)) << 16;
+  uint32_t tmp[16], m = 0;
+  if (!(needs_tracking(lo, 16, m) | needs_tracking(hi, 16, m))) {  // the common case: the plain definition
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
+      tmp[l] = uint32_t(f32_to_f16(std::bit_cast<float>(src[0]))) | uint32_t(f32_to_f16(std::bit_cast<float>(src[1]))) << 16;
+    }
+    r.max_abs = std::max(r.max_abs, std::bit_cast<float>(m));
+  } else {
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
+      tmp[l] = uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[0]), saturate, r, idx0 + 2 * l)) |
+               uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[1]), saturate, r, idx0 + 2 * l + 1)) << 16;
+    }
   }
   for (int l = 0; l < 16; ++l) out[l] = tmp[l];  // out may alias lo or hi
 }
 
 void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r) {
-  for (size_t j = k; j < k + n; ++j) a[j] = f32_to_f16_tracked(std::bit_cast<float>(b[j]), saturate, r, int64_t(j));
+  for (size_t j0 = k; j0 < k + n; j0 += 16) {
+    const size_t j1 = std::min(k + n, j0 + 16);
+    uint32_t m = 0;
+    if (!needs_tracking(b + j0, j1 - j0, m)) {
+      for (size_t j = j0; j < j1; ++j) a[j] = f32_to_f16(std::bit_cast<float>(b[j]));
+      r.max_abs = std::max(r.max_abs, std::bit_cast<float>(m));
+    } else {
+      for (size_t j = j0; j < j1; ++j) a[j] = f32_to_f16_tracked(std::bit_cast<float>(b[j]), saturate, r, int64_t(j));
+    }
+  }
 }
 
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16) {

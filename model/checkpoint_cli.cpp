@@ -80,6 +80,7 @@ void print_outlier_summary(const BundleStats& st, const QuantOptions& qo) {
              "(max |w| > {} x the block RMS){}\n",
              all, st.zeroed, st.nonzero, st.outliers.size(), kOutlierRatio,
              st.fp16_channels ? fmt::format("; {} input channels kept in fp16", st.fp16_channels) : "");
+  std::fflush(stdout);  // the summary before the warnings (stderr)
   for (const OutlierReport& r : st.outliers) {
     std::string chans;
     for (size_t k = 0; k < r.channels.size() && k < 5; ++k)

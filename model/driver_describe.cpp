@@ -182,8 +182,8 @@ json numerics_json(const DescribeOptions& o, const DescribeResult& r, const sim:
 void print_numerics(const json& n) {
   if (n.is_null()) return;
   const double m = n["max_abs"];
-  const std::string share = m > 0 ? fmt::format("{:.1f}%", 100 * m / kF16Max) : "0%";
-  std::printf("\nfp16 numerics (fp16_overflow = %s): largest |x| written %.4g in %s (%s of 65504); %llu overflowed%s, "
+  const std::string share = m <= kF16Max ? fmt::format("{:.1f}% of 65504", 100 * m / kF16Max) : "beyond 65504";
+  std::printf("\nfp16 numerics (fp16_overflow = %s): largest |x| written %.4g in %s (%s); %llu overflowed%s, "
               "%llu NaN, %llu normal values rounded to 0\n",
               std::string(n["fp16_overflow"]).c_str(), m, std::string(n["max_abs_at"]).c_str(), share.c_str(),
               (unsigned long long)n["overflow"], n["fp16_overflow"] == "saturate" ? " (saturated to +-65504)" : " (to inf)",

@@ -301,7 +301,7 @@ OutlierReport outlier_report(const float* w, int64_t rows, int64_t cols, const Q
   rep.blocks = rows * nb;
   std::vector<int64_t> per_col(size_t(cols), 0);
   std::vector<float> deq(q ? size_t(cols) : 0), mag;
-  std::vector<uint8_t> outlier(size_t(kQuantBlock));
+  std::vector<uint8_t> outlier(static_cast<size_t>(kQuantBlock));
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = w + r * cols;
     if (q) dequantise_row(*q, r, deq.data());

@@ -338,23 +338,26 @@ def headroom_chart(plt, rep):
     calls = n["calls"]
     fig, ax = plt.subplots(figsize=(9.0, 3.8))
     seen = {}
+    # Calls that wrote no fp16 (copies) or only zeros have no point on a log scale.
     for prog in dict.fromkeys(c["program"] for c in calls):
-        idx = [i for i, c in enumerate(calls) if c["program"] == prog]
-        ax.scatter(idx, [max(calls[i]["max_abs"], 1e-3) for i in idx], s=10,
+        idx = [i for i, c in enumerate(calls) if c["program"] == prog and c["max_abs"] > 0]
+        ax.scatter(idx, [calls[i]["max_abs"] for i in idx], s=10,
                    color=stage_colour("vision_tower" if prog == "image" else "decode", seen), label=f"{prog} program")
-    bad = [i for i, c in enumerate(calls) if c["overflow"] or c["nan"]]
+    bad = [i for i, c in enumerate(calls) if (c["overflow"] or c["nan"]) and c["max_abs"] > 0]
     if bad:
-        ax.scatter(bad, [max(calls[i]["max_abs"], 1e-3) for i in bad], s=40, facecolors="none", edgecolors="#d62728",
+        ax.scatter(bad, [calls[i]["max_abs"] for i in bad], s=40, facecolors="none", edgecolors="#d62728",
                    label="overflow or NaN")
     ax.axhline(n["fp16_max"], color="#d62728", ls="--", lw=1, label="fp16 max 65,504")
-    for i in sorted(range(len(calls)), key=lambda i: -calls[i]["max_abs"])[:3]:
-        ax.annotate(calls[i]["mark"], (i, max(calls[i]["max_abs"], 1e-3)), fontsize=7, xytext=(3, 3),
-                    textcoords="offset points")
+    if calls and n["max_abs"] > 0:
+        i = max(range(len(calls)), key=lambda i: calls[i]["max_abs"])
+        ax.annotate(f'{calls[i]["mark"]} ({calls[i]["program"]})', (i, calls[i]["max_abs"]), fontsize=7,
+                    xytext=(4, -10), textcoords="offset points")
     ax.set_yscale("log")
     ax.set_xlabel("kernel call (program order: image program, then the decode program over all steps)")
     ax.set_ylabel("largest |x| written in fp16")
     head = n["fp16_max"] / n["max_abs"] if n["max_abs"] > 0 else float("inf")
-    ax.set_title(f"fp16 headroom: largest |x| {n['max_abs']:.4g} ({head:.3g}x below 65,504); "
+    where = f"{head:.3g}x below 65,504" if head >= 1 else "beyond 65,504"
+    ax.set_title(f"fp16 headroom: largest |x| {n['max_abs']:.4g} ({where}); "
                  f"{n['overflow']} overflowed ({n['fp16_overflow']}), {n['nan']} NaN", fontsize=10)
     ax.legend(loc="lower right", fontsize=8)
     ax.grid(axis="y", alpha=0.3)
