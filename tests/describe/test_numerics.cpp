@@ -68,10 +68,10 @@ DescribeOptions options(const std::string& model) {
   o.model = model;
   o.cache_dir = (scratch() / "cache").string();
   o.image = std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_photo_256.png";
-  o.width = 64;
-  o.height = 64;
+  o.width = 256;  // the smallest the image processor takes
+  o.height = 256;
   o.prompt = "Describe this image.";
-  o.tokens = 3;
+  o.tokens = 2;
   return o;
 }
 
@@ -99,7 +99,7 @@ TEST(DescribeNumerics, AMassiveActivationPastTheFp16RangeStopsTheGatesWithOneMes
   o.sets = {"fp16_overflow=saturate"};
   DescribeResult s = describe(o);
   EXPECT_TRUE(s.nonfinite.empty()) << s.nonfinite;
-  ASSERT_EQ(s.steps.size(), 3u);
+  ASSERT_EQ(s.steps.size(), 2u);
   const NumericsRecord* res = find_call(s, "image", "P1.mlp_residual");
   ASSERT_NE(res, nullptr);
   EXPECT_GT(res->overflow, 0u);
@@ -174,7 +174,7 @@ TEST(DescribeNumerics, PlantedNaNRowsPrintNaNCosinesAndTheFirstBadRow) {
       << r.failures.back();
   EXPECT_EQ(r.steps.size(), 2u);
   // The CLI prints NaN, never a cosine of 0.
-  auto [rc, out] = run_cli("--model synthetic:tiny --cache-dir " + o.cache_dir + " --size 64x64 --tokens 2 " +
+  auto [rc, out] = run_cli("--model synthetic:tiny --cache-dir " + o.cache_dir + " --size 256x256 --tokens 2 " +
                            "--prompt 'Describe this image.' --negative-control nan-cache");
   EXPECT_EQ(rc, 2) << out;
   EXPECT_NE(out.find("slot cos      NaN"), std::string::npos) << out;
