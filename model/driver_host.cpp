@@ -5,13 +5,13 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
 #include <map>
-#include <cctype>
 #include <nlohmann/json.hpp>
 #include <thread>
 

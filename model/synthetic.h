@@ -50,9 +50,9 @@ struct Outlier {
 
 struct SyntheticOptions {
   uint64_t seed = 0;
-  std::vector<Outlier> outliers;  // applied in order
   int threads = 0;        // 0: hardware_concurrency(); output does not depend on it
   bool no_data = false;   // header + sparse zero data only (fast layout test)
+  std::vector<Outlier> outliers;  // planted after the normal draw, in order
 };
 
 struct SyntheticStats {

@@ -18,7 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "isa/error.h"
 #include "model/config.h"
+#include "model/quant.h"
+#include "model/safetensors.h"
 #include "model/driver_host.h"
 #include "model/synthetic.h"
 
@@ -146,6 +149,27 @@ TEST(DescribeNumerics, UnderTheRangeTheGatesPassAndTheReportShowsEveryCallsMaxAb
   ss << std::ifstream(page).rdbuf();
   EXPECT_NE(ss.str().find("data-chart=\"headroom\""), std::string::npos);
   EXPECT_NE(ss.str().find("P0.attn_residual"), std::string::npos);
+}
+
+// The device takes int4 codes only: a mixed-precision bundle (quantize --fp16-channels) is
+// refused by name before anything runs, instead of a device that silently differs.
+TEST(DescribeNumerics, AMixedPrecisionBundleIsRefusedByName) {
+  std::vector<Outlier> x100;
+  for (int c : {7, 42, 99}) x100.push_back({kEmbed, -1, c, 100.0f});
+  const std::string dir = checkpoint("x100", x100);
+  QuantOptions qo;
+  qo.fp16_channels = 3;
+  const std::string bundle = (scratch() / "x100-mixed.safetensors").string();
+  write_quant_bundle(load_checkpoint(dir), config_tiny(), bundle, qo);
+  DescribeOptions o = options(bundle);
+  try {
+    describe(o);
+    ADD_FAILURE() << "a mixed bundle ran on the device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 tensor(s) keep input channels in fp16 (mixed precision, first '" + kEmbed + "')"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 std::pair<int, std::string> run_cli(const std::string& args) {
