@@ -338,7 +338,8 @@ std::string nonfinite_message(const sim::Stats::F16Event& e, int64_t row0, const
   if (tensor.empty())
     where = "; the chain keeps no intermediate for this kernel call, so no row and column";
   else if (!best)
-    where = fmt::format("; the chain's {} has no {} value (it stays finite: the device diverged before this call)",
+    where = fmt::format("; the chain's {} has no {} value, so no row and column (what this call read on the device "
+                        "already differed from the chain)",
                         tensor, nan ? "non-finite" : "such");
   else
     where = fmt::format("; at row {}{}, column {} of the chain's {} (its element nearest that value) the chain has {:.6g}",
