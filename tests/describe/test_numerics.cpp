@@ -37,6 +37,12 @@ std::string mlp(int layer, const char* w) { return fmt::format("model.language_m
 
 fs::path scratch() {
   static const fs::path d = fs::temp_directory_path() / ("gpnpu_numerics_" + std::to_string(::getpid()));
+  static const struct Cleanup {  // the checkpoints and bundles go when the process ends
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup;
   return d;
 }
 
