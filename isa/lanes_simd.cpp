@@ -3,6 +3,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <vector>
 
@@ -59,15 +60,54 @@ __attribute__((target("avx512f"))) void cvt_f32_f16_avx512(uint32_t* a, const ui
   if (k < n) cvt_f32_f16_scalar(a + k, b + k, n - k);
 }
 
-__attribute__((target("avx512f"))) void pack_f16_avx512(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
-  __m512 l = _mm512_loadu_ps(reinterpret_cast<const float*>(lo)), h = _mm512_loadu_ps(reinterpret_cast<const float*>(hi));
-  if (_mm512_cmp_ps_mask(l, l, _CMP_UNORD_Q) | _mm512_cmp_ps_mask(h, h, _CMP_UNORD_Q))
-    return pack_f16_scalar(out, lo, hi);  // NaN payloads: the definition's rule
-  // Lanes 0..7 pack lo[0..15] pairwise: the 16 halves of lo in order are exactly words 0..7.
-  __m256i lh = _mm512_cvtps_ph(l, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256i hh = _mm512_cvtps_ph(h, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), lh);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 8), hh);
+// The common case costs two compares per 16 values: a PE with any value that overflows,
+// underflows a normal number, or is NaN takes the scalar definition (which counts them).
+__attribute__((target("avx512f"))) inline __mmask16 f16_special(__m512 ax) {
+  return _mm512_cmp_ps_mask(ax, _mm512_set1_ps(kF16OverflowAt), _CMP_NLT_UQ) |  // >= 65520, inf, NaN
+         _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(kF16ZeroBelow), _CMP_LE_OQ), ax,
+                                 _mm512_set1_ps(kF32MinNormal), _CMP_GE_OQ);     // normal, rounds to 0
+}
+
+__attribute__((target("avx512f"))) void pack_f16_pes_avx512(uint32_t* out, const uint32_t* lo, const uint32_t* hi,
+                                                             uint32_t e0, uint32_t e1, const uint8_t* pred, bool saturate,
+                                                             F16Range& r) {
+  __m512 vmax = _mm512_setzero_ps();
+  for (uint32_t e = e0; e < e1; ++e) {
+    if (pred && !pred[e]) continue;
+    const size_t k = size_t(e) * 16;
+    __m512 l = _mm512_loadu_ps(reinterpret_cast<const float*>(lo + k)), h = _mm512_loadu_ps(reinterpret_cast<const float*>(hi + k));
+    __m512 al = _mm512_abs_ps(l), ah = _mm512_abs_ps(h);
+    if (f16_special(al) | f16_special(ah)) {
+      pack_f16_scalar(out + k, lo + k, hi + k, saturate, r, int64_t(e) * 32);
+      continue;
+    }
+    vmax = _mm512_max_ps(vmax, _mm512_max_ps(al, ah));
+    // Lanes 0..7 pack lo[0..15] pairwise: the 16 halves of lo in order are exactly words 0..7.
+    __m256i lh = _mm512_cvtps_ph(l, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256i hh = _mm512_cvtps_ph(h, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), lh);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k + 8), hh);
+  }
+  const float m = _mm512_reduce_max_ps(vmax);
+  if (m > r.max_abs) r.max_abs = m;
+}
+
+__attribute__((target("avx512f"))) void cvt_f16_f32_avx512(uint32_t* a, const uint32_t* b, size_t k, size_t n,
+                                                            bool saturate, F16Range& r) {
+  __m512 vmax = _mm512_setzero_ps();
+  size_t j = k;
+  for (; j + 16 <= k + n; j += 16) {
+    __m512 v = _mm512_loadu_ps(reinterpret_cast<const float*>(b + j)), av = _mm512_abs_ps(v);
+    if (f16_special(av)) {
+      cvt_f16_f32_scalar(a, b, j, 16, saturate, r);
+      continue;
+    }
+    vmax = _mm512_max_ps(vmax, av);
+    _mm512_storeu_si512(a + j, _mm512_cvtepu16_epi32(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+  }
+  if (j < k + n) cvt_f16_f32_scalar(a, b, j, k + n - j, saturate, r);
+  const float m = _mm512_reduce_max_ps(vmax);
+  if (m > r.max_abs) r.max_abs = m;
 }
 
 __attribute__((target("avx512f"))) inline void dequant4_avx512(uint32_t* out, const uint32_t* codes, float scale, float zero,
@@ -136,13 +176,50 @@ void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n) {
   for (size_t k = 0; k < n; ++k) a[k] = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
 }
 
-void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
-  uint32_t tmp[16];
-  for (int l = 0; l < 16; ++l) {
-    const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
-    tmp[l] = uint32_t(f32_to_f16(std::bit_cast<float>(src[0]))) | uint32_t(f32_to_f16(std::bit_cast<float>(src[1]))) << 16;
+namespace {
+// The scalar bodies' fast test, on bit patterns (so it vectorises without AVX-512): the
+// largest |x| bits of n values folded into m, and whether any needs the tracked path:
+// |x| >= 65520, inf or NaN (0x477ff000 is 65520.0f), or a normal |x| <= 2^-25 (0x33000000).
+inline bool needs_tracking(const uint32_t* x, size_t n, uint32_t& m) {
+  uint32_t special = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t a = x[k] & 0x7fffffffu;
+    m = a > m ? a : m;
+    special |= uint32_t(a >= 0x477ff000u) | uint32_t(a - 0x00800000u <= 0x33000000u - 0x00800000u);
+  }
+  return special != 0;
+}
+}  // namespace
+
+void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0) {
+  uint32_t tmp[16], m = 0;
+  if (!(needs_tracking(lo, 16, m) | needs_tracking(hi, 16, m))) {  // the common case: the plain definition
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
+      tmp[l] = uint32_t(f32_to_f16(std::bit_cast<float>(src[0]))) | uint32_t(f32_to_f16(std::bit_cast<float>(src[1]))) << 16;
+    }
+    r.max_abs = std::max(r.max_abs, std::bit_cast<float>(m));
+  } else {
+    for (int l = 0; l < 16; ++l) {
+      const uint32_t* src = l < 8 ? lo + 2 * l : hi + 2 * (l - 8);
+      tmp[l] = uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[0]), saturate, r, idx0 + 2 * l)) |
+               uint32_t(f32_to_f16_tracked(std::bit_cast<float>(src[1]), saturate, r, idx0 + 2 * l + 1)) << 16;
+    }
   }
   for (int l = 0; l < 16; ++l) out[l] = tmp[l];  // out may alias lo or hi
+}
+
+void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r) {
+  for (size_t j0 = k; j0 < k + n; j0 += 16) {
+    const size_t j1 = std::min(k + n, j0 + 16);
+    uint32_t m = 0;
+    if (!needs_tracking(b + j0, j1 - j0, m)) {
+      for (size_t j = j0; j < j1; ++j) a[j] = f32_to_f16(std::bit_cast<float>(b[j]));
+      r.max_abs = std::max(r.max_abs, std::bit_cast<float>(m));
+    } else {
+      for (size_t j = j0; j < j1; ++j) a[j] = f32_to_f16_tracked(std::bit_cast<float>(b[j]), saturate, r, int64_t(j));
+    }
+  }
 }
 
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16) {
@@ -182,13 +259,21 @@ void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n) {
   cvt_f32_f16_scalar(a, b, n);
 }
 
-void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi) {
+void pack_f16_pes(uint32_t* out, const uint32_t* lo, const uint32_t* hi, uint32_t e0, uint32_t e1, const uint8_t* pred,
+                  bool saturate, F16Range& r) {
 #if defined(__x86_64__)
-  if (have_avx512()) return pack_f16_avx512(out, lo, hi);
+  if (have_avx512()) return pack_f16_pes_avx512(out, lo, hi, e0, e1, pred, saturate, r);
 #endif
-  pack_f16_scalar(out, lo, hi);
+  for (uint32_t e = e0; e < e1; ++e)
+    if (!pred || pred[e]) pack_f16_scalar(out + size_t(e) * 16, lo + size_t(e) * 16, hi + size_t(e) * 16, saturate, r, int64_t(e) * 32);
 }
 
+void cvt_f16_f32(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r) {
+#if defined(__x86_64__)
+  if (have_avx512()) return cvt_f16_f32_avx512(a, b, k, n, saturate, r);
+#endif
+  cvt_f16_f32_scalar(a, b, k, n, saturate, r);
+}
 
 void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
                   const uint8_t* pred, uint32_t sel, bool f16) {

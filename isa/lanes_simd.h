@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "isa/fp16.h"
+
 namespace gpnpu::isa::lanes {
 
 // a[k] += f16(b[k]) * f16(c[k]) in fp32 for k < n (b, c: fp16 in the low 16 bits;
@@ -22,9 +24,16 @@ void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 // a[k] = f16_to_f32(b[k] & 0xffff) (vcvt.f32.f16).
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n);
 
-// out[k] = f32_to_f16(lo/hi pairs) for vpack.f16 of one PE: lane l < 8 packs lo[2l],
-// lo[2l+1], lane l >= 8 packs hi[2(l-8)], hi[2(l-8)+1] (low half first).
-void pack_f16(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
+// vpack.f16 over PEs [e0, e1) enabled by pred (nullptr: all): PE e's 16 lanes of out =
+// f32_to_f16 of lo/hi pairs: lane l < 8 packs lo[2l], lo[2l+1], lane l >= 8 packs
+// hi[2(l-8)], hi[2(l-8)+1] (low half first). Every value is recorded in r (isa/fp16.h)
+// with index e * 32 + element; saturate clamps overflow to +-65,504.
+void pack_f16_pes(uint32_t* out, const uint32_t* lo, const uint32_t* hi, uint32_t e0, uint32_t e1, const uint8_t* pred,
+                  bool saturate, F16Range& r);
+
+// vcvt.f16.f32 of lanes [k, k + n): a[j] = f32_to_f16(b[j]) in the low half, high half 0;
+// recorded in r with index j.
+void cvt_f16_f32(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r);
 
 
 // vdq4 over PEs [e0, e1) enabled by pred (nullptr: all): PE e's 16 lanes of out from
@@ -38,7 +47,8 @@ void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, ui
 void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
-void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi);
+void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0);
+void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r);
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();

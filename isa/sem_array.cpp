@@ -132,12 +132,22 @@ SEM(vunpack_f16) {
     }
   });
 }
+namespace {
+// An fp32 -> fp16 conversion over the PEs, in two halves (lane_pool.h): each half records
+// its values' range (isa/fp16.h), merged in PE order into the state's numerics.
+template <typename F>
+void convert_f16(ArchState& s, uint32_t per_pe, F&& f) {
+  F16Range half[2];
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) { f(e0, e1, half[e0 == 0 ? 0 : 1]); });
+  half[0].merge(half[1]);
+  s.note_f16(half[0], per_pe);
+}
+}  // namespace
+
 SEM(vpack_f16) {
-  const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  uint32_t* a = s.vreg(i.a);
-  for_pes(s, i, [&](uint32_t e) {
-    const size_t k = size_t(e) * kLanes;
-    lanes::pack_f16(a + k, b + k, c + k);  // reads both sources before writing
+  convert_f16(s, 2 * kLanes, [&](uint32_t e0, uint32_t e1, F16Range& r) {
+    // each PE reads both sources before writing
+    lanes::pack_f16_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), e0, e1, i.p ? s.predicate(i.p) : nullptr, s.f16_saturate, r);
   });
 }
 
@@ -156,7 +166,23 @@ SEM(vcvt_f32_f16) {
   const uint32_t* b = s.vreg(i.b);
   for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::cvt_f32_f16(a + k, b + k, n); });
 }
-SEM(vcvt_f16_f32) { map1(s, i, [](uint32_t b) { return uint32_t(f32_to_f16(as_f32(b))); }); }
+SEM(vcvt_f16_f32) {
+  const uint8_t* pr = i.p ? s.predicate(i.p) : nullptr;
+  convert_f16(s, kLanes, [&](uint32_t e0, uint32_t e1, F16Range& r) {
+    uint32_t* a = s.vreg(i.a);
+    const uint32_t* b = s.vreg(i.b);
+    for (uint32_t e = e0; e < e1;) {  // runs of enabled PEs
+      if (pr && !pr[e]) {
+        ++e;
+        continue;
+      }
+      uint32_t end = e + 1;
+      while (end < e1 && (!pr || pr[end])) ++end;
+      lanes::cvt_f16_f32(a, b, size_t(e) * kLanes, size_t(end - e) * kLanes, s.f16_saturate, r);
+      e = end;
+    }
+  });
+}
 SEM(vcvt_f32_i32) { map1(s, i, [](uint32_t b) { return as_u32(float(int32_t(b))); }); }
 SEM(vcvt_i32_f32) { map1(s, i, [](uint32_t b) { return f32_to_i32_sat(as_f32(b)); }); }
 

@@ -27,6 +27,14 @@ void ArchState::materialise(int r) {
   lazy &= ~(1u << r);
 }
 
+void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {
+  if (r.first >= 0 && !f16_first.set)
+    f16_first = {true, pc, uint32_t(r.first / per_pe), uint32_t(r.first % per_pe), r.first_value};
+  F16Range m = r;
+  m.first = -1;
+  f16.merge(m);
+}
+
 void ArchState::advance() {
   // A taken branch or jump has already set next_pc; a fall-through, or a jump to
   // the innermost body's end (a skipped count-0 loop ending there too), closes a

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "isa/fp16.h"
 #include "isa/isa.h"
 
 namespace gpnpu::isa {
@@ -79,6 +80,20 @@ struct ArchState {
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
   }
+
+  // Numerics of functional runs (no timing): the range of every fp32 -> fp16 conversion
+  // (vpack.f16, vcvt.f16.f32) since the sequencer last took it, which it attributes to
+  // the open mark; the first conversion that wrote a non-finite fp16 in the run; and
+  // f16_saturate (machine parameter fp16_overflow = saturate) clamps overflow to +-65,504.
+  struct F16First {
+    bool set = false;
+    uint32_t pc = 0, pe = 0, element = 0;  // element: of the PE's fp16 results (0..31 vpack, 0..15 vcvt)
+    float value = 0;                       // the fp32 value before rounding
+  };
+  F16Range f16;
+  F16First f16_first;
+  bool f16_saturate = false;
+  void note_f16(const F16Range& r, uint32_t per_pe);  // merges r; indices are pe * per_pe + element
 
   // the last instruction's side effect for the sequencer
   Effect effect = Effect::none;

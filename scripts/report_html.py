@@ -9,7 +9,8 @@ of cycles per stage against each stage's MAC and DDR floors (linear bars), a roo
 with every kernel call as a point, cycles and DDR bytes per decode step, the energy split and power over time
 (reports with "energy"), the kernels
 furthest above their floors, the per-step gate table, the totals and the resolved
-machine config. A run on synthetic (random) weights says so above its answers. Everything is embedded (images
+machine config; for a functional run also the fp16 headroom chart (the largest |x|
+every kernel call wrote in fp16 against 65,504). A run on synthetic (random) weights says so above its answers. Everything is embedded (images
 as data: URIs, CSS inline, no script, no font, no link): the page works offline from
 a file (answer text in CJK scripts needs a CJK font on the viewing machine:
 scripts/install-deps.sh installs Debian's fonts-noto-cjk). With --plots DIR the
@@ -39,7 +40,7 @@ ENERGY_SPLIT = ("ddr", "ocm", "mac", "other", "static")
 
 
 def charts_of(rep):
-    return CHARTS + (ENERGY_CHARTS if "energy" in rep else ())
+    return CHARTS + (ENERGY_CHARTS if "energy" in rep else ()) + (("headroom",) if rep.get("numerics") else ())
 
 
 class ReportError(Exception):
@@ -158,6 +159,17 @@ def load_report(path):
             for i, v in enumerate(c.get(en, k, "energy", list)):
                 if isinstance(v, bool) or not isinstance(v, NUM):
                     raise ReportError(f"{path}: key 'energy.{k}[{i}]' is {type(v).__name__}, expected a number")
+    numerics = c.get(rep, "numerics", "", dict, optional=True)  # null in timing-only runs, absent in old reports
+    if numerics is not None:
+        c.get(numerics, "fp16_overflow", "numerics", str)
+        for k in ("fp16_max", "max_abs", "overflow", "underflow", "nan"):
+            c.get(numerics, k, "numerics", NUM)
+        for i, k in enumerate(c.get(numerics, "calls", "numerics", list)):
+            w = f"numerics.calls[{i}]"
+            for f in ("program", "mark", "kernel"):
+                c.get(k, f, w, str)
+            for f in ("max_abs", "overflow", "underflow", "nan"):
+                c.get(k, f, w, NUM)
     try:
         png = base64.b64decode(img["png_base64"], validate=True)
     except ValueError:
@@ -481,6 +493,40 @@ def steps_chart(plt, rep):
     return fig
 
 
+def headroom_chart(plt, rep):
+    """The largest |x| each kernel call wrote in fp16 (before rounding), in program order,
+    against fp16's largest value 65,504 (log scale). Calls that overflowed are red."""
+    n = rep["numerics"]
+    calls = n["calls"]
+    fig, ax = plt.subplots(figsize=(9.0, 3.8))
+    seen = {}
+    # Calls that wrote no fp16 (copies) or only zeros have no point on a log scale.
+    for prog in dict.fromkeys(c["program"] for c in calls):
+        idx = [i for i, c in enumerate(calls) if c["program"] == prog and c["max_abs"] > 0]
+        ax.scatter(idx, [calls[i]["max_abs"] for i in idx], s=10,
+                   color=stage_colour("vision_tower" if prog == "image" else "decode", seen), label=f"{prog} program")
+    bad = [i for i, c in enumerate(calls) if (c["overflow"] or c["nan"]) and c["max_abs"] > 0]
+    if bad:
+        ax.scatter(bad, [calls[i]["max_abs"] for i in bad], s=40, facecolors="none", edgecolors="#d62728",
+                   label="overflow or NaN")
+    ax.axhline(n["fp16_max"], color="#d62728", ls="--", lw=1, label="fp16 max 65,504")
+    if calls and n["max_abs"] > 0:
+        i = max(range(len(calls)), key=lambda i: calls[i]["max_abs"])
+        ax.annotate(f'{calls[i]["mark"]} ({calls[i]["program"]})', (i, calls[i]["max_abs"]), fontsize=7,
+                    xytext=(4, -10), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_xlabel("kernel call (program order: image program, then the decode program over all steps)")
+    ax.set_ylabel("largest |x| written in fp16")
+    head = n["fp16_max"] / n["max_abs"] if n["max_abs"] > 0 else float("inf")
+    where = f"{head:.3g}x below 65,504" if head >= 1 else "beyond 65,504"
+    ax.set_title(f"fp16 headroom: largest |x| {n['max_abs']:.4g} ({where}); "
+                 f"{n['overflow']} overflowed ({n['fp16_overflow']}), {n['nan']} NaN", fontsize=10)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def make_charts(rep):
     import matplotlib
 
@@ -489,7 +535,8 @@ def make_charts(rep):
 
     plt.rcParams["svg.hashsalt"] = "gpnpu"  # deterministic output
     out = {}
-    fns = {"stages": stage_chart, "roofline": roofline_chart, "steps": steps_chart, "energy": energy_chart, "power": power_chart}
+    fns = {"stages": stage_chart, "roofline": roofline_chart, "steps": steps_chart, "energy": energy_chart, "power": power_chart,
+           "headroom": headroom_chart}
     for name in charts_of(rep):
         fig = fns[name](plt, rep)
         out[name] = png_bytes(fig)
@@ -752,6 +799,21 @@ def steps_caption(rep):
             "slowly across the answer. The image program (the first token) is not drawn here.")
 
 
+def numerics_html(rep, charts):
+    n = rep.get("numerics")
+    if not n:
+        return ""
+    top = sorted(n["calls"], key=lambda c: -c["max_abs"])[:10]
+    rows = "".join(f'<tr><td class="l">{e(c["program"])}</td><td class="l">{e(c["mark"])}</td><td class="l">{e(c["kernel"])}</td>'
+                   f'<td>{c["max_abs"]:.4g}</td><td>{100 * c["max_abs"] / n["fp16_max"]:.1f} %</td><td>{c["overflow"]}</td>'
+                   f'<td>{c["nan"]}</td><td>{c["underflow"]}</td></tr>' for c in top)
+    first = (f'<p class="fail">{e(n["first_nonfinite"])}</p>' if n.get("first_nonfinite") else "")
+    return (f'<h2>Numerics (fp16 headroom)</h2>\n{first}<div class="charts">'
+            f'{chart_html("headroom", charts["headroom"], "The largest |x| each kernel call wrote in fp16 (before rounding), against fp16 largest value 65,504; fp16_overflow = " + e(n["fp16_overflow"]) + ".")}</div>'
+            f'<table><tr><th>program</th><th>call</th><th>kernel</th><th>max |x|</th><th>of 65,504</th><th>overflow</th>'
+            f'<th>NaN</th><th>to zero</th></tr>{rows}</table>')
+
+
 def page(rep, charts):
     model = rep["model"]
     title = f"gpnpu describe: {model.get('name') or model['spec']}"
@@ -783,6 +845,7 @@ def page(rep, charts):
 <div class="tables">{worst}{top}</div>
 <h2>Gates per step</h2>
 {steps_html(rep)}
+{numerics_html(rep, charts)}
 <h2>Machine</h2>
 {config_html(rep)}
 </body></html>

@@ -147,6 +147,30 @@ void Sequencer::count_array_events(const isa::Insn& in, uint64_t pes) {
   }
 }
 
+// The functional model's fp16 numerics since the last mark (isa/state.h) go to the
+// innermost open region: between two mark instructions it does not change. Nothing to
+// take in timing-only runs (the conversions do not run), and the cost is per mark.
+void Sequencer::take_numerics() {
+  isa::ArchState& st = *st_;
+  Counters& tot = stats_->total;
+  tot[Stat::f16_overflow] = st.f16.overflow;
+  tot[Stat::f16_underflow] = st.f16.underflow;
+  tot[Stat::f16_nan] = st.f16.nan;
+  stats_->note_f16_max(st.f16.max_abs);
+  st.f16.max_abs = 0;
+  if (st.f16_first.set && !stats_->first_nonfinite.set) {
+    const isa::ArchState::F16First& f = st.f16_first;
+    Stats::F16Event& e = stats_->first_nonfinite;
+    e.set = true;
+    e.mark = stats_->current_region();
+    std::string w = where(f.pc, 0);
+    e.where = w.substr(0, std::min(w.find(" in mark"), w.rfind(", cycle")));  // pc, line and instruction
+    e.pe = f.pe;
+    e.element = f.element;
+    e.value = f.value;
+  }
+}
+
 void Sequencer::execute() {
   // The hook is looked at once per run: without it the issue loop is compiled with
   // no trace code at all (a per-instruction check cost 10% on array-bound
@@ -171,6 +195,9 @@ void Sequencer::execute_loop() {
   // Lazy broadcasts only where nobody looks at the registers between instructions
   // (no trace hooks); every register is written out when the run ends, however it ends.
   st.lazy_broadcast = !kHooks && !timing_only_;
+  st.f16 = {};
+  st.f16_first = {};
+  st.f16_saturate = cfg.fp16_overflow == "saturate";
   struct WriteOut {
     isa::ArchState& st;
     ~WriteOut() {
@@ -242,8 +269,12 @@ void Sequencer::execute_loop() {
         dma_.wait_all_idle();
         t = std::max(t, clock_.now() - base_);
         break;
-      case Effect::mark_begin: stats_->begin(st.effect_arg, t); break;
+      case Effect::mark_begin:
+        take_numerics();
+        stats_->begin(st.effect_arg, t);
+        break;
       case Effect::mark_end:
+        take_numerics();
         // The region ends when everything issued in it has completed.
         if (!stats_->end(st.effect_arg, std::max(t, last_done))) {
           std::string open = stats_->current_region();
@@ -273,6 +304,7 @@ void Sequencer::execute_loop() {
     if (st.effect == Effect::halt) {
       if (stats_->open_regions())
         fail("{}: halt with mark \"{}\" still open; close it with mark.end", where(pc, t), stats_->current_region());
+      take_numerics();
       sync(now);
       dma_.wait_all_idle();
       Cycles end = std::max({now, last_done, clock_.now() - base_});

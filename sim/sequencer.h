@@ -58,6 +58,7 @@ class Sequencer : public sc_core::sc_module {
   template <bool kHooks>
   void execute_loop();
   void sync(Cycles t);
+  void take_numerics();
   std::string where(uint32_t pc, Cycles t) const;
   void check_channel(uint32_t ch, uint32_t pc, Cycles t) const;
   void start_dma(const isa::Insn& in, uint32_t pc, Cycles t);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <hdf5.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -37,6 +38,7 @@ nlohmann::ordered_json counters_json(const Counters& c, const Config& cfg) {
   }
   j["macs_per_cycle"] = cycles > 0 ? double(c[Stat::macs]) / cycles : 0.0;
   j["time_ms"] = cycles / (cfg.clock_ghz * 1e6);
+  j["f16_max_abs"] = c.f16_max_abs;
   nlohmann::ordered_json units;
   for (int u = 0; u < isa::kNumUnits; ++u)
     if (c.by_unit[u]) units[std::string(isa::unit_name(isa::Unit(u)))] = c.by_unit[u];
@@ -113,7 +115,12 @@ void Counters::add_diff(const Counters& end, const Counters& begin) {
   for (int u = 0; u < isa::kNumUnits; ++u) by_unit[u] += end.by_unit[u] - begin.by_unit[u];
 }
 
-void Stats::begin(uint32_t name, Cycles now) { open_.push_back({name, now, total}); }
+void Stats::note_f16_max(float m) {
+  total.f16_max_abs = std::max(total.f16_max_abs, m);
+  for (Open& o : open_) o.f16_max_abs = std::max(o.f16_max_abs, m);
+}
+
+void Stats::begin(uint32_t name, Cycles now) { open_.push_back({name, now, total, 0.0f}); }
 
 bool Stats::end(uint32_t name, Cycles now) {
   if (open_.empty() || open_.back().name != name) return false;
@@ -122,6 +129,7 @@ bool Stats::end(uint32_t name, Cycles now) {
   RegionCall call{name, uint32_t(open_.size()), o.begin, now, {}};
   call.counters.add_diff(total, o.at_begin);
   call.counters[Stat::cycles] = now - o.begin;
+  call.counters.f16_max_abs = o.f16_max_abs;
   calls_.push_back(call);
   return true;
 }
@@ -140,6 +148,7 @@ std::vector<Stats::Region> Stats::regions() const {
     r.calls++;
     for (int s = 0; s < kNumStats; ++s) r.counters.v[s] += c.counters.v[s];
     for (int u = 0; u < isa::kNumUnits; ++u) r.counters.by_unit[u] += c.counters.by_unit[u];
+    r.counters.f16_max_abs = std::max(r.counters.f16_max_abs, c.counters.f16_max_abs);
   }
   return out;
 }
@@ -273,6 +282,16 @@ void Stats::write_hdf5(const std::string& path, const Config& cfg) const {
                 fill_mj([g](const Energy& e) { return e.group_pj(EnergyGroup(g)); }));
   real_column("energy_static_mj", fill_mj([](const Energy& e) { return e.static_pj(); }));
   real_column("power_window_w", window_watts(cfg));
+  {  // the one float column
+    std::vector<float> m(calls_.size());
+    for (size_t k = 0; k < calls_.size(); ++k) m[k] = calls_[k].counters.f16_max_abs;
+    hsize_t n = m.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t d = H5Dcreate2(f, "f16_max_abs", H5T_IEEE_F32LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (d < 0 || (n && H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m.data()) < 0)) ok = false;
+    if (d >= 0) H5Dclose(d);
+    H5Sclose(space);
+  }
   // names as a variable-length string dataset
   std::vector<const char*> ptrs;
   for (const std::string& n : names) ptrs.push_back(n.c_str());

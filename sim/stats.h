@@ -50,7 +50,10 @@ class Config;
   S(ocm_dma_bytes_read, "bytes", "bytes DMA read from OCM (counted when the descriptor starts)")   \
   S(ocm_dma_bytes_written, "bytes", "bytes DMA wrote to OCM (counted when the descriptor starts)") \
   S(ddr_io_bytes_read, "bytes", "bytes the DDR interface reads: each contiguous run in whole ddr_burst_bytes bursts") \
-  S(ddr_io_bytes_written, "bytes", "bytes the DDR interface writes: each contiguous run in whole ddr_burst_bytes bursts")
+  S(ddr_io_bytes_written, "bytes", "bytes the DDR interface writes: each contiguous run in whole ddr_burst_bytes bursts") \
+  S(f16_overflow, "count", "fp32 values converted to fp16 beyond its range (|x| >= 65520 or inf): written as inf, or clamped to +-65504 with fp16_overflow = saturate (functional runs)") \
+  S(f16_underflow, "count", "normal non-zero fp32 values converted to fp16 that became zero (functional runs)") \
+  S(f16_nan, "count", "NaN values converted to fp16 (functional runs)")
 
 enum class Stat : uint8_t {
 #define GPNPU_STAT_ENUM(n, unit, desc) n,
@@ -71,6 +74,9 @@ const StatInfo& stat_info(Stat s);
 struct Counters {
   std::array<uint64_t, kNumStats> v{};
   std::array<uint64_t, isa::kNumUnits> by_unit{};
+  // Numerics (functional runs): the largest finite |x| converted to fp16 (vpack.f16,
+  // vcvt.f16.f32), before rounding, in the region itself (a maximum, not a difference).
+  float f16_max_abs = 0;
   uint64_t& operator[](Stat s) { return v[int(s)]; }
   uint64_t operator[](Stat s) const { return v[int(s)]; }
   void add_diff(const Counters& end, const Counters& begin);
@@ -107,6 +113,20 @@ class Stats {
   std::vector<std::string> names;  // mark names of the program
   std::vector<DramCounts> dram_channels;  // ddr_model = dram: the run's counts per DRAM channel
 
+  // The first fp32 -> fp16 conversion of the run that wrote inf or NaN (functional runs).
+  struct F16Event {
+    bool set = false;
+    std::string mark;                      // innermost open mark ("" if none)
+    std::string where;                     // pc, source line and instruction
+    uint32_t pe = 0, element = 0;          // PE and element of its fp16 results
+    float value = 0;                       // the fp32 value before rounding
+  };
+  F16Event first_nonfinite;
+
+  // Folds the largest |x| converted to fp16 since the last call into every open region
+  // and the total (the sequencer calls it at every mark and at halt).
+  void note_f16_max(float m);
+
   void begin(uint32_t name, Cycles now);
   // Closes the innermost region; returns false if `name` is not that region.
   bool end(uint32_t name, Cycles now);
@@ -141,6 +161,7 @@ class Stats {
     uint32_t name;
     Cycles begin;
     Counters at_begin;
+    float f16_max_abs = 0;
   };
   std::vector<Open> open_;
   std::vector<RegionCall> calls_;

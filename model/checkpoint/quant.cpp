@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -22,7 +23,10 @@ float QuantTensor::scale(int64_t r, int64_t blk) const { return f16_to_f32(scale
 
 float QuantTensor::dequant(int64_t r, int64_t c) const {
   int64_t b = c / kQuantBlock;
-  return float(int(code(r, c)) - int(zero(r, b))) * scale(r, b);
+  float v = float(int(code(r, c)) - int(zero(r, b))) * scale(r, b);
+  auto it = std::lower_bound(fp16_cols.begin(), fp16_cols.end(), int32_t(c));
+  if (it != fp16_cols.end() && *it == c) v += f16_to_f32(fp16_w[size_t(r) * fp16_cols.size() + size_t(it - fp16_cols.begin())]);
+  return v;
 }
 
 namespace {
@@ -183,6 +187,25 @@ int resolve_threads(int t) {
 
 QuantTensor quantise(const float* w, int64_t rows, int64_t cols, const QuantOptions& opt, const std::string& what) {
   if (rows <= 0 || cols <= 0) fail("{}: cannot quantise an empty matrix [{}, {}]", what, rows, cols);
+  if (opt.fp16_channels > 0) {
+    const std::vector<int32_t> keep = outlier_channels(outlier_report(w, rows, cols, nullptr, what), opt.fp16_channels);
+    if (!keep.empty()) {
+      std::vector<float> rest(w, w + rows * cols);
+      std::vector<uint16_t> kept(size_t(rows) * keep.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (size_t j = 0; j < keep.size(); ++j) {
+          float& x = rest[size_t(r * cols + keep[j])];
+          kept[size_t(r) * keep.size() + j] = f32_to_f16(x);
+          x = 0;
+        }
+      QuantOptions plain = opt;
+      plain.fp16_channels = 0;
+      QuantTensor q = quantise(rest.data(), rows, cols, plain, what);
+      q.fp16_cols = keep;
+      q.fp16_w = std::move(kept);
+      return q;
+    }
+  }
   QuantTensor q;
   q.rows = rows;
   q.cols = cols;
@@ -219,6 +242,8 @@ void dequantise_row(const QuantTensor& q, int64_t r, float* out) {
       out[c] = float(code - z) * s;
     }
   }
+  const size_t n = q.fp16_cols.size();  // mixed precision: the codes encode 0 in these columns
+  for (size_t j = 0; j < n; ++j) out[q.fp16_cols[j]] += f16_to_f32(q.fp16_w[size_t(r) * n + j]);
 }
 
 std::vector<float> dequantise(const QuantTensor& q) {
@@ -265,12 +290,73 @@ QuantErrorReport quant_error_report(const float* w, const QuantTensor& q) {
   return rep;
 }
 
+// ---- outliers ---------------------------------------------------------------------------
+
+OutlierReport outlier_report(const float* w, int64_t rows, int64_t cols, const QuantTensor* q, const std::string& name) {
+  OutlierReport rep;
+  rep.tensor = name;
+  rep.rows = rows;
+  rep.cols = cols;
+  const int64_t nb = (cols + kQuantBlock - 1) / kQuantBlock;
+  rep.blocks = rows * nb;
+  std::vector<int64_t> per_col(size_t(cols), 0);
+  std::vector<float> deq(q ? size_t(cols) : 0), mag;
+  std::vector<uint8_t> outlier(static_cast<size_t>(kQuantBlock));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = w + r * cols;
+    if (q) dequantise_row(*q, r, deq.data());
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t c0 = b * kQuantBlock, c1 = std::min(cols, c0 + kQuantBlock);
+      double ss = 0;
+      float mx = 0;
+      int64_t at = c0;
+      for (int64_t c = c0; c < c1; ++c) {
+        ss += double(row[c]) * row[c];
+        if (std::fabs(row[c]) > mx) mx = std::fabs(row[c]), at = c;
+      }
+      const double rms = std::sqrt(ss / double(c1 - c0));
+      const bool is_outlier = rms > 0 && mx > kOutlierRatio * rms;
+      if (rms > 0 && mx / rms > rep.worst_ratio) rep.worst_ratio = float(mx / rms), rep.worst_row = r, rep.worst_col = at;
+      std::fill(outlier.begin(), outlier.end(), 0);
+      if (is_outlier) {
+        rep.outlier_blocks++;
+        mag.assign(row + c0, row + c1);
+        for (float& m : mag) m = std::fabs(m);
+        std::nth_element(mag.begin(), mag.begin() + mag.size() / 2, mag.end());
+        const float sigma = mag[mag.size() / 2] / 0.6745f;
+        for (int64_t c = c0; c < c1; ++c)
+          if (std::fabs(row[c]) > kOutlierRatio * sigma) outlier[size_t(c - c0)] = 1, per_col[size_t(c)]++;
+      }
+      if (!q) continue;
+      for (int64_t c = c0; c < c1; ++c) {
+        if (row[c] == 0) continue;
+        const bool zero = deq[size_t(c)] == 0;
+        rep.nonzero++;
+        rep.zeroed += zero;
+        if (is_outlier && !outlier[size_t(c - c0)]) rep.outlier_nonzero++, rep.outlier_zeroed += zero;
+      }
+    }
+  }
+  for (int64_t c = 0; c < cols; ++c)
+    if (per_col[size_t(c)]) rep.channels.push_back({int32_t(c), per_col[size_t(c)]});
+  std::stable_sort(rep.channels.begin(), rep.channels.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  return rep;
+}
+
+std::vector<int32_t> outlier_channels(const OutlierReport& rep, int n) {
+  std::vector<int32_t> out;
+  for (size_t k = 0; k < rep.channels.size() && int(k) < n; ++k) out.push_back(rep.channels[k].first);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 // ---- bundle ---------------------------------------------------------------------------
 
 namespace {
 
-// The bundle's tensors (layout in quant.h).
-std::vector<TensorDecl> bundle_decls(const std::vector<TensorSpec>& specs) {
+// The bundle's tensors (layout in quant.h); `kept`: the fp16 input channels each
+// tensor keeps beside its int4 codes (mixed precision, none by default).
+std::vector<TensorDecl> bundle_decls(const std::vector<TensorSpec>& specs, std::map<std::string, int64_t> kept = {}) {
   std::vector<TensorDecl> decls;
   for (const auto& s : specs) {
     if (s.quantised()) {
@@ -278,6 +364,10 @@ std::vector<TensorDecl> bundle_decls(const std::vector<TensorSpec>& specs) {
       decls.push_back({s.name + kQCodesSuffix, DType::U8, {rows, (cols + 1) / 2}});
       decls.push_back({s.name + kScalesSuffix, DType::F16, {rows, nb}});
       decls.push_back({s.name + kZerosSuffix, DType::U8, {rows, nb}});
+      if (kept[s.name] > 0) {
+        decls.push_back({s.name + kFp16ColsSuffix, DType::I32, {kept[s.name]}});
+        decls.push_back({s.name + kFp16WSuffix, DType::F16, {rows, kept[s.name]}});
+      }
     } else {
       decls.push_back({s.name, DType::F32, s.shape});
     }
@@ -298,13 +388,23 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
   auto t0 = std::chrono::steady_clock::now();
   ck.check(cfg);
   const auto specs = expected_tensors(cfg);
-  const std::vector<TensorDecl> decls = bundle_decls(specs);
+  // Mixed precision: the kept channels decide the tensors to declare (a first pass).
+  std::map<std::string, int64_t> kept;
+  if (opt.fp16_channels > 0)
+    for (const auto& s : specs)
+      if (s.quantised()) {
+        std::vector<float> w = ck.get(s.name).to_f32();
+        kept[s.name] = int64_t(outlier_channels(outlier_report(w.data(), s.rows(), s.cols(), nullptr, s.name),
+                                                opt.fp16_channels).size());
+      }
+  const std::vector<TensorDecl> decls = bundle_decls(specs, kept);
   std::map<std::string, std::string> meta = {{"format", "gpnpu-w4a16"},
                                              {"version", "1"},
                                              {"block", std::to_string(kQuantBlock)},
                                              {"clip_search", opt.clip_search ? "true" : "false"},
                                              {"config", cfg.to_json().dump()},
                                              {"source", ck.path()}};
+  if (opt.fp16_channels > 0) meta["fp16_channels"] = std::to_string(opt.fp16_channels);
   BundleStats st;
   SafetensorsWriter wr(out_path, decls, meta);
   uint64_t total_bytes = 0, done_bytes = 0;
@@ -320,9 +420,20 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
         fail("{}: internal error: {} blocks of '{}' exceed the half-step error bound", out_path, rep.blocks_over_bound,
              s.name);
       st.blocks_over_bound += rep.blocks_over_bound;
+      OutlierReport out = outlier_report(w.data(), s.rows(), s.cols(), &q, s.name);
+      st.nonzero += out.nonzero;
+      st.zeroed += out.zeroed;
+      if (out.outlier_blocks) st.outliers.push_back(std::move(out));
       wr.write(s.name + kQCodesSuffix, q.codes.data(), q.codes.size());
       wr.write(s.name + kScalesSuffix, q.scales.data(), q.scales.size() * 2);
       wr.write(s.name + kZerosSuffix, q.zeros.data(), q.zeros.size());
+      if (int64_t(q.fp16_cols.size()) != kept[s.name])
+        fail("{}: internal error: '{}' keeps {} fp16 channels, {} declared", out_path, s.name, q.fp16_cols.size(), kept[s.name]);
+      if (!q.fp16_cols.empty()) {
+        wr.write(s.name + kFp16ColsSuffix, q.fp16_cols.data(), q.fp16_cols.size() * 4);
+        wr.write(s.name + kFp16WSuffix, q.fp16_w.data(), q.fp16_w.size() * 2);
+        st.fp16_channels += int64_t(q.fp16_cols.size());
+      }
       st.quantised_tensors++;
       st.weights += s.numel();
       st.blocks += int64_t(q.scales.size());
@@ -342,6 +453,7 @@ struct QuantBundle::Impl {
   std::unique_ptr<SafetensorsFile> file;
   ModelConfig cfg;
   std::map<std::string, TensorSpec> specs;
+  std::vector<std::string> fp16_tensors;
 };
 
 QuantBundle::QuantBundle(const std::string& path) : impl_(std::make_unique<Impl>()) {
@@ -380,6 +492,12 @@ QuantBundle::QuantBundle(const std::string& path) : impl_(std::make_unique<Impl>
       check(s.name + kQCodesSuffix, DType::U8, {rows, (cols + 1) / 2});
       check(s.name + kScalesSuffix, DType::F16, {rows, nb});
       check(s.name + kZerosSuffix, DType::U8, {rows, nb});
+      if (impl_->file->has(s.name + kFp16ColsSuffix)) {  // mixed precision
+        const int64_t n = impl_->file->get(s.name + kFp16ColsSuffix).shape.at(0);
+        check(s.name + kFp16ColsSuffix, DType::I32, {n});
+        check(s.name + kFp16WSuffix, DType::F16, {rows, n});
+        impl_->fp16_tensors.push_back(s.name);
+      }
     } else {
       check(s.name, DType::F32, s.shape);
     }
@@ -393,6 +511,7 @@ QuantBundle& QuantBundle::operator=(QuantBundle&&) noexcept = default;
 
 const ModelConfig& QuantBundle::config() const { return impl_->cfg; }
 const std::string& QuantBundle::path() const { return impl_->file->path(); }
+const std::vector<std::string>& QuantBundle::fp16_tensors() const { return impl_->fp16_tensors; }
 
 bool QuantBundle::is_quantised(const std::string& name) const {
   auto it = impl_->specs.find(name);
@@ -417,6 +536,18 @@ QuantTensor QuantBundle::get_quant(const std::string& name) const {
   q.zeros.assign(z.data, z.data + z.nbytes);
   for (size_t i = 0; i < q.zeros.size(); ++i)
     if (q.zeros[i] > 15) fail("{}: tensor '{}': zero point {} > 15 at block {}; the bundle is corrupt", path(), name + kZerosSuffix, q.zeros[i], i);
+  if (impl_->file->has(name + kFp16ColsSuffix)) {
+    const TensorView& fc = impl_->file->get(name + kFp16ColsSuffix);
+    const TensorView& fw = impl_->file->get(name + kFp16WSuffix);
+    q.fp16_cols.resize(fc.nbytes / 4);
+    std::memcpy(q.fp16_cols.data(), fc.data, fc.nbytes);
+    q.fp16_w.resize(fw.nbytes / 2);
+    std::memcpy(q.fp16_w.data(), fw.data, fw.nbytes);
+    for (size_t j = 0; j < q.fp16_cols.size(); ++j)
+      if (q.fp16_cols[j] < 0 || q.fp16_cols[j] >= q.cols || (j && q.fp16_cols[j] <= q.fp16_cols[j - 1]))
+        fail("{}: tensor '{}': fp16 channel {} is out of order or outside 0..{}; the bundle is corrupt", path(),
+             name + kFp16ColsSuffix, q.fp16_cols[j], q.cols - 1);
+  }
   return q;
 }
 

@@ -22,6 +22,10 @@
 //    fp32 with inv = 1/s (nearest, ties up). An all-zero block gets s = 0, z = 0, q = 0.
 //  - Codes: two per byte, low nibble = even column, row-major, row stride ceil(cols/2)
 //    bytes (an odd last column leaves the high nibble 0).
+//  - Mixed precision (QuantOptions::fp16_channels > 0): the input channels that hold the
+//    most outlier weights (outlier_channels) are kept in fp16 beside the codes; the codes
+//    quantise the matrix with those columns zeroed (so they encode exactly 0 there and the
+//    blocks' ranges shrink), and w = (q - z) * s + fp16 part.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -46,6 +50,10 @@ struct QuantTensor {
   std::vector<uint16_t> scales;  // [rows][nblocks()] fp16 bits
   std::vector<uint8_t> zeros;    // [rows][nblocks()] in 0..15
 
+  // Mixed precision: input channels kept in fp16 (ascending), their values [rows][n].
+  std::vector<int32_t> fp16_cols;
+  std::vector<uint16_t> fp16_w;
+
   int64_t nblocks() const { return (cols + kQuantBlock - 1) / kQuantBlock; }
   int64_t row_stride() const { return (cols + 1) / 2; }
   uint8_t code(int64_t r, int64_t c) const {
@@ -54,13 +62,14 @@ struct QuantTensor {
   }
   float scale(int64_t r, int64_t blk) const;  // fp16 -> float
   uint8_t zero(int64_t r, int64_t blk) const { return zeros[size_t(r * nblocks() + blk)]; }
-  float dequant(int64_t r, int64_t c) const;  // (q - z) * s
+  float dequant(int64_t r, int64_t c) const;  // (q - z) * s, plus the fp16 part
   // What the kernels pack (kernels/w4_weights.h); valid while this tensor lives.
   kernels::W4Weights view() const { return {rows, cols, codes, scales, zeros}; }
 };
 
 struct QuantOptions {
   bool clip_search = true;  // false: plain min/max range
+  int fp16_channels = 0;    // mixed precision: keep up to this many outlier input channels per tensor in fp16
   int threads = 0;          // 0: std::thread::hardware_concurrency(); results do not depend on it
   // write_quant_bundle: called after each tensor with the source bytes done and their total.
   std::function<void(uint64_t done, uint64_t total)> progress;
@@ -88,6 +97,33 @@ struct QuantErrorReport {
 };
 QuantErrorReport quant_error_report(const float* w, const QuantTensor& q);
 
+// ---- outliers ---------------------------------------------------------------------------
+// A block is an outlier block when its max |w| > kOutlierRatio x its RMS (a Gaussian
+// block of 128 weights reaches 6 with probability ~3e-7; one weight of 10 sigma gives 7.5).
+// Within an outlier block, the outlier weights are those with |w| > kOutlierRatio x the
+// block's robust sigma (median |w| / 0.6745), so that a few large weights that inflate
+// the RMS are all found.
+inline constexpr float kOutlierRatio = 6.0f;
+
+struct OutlierReport {
+  std::string tensor;
+  int64_t rows = 0, cols = 0, blocks = 0;
+  int64_t outlier_blocks = 0;
+  float worst_ratio = 0;                    // the largest max |w| / RMS of any block
+  int64_t worst_row = 0, worst_col = 0;     // where that block's max |w| is
+  int64_t nonzero = 0, zeroed = 0;          // non-zero weights, and those that dequantise to 0
+  int64_t outlier_nonzero = 0, outlier_zeroed = 0;  // the same over the non-outlier weights of outlier blocks
+  std::vector<std::pair<int32_t, int64_t>> channels;  // (input channel, outlier weights in it), most first
+  double zero_share() const { return nonzero ? double(zeroed) / double(nonzero) : 0; }
+  double outlier_zero_share() const { return outlier_nonzero ? double(outlier_zeroed) / double(outlier_nonzero) : 0; }
+};
+// The outlier report of `w` [rows][cols] (q: its quantisation, for the zero shares; may
+// be null, then only the blocks and channels are found).
+OutlierReport outlier_report(const float* w, int64_t rows, int64_t cols, const QuantTensor* q,
+                             const std::string& name = "weight");
+// Up to n input channels to keep in fp16: those holding the most outlier weights.
+std::vector<int32_t> outlier_channels(const OutlierReport& rep, int n);
+
 // ---- the quantised bundle -----------------------------------------------------------
 // A safetensors file: for every quantised tensor NAME (TensorSpec::quantised(): all
 // Linear weights, the patch embedding as [out, C*T*P*P], the tied embed_tokens):
@@ -96,16 +132,22 @@ QuantErrorReport quant_error_report(const float* w, const QuantTensor& q);
 // every other tensor (norms, biases, pos_embed) as NAME F32 with its original shape.
 // Metadata: "format" = "gpnpu-w4a16", "version" = "1", "block" = "128",
 // "config" = the config JSON (so the bundle alone describes the model),
-// "source" = the checkpoint path.
+// "source" = the checkpoint path. Mixed precision adds, for a tensor with kept channels,
+// NAME.fp16_cols I32 [n] and NAME.fp16_w F16 [rows, n], and "fp16_channels" = the option.
 inline constexpr const char* kQCodesSuffix = ".qcodes";
 inline constexpr const char* kScalesSuffix = ".scales";
 inline constexpr const char* kZerosSuffix = ".zeros";
+inline constexpr const char* kFp16ColsSuffix = ".fp16_cols";
+inline constexpr const char* kFp16WSuffix = ".fp16_w";
 
 struct BundleStats {
   int64_t quantised_tensors = 0, float_tensors = 0;
   int64_t weights = 0;  // quantised weights
   int64_t blocks = 0;
   int64_t blocks_over_bound = 0;  // from quant_error_report (in-grid weights); expect 0
+  int64_t nonzero = 0, zeroed = 0;  // non-zero weights, those that dequantise to 0 (all tensors)
+  int64_t fp16_channels = 0;        // input channels kept in fp16, all tensors
+  std::vector<OutlierReport> outliers;  // the tensors with outlier blocks, in bundle order
   double seconds = 0;
   uint64_t bytes = 0;  // file size
 };
@@ -134,6 +176,8 @@ class QuantBundle {
   std::vector<float> get_dequant(const std::string& name) const;  // dequantised, [rows*cols]
   std::vector<float> get_f32(const std::string& name) const;      // a float tensor
   const std::string& path() const;
+  // Mixed precision: the tensors with input channels kept in fp16 (bundle order).
+  const std::vector<std::string>& fp16_tensors() const;
 
  private:
   struct Impl;

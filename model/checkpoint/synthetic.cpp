@@ -150,6 +150,18 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
     write_file_atomic(p, cfg.to_json().dump(2) + "\n");
   }
   const auto specs = expected_tensors(cfg);
+  std::string planted;
+  for (const Outlier& o : opt.outliers) {
+    auto it = std::find_if(specs.begin(), specs.end(), [&](const TensorSpec& t) { return t.name == o.tensor; });
+    if (it == specs.end())
+      fail("outlier in '{}': the model has no such tensor (tensor names as in the checkpoint, e.g. "
+           "model.language_model.embed_tokens.weight)", o.tensor);
+    const int64_t rows = it->numel() / it->cols();
+    if (o.row >= rows || o.col < 0 || o.col >= it->cols())
+      fail("outlier in '{}': row {} column {} is outside its {} x {} elements", o.tensor, o.row, o.col, rows, it->cols());
+    planted += fmt::format("{}{}[{}][{}]{}{}", planted.empty() ? "" : "; ", o.tensor, o.row < 0 ? std::string("*") : std::to_string(o.row),
+                           o.col, o.row < 0 ? "*=" : "=", o.value);
+  }
   std::vector<TensorDecl> decls;
   SyntheticStats st;
   for (const auto& s : specs) {
@@ -161,6 +173,7 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
   std::map<std::string, std::string> meta = {{"format", "pt"},
                                              {"generator", "gpnpu make-checkpoint"},
                                              {"seed", std::to_string(opt.seed)}};
+  if (!planted.empty()) meta["outliers"] = planted;
   SafetensorsWriter wr(path, decls, meta);
   if (opt.no_data) {
     wr.skip_rest();
@@ -194,6 +207,15 @@ SyntheticStats make_synthetic_checkpoint(const ModelConfig& cfg, const std::stri
           std::vector<std::thread> th;
           for (int t = 0; t < nt; ++t) th.emplace_back(work, t);
           for (auto& x : th) x.join();
+        }
+        for (const Outlier& o : opt.outliers) {  // rare: a few elements, or one column
+          if (o.tensor != s.name) continue;
+          const int64_t cols = s.cols();
+          for (int64_t k = o.row < 0 ? (o.col - b0 % cols + cols) % cols : o.row * cols + o.col - b0; k >= 0 && k < m;
+               k += o.row < 0 ? cols : m) {
+            vals[size_t(k)] = o.row < 0 ? vals[size_t(k)] * o.value : o.value;
+            bf[size_t(k)] = f32_to_bf16(vals[size_t(k)]);
+          }
         }
         wr.append(bf.data(), size_t(m) * 2);
         done_bytes += uint64_t(m) * 2;

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "model/checkpoint/config.h"
 
@@ -38,12 +39,23 @@ inline constexpr int64_t kSynthChunk = 1 << 16;  // elements per independently s
 // 2: the tower's Q/K std scales with sqrt(128 / width).
 inline constexpr int kSyntheticGeneration = 2;
 
+// A planted outlier (make-checkpoint options, docs/quantisation.md "Numerics"): after the
+// normal draw, tensor[row][col] = value, or, with row < 0, every element of column col
+// multiplied by value. Rows and columns are those of TensorSpec (a 1-D tensor is one
+// column: row = element, col = 0). Values are stored in bf16 like every other.
+struct Outlier {
+  std::string tensor;
+  int64_t row = 0, col = 0;
+  float value = 0;
+};
+
 struct SyntheticOptions {
   uint64_t seed = 0;
   int threads = 0;        // 0: hardware_concurrency(); output does not depend on it
   bool no_data = false;   // header + sparse zero data only (fast layout test)
   // Called after each written batch with the tensor bytes written and their total.
   std::function<void(uint64_t done, uint64_t total)> progress;
+  std::vector<Outlier> outliers;  // planted after the normal draw, in order
 };
 
 struct SyntheticStats {

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "isa/error.h"
+#include "isa/fp16.h"
 #include "model/cli/driver.h"
 #include "model/runtime/driver_host.h"
 #include "sim/machine/config.h"
@@ -63,8 +64,9 @@ std::string step_line(const StepRecord& s) {
   std::string head = s.step < 0 ? fmt::format("  image   pos {:4d}:", s.pos) : fmt::format("  step {:2d} pos {:4d}:", s.step, s.pos);
   std::string gates;
   if (s.chain_token)
-    gates = fmt::format(" chain {:6d}  logits cos {:.6f} (margin {:6.3f})  cache {}/{} slot cos {:.6f}  {:4s}", *s.chain_token,
-                        *s.cosine, *s.margin, s.cache_slots, s.cache_expected, *s.slot_cosine, s.ok ? "OK" : "FAIL");
+    gates = fmt::format(" chain {:6d}  logits cos {:>8s} (margin {:6.3f})  cache {}/{} slot cos {:>8s}  {:4s}", *s.chain_token,
+                        format_cosine(*s.cosine), *s.margin, s.cache_slots, s.cache_expected, format_cosine(*s.slot_cosine),
+                        s.ok ? "OK" : "FAIL");
   else
     gates = fmt::format("  cache -/{}  (timing only: no gates)", s.cache_expected);
   return fmt::format("{} device {:6d}{}  {:>13s} cycles  {:7.2f} s", head, s.device_token, gates, commas(s.cycles), s.wall_s);
@@ -234,6 +236,54 @@ json energy_report(const sim::Config& cfg, const DescribeResult& r) {
           {"decode_power_w", r.decode_power_w}};
 }
 
+// The report's "numerics" (docs/report.md): every kernel call's fp16 range, totals and the
+// first non-finite value; null in timing-only runs (nothing is computed).
+json numerics_json(const DescribeOptions& o, const DescribeResult& r, const sim::Config& cfg) {
+  if (o.timing_only) return nullptr;
+  json calls = json::array();
+  float max_abs = 0;
+  uint64_t overflow = 0, underflow = 0, nan = 0;
+  std::string max_at;
+  for (const NumericsRecord& n : r.numerics) {
+    calls.push_back({{"program", n.program}, {"mark", n.mark}, {"kernel", n.kernel}, {"max_abs", n.max_abs},
+                     {"overflow", n.overflow}, {"underflow", n.underflow}, {"nan", n.nan}});
+    if (n.max_abs > max_abs) max_abs = n.max_abs, max_at = n.program + " " + n.mark;
+    overflow += n.overflow;
+    underflow += n.underflow;
+    nan += n.nan;
+  }
+  return {{"fp16_max", kF16Max},
+          {"fp16_overflow", cfg.fp16_overflow},
+          {"max_abs", max_abs},
+          {"max_abs_at", max_at},
+          {"headroom", max_abs > 0 ? json(kF16Max / max_abs) : json(nullptr)},
+          {"overflow", overflow},
+          {"underflow", underflow},
+          {"nan", nan},
+          {"first_nonfinite", r.nonfinite.empty() ? json(nullptr) : json(r.nonfinite)},
+          {"calls", calls}};
+}
+
+// The numerics part of the printed report: totals and the calls closest to fp16's limit.
+void print_numerics(const json& n) {
+  if (n.is_null()) return;
+  const double m = n["max_abs"];
+  const std::string share = m <= kF16Max ? fmt::format("{:.1f}% of 65504", 100 * m / kF16Max) : "beyond 65504";
+  std::printf("\nfp16 numerics (fp16_overflow = %s): largest |x| written %.4g in %s (%s); %llu overflowed%s, "
+              "%llu NaN, %llu normal values rounded to 0\n",
+              std::string(n["fp16_overflow"]).c_str(), m, std::string(n["max_abs_at"]).c_str(), share.c_str(),
+              (unsigned long long)n["overflow"], n["fp16_overflow"] == "saturate" ? " (saturated to +-65504)" : " (to inf)",
+              (unsigned long long)n["nan"], (unsigned long long)n["underflow"]);
+  std::vector<json> calls(n["calls"].begin(), n["calls"].end());
+  std::stable_sort(calls.begin(), calls.end(), [](const json& a, const json& b) { return double(a["max_abs"]) > double(b["max_abs"]); });
+  std::printf("  the five kernel calls nearest the limit:\n");
+  for (size_t k = 0; k < std::min<size_t>(5, calls.size()); ++k)
+    std::printf("  %-7s %-30s max |x| %10.4g  overflow %llu  NaN %llu\n", std::string(calls[k]["program"]).c_str(),
+                std::string(calls[k]["mark"]).c_str(), double(calls[k]["max_abs"]), (unsigned long long)calls[k]["overflow"],
+                (unsigned long long)calls[k]["nan"]);
+  if (!n["first_nonfinite"].is_null()) std::printf("  %s\n", std::string(n["first_nonfinite"]).c_str());
+}
+
 }  // namespace
 
 std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
@@ -351,6 +401,7 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   if (r.reference_w4a16) answers["reference_w4a16"] = answer(*r.reference_w4a16, true);
   if (r.reference_fp32) answers["reference_fp32"] = answer(*r.reference_fp32, true);
   j["answers"] = answers;
+  j["numerics"] = numerics_json(o, r, cfg);
   j["gates"] = {{"ok", r.ok},
                 {"negative_control", o.negative == NegativeControl::none ? json(nullptr) : json(to_string(o.negative))},
                 {"failures", r.failures}};
@@ -381,7 +432,7 @@ void add_describe_command(CLI::App& app) {
   c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32), or 'auto': the processor's "
                 "smart resize (as `gpnpu preprocess --size auto`)")->capture_default_str();
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
-  c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache");
+  c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache, nan-cache");
   c->add_option("--golden", o.golden, "PyTorch golden (.h5, scripts/reference/golden.py) of the same inputs: adds its answers and gates");
   c->add_option("--threads", o.threads, "chain threads (0: all cores but the simulator's)")->capture_default_str();
   c->add_option("--report-json", report_json_path, "write the run report as JSON (docs/report.md)");
@@ -409,6 +460,7 @@ void add_describe_command(CLI::App& app) {
     DescribeResult r = describe(o);
     json rep = json::parse(report_json(o, r));
     print_report(rep);
+    print_numerics(rep["numerics"]);
     if (!report_json_path.empty()) sim::write_file_atomic(report_json_path, rep.dump(1) + "\n");
     if (!report_html.empty()) write_html(rep, report_html, plots);
     if (!r.ok) {

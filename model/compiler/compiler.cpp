@@ -275,6 +275,11 @@ CompiledProgram Compiler::decode_program() const {
 }
 
 void Compiler::load_weights(const QuantBundle& bundle, DdrWriter ddr) const {
+  if (!bundle.fp16_tensors().empty())
+    fail("{}: {} tensor(s) keep input channels in fp16 (mixed precision, first '{}'); the device kernels take "
+         "int4 codes only, so the chain and the device would differ: quantise without --fp16-channels to run it on "
+         "the device (the chain and the PyTorch reference honour the fp16 channels: docs/quantisation.md)",
+         bundle.path(), bundle.fp16_tensors().size(), bundle.fp16_tensors().front());
   const TextConfig& t = model_.text;
   const uint32_t npe = cfg_.npe();
   auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {

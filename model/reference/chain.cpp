@@ -133,6 +133,8 @@ void dequant_row_fast(const QuantTensor& q, int64_t r, float* out) {
       }
     }
   }
+  const size_t n = q.fp16_cols.size();  // mixed precision (model/checkpoint/quant.h): the codes encode 0 there
+  for (size_t j = 0; j < n; ++j) out[q.fp16_cols[j]] += f16_to_f32(q.fp16_w[size_t(r) * n + j]);
 }
 
 class BundleWeights : public WeightSource {
@@ -561,6 +563,7 @@ std::vector<float> Chain::run_lm(const std::vector<int>& ids, const std::vector<
     emit(lp + "attn", {S, QD}, a);
     ops::linear(a, L.o, {}, o, th);
     round(o);
+    emit(lp + "attn_out", {S, D}, o);
     ops::add_inplace(x, o);
     round(x);
     emit(lp + "attn_res", {S, D}, x);
@@ -575,6 +578,7 @@ std::vector<float> Chain::run_lm(const std::vector<int>& ids, const std::vector<
     emit(lp + "mlp_act", {S, F}, g);
     ops::linear(g, L.down, {}, o, th);
     round(o);
+    emit(lp + "mlp_out", {S, D}, o);
     ops::add_inplace(x, o);
     round(x);
     if (opt_.deepstack && size_t(l) < ntaps && !img_rows.empty()) {

@@ -30,7 +30,8 @@
 //   (i = image index in the call, b block, j tap)
 //   lm.embed [S,D] (lookup)  lm.input [S,D] (after the image splice)
 //   lm.layer.{l}.q [S,q_dim] lm.layer.{l}.k / .v [S,kv_dim] (q, k post-norm post-RoPE)
-//   lm.layer.{l}.attn [S,q_dim]  lm.layer.{l}.attn_res [S,D]  lm.layer.{l}.mlp_act [S,F]
+//   lm.layer.{l}.attn [S,q_dim]  lm.layer.{l}.attn_out [S,D] (o_proj)  lm.layer.{l}.attn_res [S,D]
+//   lm.layer.{l}.mlp_act [S,F]  lm.layer.{l}.mlp_out [S,D] (down_proj)
 //   lm.layer.{l}.out [S,D] (after the DeepStack add)  lm.final_norm [1,D]  logits [1,V]
 #pragma once
 #include <array>

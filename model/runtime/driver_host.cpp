@@ -5,11 +5,13 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <future>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -160,11 +162,14 @@ void record_energy(const sim::Stats& st, const sim::Config& cfg, StepRecord& s, 
 }
 
 // The device KV cache against the chain's: slots filled (layer 0, head 0 rows that are
-// not all zero) and the lowest cosine of any cached (layer, slot) K or V row.
+// not all zero), the lowest cosine of any cached (layer, slot) K or V row (NaN when a row
+// is non-finite), and the first row below kCacheGate in (layer, K/V, slot) order.
 struct CacheCheck {
   int slots = 0;
   double min_cos = 1;
-  std::string worst;
+  int bad = 0;
+  std::string first_bad;
+  double first_bad_cos = 0;
 };
 
 CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected) {
@@ -188,9 +193,10 @@ CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected) {
       const std::vector<float>& ref = which ? chain.v[size_t(l)] : chain.k[size_t(l)];
       for (int s = 0; s < expected && size_t(s + 1) * kvd <= ref.size(); ++s) {
         double cs = cosine(std::span(&got[size_t(s) * kvd], size_t(kvd)), std::span(&ref[size_t(s) * kvd], size_t(kvd)));
-        if (!(cs >= cc.min_cos)) {  // NaN (an all-zero row) counts as the worst
-          cc.min_cos = std::isnan(cs) ? 0.0 : cs;
-          cc.worst = fmt::format("layer {} {} slot {}", l, which ? "V" : "K", s);
+        if (std::isnan(cs) || cs < cc.min_cos) cc.min_cos = std::isnan(cc.min_cos) ? cc.min_cos : cs;
+        if (!(cs >= kCacheGate) && cc.bad++ == 0) {
+          cc.first_bad = fmt::format("layer {} {} slot {}", l, which ? "V" : "K", s);
+          cc.first_bad_cos = cs;
         }
       }
     }
@@ -212,6 +218,131 @@ std::vector<float> read_logits(Session& dev, size_t vocab, bool zero) {
   return dev.logits();
 }
 
+// The nan-cache control: fp16 NaN over two cache rows after the image program, the
+// earlier of them (in layer, K/V, slot order) layer 1 V slot 2, then layer 3 K slot 1
+// (head 0, every element). Needs 4 layers and 3 prompt slots (the tiny model has them).
+void plant_nan_rows(Session& dev, int slots) {
+  const TextConfig& t = dev.compiler().model().text;
+  if (t.num_hidden_layers < 4 || slots < 3) fail("--negative-control nan-cache needs 4 layers and 3 prompt tokens");
+  std::vector<uint16_t> nan(size_t(t.head_dim), 0x7e00);
+  for (auto [layer, value, slot] : {std::tuple{3, false, 1}, std::tuple{1, true, 2}})
+    dev.write_kv(layer, value, 0, uint32_t(slot), nan);
+}
+
+
+// ---- numerics (fp16 range of functional runs) ---------------------------------------------
+
+// Every kernel call's fp16 range from one run's stats, aggregated by (program, mark).
+void collect_numerics(const sim::Stats& st, const CompiledProgram& prog, const std::string& program,
+                      DescribeResult& r) {
+  std::map<std::string, const KernelCall*> by_mark;
+  for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
+  std::map<std::string, size_t> index;
+  for (size_t k = 0; k < r.numerics.size(); ++k)
+    if (r.numerics[k].program == program) index[r.numerics[k].mark] = k;
+  for (const sim::RegionCall& rc : st.calls()) {
+    auto it = by_mark.find(st.names[rc.name]);
+    if (it == by_mark.end()) continue;
+    auto [at, fresh] = index.try_emplace(it->first, r.numerics.size());
+    if (fresh) r.numerics.push_back({program, it->first, it->second->kernel});
+    NumericsRecord& n = r.numerics[at->second];
+    n.max_abs = std::max(n.max_abs, rc.counters.f16_max_abs);
+    n.overflow += rc.counters[sim::Stat::f16_overflow];
+    n.underflow += rc.counters[sim::Stat::f16_underflow];
+    n.nan += rc.counters[sim::Stat::f16_nan];
+  }
+}
+
+// The chain's large and non-finite values (|v| >= kLargeChainValue), by tensor, row and
+// column, kept per chain call: where a device's non-finite fp16 value is looked up.
+constexpr float kLargeChainValue = 16384.0f;
+struct ChainValue {
+  std::string tensor;
+  int64_t row = 0, col = 0;
+  float value = 0;
+};
+TensorHook large_values_hook(std::vector<ChainValue>& out) {
+  return [&out](const std::string& name, const std::vector<int64_t>& shape, std::span<const float> d) {
+    const int64_t cols = shape.empty() ? 1 : shape.back();
+    int kept = 0;
+    for (size_t k = 0; k < d.size() && kept < 256; ++k)
+      if (!(std::fabs(d[k]) < kLargeChainValue)) {
+        out.push_back({name, int64_t(k) / cols, int64_t(k) % cols, d[k]});
+        ++kept;
+      }
+  };
+}
+
+// The chain intermediate (model/reference/chain.h) that holds what a kernel call writes, "" if the
+// chain has none: L<l>/P<l>.<op> are the LM layers (decode, prefill), V<b>.<op> the tower.
+std::string chain_tensor_of(const std::string& mark) {
+  if (mark == "embed" || mark == "embed.after_image") return "lm.embed";
+  if (mark == "lm_head") return "logits";
+  const size_t dot = mark.find('.');
+  if (dot == std::string::npos || dot < 2) return "";
+  const char kind = mark[0];
+  const std::string num = mark.substr(1, dot - 1);
+  if (num.find_first_not_of("0123456789") != std::string::npos) return "";
+  std::string op = mark.substr(mark.rfind('.') + 1);
+  while (!op.empty() && std::isdigit(static_cast<unsigned char>(op.back()))) op.pop_back();  // silu_mul0 ...
+  static const std::map<std::string, std::string> lm = {
+      {"silu_mul", "mlp_act"},     {"down", "mlp_out"},      {"o_proj", "attn_out"},      {"attn_residual", "attn_res"},
+      {"mlp_residual", "out"},     {"deepstack_add", "out"}, {"attention", "attn"},       {"q_rope", "q"},
+      {"k_rope", "k"}};
+  static const std::map<std::string, std::string> tower = {
+      {"gelu", "mlp_act"}, {"attn_residual", "attn_res"}, {"mlp_residual", "out"}, {"attention", "attn"},
+      {"q_rope", "q"},     {"k_rope", "k"}};
+  if (kind == 'L' || kind == 'P') {
+    auto it = lm.find(op);
+    return it == lm.end() ? "" : fmt::format("lm.layer.{}.{}", num, it->second);
+  }
+  if (kind == 'V') {
+    auto it = tower.find(op);
+    return it == tower.end() ? "" : fmt::format("vision.0.block.{}.{}", num, it->second);
+  }
+  return "";
+}
+
+// The message that stops the gates at a run's first non-finite fp16 value (the caller
+// prefixes the run: "image program: ", "step N: "). The device
+// names the kernel call, the instruction, the PE and the fp32 value; the row and column
+// are those of the chain's element nearest that value in the call's tensor (row0: the
+// position of the run's first row), or of its first non-finite element for a NaN.
+std::string nonfinite_message(const sim::Stats::F16Event& e, int64_t row0, const std::vector<ChainValue>& chain,
+                              const sim::Config& cfg) {
+  const bool nan = std::isnan(e.value);
+  const std::string call = e.mark.empty() ? "(no mark)" : e.mark;
+  std::string head = nan ? fmt::format("non-finite fp16 (NaN): kernel call {} ({}, PE {} element {}) wrote NaN", call,
+                                       e.where, e.pe, e.element)
+                         : fmt::format("fp16 overflow: kernel call {} ({}, PE {} element {}) rounded the fp32 value {:.6g} "
+                                       "to {}inf (the largest fp16 is 65504)",
+                                       call, e.where, e.pe, e.element, e.value, e.value < 0 ? "-" : "+");
+  const std::string tensor = chain_tensor_of(e.mark);
+  const ChainValue* best = nullptr;
+  for (const ChainValue& c : chain) {
+    if (c.tensor != tensor) continue;
+    if (nan ? std::isnan(c.value) && !best
+            : std::isfinite(c.value) && (!best || std::fabs(c.value - e.value) < std::fabs(best->value - e.value)))
+      best = &c;
+  }
+  std::string where;
+  const bool lm = tensor.starts_with("lm.");
+  if (tensor.empty())
+    where = "; the chain keeps no intermediate for this kernel call, so no row and column";
+  else if (!best)
+    where = fmt::format("; the chain's {} has no {} value, so no row and column (what this call read on the device "
+                        "already differed from the chain)",
+                        tensor, nan ? "non-finite" : "such");
+  else
+    where = fmt::format("; at row {}{}, column {} of the chain's {} (its element nearest that value) the chain has {:.6g}",
+                        best->row + (lm ? row0 : 0), lm ? " (token position)" : "", best->col, tensor, best->value);
+  std::string fix = nan ? ""
+                        : cfg.fp16_overflow == "inf"
+                            ? "; --set fp16_overflow=saturate clamps to +-65504 instead (docs/describe.md, Numerics)"
+                            : "";
+  return head + where + fix;
+}
+
 }  // namespace
 
 NegativeControl parse_negative_control(const std::string& s) {
@@ -219,7 +350,8 @@ NegativeControl parse_negative_control(const std::string& s) {
   if (s == "zero") return NegativeControl::zero;
   if (s == "one-word") return NegativeControl::one_word;
   if (s == "stale-cache") return NegativeControl::stale_cache;
-  fail("--negative-control '{}': unknown control (use zero, one-word or stale-cache)", s);
+  if (s == "nan-cache") return NegativeControl::nan_cache;
+  fail("--negative-control '{}': unknown control (use zero, one-word, stale-cache or nan-cache)", s);
 }
 
 const char* to_string(NegativeControl c) {
@@ -227,9 +359,12 @@ const char* to_string(NegativeControl c) {
     case NegativeControl::zero: return "zero";
     case NegativeControl::one_word: return "one-word";
     case NegativeControl::stale_cache: return "stale-cache";
+    case NegativeControl::nan_cache: return "nan-cache";
     default: return "none";
   }
 }
+
+std::string format_cosine(double c) { return std::isnan(c) ? "NaN" : fmt::format("{:.6f}", c); }
 
 std::string default_cache_dir() {
   if (const char* e = std::getenv("GPNPU_CACHE"); e && *e) return e;
@@ -397,6 +532,7 @@ DescribeResult describe(const DescribeOptions& o) {
   Session dev(comp, o.timing_only);
   const size_t V = size_t(mc.text.vocab_size);
   std::unique_ptr<WeightSource> weights;
+  std::vector<ChainValue> chain_large;  // of the chain's current call (numerics)
   std::unique_ptr<Chain> chain;
   if (!o.timing_only) {
     say(o, "loading the weights into the simulated DDR ...");
@@ -408,6 +544,7 @@ DescribeResult describe(const DescribeOptions& o) {
     // The chain runs beside the simulator, which keeps one core (and borrows a second
     // for half of each large array instruction when it is free).
     co.threads = o.threads > 0 ? o.threads : std::max(1, cores - 1);
+    co.on_tensor = large_values_hook(chain_large);
     chain = std::make_unique<Chain>(mc, *weights, co);
   }
   dev.write_prompt(ids, pos, in.patches);
@@ -451,9 +588,9 @@ DescribeResult describe(const DescribeOptions& o) {
     if (!ref) return;
     s.chain_token = argmax(*ref);
     s.margin = top2_margin(*ref);
-    double cs = cosine(got, *ref);
-    s.cosine = std::isnan(cs) ? 0.0 : cs;
-    if (!(*s.cosine >= kLogitsGate)) s.failures.push_back(fmt::format("logits cosine {:.6f} < {}", *s.cosine, kLogitsGate));
+    s.cosine = cosine(got, *ref);  // NaN stays NaN: non-finite logits never look like the zero control
+    if (!(*s.cosine >= kLogitsGate))
+      s.failures.push_back(fmt::format("logits cosine {} < {}", format_cosine(*s.cosine), kLogitsGate));
     if (s.device_token != *s.chain_token && *s.margin >= kMarginTie)
       s.failures.push_back(fmt::format("device token {} != chain token {} (chain margin {:.3f})", s.device_token,
                                        *s.chain_token, *s.margin));
@@ -462,19 +599,34 @@ DescribeResult describe(const DescribeOptions& o) {
     s.slot_cosine = cc.min_cos;
     if (cc.slots != expected_slots)
       s.failures.push_back(fmt::format("KV cache holds {} slots, expected {}", cc.slots, expected_slots));
-    if (!(cc.min_cos >= kCacheGate))
-      s.failures.push_back(fmt::format("KV cache row cosine {:.6f} < {} at {}", cc.min_cos, kCacheGate, cc.worst));
+    if (cc.bad)
+      s.failures.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate, in "
+                                       "layer, K/V, slot order; the lowest cosine is {})",
+                                       format_cosine(cc.first_bad_cos), kCacheGate, cc.first_bad, cc.bad,
+                                       format_cosine(cc.min_cos)));
     if (golden_row) {
       std::span<const float> g(&golden->w4a16_logits[size_t(*golden_row) * V], V);
       double gc = cosine(got, g);
       s.golden_cosine = gc;
-      if (!(gc >= kLogitsGate)) s.failures.push_back(fmt::format("cosine vs the PyTorch W4A16 golden {:.6f} < {}", gc, kLogitsGate));
+      if (!(gc >= kLogitsGate))
+        s.failures.push_back(fmt::format("cosine vs the PyTorch W4A16 golden {} < {}", format_cosine(gc), kLogitsGate));
       if (s.device_token != argmax(g) && top2_margin(g) >= kMarginTie)
         s.failures.push_back(fmt::format("device token {} != PyTorch W4A16 golden token {}", s.device_token, argmax(g)));
     }
     s.ok = s.failures.empty();
     for (const std::string& f : s.failures)
       r.failures.push_back(fmt::format("{}: {}", s.step < 0 ? std::string("image program") : fmt::format("step {}", s.step), f));
+  };
+  // A run's first non-finite fp16 value replaces the step's gate failures with one message
+  // and ends the run (no further step).
+  auto stop_on_nonfinite = [&](StepRecord& s, const sim::Stats::F16Event& e, int64_t row0) {
+    if (!e.set) return;
+    r.failures.resize(r.failures.size() - s.failures.size());
+    s.failures = {nonfinite_message(e, row0, chain_large, cfg)};
+    s.ok = false;
+    r.nonfinite = fmt::format("{}: {}", s.step < 0 ? std::string("image program") : fmt::format("step {}", s.step),
+                              s.failures[0]);
+    r.failures.push_back(r.nonfinite);
   };
   // The golden rows stay comparable while the device follows the golden's tokens.
   auto golden_row = [&](int row) -> std::optional<int> {
@@ -488,6 +640,7 @@ DescribeResult describe(const DescribeOptions& o) {
   say(o, fmt::format("running the image program ({} instructions){} ...", img.program.words.size(),
                      o.timing_only ? ", timing only" : ""));
   std::future<std::vector<float>> chain_logits;
+  sim::Stats::F16Event nonfinite;
   if (chain)
     chain_logits = std::async(std::launch::async, [&] {
       return chain->prefill(ids, {ImagePatches{1, in.grid_h, in.grid_w, in.patches}}, pos);
@@ -504,6 +657,8 @@ DescribeResult describe(const DescribeOptions& o) {
     r.image_ddr_bytes = s0.ddr_bytes;
     record_energy(st, cfg, s0, &r.image_power_w);
     collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
+    if (!o.timing_only) collect_numerics(st, img, "image", r);
+    nonfinite = st.first_nonfinite;
   }
   dev.sequencer().on_mark_end = nullptr;
   if (o.timing_only) {
@@ -516,7 +671,9 @@ DescribeResult describe(const DescribeOptions& o) {
       uint16_t big = f32_to_f16(32768.0f);
       dev.write_kv(0, false, 0, uint32_t(S - 1), std::span(&big, 1));
     }
+    if (o.negative == NegativeControl::nan_cache) plant_nan_rows(dev, S);
     gate(s0, got, &ref, S, golden_row(0));
+    stop_on_nonfinite(s0, nonfinite, 0);
   }
   s0.wall_s = since(t_img);
   r.wall_image = s0.wall_s;
@@ -530,11 +687,13 @@ DescribeResult describe(const DescribeOptions& o) {
   for (int k = 0; k + 1 < o.tokens; ++k) {
     const int prev = o.timing_only ? 0 : r.device.ids.back();
     if (!o.timing_only && (prev == ChatTokens{}.im_end || prev == kEndOfText)) break;
+    if (!r.nonfinite.empty()) break;
     const auto t_step = Clock::now();
     const uint32_t slot = uint32_t(S + k);
     auto dp = decode_position(slot, mp.rope_delta);
     dev.write_decode_args(prev, slot, {dp[0], dp[1], dp[2]});
     std::future<std::vector<float>> next;
+    chain_large.clear();
     if (chain)
       next = std::async(std::launch::async, [&, prev, dp] { return chain->decode(prev, {dp[0], dp[1], dp[2]}); });
     StepRecord s;
@@ -547,6 +706,8 @@ DescribeResult describe(const DescribeOptions& o) {
       s.counters = st.total;
       collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
       record_energy(st, cfg, s, k == 0 ? &r.decode_power_w : nullptr);
+      if (!o.timing_only) collect_numerics(st, dec, "decode", r);
+      nonfinite = st.first_nonfinite;
     }
     if (o.timing_only) {
       s.cache_expected = int(slot) + 1;
@@ -554,6 +715,7 @@ DescribeResult describe(const DescribeOptions& o) {
       std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
       std::vector<float> ref = next.get();
       gate(s, got, &ref, int(slot) + 1, golden_row(k + 1));
+      stop_on_nonfinite(s, nonfinite, int64_t(slot));
       // The host "forgets" the slot step 0 wrote: step 1 gets a stale cache.
       if (o.negative == NegativeControl::stale_cache && k == 0) fill_slot(dev, int(slot), 0);
     }

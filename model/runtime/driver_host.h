@@ -17,11 +17,18 @@
 //      logits cosine >= kLogitsGate and the same top-1 token unless the chain's top-2
 //      are within kMarginTie; the device KV cache holds exactly the expected slots
 //      (layer 0, head 0 rows that are not all zero); every cached (layer, slot) K and V
-//      row has cosine >= kCacheGate against the chain's cache.
+//      row has cosine >= kCacheGate against the chain's cache (the first bad row, in
+//      layer, K/V, slot order, is named). A NaN cosine stays NaN (never shown as 0).
+//  - Numerics: every kernel call's fp16 range is kept (NumericsRecord). The first
+//    non-finite fp16 value written in a run (an overflow to inf with fp16_overflow = inf,
+//    or a NaN) stops the gates: that step fails with one message naming it, and no
+//    further step runs.
 //  - Negative controls corrupt the device side after a run, before the host reads it:
 //    zero (every run's logits), one_word (one fp16 word of the cache after the image
 //    program), stale_cache (the slot written by the first decode step is erased, as if
-//    the host had carried the cache from before that step). Each must fail a gate.
+//    the host had carried the cache from before that step), nan_cache (fp16 NaN over two
+//    cache rows after the image program: the cache gate names the first, and the next
+//    decode step's first NaN stops the gates). Each must fail a gate.
 //  - Timing-only runs need no weights: the tokens fed back are placeholders (0), there
 //    is no chain and no gate, and exactly tokens - 1 decode steps run; the cycle counts
 //    equal the functional run's for the same steps (the programs do not depend on data).
@@ -44,7 +51,7 @@ inline constexpr double kLogitsGate = 0.9999;  // logits cosine, device vs chain
 inline constexpr double kCacheGate = 0.999;    // per (layer, slot) K/V row cosine
 inline constexpr float kMarginTie = 0.1f;      // chain top-2 closer than this: either token passes
 
-enum class NegativeControl { none, zero, one_word, stale_cache };
+enum class NegativeControl { none, zero, one_word, stale_cache, nan_cache };
 NegativeControl parse_negative_control(const std::string& s);  // gpnpu::Error on an unknown name
 const char* to_string(NegativeControl c);
 
@@ -101,6 +108,15 @@ struct CallRecord {
   double energy_mj = 0;
 };
 
+// fp16 numerics of one kernel call in a functional run (sim stats f16_*): the image
+// program's calls as they ran, the decode program's aggregated over its steps (largest
+// max_abs, summed counts).
+struct NumericsRecord {
+  std::string program, mark, kernel;
+  float max_abs = 0;  // largest finite |x| the call converted to fp16, before rounding
+  uint64_t overflow = 0, underflow = 0, nan = 0;
+};
+
 struct Answer {
   std::vector<int> ids;
   std::string text;
@@ -117,12 +133,19 @@ struct DescribeResult {
   std::vector<CallRecord> calls;  // the image program's and the first decode step's
   Answer device, chain;
   std::optional<Answer> reference_w4a16, reference_fp32;
+  std::vector<NumericsRecord> numerics;  // functional runs: every kernel call that converts to fp16
+  // The first non-finite fp16 value of the run: it stops the gates, with this one message
+  // (kernel call, row and column, the fp32 value, the chain's value there); "" if none.
+  std::string nonfinite;
   std::vector<std::string> failures;  // every gate failure, "step N: ..."
   bool ok = true;
   double wall_setup = 0, wall_image = 0, wall_decode = 0;
   std::string config_json;
   std::vector<double> image_power_w, decode_power_w;  // W per power window: image program, first decode step
 };
+
+// A gate's cosine as printed: 6 decimals, or "NaN" (never 0: that is the zero control).
+std::string format_cosine(double c);
 
 // $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.
 std::string default_cache_dir();

@@ -141,7 +141,8 @@ def dequant_w4(codes, scales, zeros, cols, name="?", bs=128):
 
 def load_w4a16(bundle_path, model_dir):
     """Reads the quantised bundle written by `gpnpu quantize`: every NAME with NAME.qcodes is dequantised
-    from the stored codes (never re-quantised); every other tensor is taken as stored (F32).
+    from the stored codes (never re-quantised), plus its fp16 channels (NAME.fp16_cols, NAME.fp16_w) when
+    the bundle keeps some (mixed precision); every other tensor is taken as stored (F32).
     The original shape of each quantised tensor comes from the checkpoint header in model_dir."""
     t, meta = st_load(bundle_path)
     if meta.get("format", "gpnpu-w4a16") not in ("gpnpu-w4a16", "gpnpu-w4a16-dev"):
@@ -157,8 +158,11 @@ def load_w4a16(bundle_path, model_dir):
             shape = hdr[base]["shape"]
             cols = int(math.prod(shape[1:]))
             w = dequant_w4(v, t[base + ".scales"], t[base + ".zeros"], cols, base, bs)
+            if base + ".fp16_cols" in t:  # mixed precision: channels kept in fp16 (the codes encode 0 there)
+                kc = t[base + ".fp16_cols"].to(torch.long)
+                w[:, kc] += t[base + ".fp16_w"].to(torch.float32)
             out[base] = w.reshape(shape)
-        elif name.endswith(".scales") or name.endswith(".zeros"):
+        elif name.endswith(".scales") or name.endswith(".zeros") or name.endswith(".fp16_cols") or name.endswith(".fp16_w"):
             base = name.rsplit(".", 1)[0]
             if base + ".qcodes" not in t:
                 raise ValueError(f"bundle: {name} without {base}.qcodes")

@@ -287,6 +287,8 @@ void Config::validate() const {
     if (!ok) fail("config key '{}': {}", key, why);
   };
   need(ddr_model == "ideal" || ddr_model == "dram", "ddr_model", fmt::format("'{}' is not ideal or dram", ddr_model));
+  need(fp16_overflow == "inf" || fp16_overflow == "saturate", "fp16_overflow",
+       fmt::format("'{}' is not one of inf,saturate", fp16_overflow));
   if (dram_model()) DramSpec::from(*this);  // throws on DRAM settings that contradict each other
   need(power_window_cycles >= 100, "power_window_cycles", fmt::format("{} is below 100 cycles", power_window_cycles));
   for (const ParamInfo& p : param_table()) {

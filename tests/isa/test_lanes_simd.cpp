@@ -73,9 +73,55 @@ TEST(LanesSimd, MlaF32CvtAndPackMatchTheScalarDefinitionsBitForBit) {
       // Near the fp16 range and its rounding boundaries, subnormals included.
       hi[l] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())) / 2147483648.0f, int(rng() % 44) - 26));
     }
-    pack_f16(p, lo, hi);
-    pack_f16_scalar(q, lo, hi);
-    for (int l = 0; l < 16; ++l) ASSERT_EQ(p[l], q[l]) << "t " << t << " lane " << l;
+    for (bool sat : {false, true}) {
+      F16Range rp, rq;
+      pack_f16_pes(p, lo, hi, 0, 1, nullptr, sat, rp);
+      pack_f16_scalar(q, lo, hi, sat, rq, 0);
+      for (int l = 0; l < 16; ++l) ASSERT_EQ(p[l], q[l]) << "t " << t << " lane " << l;
+      // The same range, whichever body ran (the vector body takes the scalar one for a PE
+      // with anything special, so equal counts check its fast-path test).
+      ASSERT_EQ(rp.max_abs, rq.max_abs) << "t " << t;
+      ASSERT_EQ(rp.overflow, rq.overflow);
+      ASSERT_EQ(rp.underflow, rq.underflow);
+      ASSERT_EQ(rp.nan, rq.nan);
+      ASSERT_EQ(rp.first, rq.first);
+      for (int l = 0; l < 16; ++l)  // the definition: f32_to_f16 of each element, clamped when saturating
+        for (int h = 0; h < 2; ++h) {
+          const float x = std::bit_cast<float>(l < 8 ? lo[2 * l + h] : hi[2 * (l - 8) + h]);
+          uint16_t want = f32_to_f16(x);
+          if (sat && (want & 0x7fff) == 0x7c00) want = uint16_t((want & 0x8000) | 0x7bff);
+          ASSERT_EQ(uint16_t(q[l] >> (16 * h)), want) << x;
+        }
+    }
+    std::vector<uint32_t> cv(16), cs(16);
+    F16Range rv, rs;
+    cvt_f16_f32(cv.data(), hi, 0, 16, false, rv);
+    cvt_f16_f32_scalar(cs.data(), hi, 0, 16, false, rs);
+    ASSERT_EQ(cv, cs);
+    ASSERT_EQ(rv.max_abs, rs.max_abs);
+    ASSERT_EQ(rv.overflow + rv.underflow + rv.nan, rs.overflow + rs.underflow + rs.nan);
+  }
+}
+
+// The range of a conversion: the largest finite |x| before rounding, and the counts at the
+// exact rounding thresholds of round-to-nearest-even (65520 rounds to inf, 2^-25 to 0).
+TEST(LanesSimd, F16RangeCountsOverflowUnderflowAndNaNAtTheExactThresholds) {
+  const float v[16] = {1.0f, 65504.0f, 65519.996f, 65520.0f, -1e6f, INFINITY, -INFINITY, NAN,
+                       std::ldexp(1.0f, -25), std::ldexp(1.5f, -25), 2e-38f, 1e-40f /* fp32 subnormal: not counted */,
+                       0.0f, -0.0f, -3.0f, 100.0f};
+  uint32_t lo[16], hi[16], out[16];
+  for (int l = 0; l < 16; ++l) lo[l] = std::bit_cast<uint32_t>(v[l]), hi[l] = std::bit_cast<uint32_t>(1.0f);
+  for (bool sat : {false, true}) {
+    F16Range r;
+    pack_f16_pes(out, lo, hi, 0, 1, nullptr, sat, r);
+    EXPECT_EQ(r.overflow, 4u);   // 65520, -1e6, +inf, -inf
+    EXPECT_EQ(r.underflow, 2u);  // 2^-25 and 2e-38 (normal); 1.5 * 2^-25 rounds to the smallest subnormal
+    EXPECT_EQ(r.nan, 1u);
+    EXPECT_EQ(r.max_abs, 1e6f);  // finite values, overflowing ones included
+    EXPECT_EQ(r.first, sat ? 7 : 3);  // saturated overflow is finite: the NaN comes first then
+    EXPECT_EQ(uint16_t(out[1] >> 16), sat ? 0x7bff : 0x7c00);  // 65520
+    EXPECT_EQ(uint16_t(out[2]), sat ? 0xfbff : 0xfc00);         // -1e6
+    EXPECT_EQ(uint16_t(out[1]), 0x7bff);                        // 65519.996 rounds to 65504 in both modes
   }
 }
 

@@ -44,7 +44,7 @@ ENERGY_CHARTS = ("energy", "power")  # on pages of reports with "energy" (issue 
 
 
 def charts_of(report):
-    return CHARTS + (ENERGY_CHARTS if "energy" in report else ())
+    return CHARTS + (ENERGY_CHARTS if "energy" in report else ()) + (("headroom",) if report.get("numerics") else ())
 
 
 class BrowserError(Exception):

@@ -1,0 +1,215 @@
+// fp16 numerics through `gpnpu describe` (issue 21) on tiny checkpoints with planted
+// outliers: a massive activation past 65,504 stops the gates with one message naming
+// fp16 overflow, the kernel call, the position and the value, and runs under
+// fp16_overflow = saturate (saturations counted, cosines shown); 3.5e4 on one token
+// passes every gate and the report and the page show every kernel call's max |x|; NaN
+// cosines print as NaN and the first bad cache row is named.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "isa/error.h"
+#include "model/checkpoint/config.h"
+#include "model/checkpoint/quant.h"
+#include "model/checkpoint/safetensors.h"
+#include "model/runtime/driver_host.h"
+#include "model/checkpoint/synthetic.h"
+
+namespace gpnpu::model {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kVisionStart = 151652;  // <|vision_start|>: once in every prompt, early (a delimiter token)
+constexpr int kChannel = 7;
+const std::string kEmbed = "model.language_model.embed_tokens.weight";
+std::string mlp(int layer, const char* w) { return fmt::format("model.language_model.layers.{}.mlp.{}_proj.weight", layer, w); }
+
+fs::path scratch() {
+  static const fs::path d = fs::temp_directory_path() / ("gpnpu_numerics_" + std::to_string(::getpid()));
+  static const struct Cleanup {  // the checkpoints and bundles go when the process ends
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(d, ec);
+    }
+  } cleanup;
+  return d;
+}
+
+// A tiny checkpoint (seed 1) with the given outliers, made once per name.
+std::string checkpoint(const std::string& name, const std::vector<Outlier>& outliers) {
+  const fs::path dir = scratch() / name;
+  if (!fs::exists(dir / "model.safetensors")) {
+    SyntheticOptions so;
+    so.seed = 1;
+    so.outliers = outliers;
+    make_synthetic_checkpoint(config_tiny(), dir.string(), so);
+  }
+  return dir.string();
+}
+
+// 3.5e4 in the residual stream of <|vision_start|> (its embedding row, channel 7).
+std::vector<Outlier> massive_35k() { return {{kEmbed, kVisionStart, kChannel, 35000.0f}}; }
+
+// The same, then a super neuron in layer 1's MLP (gate and up weights 10 on channel 7 of
+// neuron 5, down weight 3 from it back to channel 7) adds ~3.8e4 to that token's channel 7:
+// the residual passes 65,504 in layer 1's mlp_residual.
+std::vector<Outlier> massive_past_range() {
+  std::vector<Outlier> o = massive_35k();
+  o.push_back({mlp(1, "gate"), 5, kChannel, 10.0f});
+  o.push_back({mlp(1, "up"), 5, kChannel, 10.0f});
+  o.push_back({mlp(1, "down"), kChannel, 5, 3.0f});
+  return o;
+}
+
+DescribeOptions options(const std::string& model) {
+  DescribeOptions o;
+  o.model = model;
+  o.cache_dir = (scratch() / "cache").string();
+  o.image = std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/image_photo_256.png";
+  o.width = 256;  // the smallest the image processor takes
+  o.height = 256;
+  o.prompt = "Describe this image.";
+  o.tokens = 2;
+  return o;
+}
+
+const NumericsRecord* find_call(const DescribeResult& r, const std::string& program, const std::string& mark) {
+  for (const NumericsRecord& n : r.numerics)
+    if (n.program == program && n.mark == mark) return &n;
+  return nullptr;
+}
+
+TEST(DescribeNumerics, AMassiveActivationPastTheFp16RangeStopsTheGatesWithOneMessage) {
+  DescribeOptions o = options(checkpoint("past", massive_past_range()));
+  DescribeResult r = describe(o);
+  ASSERT_FALSE(r.ok);
+  ASSERT_EQ(r.failures.size(), 1u) << r.failures[0];
+  const std::string& m = r.failures[0];
+  std::printf("inf: %s\n", m.c_str());
+  EXPECT_EQ(m.find("image program: fp16 overflow: kernel call P1.mlp_residual ("), 0u) << m;
+  EXPECT_NE(m.find("token position"), std::string::npos) << m;
+  EXPECT_NE(m.find(fmt::format("column {} of the chain's lm.layer.1.out", kChannel)), std::string::npos) << m;
+  EXPECT_NE(m.find("fp16_overflow=saturate"), std::string::npos) << m;
+  EXPECT_EQ(r.steps.size(), 1u);  // no decode step after it
+  EXPECT_EQ(r.nonfinite, m);
+
+  // The same with saturating hardware: it runs, the saturations are counted, the cosines shown.
+  o.sets = {"fp16_overflow=saturate"};
+  DescribeResult s = describe(o);
+  EXPECT_TRUE(s.nonfinite.empty()) << s.nonfinite;
+  ASSERT_EQ(s.steps.size(), 2u);
+  const NumericsRecord* res = find_call(s, "image", "P1.mlp_residual");
+  ASSERT_NE(res, nullptr);
+  EXPECT_GT(res->overflow, 0u);
+  EXPECT_GT(res->max_abs, 65504.0f);
+  for (const StepRecord& st : s.steps) {
+    ASSERT_TRUE(st.cosine.has_value());
+    std::printf("saturate: step %d logits cosine %.7f slot cosine %.7f %s\n", st.step, *st.cosine, *st.slot_cosine,
+                st.ok ? "OK" : "FAIL");
+  }
+  nlohmann::json j = nlohmann::json::parse(report_json(o, s));
+  EXPECT_EQ(j["numerics"]["fp16_overflow"], "saturate");
+  EXPECT_GT(j["numerics"]["overflow"].get<uint64_t>(), 0u);
+}
+
+TEST(DescribeNumerics, UnderTheRangeTheGatesPassAndTheReportShowsEveryCallsMaxAbs) {
+  DescribeOptions o = options(checkpoint("35k", massive_35k()));
+  DescribeResult r = describe(o);
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  ASSERT_TRUE(r.ok);
+  nlohmann::json j = nlohmann::json::parse(report_json(o, r));
+  const nlohmann::json& n = j["numerics"];
+  EXPECT_EQ(n["overflow"], 0);
+  EXPECT_EQ(n["nan"], 0);
+  EXPECT_TRUE(n["first_nonfinite"].is_null());
+  const double mx = n["max_abs"];
+  std::printf("3.5e4: max |x| %.6g at %s, headroom %.3fx\n", mx, std::string(n["max_abs_at"]).c_str(), double(n["headroom"]));
+  EXPECT_GT(mx, 34000);
+  EXPECT_LT(mx, 65504);
+  // Every kernel call that converts to fp16 is there, the residual adds carrying the 3.5e4.
+  EXPECT_GE(double(n["calls"].size()), 0.5 * double(j["kernels"].size()));
+  bool residual = false;
+  for (const auto& c : n["calls"]) {
+    EXPECT_LE(double(c["max_abs"]), mx);
+    if (c["program"] == "image" && c["mark"] == "P0.attn_residual") residual = double(c["max_abs"]) > 34000;
+  }
+  EXPECT_TRUE(residual);
+  // The page draws the headroom chart from them.
+  const fs::path js = scratch() / "35k.json", page = scratch() / "35k.html";
+  std::ofstream(js) << j.dump();
+  const std::string cmd = "/usr/bin/python3 " + std::string(GPNPU_SOURCE_DIR) + "/scripts/report_html.py --json " +
+                          js.string() + " --html " + page.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  std::stringstream ss;
+  ss << std::ifstream(page).rdbuf();
+  EXPECT_NE(ss.str().find("data-chart=\"headroom\""), std::string::npos);
+  EXPECT_NE(ss.str().find("P0.attn_residual"), std::string::npos);
+}
+
+// The device takes int4 codes only: a mixed-precision bundle (quantize --fp16-channels) is
+// refused by name before anything runs, instead of a device that silently differs.
+TEST(DescribeNumerics, AMixedPrecisionBundleIsRefusedByName) {
+  std::vector<Outlier> x100;
+  for (int c : {7, 42, 99}) x100.push_back({kEmbed, -1, c, 100.0f});
+  const std::string dir = checkpoint("x100", x100);
+  QuantOptions qo;
+  qo.fp16_channels = 3;
+  const std::string bundle = (scratch() / "x100-mixed.safetensors").string();
+  write_quant_bundle(load_checkpoint(dir), config_tiny(), bundle, qo);
+  DescribeOptions o = options(bundle);
+  try {
+    describe(o);
+    ADD_FAILURE() << "a mixed bundle ran on the device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1 tensor(s) keep input channels in fp16 (mixed precision, first '" + kEmbed + "')"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+std::pair<int, std::string> run_cli(const std::string& args) {
+  std::string cmd = std::string(GPNPU_BINARY) + " describe " + args + " 2>&1";
+  std::string out;
+  FILE* f = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf;
+  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
+  int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+TEST(DescribeNumerics, PlantedNaNRowsPrintNaNCosinesAndTheFirstBadRow) {
+  DescribeOptions o = options("synthetic:tiny");
+  o.negative = NegativeControl::nan_cache;
+  DescribeResult r = describe(o);
+  ASSERT_FALSE(r.ok);
+  ASSERT_GE(r.failures.size(), 2u);
+  // Planted at layer 3 K slot 1 and layer 1 V slot 2: the first in (layer, K/V, slot) order is named.
+  EXPECT_EQ(r.failures[0].find("image program: KV cache row cosine NaN < 0.999 at layer 1 V slot 2 (the first of 2 rows"),
+            0u)
+      << r.failures[0];
+  EXPECT_TRUE(std::isnan(*r.steps[0].slot_cosine));
+  // The next decode step reads them: its first NaN stops the gates.
+  EXPECT_EQ(r.failures.back().find("step 0: non-finite fp16 (NaN): kernel call L"), 0u)
+      << r.failures.back();
+  EXPECT_EQ(r.steps.size(), 2u);
+  // The CLI prints NaN, never a cosine of 0.
+  auto [rc, out] = run_cli("--model synthetic:tiny --cache-dir " + o.cache_dir + " --size 256x256 --tokens 2 " +
+                           "--prompt 'Describe this image.' --negative-control nan-cache");
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("slot cos      NaN"), std::string::npos) << out;
+  EXPECT_EQ(out.find("cos 0.000000"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace gpnpu::model
