@@ -36,6 +36,27 @@ ModelConfig model_config_from_spec(const std::string& spec) {
   return ModelConfig::from_json_file(p.string());
 }
 
+std::string machine_summary(const sim::Config& cfg) {
+  auto size = [](uint64_t b) {
+    if (b % (1ull << 20) == 0) return fmt::format("{} MiB", b >> 20);
+    if (b % (1ull << 10) == 0) return fmt::format("{} KiB", b >> 10);
+    return fmt::format("{} B", b);
+  };
+  sim::Config base;
+  try {
+    base = sim::Config::make(cfg.preset, {});
+  } catch (const Error&) {
+    // a preset given by a path that is gone: compare with the defaults
+  }
+  std::string changed;
+  for (const sim::ParamInfo& p : sim::param_table())
+    if (cfg.get(p.key) != base.get(p.key))
+      changed += fmt::format("{}{}={}", changed.empty() ? " with " : " ", p.key, cfg.get(p.key));
+  return fmt::format("{}{}: {}x{} PEs, {} OCM, {} LRM, {} DMA channels, {} GB/s DDR, {} GHz", cfg.preset, changed,
+                     cfg.pe_rows, cfg.pe_cols, size(cfg.ocm_bytes), size(cfg.lrm_bytes), cfg.dma_channels,
+                     cfg.ddr_gbps, cfg.clock_ghz);
+}
+
 namespace {
 
 struct CallRow {
@@ -45,7 +66,9 @@ struct CallRow {
 };
 
 // Each kernel call's cycles (from the stats) beside its floor (from the compiler).
-std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg) {
+// `context`: tokens a decode step attends to.
+std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
+                               uint32_t context) {
   std::map<std::string, const KernelCall*> by_mark;
   for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   std::vector<CallRow> rows;
@@ -53,13 +76,13 @@ std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog
     auto it = by_mark.find(st.names[rc.name]);
     if (it == by_mark.end()) continue;
     rows.push_back({it->first, it->second->kernel, rc.end - rc.begin,
-                    kernels::floor_cycles(cfg, it->second->cost, !it->second->int8)});
+                    kernels::floor_cycles(cfg, it->second->at(context), !it->second->int8)});
   }
   return rows;
 }
 
 void report(const char* what, const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
-            const std::vector<std::string>& stages, nlohmann::ordered_json& j) {
+            const std::vector<std::string>& stages, uint32_t context, nlohmann::ordered_json& j) {
   uint64_t total = st.total[sim::Stat::cycles];
   uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
   std::printf("%s program: %zu instructions, %llu cycles (%.2f ms at %.2f GHz), DDR %.4f GB, %.2f B/cycle (%.1f%% of the roofline)\n",
@@ -74,7 +97,7 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
       std::printf("  stage %-14s %12llu cycles\n", r.name.c_str(), (unsigned long long)r.counters[sim::Stat::cycles]);
       pj["stages"][r.name] = r.counters[sim::Stat::cycles];
     }
-  std::vector<CallRow> rows = call_rows(st, prog, cfg);
+  std::vector<CallRow> rows = call_rows(st, prog, cfg, context);
   double floor_sum = 0;
   for (const CallRow& r : rows) floor_sum += r.floor;
   std::sort(rows.begin(), rows.end(),
@@ -130,19 +153,19 @@ void add_compile_commands(CLI::App& app) {
       layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});
     sim::write_file_atomic(path("ddr_layout.json"), layout.dump(1) + "\n");
     sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
-    std::printf("compiled %s for %s: decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n",
-                model_spec.c_str(), preset.c_str(), dec.program.words.size(), img.program.words.size(),
-                comp.layout().total() / 1e9, out_dir.c_str());
+    std::printf("compiled %s for %s\n  decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n  image plan: %s\n",
+                model_spec.c_str(), machine_summary(cfg).c_str(), dec.program.words.size(), img.program.words.size(),
+                comp.layout().total() / 1e9, out_dir.c_str(), img.plan.c_str());
     if (!run) return;
     nlohmann::ordered_json j;
     sim::Platform& p = sim::Platform::get();
     p.configure(cfg, true);
     std::vector<int> ids(size_t(shape.seq_len), 0);
     p.write_smem(comp.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
-    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, j);
+    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, 0, j);
     uint32_t args[3] = {0, cached - 1, cached};
     p.write_smem(comp.decode_io().token_smem, args, 12);
-    report("decode", p.run(dec.program), dec, cfg, {"decode"}, j);
+    report("decode", p.run(dec.program), dec, cfg, {"decode"}, cached, j);
     j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
     sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
   });

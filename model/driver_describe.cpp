@@ -160,6 +160,7 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
   j["model"] = {{"spec", o.model}, {"name", r.model_name},
                 {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)}};
   j["machine"] = {{"preset", o.preset},
+                  {"summary", machine_summary(cfg)},
                   {"clock_ghz", ghz},
                   {"ddr_bytes_per_cycle", cfg.ddr_bytes_per_cycle()},
                   {"mac_per_cycle_f16", double(cfg.npe()) * 16 / cfg.occ(isa::Unit::mac16)},
@@ -287,7 +288,8 @@ void add_describe_command(CLI::App& app) {
       std::printf("%s\n", step_line(s).c_str());
       std::fflush(stdout);
     };
-    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(), o.preset.c_str(),
+    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %dx%d)\n", o.model.c_str(),
+                machine_summary(sim::Config::make(o.preset, o.sets)).c_str(),
                 o.timing_only ? ", timing only" : "", o.image.c_str(), o.width, o.height);
     std::fflush(stdout);
     DescribeResult r = describe(o);

@@ -101,8 +101,9 @@ float top2_margin(std::span<const float> x) {
 // ---- the machine side ---------------------------------------------------------------------
 
 // Per-stage and per-call figures of one run, from its stats and the compiler's calls.
+// `context`: the tokens a decode step attends to (the floors of its attention calls).
 void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg, const std::string& program,
-             const std::vector<std::string>& stage_names, bool keep_calls, DescribeResult& r) {
+             const std::vector<std::string>& stage_names, bool keep_calls, uint32_t context, DescribeResult& r) {
   std::map<std::string, const KernelCall*> by_mark;
   for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   // The stage regions' time spans, to place each call in its stage.
@@ -137,16 +138,17 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     auto it = by_mark.find(st.names[rc.name]);
     if (it == by_mark.end()) continue;
     const KernelCall& kc = *it->second;
+    const kernels::KernelCost cost = kc.at(context);
     const std::string& sname = stage_of(rc);
     StageRecord& s = stage(sname);
     s.calls++;
-    s.macs += double(kc.cost.macs);
-    s.ddr_bytes += double(kc.cost.ddr_bytes);
-    s.mac_floor += double(kc.cost.macs) / (kc.int8 ? mac_peak8 : mac_peak16);
-    s.ddr_floor += double(kc.cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
+    s.macs += double(cost.macs);
+    s.ddr_bytes += double(cost.ddr_bytes);
+    s.mac_floor += double(cost.macs) / (kc.int8 ? mac_peak8 : mac_peak16);
+    s.ddr_floor += double(cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
     if (keep_calls)
       r.calls.push_back({program, sname, kc.mark, kc.kernel, rc.end - rc.begin,
-                         kernels::floor_cycles(cfg, kc.cost, !kc.int8), kc.cost, kc.int8});
+                         kernels::floor_cycles(cfg, cost, !kc.int8), cost, kc.int8});
   }
 }
 
@@ -470,7 +472,7 @@ DescribeResult describe(const DescribeOptions& o) {
     s0.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
     r.image_cycles = s0.cycles;
     r.image_ddr_bytes = s0.ddr_bytes;
-    collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
+    collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, 0, r);
   }
   p.sequencer().on_mark_end = nullptr;
   if (o.timing_only) {
@@ -514,7 +516,7 @@ DescribeResult describe(const DescribeOptions& o) {
       const sim::Stats& st = p.run(dec.program);
       s.cycles = st.total[sim::Stat::cycles];
       s.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
-      collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
+      collect(st, dec, cfg, "decode", {"decode"}, k == 0, slot + 1, r);
     }
     if (o.timing_only) {
       s.cache_expected = int(slot) + 1;
