@@ -81,8 +81,10 @@ std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog
   return rows;
 }
 
+// weight_bytes: the program's weights, each read once (Compiler::weight_bytes).
 void report(const char* what, const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
-            const std::vector<std::string>& stages, uint32_t context, nlohmann::ordered_json& j) {
+            const std::vector<std::string>& stages, uint32_t context, uint64_t weight_bytes,
+            nlohmann::ordered_json& j) {
   uint64_t total = st.total[sim::Stat::cycles];
   uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
   std::printf("%s program: %zu instructions, %llu cycles (%.2f ms at %.2f GHz), DDR %.4f GB, %.2f B/cycle (%.1f%% of the roofline)\n",
@@ -102,6 +104,15 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
   for (const CallRow& r : rows) floor_sum += r.floor;
   std::sort(rows.begin(), rows.end(),
             [](const CallRow& a, const CallRow& b) { return a.cycles - a.floor > b.cycles - b.floor; });
+  // The program's floors: every MAC at the array's peak; every weight read once at the DDR bandwidth.
+  double mac_floor = 0;
+  for (const KernelCall& c : prog.calls)
+    mac_floor += double(c.at(context).macs) / (double(cfg.npe()) * 16.0 / cfg.occ(c.int8 ? isa::Unit::mac8 : isa::Unit::mac16));
+  const double weights_floor = double(weight_bytes) / cfg.ddr_bytes_per_cycle();
+  std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
+              double(total) / std::max(mac_floor, weights_floor));
+  pj["mac_floor_cycles"] = mac_floor;
+  pj["weights_floor_cycles"] = weights_floor;
   std::printf("  sum of kernel floors %.0f cycles; the ten calls furthest above their floors:\n", floor_sum);
   std::printf("  %-28s %-16s %12s %12s %7s\n", "call", "kernel", "cycles", "floor", "ratio");
   for (size_t k = 0; k < std::min<size_t>(10, rows.size()); ++k) {
@@ -162,10 +173,10 @@ void add_compile_commands(CLI::App& app) {
     p.configure(cfg, true);
     std::vector<int> ids(size_t(shape.seq_len), 0);
     p.write_smem(comp.image_io().ids_smem, ids.data(), uint32_t(ids.size() * 4));
-    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, 0, j);
+    report("image", p.run(img.program), img, cfg, {"vision_tower", "prefill", "head"}, 0, comp.weight_bytes(true), j);
     uint32_t args[3] = {0, cached - 1, cached};
     p.write_smem(comp.decode_io().token_smem, args, 12);
-    report("decode", p.run(dec.program), dec, cfg, {"decode"}, cached, j);
+    report("decode", p.run(dec.program), dec, cfg, {"decode"}, cached, comp.weight_bytes(false), j);
     j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
     sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
   });

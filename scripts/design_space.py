@@ -32,11 +32,17 @@ OCM = {"full": [1, 2, 4, 8, 16], "reduced": [2, 4]}  # MiB
 DDR = {"full": [16, 32, 64, 128], "reduced": [16, 32]}  # GB/s
 
 
-def sweep(gpnpu, work, grid, jobs):
-    """One `gpnpu sweep` per PE shape (the PE axis is a list of pairs, not a product)."""
+def sweep(gpnpu, work, grid, jobs, run=True):
+    """One `gpnpu sweep` per PE shape (the PE axis is a list of pairs, not a product);
+    run=False reads only what earlier (perhaps interrupted) sweeps left in `work`."""
     rows = []
     for r, c in PE[grid]:
         out = os.path.join(work, f"pe{r}x{c}.h5")
+        if not run:
+            if os.path.exists(out[:-3] + ".csv"):
+                with open(out[:-3] + ".csv") as f:
+                    rows += list(csv.DictReader(f))
+            continue
         cmd = [gpnpu, "sweep", "--model", "synthetic:2b", "--workload", "both", "-j", str(jobs), "--out", out,
                "--set", f"pe_rows={r}", "--set", f"pe_cols={c}",
                "--set", "ocm_bytes=" + ",".join(f"{m}MiB" for m in OCM[grid]),
@@ -172,9 +178,10 @@ def main():
     ap.add_argument("-j", type=int, default=2, help="points run in parallel")
     ap.add_argument("--check-monotone", action="store_true", help="check only (no table); exit 1 on a violation")
     ap.add_argument("--negative-control", action="store_true", help="swap two neighbouring points first")
+    ap.add_argument("--no-run", action="store_true", help="table from the sweep files already in --work (no runs)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
-    points = table(sweep(a.gpnpu, a.work, a.grid, a.j))
+    points = table(sweep(a.gpnpu, a.work, a.grid, a.j, not a.no_run))
     if a.check_monotone:
         if a.negative_control:
             # Reverse one point: the smallest machine gets the largest neighbour's image cycles + 1.
@@ -189,7 +196,7 @@ def main():
             print("negative control " + ("caught" if bad else "NOT caught: the check is broken"))
             return 0 if bad else 1
         return 1 if bad else 0
-    write(points, compile_seconds(a.gpnpu, a.work, a.grid), a.out)
+    write(points, {} if a.no_run else compile_seconds(a.gpnpu, a.work, a.grid), a.out)
     print(f"wrote {a.out}.md and {a.out}.csv ({len(points)} points)")
     return 0
 
