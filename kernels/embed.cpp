@@ -43,22 +43,32 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   b.li(X{13}, a.smem + 64);
   b.li(X{14}, a.smem + 128);
   b.loop(X{3}, [&] {
-    // Address of token t's codes: table + (t / T) * nblk * block_bytes + (t % T) * 64.
+    // Token t is column r = t % T of tile t / T, whose width W is T except for the
+    // narrower last tile (gemv.h): codes at tile + r * 64 (block stride W * 67), scales
+    // at tile + W * 64 + r * 2, zeros at tile + W * 66 + r.
     b.op("lw", {X{9}, Mem{X{1}, 0}});
     b.op("divu", {X{10}, X{9}, X{4}});
     b.op("remu", {X{11}, X{9}, X{4}});
+    b.op("muli", {X{17}, X{10}, T});
+    b.li(X{18}, a.vocab);
+    b.op("sub", {X{17}, X{18}, X{17}});
+    b.op("min", {X{17}, X{17}, X{4}});  // W
     b.op("muli", {X{10}, X{10}, int64_t(nblk) * block_bytes});
     b.op("addi", {X{10}, X{10}, a.table_ddr});
     b.op("muli", {X{15}, X{11}, 64});
     b.op("add", {X{15}, X{15}, X{10}});
     b.op("sw", {X{15}, Mem{X{0}, a.smem}});
-    b.op("muli", {X{15}, X{11}, 2});
-    b.op("add", {X{15}, X{15}, X{10}});
-    b.op("addi", {X{15}, X{15}, int64_t(T) * 64});
+    b.op("muli", {X{18}, X{17}, 64});
+    b.op("add", {X{15}, X{10}, X{18}});
+    b.op("muli", {X{16}, X{11}, 2});
+    b.op("add", {X{15}, X{15}, X{16}});
     b.op("sw", {X{15}, Mem{X{0}, a.smem + 64}});
-    b.op("add", {X{15}, X{11}, X{10}});
-    b.op("addi", {X{15}, X{15}, int64_t(T) * 66});
+    b.op("muli", {X{18}, X{17}, 66});
+    b.op("add", {X{15}, X{10}, X{18}});
+    b.op("add", {X{15}, X{15}, X{11}});
     b.op("sw", {X{15}, Mem{X{0}, a.smem + 128}});
+    b.op("muli", {X{18}, X{17}, kGemvColumnBlockBytes});
+    for (uint32_t d = 0; d < 3; ++d) b.op("sw", {X{18}, Mem{X{0}, a.smem + 64 * d + 16}});  // src stride
     b.op("dma.start", {Chan{0}, X{12}});
     b.op("dma.start", {Chan{1}, X{13}});
     b.op("dma.start", {Chan{2}, X{14}});

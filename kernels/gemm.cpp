@@ -29,8 +29,11 @@ uint32_t buffers_bytes(const GemmPlan& pl) { return unit_buffer(pl, 0) + (pl.cha
 uint32_t unit_data(const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
   return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
 }
-int64_t unit_offset(const GemmPlan& pl, uint32_t u) {
-  return u == 0 ? 0 : int64_t(pl.meta_unit) + int64_t(u) * pl.code_unit;
+// One LRM buffer (meta, then the codes of the PE's k) and where a call's two sit.
+uint32_t lrm_buffer(const GemmPlan& pl) { return pl.meta_lrm + 64 / pl.split * pl.blocks; }
+std::pair<uint32_t, uint32_t> lrm_buffers(const GemmPlan& pl, const GemmArgs& a) {
+  if (a.lrm_p == 0 && a.lrm_q == 0) return {0, lrm_buffer(pl)};
+  return {a.lrm_p, a.lrm_q};
 }
 // The DMA side's buffers, descriptors and weight range (shared by the kernel and the prefetch).
 void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
@@ -39,21 +42,54 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
     fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
          need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
   if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
-  if (uint64_t(a.w_ddr) + pl.tiles * pl.tile_bytes > uint64_t(UINT32_MAX))
-    fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.tiles * pl.tile_bytes);
+  if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
+    fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
 // Starts units 0..C-1 of tile 0 (uses reg and x31).
 void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg) {
   const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
   check_dma(cfg, pl, a);
+  const bool tail = pl.tail_at(0);
   for (uint32_t c = 0; c < pl.channels; ++c) {
-    const uint32_t bytes = c == 0 ? pl.meta_unit + pl.code_unit : pl.code_unit;
-    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + unit_offset(pl, c)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
+    const uint32_t bytes = c == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
     b.li(reg, a.smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, reg});
   }
 }
 }  // namespace
+
+bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved) {
+  const GemmPlan pa = plan_gemm(cfg, 0, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
+  if (pn.tail_at(0)) return false;
+  const auto [ap, aq] = lrm_buffers(pa, prev);
+  const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
+  const uint32_t lrm = uint32_t(std::min<uint64_t>(cfg.lrm_bytes, UINT32_MAX));
+  if (uint64_t(bsn) + 64 > lrm) return false;
+  const uint32_t top = (lrm - 64 - bsn) / 64 * 64;  // the highest buffer start
+  auto up64 = [](uint32_t v) { return (v + 63) / 64 * 64; };
+  auto disjoint = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a1 <= b0 || b1 <= a0; };
+  // Tile 0 (p) above `reserved`, beside prev's last tile; the other buffer (q) anywhere
+  // else (it fills after prev). Of the candidates, the one whose own last tile sits
+  // nearest an end of LRM, which leaves the most room for the call after it.
+  const bool last_in_p = pn.tiles % 2 == 1;
+  int64_t best = -1;
+  for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u}) {
+    if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
+    for (uint32_t q : {0u, up64(p + bsn), top}) {
+      if (q > top || !disjoint(q, q + bsn + 64, p, p + bsn)) continue;
+      const uint32_t own = last_in_p ? p : q;
+      const int64_t score = std::min(own, top - own);
+      if (best < 0 || score < best) {
+        best = score;
+        next.lrm_p = p;
+        next.lrm_q = q;
+      }
+    }
+  }
+  next.handed_off = best >= 0;
+  return next.handed_off;
+}
 
 uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
   if (k == 0 || k % kBlock) fail("gemm: K = {} must be a positive multiple of {}", k, kBlock);
@@ -91,6 +127,9 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
   p.meta_unit = p.cols * p.blocks * 4;
   p.code_unit = cfg.npe() * 64;
   p.tile_bytes = uint64_t(p.cols) * p.blocks * 68;
+  p.tail_cols = n % p.cols;
+  p.tail_meta_unit = p.tail_cols * p.blocks * 4;
+  p.tail_code_unit = p.tail_cols * p.split * 64;
   if (m) {
     p.rows = m >= kMaxRows ? kMaxRows : (m + 3) / 4 * 4;
     p.groups = ceil_div(m, p.rows);
@@ -100,8 +139,7 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
 }
 
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
-  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
-  return p.tiles * p.tile_bytes;
+  return plan_gemm(cfg, 0, n, k, split).weight_bytes();
 }
 
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
@@ -112,26 +150,27 @@ uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint
 std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg, uint32_t split) {
   const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols);
   GemmPlan p = plan_gemm(cfg, 0, n, k, split);
-  const uint32_t npe = cfg.npe(), S = p.split, B = p.blocks;
-  std::vector<uint8_t> out(size_t(p.tiles) * p.tile_bytes, 0);
+  const uint32_t S = p.split, B = p.blocks;
+  std::vector<uint8_t> out(p.weight_bytes(), 0);
   for (uint32_t t = 0; t < p.tiles; ++t) {
     uint8_t* tile = &out[size_t(t) * p.tile_bytes];
+    const bool tail = p.tail_at(t);
+    const uint32_t W = tail ? p.tail_cols : p.cols, pes = W * S;  // columns and PEs of this tile
     // Unit 0: per column, per block (fp16 s, fp16 z).
-    for (uint32_t c = 0; c < p.cols && t * p.cols + c < n; ++c)
+    for (uint32_t c = 0; c < W; ++c)
       for (uint32_t j = 0; j < B; ++j) {
         const uint32_t col = t * p.cols + c;
         uint16_t meta[2] = {w.scales[size_t(col) * B + j], f32_to_f16(float(w.zeros[size_t(col) * B + j]))};
         std::memcpy(tile + (size_t(c) * B + j) * 4, meta, 4);
       }
     // Code units: PE e's code stream (k of parity e % S, in k order), 64 B per unit.
-    for (uint32_t e = 0; e < npe; ++e) {
+    for (uint32_t e = 0; e < pes; ++e) {
       const uint32_t col = t * p.cols + e / S, par = e % S;
-      if (col >= n) continue;  // padding columns: zero codes, zero scale
       const uint32_t per_pe = k / S;  // codes of this PE
       for (uint32_t i = 0; i < per_pe; ++i) {
         const uint8_t q = w.code(col, int64_t(i) * S + par);
         const uint32_t byte = i / 2, unit = byte / 64;
-        uint8_t& dst = tile[p.meta_unit + (size_t(unit) * npe + e) * 64 + byte % 64];
+        uint8_t& dst = tile[p.meta_of(tail) + (size_t(unit) * pes + e) * 64 + byte % 64];
         dst |= (i & 1) ? uint8_t(q << 4) : q;
       }
     }
@@ -142,7 +181,7 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
 KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a) {
   KernelCost c;
   c.macs = uint64_t(a.m) * a.n * a.k;
-  c.ddr_bytes = gemm_weight_bytes(cfg, a.n, a.k, a.split);
+  c.ddr_bytes = gemm_weight_bytes(cfg, a.n, a.k, a.split);  // exact: no padding columns
   return c;
 }
 
@@ -151,7 +190,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
   const uint32_t C = pl.channels;
-  const uint32_t BS = pl.meta_lrm + 64 / S * B;  // one LRM buffer
+  const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
+  const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);
+  const GemmArgs* nx = a.next && a.next->handed_off ? a.next : nullptr;  // this call hands off to nx
+  if (uint64_t(std::max(lrm_p, lrm_q)) + BS + 64 > cfg.lrm_bytes)
+    fail("gemm: LRM buffers at {} and {} ({} B each + 64) pass lrm_bytes = {}", lrm_p, lrm_q, BS, cfg.lrm_bytes);
   const uint32_t ocm = uint32_t(cfg.ocm_bytes);
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
   if (a.y_stride < 2 * a.n || a.y_stride % 2) fail("gemm: y_stride {} must be even and >= 2*N = {}", a.y_stride, 2 * a.n);
@@ -162,7 +205,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   check_dma(cfg, pl, a);
   auto buf = [&](uint32_t c) { return unit_data(pl, a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
-  auto unit_off = [&](uint32_t u) -> int64_t { return unit_offset(pl, u); };
   const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
 
   // ---- registers ----
@@ -170,18 +212,20 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
   // x9 npe, x10 X of the row group, x11 Y of the row group, x12-x14 routine temps,
   // x16 loop count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P,
-  // x23 fills left, x24/x25 unit sizes, x26 bias stride, x27 buffer xor.
+  // x23 fills left, x24/x25 unit sizes (x15/x29 those of the narrow tile), x26 bias
+  // stride, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xNpe{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
-  const X xMetaSz{24}, xCodeSz{25}, xBs{26}, xSwap{27}, xT3{28};
+  const X xMetaSz{24}, xCodeSz{25}, xBs{26}, xSwap{27}, xT3{28}, xMetaSzT{15}, xCodeSzT{29};
+  const bool tail = pl.tail_cols != 0;
 
   b.li(xT, pl.tiles);
   b.li(xD, a.w_ddr);
   b.li(xMore, pl.tiles - 1);
-  b.li(xCur, 0);
-  b.li(xFill, 0);
+  b.li(xCur, lrm_p);
+  b.li(xFill, lrm_p);
   b.li(xY, a.y_ocm);
   b.li(xB, a.bias_ocm);
   b.li(xCols, a.n);
@@ -192,13 +236,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.li(xFills, pl.tiles - 1);
   b.li(xMetaSz, pl.meta_unit + pl.code_unit);
   b.li(xCodeSz, pl.code_unit);
+  if (tail) {
+    b.li(xMetaSzT, pl.tail_meta_unit + pl.tail_code_unit);
+    b.li(xCodeSzT, pl.tail_code_unit);
+  }
   b.li(xBs, bias_bytes / S);
-  b.li(xSwap, BS);
+  b.li(xSwap, lrm_p ^ lrm_q);
   b.op("vlaneid", {V{21}});
   b.op("vsplati", {V{20}, int64_t(0)});
   b.op("vcmpeq.i32", {V{21}, V{21}, V{20}});  // lane-0 mask
-  if (S == 2) {
-    // p2 = PEs in even columns (they own the first K half and gather), p3 = odd.
+  // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd.
+  auto even_odd = [&] {
     b.op("pset.range", {P{2}, X{0}, X{0}});
     b.li(xT1, 0);
     b.li(xT2, 1);
@@ -210,60 +258,132 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("addi", {xT2, xT2, 2});
     });
     b.op("pnot", {P{3}, P{2}});
+  };
+  if (S == 2) even_odd();
+  if (tail) {
+    // p6 = the narrow tile's PEs; split 2: p7 = its even ones, p5 = its odd ones.
+    b.li(xT3, pl.tail_cols * S);
+    b.op("pset.range", {P{6}, X{0}, xT3});
+    if (S == 2) {
+      b.op("pand", {P{7}, P{2}, P{6}});
+      b.op("pand", {P{5}, P{3}, P{6}});
+    }
   }
 
   // ---- the DMA / fill machinery ----
   // Unit u of the tile being filled (DDR base x2) is on channel u % C. Consuming it
   // restarts the channel with its next unit: u + C of the same tile, or unit u % C of
   // the next tile when one remains (x3 > 0).
-  auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u) {
+  auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u, bool narrow) {
     b.op("addi", {xT1, base, off});
     b.op("sw", {xT1, Mem{X{0}, desc(c)}});
-    b.op("sw", {u == 0 ? xMetaSz : xCodeSz, Mem{X{0}, desc(c) + 8}});
+    b.op("sw", {u == 0 ? (narrow ? xMetaSzT : xMetaSz) : (narrow ? xCodeSzT : xCodeSz), Mem{X{0}, desc(c) + 8}});
     b.li(xT3, desc(c));
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   int pending = -1;         // fill register whose vst is still to issue
-  int64_t pending_dst = 0;  // its LRM offset
+  int64_t pending_dst = 0;  // its LRM offset from pending_base
+  X pending_base{0};
   bool pending_half = false;
   int fill_reg = 0;
   auto flush = [&] {
     if (pending < 0) return;
-    b.op(pending_half ? "vst.h" : "vst", {V{uint8_t(pending)}, Mem{xFill, pending_dst}});
+    b.op(pending_half ? "vst.h" : "vst", {V{uint8_t(pending)}, Mem{pending_base, pending_dst}});
     pending = -1;
   };
-  // Scatters into the next fill register; at split 2 the meta of a column goes to both
-  // of its PEs (even PEs read column c at 2c * stride, odd ones 2*B bytes lower).
-  auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair = false) {
+  // Scatters into the next fill register, stored later to LRM base + dst; at split 2 the
+  // meta of a column goes to both of its PEs (even PEs read column c at 2c * stride, odd
+  // ones 2 * nblk bytes lower).
+  auto scatter_to = [&](X base, bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow, uint32_t nblk) {
     const uint8_t r = uint8_t(22 + fill_reg);
     fill_reg ^= 1;
     if (pair) {
-      b.op("oscatter.h", {V{r}, Mem{X{0}, src}, stride}, P{2});
-      b.op("oscatter.h", {V{r}, Mem{X{0}, src - 2 * int64_t(B)}, stride}, P{3});
+      b.op("oscatter.h", {V{r}, Mem{X{0}, src}, stride}, narrow ? P{7} : P{2});
+      b.op("oscatter.h", {V{r}, Mem{X{0}, src - 2 * int64_t(nblk)}, stride}, narrow ? P{5} : P{3});
     } else {
-      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride});
+      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, narrow ? P{6} : P{0});
     }
     flush();  // the previous unit's store issues while this scatter streams
     pending = r;
+    pending_base = base;
     pending_dst = dst;
     pending_half = half;
   };
-  auto fill_unit = [&](uint32_t u) {
+  auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow) {
+    scatter_to(xFill, half, src, stride, dst, pair, narrow, B);
+  };
+  // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
+  // after it is the last one.
+  auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0) {
-      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2);
-      scatter(false, buf(c) + pl.meta_unit, x64, pl.meta_lrm);
+      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2, narrow);
+      scatter(false, buf(c) + pl.meta_of(narrow), x64, pl.meta_lrm, false, narrow);
     } else {
-      scatter(false, buf(c), x64, pl.meta_lrm + 64 * u);
+      scatter(false, buf(c), x64, pl.meta_lrm + 64 * u, false, narrow);
     }
     if (u + C < U) {
-      start_unit(c, xD, unit_off(u + C), u + C);
-    } else {
+      start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
+    } else if (!narrow) {
       Label skip = b.label();
       b.op("beq", {xMore, X{0}, skip});
-      start_unit(c, xD, int64_t(pl.tile_bytes) + unit_off(u % C), u % C);
+      start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
       b.bind(skip);
+    }
+  };
+  // Units [u0, u1) of the tile after the current one (x23 tiles after the current one).
+  auto fill_units = [&](uint32_t u0, uint32_t u1) {
+    auto run = [&](bool narrow, bool next_narrow) {
+      for (uint32_t u = u0; u < u1; ++u) fill_unit(u, narrow, next_narrow);
+      flush();
+    };
+    if (!tail) return run(false, false);
+    Label end = b.label(), not_last = b.label(), plain = b.label();
+    b.li(xT3, 1);
+    b.op("bne", {xFills, xT3, not_last});
+    run(true, false);
+    b.op("jal", {X{0}, end});
+    b.bind(not_last);
+    b.li(xT3, 2);
+    b.op("bne", {xFills, xT3, plain});
+    run(false, true);
+    b.op("jal", {X{0}, end});
+    b.bind(plain);
+    run(false, false);
+    b.bind(end);
+  };
+  // Hand-off: unit u of nx's tile 0 into LRM nx->lrm_p (absolute addresses: nx's
+  // weight is known), then the channel restarts with nx's next unit (tile 0's u + C, or
+  // tile 1's u % C).
+  const GemmPlan pn = nx ? plan_gemm(cfg, 0, nx->n, nx->k, nx->split) : GemmPlan{};
+  auto start_at = [&](uint32_t c, uint32_t src, uint32_t bytes) {
+    const uint32_t d = nx->smem + 64 * c;
+    b.li(xT1, src);
+    b.op("sw", {xT1, Mem{X{0}, d}});
+    b.li(xT3, bytes);
+    b.op("sw", {xT3, Mem{X{0}, d + 8}});
+    b.li(xT3, d);
+    b.op("dma.start", {Chan{uint8_t(c)}, xT3});
+  };
+  const X xMsN{30};
+  auto fill_next_unit = [&](uint32_t u) {
+    const uint32_t c = u % pn.channels, Un = pn.units, base = unit_data(pn, *nx, c);
+    b.op("dma.wait", {Chan{uint8_t(c)}});
+    if (u == 0) {
+      for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
+        scatter_to(X{0}, true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2, false, pn.blocks);
+      scatter_to(X{0}, false, base + pn.meta_unit, x64, nx->lrm_p + pn.meta_lrm, false, false, pn.blocks);
+    } else {
+      scatter_to(X{0}, false, base, x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false, pn.blocks);
+    }
+    if (u + pn.channels < Un) {
+      start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, false)), pn.code_unit);
+    } else if (pn.tiles > 1) {
+      const bool n1 = pn.tail_at(1);
+      const uint32_t v = u % pn.channels;
+      start_at(c, uint32_t(nx->w_ddr + pn.tile_bytes + pn.unit_offset(v, n1)),
+               v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
   };
   auto next_fill_tile = [&] {
@@ -275,18 +395,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // The look-ahead load at a buffer's end reads 64 bytes past it (the other buffer's
   // start, or the pad): give them defined contents, so no load reads unwritten LRM.
   b.op("vsplati", {V{26}, int64_t(0)});
-  b.op("vst", {V{26}, Mem{X{0}, int64_t(BS)}});
-  b.op("vst", {V{26}, Mem{X{0}, 2 * int64_t(BS)}});
+  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_p + BS)}});
+  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_q + BS)}});
 
   // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
   // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
-  // written again because other kernels reuse the smem since.)
+  // written again because other kernels reuse the smem since. handed_off: tile 0 is in
+  // LRM already and tile 1's first units are in flight.)
+  const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
-    if (!a.prefetched) start_unit(c, xD, unit_off(c), c);
+    if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
   }
-  for (uint32_t u = 0; u < U; ++u) fill_unit(u);
-  flush();
+  if (!a.handed_off) {
+    for (uint32_t u = 0; u < U; ++u) fill_unit(u, narrow0, narrow1);
+    flush();
+  }
   next_fill_tile();
 
   // ---- tile loop ----
@@ -300,6 +424,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("addi", {xT3, xT, -1});
     b.op("bne", {xT3, X{0}, skip});
     prefetch_units(b, cfg, *a.next, xT3);
+    if (nx) {
+      if (pn.split == 2 && S == 1) even_odd();  // nx's meta goes to PE pairs
+      b.li(xMsN, 4 * pn.blocks / pn.split);
+    }
     b.bind(skip);
   }
   // Predicates: p4 = PEs of valid columns, p1 = those that gather (even ones at split 2).
@@ -325,7 +453,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (u1 > u0) {
       Label skip = b.label();
       b.op("beq", {xFills, X{0}, skip});
-      for (uint32_t u = u0; u < u1; ++u) fill_unit(u);
+      fill_units(u0, u1);
+      b.bind(skip);
+    }
+    // Last tile (no fills of this call left): nx's tile 0, spread the same way.
+    const uint32_t n0 = nx ? g * pn.units / pl.groups : 0, n1 = nx ? (g + 1) * pn.units / pl.groups : 0;
+    if (n1 > n0) {
+      Label skip = b.label();
+      b.op("bne", {xFills, X{0}, skip});
+      for (uint32_t u = n0; u < n1; ++u) fill_next_unit(u);
       flush();
       b.bind(skip);
     }

@@ -30,8 +30,12 @@
 //   code unit d: [npe PEs][64 B], d = 0..B/S-1: PE e's code stream (column t*T + e/S,
 //                the k of parity e % S in k order, two codes per byte, low nibble
 //                first), bytes [64d, 64d + 64)
-// (columns >= N are zero). One tile is T * B * 68 bytes. DMA unit 0 is the meta plus
-// code unit 0 (one contiguous descriptor), DMA unit d > 0 is code unit d.
+// The last tile may be narrower: W = N mod T columns on its first W * S PEs, laid out
+// the same way with W for T and W * S for npe (no padding columns: the packed weight
+// is exactly N * B * 68 bytes at any array size). One tile is T * B * 68 bytes. DMA
+// unit 0 is the meta plus code unit 0 (one contiguous descriptor), DMA unit d > 0 is
+// code unit d. The narrow tile's units are scattered only to its PEs (p6; split 2:
+// p7 even, p5 odd); the other PEs compute on stale LRM and do not gather.
 //
 // LRM layout per buffer: [meta: ceil(B/8) * 32 B, fp16 (s, z) pairs][codes 64 B * B/S];
 // buffer 1 follows buffer 0; 64 B of padding after it (a look-ahead load reads there).
@@ -84,6 +88,12 @@ struct GemmArgs {
   // the DMA overlaps that tile's MACs; next is then emitted with prefetched = true. next
   // must use the same scratch region and smem area (only read while emitting).
   const GemmArgs* next = nullptr;
+  // LRM buffers: tile 0 at lrm_p, the next tile at lrm_q, alternating; both 0: the
+  // default layout (lrm_p = 0, lrm_q = one buffer). handed_off: the previous call
+  // (whose `next` this is) scattered the whole of tile 0 to lrm_p during its own last
+  // tile and started tile 1's first units (implies prefetched); set by gemm_handoff.
+  bool handed_off = false;
+  uint32_t lrm_p = 0, lrm_q = 0;
 };
 
 // The static plan of one call (everything the emitter derives from cfg and shapes).
@@ -97,6 +107,14 @@ struct GemmPlan {
   uint32_t channels = 0;     // C: DMA channels used (divides D)
   uint32_t meta_unit = 0, code_unit = 0;  // bytes of the two unit kinds (T*B*4, npe*64)
   uint64_t tile_bytes = 0;   // T * B * 68
+  uint32_t tail_cols = 0;    // W: columns of the narrow last tile (0: every tile is full)
+  uint32_t tail_meta_unit = 0, tail_code_unit = 0;  // W*B*4, W*S*64
+  // Unit sizes and offsets of a full (tail = false) or the narrow (tail = true) tile.
+  uint32_t meta_of(bool tail) const { return tail ? tail_meta_unit : meta_unit; }
+  uint32_t code_of(bool tail) const { return tail ? tail_code_unit : code_unit; }
+  int64_t unit_offset(uint32_t u, bool tail) const { return u == 0 ? 0 : int64_t(meta_of(tail)) + int64_t(u) * code_of(tail); }
+  bool tail_at(uint32_t t) const { return tail_cols && t + 1 == tiles; }  // tile t is the narrow one
+  uint64_t weight_bytes() const { return (tiles - (tail_cols ? 1 : 0)) * tile_bytes + uint64_t(tail_cols) * blocks * 68; }
   uint32_t rows = 0;         // R: rows per group (<= 16, a multiple of 4)
   uint32_t groups = 0;       // G: row groups
   uint32_t last_rows = 0;    // real rows of the last group
@@ -118,6 +136,18 @@ KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a);
 
 // Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
 void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
+
+// The call start hidden behind the previous call: places next's LRM buffers so that its
+// tile 0 goes beside prev's last tile and above LRM [0, reserved) (what the kernels run
+// between the two calls may use), then sets next.handed_off and next.lrm_p/q (prev.next
+// must point at next when prev is emitted). prev's last tile then streams all of next's
+// tile 0 into LRM (after its row groups, as it does for its own tiles), overlapped with
+// its MACs, instead of next loading it before its first MAC. Of the placements that fit,
+// the one leaving next's own last tile nearest an end of LRM (room for the call after
+// it). Returns false (next.handed_off = false) when none fits or next's tile 0 is
+// narrow. qc-u, 2B image program: 99.27 M -> 89.10 M cycles (the norms and OCM
+// attention between two GEMMs held to LRM [0, 1024)).
+bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved);
 
 // Starts the DMA of tile 0's units 0..C-1 (C = plan_gemm(...).channels; unit 0 carries
 // the meta) into the call's OCM scratch buffers, on channels 0..C-1, and returns at once

@@ -14,8 +14,8 @@ constexpr uint32_t kMaxChunkBlocks = 2;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe) {
-  return uint64_t(ceil_div(n, npe)) * (k / kBlock) * npe * kGemvColumnBlockBytes;
+uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t) {
+  return uint64_t(n) * (k / kBlock) * kGemvColumnBlockBytes;
 }
 
 std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe) {
@@ -23,20 +23,21 @@ std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe) {
   if (k % kBlock) fail("pack_gemv_weight: K = {} is not a multiple of {}", k, kBlock);
   const uint32_t nblk = k / kBlock, ntiles = ceil_div(n, npe);
   std::vector<uint8_t> out(gemv_weight_bytes(n, k, npe), 0);
-  for (uint32_t t = 0; t < ntiles; ++t)
+  for (uint32_t t = 0; t < ntiles; ++t) {
+    const uint32_t W = std::min(npe, n - t * npe);  // columns of this tile
     for (uint32_t b = 0; b < nblk; ++b) {
-      uint8_t* blk = &out[(uint64_t(t) * nblk + b) * npe * kGemvColumnBlockBytes];
-      uint8_t* scales = blk + npe * 64;
-      uint8_t* zeros = scales + npe * 2;
-      for (uint32_t e = 0; e < npe; ++e) {
-        uint32_t col = t * npe + e;
-        if (col >= n) break;  // padding columns: zero codes, zero scale
+      uint8_t* blk = &out[(uint64_t(t) * npe * nblk + uint64_t(b) * W) * kGemvColumnBlockBytes];
+      uint8_t* scales = blk + W * 64;
+      uint8_t* zeros = scales + W * 2;
+      for (uint32_t e = 0; e < W; ++e) {
+        const uint32_t col = t * npe + e;
         std::memcpy(blk + e * 64, &w.codes[size_t(col) * w.row_stride() + b * 64], 64);
         uint16_t s = w.scales[size_t(col) * nblk + b];
         std::memcpy(scales + e * 2, &s, 2);
         zeros[e] = w.zeros[size_t(col) * nblk + b];
       }
     }
+  }
   return out;
 }
 
@@ -47,32 +48,42 @@ KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a) {
   return c;
 }
 
-uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a) {
+uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels) {
+  return uint64_t(channels) * (uint64_t(cfg.npe()) * kGemvColumnBlockBytes + 4);
+}
+
+GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a) {
   const uint32_t npe = cfg.npe(), nblk = a.k / kBlock;
-  const uint32_t ch = uint32_t(cfg.dma_channels);
-  // At most kMaxChunkBlocks: a bigger chunk only lengthens the tail (the last
-  // chunk is consumed after it has fully arrived) without feeding the port better.
-  for (uint32_t g = std::min(nblk, kMaxChunkBlocks); g >= 1; --g) {
-    if (nblk % g) continue;
-    uint64_t buf = uint64_t(g) * npe * kGemvColumnBlockBytes + 4;
-    if (buf * ch <= a.scratch_bytes) return g;
-  }
-  fail("gemv: one 128-block of {} columns ({} bytes) per DMA channel ({} channels) does not fit the {} bytes of OCM scratch; give it more OCM",
-       npe, npe * kGemvColumnBlockBytes + 4, ch, a.scratch_bytes);
+  for (uint32_t ch = uint32_t(cfg.dma_channels); ch >= 1; --ch)
+    // At most kMaxChunkBlocks: a bigger chunk only lengthens the tail (the last
+    // chunk is consumed after it has fully arrived) without feeding the port better.
+    for (uint32_t g = std::min(nblk, kMaxChunkBlocks); g >= 1; --g) {
+      if (nblk % g) continue;
+      uint64_t buf = uint64_t(g) * npe * kGemvColumnBlockBytes + 4;
+      if (buf * ch <= a.scratch_bytes) return {ch, g};
+    }
+  fail("gemv: one 128-block of {} columns ({} bytes) does not fit the {} bytes of OCM scratch; give it more OCM", npe,
+       npe * kGemvColumnBlockBytes + 4, a.scratch_bytes);
 }
 
 void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   if (a.k == 0 || a.k % kBlock) fail("gemv: K = {} must be a positive multiple of {}", a.k, kBlock);
   if (a.n == 0) fail("gemv: N must be positive");
-  const uint32_t T = cfg.npe(), nblk = a.k / kBlock, ntiles = ceil_div(a.n, T);
-  const uint32_t G = gemv_chunk_blocks(cfg, a);
-  const uint32_t C = ntiles * (nblk / G);
+  const uint32_t T = cfg.npe(), nblk = a.k / kBlock, tail = a.n % T;
+  const GemvTiling tl = gemv_tiling(cfg, a);
+  const uint32_t G = tl.chunk_blocks;
+  const uint32_t Ct = tail ? nblk / G : 0;      // chunks of the narrow last tile
+  const uint32_t C = a.n / T * (nblk / G) + Ct;  // chunks in all
   const uint32_t block_bytes = T * kGemvColumnBlockBytes, chunk_bytes = G * block_bytes;
-  const uint32_t ch = std::min<uint32_t>(uint32_t(cfg.dma_channels), C);
+  const uint32_t tail_chunk_bytes = G * tail * kGemvColumnBlockBytes;
+  const uint32_t ch = std::min(tl.channels, C);
+  // Buffers are spaced for full chunks, so a narrow chunk's routine reads stay inside its buffer.
   auto buf = [&](uint32_t c) { return a.scratch_ocm + c * (chunk_bytes + 4); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
 
   // ---- prologue: constants, descriptors, first chunks in flight ----
+  // x2 DDR address of the next chunk, x3 chunks left to start, x12 its size, x24 the
+  // narrow tile's chunk count (x12 switches when x3 reaches it).
   b.li(X{1}, C);
   b.li(X{2}, a.w_ddr);
   b.li(X{3}, C);
@@ -83,10 +94,11 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.li(X{9}, 2);
   b.li(X{10}, 1);
   b.li(X{11}, nblk);
-  b.li(X{12}, chunk_bytes);
+  b.li(X{12}, C == Ct ? tail_chunk_bytes : chunk_bytes);
   b.li(X{13}, G);
   b.li(X{15}, a.n);
   b.li(X{16}, T);
+  b.li(X{24}, Ct);
   b.op("min", {X{17}, X{15}, X{16}});
   b.op("pset.range", {P{1}, X{0}, X{17}});
   b.op("vsplati", {V{30}, int64_t(0xff)});
@@ -95,14 +107,23 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("vcmpeq.i32", {V{31}, V{31}, V{29}});  // lane-0 mask
   b.op("vsplati", {V{8}, int64_t(0)});
   b.op("vsplati", {V{9}, int64_t(0)});
-  for (uint32_t c = 0; c < ch; ++c) b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), chunk_bytes);
-  for (uint32_t c = 0; c < ch; ++c) {
+  for (uint32_t c = 0; c < ch; ++c)
+    b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), C == Ct ? tail_chunk_bytes : chunk_bytes);
+  auto start_chunk = [&](uint32_t c) {
     b.op("sw", {X{2}, Mem{X{0}, desc(c)}});
+    if (Ct && C != Ct) b.op("sw", {X{12}, Mem{X{0}, desc(c) + 8}});
     b.li(X{19}, desc(c));
     b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
     b.op("add", {X{2}, X{2}, X{12}});
     b.op("addi", {X{3}, X{3}, -1});
-  }
+    if (Ct && C != Ct) {
+      Label full = b.label();
+      b.op("bne", {X{3}, X{24}, full});
+      b.li(X{12}, tail_chunk_bytes);
+      b.bind(full);
+    }
+  };
+  for (uint32_t c = 0; c < ch; ++c) start_chunk(c);
 
   // ---- main loop: per channel, wait for its chunk, consume it, refill ----
   Label round = b.label(), done = b.label(), chunk = b.label();
@@ -115,34 +136,42 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
     b.op("jal", {X{14}, chunk});
     b.op("addi", {X{1}, X{1}, -1});
     b.op("beq", {X{3}, X{0}, skip});
-    b.op("sw", {X{2}, Mem{X{0}, desc(c)}});
-    b.li(X{19}, desc(c));
-    b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
-    b.op("add", {X{2}, X{2}, X{12}});
-    b.op("addi", {X{3}, X{3}, -1});
+    start_chunk(c);
     b.bind(skip);
   }
   b.op("jal", {X{0}, round});
 
-  // ---- subroutine: G blocks of one tile from the buffer at x7 ----
+  // ---- subroutine: G blocks of one tile of W columns from the buffer at x7 ----
+  auto blocks = [&](uint32_t W, P pred) {
+    b.loop(X{13}, [&] {
+      b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}}, pred);
+      b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64}, X{9}}, pred);
+      b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66}, X{10}}, pred);
+      b.op("vcvt.f32.f16", {V{2}, V{1}});
+      b.op("vand", {V{3}, V{3}, V{30}});
+      b.op("vcvt.f32.i32", {V{3}, V{3}});
+      b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
+      // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
+      for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
+      for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
+      for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
+      for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
+      b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
+      b.op("addi", {X{5}, X{5}, kBlock * 2});
+    });
+  };
+  Label ret = b.label(), narrow = b.label(), tile_end = b.label();
   b.bind(chunk);
-  b.loop(X{13}, [&] {
-    b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}});
-    b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(T) * 64}, X{9}});
-    b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(T) * 66}, X{10}});
-    b.op("vcvt.f32.f16", {V{2}, V{1}});
-    b.op("vand", {V{3}, V{3}, V{30}});
-    b.op("vcvt.f32.i32", {V{3}, V{3}});
-    b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
-    // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
-    for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
-    for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
-    for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
-    for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
-    b.op("addi", {X{7}, X{7}, block_bytes});
-    b.op("addi", {X{5}, X{5}, kBlock * 2});
-  });
-  Label ret = b.label();
+  if (tail) {
+    b.op("blt", {X{15}, X{16}, narrow});  // fewer columns left than PEs: the narrow tile
+    blocks(T, P{0});
+    b.op("jal", {X{0}, tile_end});
+    b.bind(narrow);
+    blocks(tail, P{1});  // only the tile's PEs read (p1 = its columns)
+    b.bind(tile_end);
+  } else {
+    blocks(T, P{0});
+  }
   b.op("add", {X{4}, X{4}, X{13}});
   b.op("bne", {X{4}, X{11}, ret});
   // Tile done: sum the lanes, store one fp16 per column, move to the next tile.

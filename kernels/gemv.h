@@ -7,12 +7,17 @@
 // multiply-accumulates against the broadcast x; lanes are summed at the tile's end.
 //
 // DDR layout (pack_gemv_weight): tile-major, then block-major; one block of a
-// tile is [npe x 64 B codes][npe x 2 B fp16 scales][npe x 1 B zeros] = 67 B per
-// column. A chunk of G consecutive blocks of one tile is one contiguous DMA
-// descriptor.
+// tile of W columns is [W x 64 B codes][W x 2 B fp16 scales][W x 1 B zeros] = 67 B
+// per column. Tiles are W = npe columns, the last one W = n % npe (no padding
+// columns: the packed weight is exactly n x k/128 x 67 bytes at any array size). A
+// chunk of G consecutive blocks of one tile is one contiguous DMA descriptor; the
+// chunks of the last, narrower tile are shorter (the descriptor's size is rewritten
+// when the DMA side reaches them, the consumer switches to the narrow routine).
 //
-// Tiling rule: one OCM buffer per DMA channel; G is the largest divisor of the
-// block count, at most 2, such that every buffer fits the scratch area. Chunks are
+// Tiling rule: one OCM buffer per DMA channel used; the most channels (<= dma_channels)
+// whose buffers of one block each fit the scratch area, then G, the largest divisor of
+// the block count, at most 2, such that every buffer fits (large arrays on small OCM
+// stream through fewer channels: 64x64 PEs take 274 KiB per buffer). Chunks are
 // round-robined over the channels and the next chunk of a channel starts as soon
 // as its buffer is consumed, so the DDR port always has work queued.
 #pragma once
@@ -42,8 +47,14 @@ struct GemvArgs {
 std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe);
 uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe);
 
-// Blocks per DMA chunk for this config and scratch size (the tiling rule).
-uint32_t gemv_chunk_blocks(const sim::Config& cfg, const GemvArgs& a);
+// DMA channels and blocks per DMA chunk for this config and scratch size (the tiling rule).
+struct GemvTiling {
+  uint32_t channels = 0, chunk_blocks = 0;
+};
+GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a);
+// OCM scratch for the DMA buffers of `channels` channels at G = 1 (the least that runs
+// with that many channels).
+uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels);
 
 // macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).
 KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);

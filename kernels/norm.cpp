@@ -47,6 +47,11 @@ struct Plan {
   uint32_t x_stride = 0, y_stride = 0;
 };
 
+// The LRM bytes the kernel may use.
+uint64_t lrm_limit(const sim::Config& cfg, const NormArgs& a) {
+  return a.lrm_bytes ? std::min<uint64_t>(a.lrm_bytes, cfg.lrm_bytes) : cfg.lrm_bytes;
+}
+
 Plan make_plan(const sim::Config& cfg, const NormArgs& a, bool split) {
   Plan p;
   p.split = split;
@@ -58,7 +63,7 @@ Plan make_plan(const sim::Config& cfg, const NormArgs& a, bool split) {
     p.nfull = a.dim / kChunk;
     p.tail = a.dim % kChunk != 0;
     p.step = 64;
-    p.cache = uint64_t(p.nchunks) * 64 <= cfg.lrm_bytes;
+    p.cache = uint64_t(p.nchunks) * 64 <= lrm_limit(cfg, a);
   } else {
     p.P = std::min(npe, p.nchunks);
     const uint32_t c = ceil_div(p.nchunks, p.P);
@@ -66,9 +71,9 @@ Plan make_plan(const sim::Config& cfg, const NormArgs& a, bool split) {
     p.tail = p.rem != p.P || a.dim % kChunk != 0;
     p.nfull = p.tail ? c - 1 : c;
     p.step = p.P * 64;
-    if (uint64_t(c) * 64 > cfg.lrm_bytes)
-      fail("norm (split): {} chunks per PE need {} B of LRM, the machine has {} B; use the rows mapping", c,
-           c * 64, uint64_t(cfg.lrm_bytes));
+    if (uint64_t(c) * 64 > lrm_limit(cfg, a))
+      fail("norm (split): {} chunks per PE need {} B of LRM, it may use {} B; use the rows mapping", c, c * 64,
+           lrm_limit(cfg, a));
     p.cache = true;
   }
   return p;
@@ -380,7 +385,7 @@ double norm_estimate_cycles(const sim::Config& cfg, const NormArgs& a, NormMappi
     const double per_pass = (ln ? 45 : 27) + (ln ? 3 : 2) * P * 64 / port;
     return double(a.rows) * ((ln ? 225 : 150) + c * per_pass);
   }
-  const bool cache = uint64_t(nchunks) * 64 <= cfg.lrm_bytes;
+  const bool cache = uint64_t(nchunks) * 64 <= lrm_limit(cfg, a);
   const double reads = cache ? 1 : (ln ? 3 : 2);
   double total = 0;
   for (uint32_t r = 0; r < a.rows; r += npe) {
@@ -394,7 +399,7 @@ NormMapping norm_pick_mapping(const sim::Config& cfg, const NormArgs& a) {
   if (a.mapping != NormMapping::automatic) return a.mapping;
   const uint32_t nchunks = ceil_div(std::max(a.dim, 1u), kChunk);
   const uint32_t c = ceil_div(nchunks, std::min(cfg.npe(), nchunks));
-  if (uint64_t(c) * 64 > cfg.lrm_bytes) return NormMapping::rows;
+  if (uint64_t(c) * 64 > lrm_limit(cfg, a)) return NormMapping::rows;
   return norm_estimate_cycles(cfg, a, NormMapping::split) < norm_estimate_cycles(cfg, a, NormMapping::rows)
              ? NormMapping::split
              : NormMapping::rows;

@@ -36,7 +36,7 @@
 // row of x, y, w, b: those bytes must lie inside OCM.
 //
 // Resources: scalar x1..x31, vector v0..v31, predicates p1..p3, 2 hardware-loop
-// levels, LRM bytes [0, ceil(dim/32)*64) (rows mapping, when it fits) or
+// levels, LRM bytes [0, ceil(dim/32)*64) (rows mapping, when it fits NormArgs::lrm_bytes) or
 // [0, passes*64) (split), OCM scratch 4*16*ceil(P/16) bytes (split only).
 #pragma once
 #include <cstdint>
@@ -60,6 +60,7 @@ struct NormArgs {
   float eps = 1e-6f;
   uint32_t scratch_ocm = 0, scratch_bytes = 0;  // split mapping: norm_scratch_bytes(cfg) bytes
   NormMapping mapping = NormMapping::automatic;
+  uint32_t lrm_bytes = 0;  // LRM [0, lrm_bytes) the kernel may use (0: all of it; the rest stays untouched)
 };
 
 // Per-head RMSNorm in place or out of place: each row is `heads` consecutive vectors of

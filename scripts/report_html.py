@@ -827,7 +827,7 @@ def page(rep, charts):
 <body>
 <h1>{e(title)}</h1>
 <div class="cmd">{e(rep.get("command"))}</div>
-<p>{e(rep["mode"])} run on {e(rep["machine"].get("preset"))} ({rep["machine"]["clock_ghz"]:g} GHz); model {e(model["spec"])}
+<p>{e(rep["mode"])} run on {e(rep["machine"].get("summary", rep["machine"].get("preset")))}; model {e(model["spec"])}
 {("(bundle " + e(model["bundle"]) + ")") if model.get("bundle") else ""}</p>
 <h2>The photo and the answers</h2>
 {synthetic_html(rep)}<div class="top">{photo_html(rep)}{answers_html(rep)}</div>

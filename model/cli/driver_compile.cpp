@@ -24,6 +24,27 @@ std::string& command_line() {
   return s;
 }
 
+std::string machine_summary(const sim::Config& cfg) {
+  auto size = [](uint64_t b) {
+    if (b % (1ull << 20) == 0) return fmt::format("{} MiB", b >> 20);
+    if (b % (1ull << 10) == 0) return fmt::format("{} KiB", b >> 10);
+    return fmt::format("{} B", b);
+  };
+  sim::Config base;
+  try {
+    base = sim::Config::make(cfg.preset, {});
+  } catch (const Error&) {
+    // a preset given by a path that is gone: compare with the defaults
+  }
+  std::string changed;
+  for (const sim::ParamInfo& p : sim::param_table())
+    if (cfg.get(p.key) != base.get(p.key))
+      changed += fmt::format("{}{}={}", changed.empty() ? " with " : " ", p.key, cfg.get(p.key));
+  return fmt::format("{}{}: {}x{} PEs, {} OCM, {} LRM, {} DMA channels, {} GB/s DDR, {} GHz", cfg.preset, changed,
+                     cfg.pe_rows, cfg.pe_cols, size(cfg.ocm_bytes), size(cfg.lrm_bytes), cfg.dma_channels,
+                     cfg.ddr_gbps, cfg.clock_ghz);
+}
+
 namespace {
 
 struct CallRow {
@@ -34,7 +55,9 @@ struct CallRow {
 };
 
 // Each kernel call's cycles (from the stats) beside its floor (from the compiler).
-std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg) {
+// `context`: tokens a decode step attends to.
+std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
+                               uint32_t context) {
   std::map<std::string, const KernelCall*> by_mark;
   for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   std::vector<CallRow> rows;
@@ -42,13 +65,15 @@ std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog
     auto it = by_mark.find(st.names[rc.name]);
     if (it == by_mark.end()) continue;
     rows.push_back({it->first, it->second->kernel, rc.end - rc.begin,
-                    kernels::floor_cycles(cfg, it->second->cost, !it->second->int8), rc.counters});
+                    kernels::floor_cycles(cfg, it->second->at(context), !it->second->int8), rc.counters});
   }
   return rows;
 }
 
+// weight_bytes: the program's weights, each read once (Compiler::weight_bytes).
 void report(const char* what, const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
-            const std::vector<std::string>& stages, nlohmann::ordered_json& j) {
+            const std::vector<std::string>& stages, uint32_t context, uint64_t weight_bytes,
+            nlohmann::ordered_json& j) {
   uint64_t total = st.total[sim::Stat::cycles];
   uint64_t bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
   std::printf("%s program: %zu instructions, %llu cycles (%.2f ms at %.2f GHz), DDR %.4f GB, %.2f B/cycle (%.1f%% of the roofline)\n",
@@ -78,11 +103,20 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
       std::printf("  stage %-14s %12llu cycles\n", r.name.c_str(), (unsigned long long)r.counters[sim::Stat::cycles]);
       pj["stages"][r.name] = r.counters[sim::Stat::cycles];
     }
-  std::vector<CallRow> rows = call_rows(st, prog, cfg);
+  std::vector<CallRow> rows = call_rows(st, prog, cfg, context);
   double floor_sum = 0;
   for (const CallRow& r : rows) floor_sum += r.floor;
   std::sort(rows.begin(), rows.end(),
             [](const CallRow& a, const CallRow& b) { return a.cycles - a.floor > b.cycles - b.floor; });
+  // The program's floors: every MAC at the array's peak; every weight read once at the DDR bandwidth.
+  double mac_floor = 0;
+  for (const KernelCall& c : prog.calls)
+    mac_floor += double(c.at(context).macs) / (double(cfg.npe()) * 16.0 / cfg.occ(c.int8 ? isa::Unit::mac8 : isa::Unit::mac16));
+  const double weights_floor = double(weight_bytes) / cfg.ddr_bytes_per_cycle();
+  std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
+              double(total) / std::max(mac_floor, weights_floor));
+  pj["mac_floor_cycles"] = mac_floor;
+  pj["weights_floor_cycles"] = weights_floor;
   std::printf("  sum of kernel floors %.0f cycles; the ten calls furthest above their floors:\n", floor_sum);
   std::printf("  %-28s %-16s %12s %12s %7s\n", "call", "kernel", "cycles", "floor", "ratio");
   for (size_t k = 0; k < std::min<size_t>(10, rows.size()); ++k) {
@@ -136,17 +170,17 @@ void add_compile_commands(CLI::App& app) {
       layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});
     sim::write_file_atomic(path("ddr_layout.json"), layout.dump(1) + "\n");
     sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
-    std::printf("compiled %s for %s: decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n",
-                model_spec.c_str(), machine.preset.c_str(), dec.program.words.size(), img.program.words.size(),
-                comp.layout().total() / 1e9, out_dir.c_str());
+    std::printf("compiled %s for %s\n  decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n  image plan: %s\n",
+                model_spec.c_str(), machine_summary(cfg).c_str(), dec.program.words.size(), img.program.words.size(),
+                comp.layout().total() / 1e9, out_dir.c_str(), img.plan.c_str());
     if (!run) return;
     nlohmann::ordered_json j;
     Session dev(comp, true);
     std::vector<int> ids(size_t(shape.seq_len), 0);
     dev.write_prompt(ids);
-    report("image", dev.run(img), img, cfg, {"vision_tower", "prefill", "head"}, j);
+    report("image", dev.run(img), img, cfg, {"vision_tower", "prefill", "head"}, 0, comp.weight_bytes(true), j);
     dev.write_decode_args(0, cached - 1);
-    report("decode", dev.run(dec), dec, cfg, {"decode"}, j);
+    report("decode", dev.run(dec), dec, cfg, {"decode"}, cached, comp.weight_bytes(false), j);
     j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
     sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
   });

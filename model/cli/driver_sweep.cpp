@@ -47,7 +47,7 @@ using json = nlohmann::ordered_json;
 
 constexpr const char* kFormat = "gpnpu-sweep/1";
 constexpr const char* kResultPrefix = "GPNPU_SWEEP_RESULT ";
-constexpr uint32_t kDecodeContext = 140;  // tokens cached at the decode step (the compiler's attention floor)
+constexpr uint32_t kDecodeContext = 140;  // tokens attended at the decode step (its floors are for this context)
 
 // The image workload: a 256x256 image (16x16 patches, 64 image tokens) in a
 // 128-token prompt whose pads start at row 4, as in the seed run.
@@ -95,14 +95,15 @@ struct Floors {
   uint64_t macs = 0;
 };
 
-Floors sum_floors(const sim::Config& cfg, const std::vector<KernelCall>& calls) {
+Floors sum_floors(const sim::Config& cfg, const std::vector<KernelCall>& calls, uint32_t context) {
   Floors f;
   for (const KernelCall& c : calls) {
-    f.macs += c.cost.macs;
-    f.compute += double(c.cost.macs) / cfg.mac_peak(!c.int8);
-    f.ddr += double(c.cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
-    f.ocm += double(c.cost.ocm_bytes) / double(cfg.ocm_port_bytes);
-    f.kernel += kernels::floor_cycles(cfg, c.cost, !c.int8);
+    const kernels::KernelCost cost = c.at(context);
+    f.macs += cost.macs;
+    f.compute += double(cost.macs) / cfg.mac_peak(!c.int8);
+    f.ddr += double(cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
+    f.ocm += double(cost.ocm_bytes) / double(cfg.ocm_port_bytes);
+    f.kernel += kernels::floor_cycles(cfg, cost, !c.int8);
   }
   return f;
 }
@@ -131,7 +132,7 @@ void add_metrics(json& j, const std::string& prefix, const sim::Config& cfg, con
     j[prefix + "dram_activates"] = st.total[sim::Stat::dram_activates];
     j[prefix + "dram_refreshes"] = st.total[sim::Stat::dram_refreshes];
   }
-  Floors f = sum_floors(cfg, calls);
+  Floors f = sum_floors(cfg, calls, prefix == "decode_" ? kDecodeContext : 0);
   j[prefix + "macs"] = f.macs;  // the model's MACs (kernel calls' work), for the roofline's intensity
   j[prefix + "compute_floor"] = f.compute;
   j[prefix + "ddr_floor"] = f.ddr;
@@ -247,6 +248,9 @@ json run_sweep_point(const std::string& model, const std::string& preset, const 
       dev.write_prompt(ids);
       const sim::Stats& st = dev.run(ip);
       add_metrics(j, "image_", cfg, st, ip.calls, true);
+      j["image_weight_bytes"] = c.weight_bytes(true);  // read once: the weights-once DDR floor
+      j["image_weights_floor"] = double(c.weight_bytes(true)) / cfg.ddr_bytes_per_cycle();
+      j["image_plan"] = ip.plan;
     });
   if (workload == "decode" || workload == "both")
     attempt("decode", [&] {

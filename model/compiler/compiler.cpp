@@ -109,7 +109,7 @@ void Compiler::plan_decode_ocm() {
   probe.head_dim = hd;
   docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
   docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
-  uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   docm_.gemv_scratch_bytes = uint32_t(std::min<uint64_t>(a.left(), 0xffffffffu));
   docm_.gemv_scratch = a.rest("GEMV DMA buffers", gemv_min);
 }
@@ -243,9 +243,9 @@ CompiledProgram Compiler::decode_program() const {
     at.scratch_ocm = o.attn_scratch;
     at.scratch_bytes = o.attn_scratch_bytes;
     at.smem = kSmem;
-    // The floor is reported for a 140-token cache (the kernel reads L at run time).
-    call(L + ".attention", "attention_decode", cost_attention_decode(cfg_, at, 140),
-         [&] { emit_attention_decode(b, cfg_, at); });
+    // The kernel reads the context length at run time: its floor grows per token.
+    em.call(L + ".attention", "attention_decode", cost_attention_decode(cfg_, at, 0),
+            [&] { emit_attention_decode(b, cfg_, at); }, cost_attention_decode(cfg_, at, 1));
     gemv(L + ".o_proj", layer_name(i, "o"), H, nq * hd, o.attn, o.o);
     add(L + ".attn_residual", o.h, o.o);
     rmsnorm(L + ".post_norm", o.h, o.xn, w_post);
@@ -272,6 +272,13 @@ CompiledProgram Compiler::decode_program() const {
   out.program = b.finish();
   out.logits_ocm = dio_.logits_ocm;
   return out;
+}
+
+uint64_t Compiler::weight_bytes(bool image_program) const {
+  uint64_t t = image_program ? ddr_.at("embed").bytes : 0;
+  for (const DdrTensor& d : ddr_.tensors())
+    if (d.layout == "f16" || d.layout == (image_program ? "gemm" : "gemv")) t += d.bytes;
+  return t;
 }
 
 void Compiler::load_weights(const QuantBundle& bundle, DdrWriter ddr) const {

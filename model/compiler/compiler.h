@@ -66,6 +66,13 @@ struct KernelCall {
   std::string kernel;  // "gemv", "norm", ...
   kernels::KernelCost cost;
   bool int8 = false;   // MACs at the int8 rate
+  // Work added per context token, for calls that read the context length at run time
+  // (decode attention): the floor of a run with `context` tokens attended is at(context).
+  kernels::KernelCost per_token;
+  kernels::KernelCost at(uint64_t context) const {
+    return {cost.macs + per_token.macs * context, cost.ddr_bytes + per_token.ddr_bytes * context,
+            cost.ocm_bytes + per_token.ocm_bytes * context};
+  }
 };
 
 // Where the host puts a decode step's inputs and finds its outputs.
@@ -126,6 +133,11 @@ class Compiler {
   // Constants the compiler folds for a grid: the interpolated position table and the
   // tower's rotary tables (functional runs only).
   void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, DdrWriter ddr) const;
+
+  // Bytes of the weights a program reads, each once (the image program: the tower,
+  // mergers and prefill GEMM weights, the embedding table for its LM head, the vectors;
+  // decode: the GEMV weights and the vectors): its weights-once DDR floor's bytes.
+  uint64_t weight_bytes(bool image_program) const;
 
   // Writes every weight the programs read into DDR, in the kernels' layouts.
   void load_weights(const QuantBundle& bundle, DdrWriter ddr) const;

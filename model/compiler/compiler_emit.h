@@ -99,9 +99,9 @@ class Emitter {
   kernels::Builder& b() { return b_; }
 
   void call(const std::string& mark, const char* kernel, const kernels::KernelCost& cost,
-            const std::function<void()>& emit) {
+            const std::function<void()>& emit, const kernels::KernelCost& per_token = {}) {
     b_.mark(mark, emit);
-    calls_.push_back({mark, kernel, cost, false});
+    calls_.push_back({mark, kernel, cost, false, per_token});
   }
 
   // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:

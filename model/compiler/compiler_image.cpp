@@ -206,7 +206,8 @@ namespace {
 // a first emission records the GEMMs in program order (record), the second chains
 // each GEMM to the one after it (chain).
 struct ImageKernels {
-  using Gemm = std::tuple<std::string, uint32_t, uint32_t>;  // weight, n, k
+  // weight, n, k, LRM bytes the kernels between the previous GEMM and this one use
+  using Gemm = std::tuple<std::string, uint32_t, uint32_t, uint32_t>;
 
   kernels::Builder& b;
   detail::Emitter em;
@@ -218,8 +219,33 @@ struct ImageKernels {
   const std::vector<Gemm>* chain = nullptr;
   size_t chain_i = 0;
   std::string prefetched_w, next_w;
-  GemmArgs next_g;
+  GemmArgs next_g, handed;  // handed: the LRM placement gemm_handoff gave the GEMM emitted next
   static constexpr uint32_t kSmem = detail::Emitter::kSmem;
+  // LRM the kernels between two GEMMs may use: OCM attention parks q and its
+  // accumulator in [0, 1024) (kernels/attention.h), norms are held to it (NormArgs::
+  // lrm_bytes); above what they use a GEMM's last tile loads the next GEMM's first
+  // tile (gemm_handoff). Element-wise kernels, rope, copies and the KV write use none.
+  static constexpr uint32_t kLrmShared = 1024;
+  uint32_t lrm_since = 0;     // LRM used by the kernels emitted since the last GEMM
+  uint32_t next_between = 0;  // what prefetch() declared for the kernels before the next GEMM
+  uint32_t handed_reserved = 0;
+  // Links g to the GEMM after it (next_g, which g's last tile starts loading), the
+  // kernels between them using LRM [0, between).
+  void link(GemmArgs& g, uint32_t between) {
+    gemm_handoff(gcfg, g, next_g, between);
+    handed = next_g;
+    handed_reserved = between;
+    g.next = &next_g;
+  }
+  // The GEMM that was linked to the one before: its LRM placement.
+  void take_handoff(GemmArgs& g, const std::string& mark) const {
+    g.handed_off = handed.handed_off;
+    g.lrm_p = handed.lrm_p;
+    g.lrm_q = handed.lrm_q;
+    if (g.handed_off && lrm_since > handed_reserved)
+      fail("compiler: internal: kernels before '{}' use LRM [0, {}) where the previous GEMM left its first tile",
+           mark, lrm_since);
+  }
 
   ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const DdrLayout& d)
       : b(bb), em(bb, c, calls), cfg(c), gcfg(c), ddr(d) {}
@@ -237,30 +263,35 @@ struct ImageKernels {
   // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
   // of w's first tile-0 units in its last tile (GemmArgs::next; the kernels between the
   // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
-  void prefetch(const std::string& w, uint32_t n, uint32_t k) {
+  // between: the LRM the kernels emitted between the two GEMMs use (checked when the
+  // GEMM on w is emitted).
+  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared) {
     next_g = base_args(w, n, k);
     next_w = w;
+    next_between = between;
   }
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
     GemmArgs g = base_args(w, n, k);
     if (record) {
-      record->emplace_back(w, n, k);
+      record->emplace_back(w, n, k, lrm_since);
     } else if (chain) {
       if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != w)
         fail("compiler: internal: the GEMM chain does not match the program at '{}'", mark);
       g.prefetched = chain_i > 0;
+      if (g.prefetched) take_handoff(g, mark);
       if (++chain_i < chain->size()) {
         const Gemm& nx = (*chain)[chain_i];
         next_g = base_args(std::get<0>(nx), std::get<1>(nx), std::get<2>(nx));
-        g.next = &next_g;
+        link(g, std::get<3>(nx));
       }
     } else {
       if (!prefetched_w.empty() && prefetched_w != w)
         fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, w);
       g.prefetched = prefetched_w == w;
+      if (g.prefetched) take_handoff(g, mark);
       prefetched_w = next_w;
-      g.next = next_w.empty() ? nullptr : &next_g;
+      if (!next_w.empty()) link(g, next_between);
       next_w.clear();
     }
     g.m = m;
@@ -271,6 +302,7 @@ struct ImageKernels {
     g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
     g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
     em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
+    lrm_since = 0;
   }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
@@ -285,6 +317,8 @@ struct ImageKernels {
     n.eps = eps;
     n.scratch_ocm = NSCR;
     n.scratch_bytes = norm_scratch_bytes(cfg);
+    n.lrm_bytes = kLrmShared;
+    lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
   }
   void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t w,
@@ -296,6 +330,7 @@ struct ImageKernels {
     n.x_ocm = n.y_ocm = x;
     n.w_ocm = w;
     n.eps = eps;
+    lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
     em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
   }
   void ew(const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
@@ -350,6 +385,7 @@ struct ImageKernels {
     at.scratch_bytes = uint32_t(scratch_bytes);
     at.smem = kSmem;
     at.max_groups = max_groups;
+    lrm_since = std::max(lrm_since, kLrmShared);  // q and accumulator parking
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
   void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,
@@ -455,7 +491,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   if (s.image_start < 0 || uint32_t(s.image_start) + Nt > S)
     fail("compiler: {} image tokens from row {} do not fit a prompt of {} tokens", Nt, s.image_start, S);
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
-  const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
 
   // ---- The OCM rule ----
@@ -542,7 +578,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   k.rGEMM = uint32_t(rGEMM);
   k.NSCR = NSCR;
   detail::Emitter& em = k.em;
-  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk) { k.prefetch(w, n, kk); };
+  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared) {
+    k.prefetch(w, n, kk, between);
+  };
   auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t kk, uint32_t x,
                   uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
     k.gemm(mark, w, m, n, kk, x, x_stride, y, y_stride, bias);
@@ -605,10 +643,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     for (uint32_t r0 = 0; r0 < N; r0 += rcv) {
       const uint32_t rows = std::min(rcv, N - r0);
       const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
-      prefetch(vname(blk, "fc2"), d.Dv, d.Iv);
+      prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
       gemm(C + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2, d.Dv * 2, BIG, d.Iv * 2, vv_fc1b);
       ew(C + ".gelu", EwOp::gelu_tanh, rows, d.Iv, BIG, 0, BIG, 0, BIG, 0);
-      if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
+      if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
       else prefetch_after_block(blk, 0);
       gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
     }
@@ -622,7 +660,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       b.op("mark.begin", {Name{M}});
       em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
       norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
-      prefetch(mname(j, "fc2"), d.H, d.Md);
+      prefetch(mname(j, "fc2"), d.H, d.Md, 0);
       gemm(M + ".fc1", mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Md * 2);
       ew(M + ".gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
       prefetch_after_block(blk, j + 1);
@@ -636,7 +674,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     b.op("mark.begin", {Name{"Mf"}});
     em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
     norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
-    prefetch(mname(-1, "fc2"), d.H, d.Md);
+    prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
     gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
     ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
     prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
@@ -688,8 +726,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
     for (uint32_t c = 0; c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
-      if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H);
-      else prefetch(layer_name(i, "down.gemm"), d.H, d.I);
+      if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
+      else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
       gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
            gu_n * 2, kNone);
       for (uint32_t cc = 0; cc < J; ++cc)
@@ -767,7 +805,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
-  const uint64_t gemv_min = uint64_t(cfg_.dma_channels) * (uint64_t(cfg_.npe()) * kGemvColumnBlockBytes + 4);
+  const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   using V64 = std::vector<uint64_t>;
 
   const uint32_t cap = opt_.image_tile_rows, gcap = opt_.image_attn_groups;

@@ -102,8 +102,9 @@ float top2_margin(std::span<const float> x) {
 // ---- the machine side ---------------------------------------------------------------------
 
 // Per-stage and per-call figures of one run, from its stats and the compiler's calls.
+// `context`: the tokens a decode step attends to (the floors of its attention calls).
 void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg, const std::string& program,
-             const std::vector<std::string>& stage_names, bool keep_calls, DescribeResult& r) {
+             const std::vector<std::string>& stage_names, bool keep_calls, uint32_t context, DescribeResult& r) {
   std::map<std::string, const KernelCall*> by_mark;
   for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   // The stage regions' time spans, to place each call in its stage.
@@ -139,16 +140,17 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     auto it = by_mark.find(st.names[rc.name]);
     if (it == by_mark.end()) continue;
     const KernelCall& kc = *it->second;
+    const kernels::KernelCost cost = kc.at(context);
     const std::string& sname = stage_of(rc);
     StageRecord& s = stage(sname);
     s.calls++;
-    s.macs += double(kc.cost.macs);
-    s.ddr_bytes += double(kc.cost.ddr_bytes);
-    s.mac_floor += double(kc.cost.macs) / (kc.int8 ? mac_peak8 : mac_peak16);
-    s.ddr_floor += double(kc.cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
+    s.macs += double(cost.macs);
+    s.ddr_bytes += double(cost.ddr_bytes);
+    s.mac_floor += double(cost.macs) / (kc.int8 ? mac_peak8 : mac_peak16);
+    s.ddr_floor += double(cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
     if (keep_calls)
       r.calls.push_back({program, sname, kc.mark, kc.kernel, rc.end - rc.begin,
-                         kernels::floor_cycles(cfg, kc.cost, !kc.int8), kc.cost, kc.int8,
+                         kernels::floor_cycles(cfg, cost, !kc.int8), cost, kc.int8,
                          sim::energy_of(rc.counters, cfg).total_mj()});
   }
 }
@@ -656,7 +658,7 @@ DescribeResult describe(const DescribeOptions& o) {
     r.image_cycles = s0.cycles;
     r.image_ddr_bytes = s0.ddr_bytes;
     record_energy(st, cfg, s0, &r.image_power_w);
-    collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, r);
+    collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, 0, r);
     if (!o.timing_only) collect_numerics(st, img, "image", r);
     nonfinite = st.first_nonfinite;
   }
@@ -704,7 +706,7 @@ DescribeResult describe(const DescribeOptions& o) {
       s.cycles = st.total[sim::Stat::cycles];
       s.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
       s.counters = st.total;
-      collect(st, dec, cfg, "decode", {"decode"}, k == 0, r);
+      collect(st, dec, cfg, "decode", {"decode"}, k == 0, slot + 1, r);
       record_energy(st, cfg, s, k == 0 ? &r.decode_power_w : nullptr);
       if (!o.timing_only) collect_numerics(st, dec, "decode", r);
       nonfinite = st.first_nonfinite;

@@ -99,6 +99,28 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
   EXPECT_GT(j["energy"]["tokens_per_j"].get<double>(), 0.0);
 }
 
+// Another machine point (issue 13): a 16x16 array on 1 MiB of OCM (the streamed image
+// plan; the LM head's GEMV and the embedding table end in a narrow tile): the
+// image program and three decode steps pass every gate against the chain and the
+// PyTorch W4A16 golden, token for token.
+TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
+  DescribeOptions o = golden_options();
+  o.sets = {"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"};
+  o.tokens = 4;
+  DescribeResult r = describe(o);
+  for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  EXPECT_TRUE(r.ok);
+  ASSERT_EQ(r.steps.size(), 4u);
+  for (const StepRecord& s : r.steps) {
+    EXPECT_TRUE(s.ok) << "step " << s.step;
+    ASSERT_TRUE(s.golden_cosine.has_value()) << "step " << s.step;
+    EXPECT_GE(*s.golden_cosine, kLogitsGate) << "step " << s.step;
+  }
+  ASSERT_TRUE(r.reference_w4a16.has_value());
+  EXPECT_EQ(std::vector<int>(r.device.ids.begin(), r.device.ids.end()),
+            std::vector<int>(r.reference_w4a16->ids.begin(), r.reference_w4a16->ids.begin() + 4));
+}
+
 // Every negative control must fail a gate, at the step where it bites.
 DescribeResult control(NegativeControl c) {
   DescribeOptions o = golden_options();

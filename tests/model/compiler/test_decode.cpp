@@ -86,6 +86,13 @@ void decode_matches_chain(const char* preset, const std::vector<std::string>& se
 TEST(Decode, TinyMatchesTheChainStepByStep) { decode_matches_chain("qc-u", {}); }
 TEST(Decode, TinyMatchesTheChainOnOneMiBOfOcm) { decode_matches_chain("qc-u", {"ocm_bytes=1MiB"}); }
 TEST(Decode, TinyMatchesTheChainOnAMiniArray) { decode_matches_chain("mini", {"ocm_bytes=1MiB"}); }
+// Other array sizes (issue 13): every GEMV's last tile is narrower than the array (the
+// tiny model's widths are below 4096 PEs; 32x64 is not square).
+TEST(Decode, TinyMatchesTheChainOn16x16) { decode_matches_chain("qc-u", {"pe_rows=16", "pe_cols=16"}); }
+TEST(Decode, TinyMatchesTheChainOn64x64) { decode_matches_chain("qc-u", {"pe_rows=64", "pe_cols=64"}); }
+TEST(Decode, TinyMatchesTheChainOn32x64With2MiB) {
+  decode_matches_chain("qc-u", {"pe_rows=32", "pe_cols=64", "ocm_bytes=2MiB"});
+}
 
 // Negative control: one word of the KV cache corrupted (as a stale or clobbered
 // cache would be) must turn the next steps' gate to a failure.
