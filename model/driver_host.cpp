@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "isa/fp16.h"
 #include "kernels/rope.h"
 #include "model/chain.h"
@@ -278,9 +279,16 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cache directory '{}': {} (set --cache-dir or $GPNPU_CACHE to a writable directory)", dir.string(), ec.message());
+  // One process fills a cache entry; another waits for it and then reads its bundle.
+  // Temporaries left by a process that died (kill -9) are removed first (isa/io_rules.h).
+  io::FileLock lock(dir.string(), "model cache entry", io::FileLock::wait);
+  if (fs::exists(bundle)) return bundle.string();
+  io::sweep_stale_temps(dir.string());
   auto t0 = Clock::now();
+  std::unique_ptr<io::ScopedTemp> ckpt_temp;  // the synthetic checkpoint: removed however this ends
   if (synthetic) {
     ckpt = dir / fmt::format("checkpoint.tmp.{}", ::getpid());
+    ckpt_temp = std::make_unique<io::ScopedTemp>(ckpt.string(), true);
     note(fmt::format("making the {} checkpoint (synthetic weights, seed 1) once, in {} ...", spec, dir.string()));
     SyntheticOptions so;
     so.seed = 1;
@@ -293,7 +301,6 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   ModelConfig cfg = synthetic ? mc : ModelConfig::from_json_file((ckpt / "config.json").string());
   write_quant_bundle(ck, cfg, bundle.string());  // written under a temporary name, then renamed
   note(fmt::format("  quantised in {:.1f} s", since(t1)));
-  if (synthetic) fs::remove_all(ckpt, ec);
   return bundle.string();
 }
 

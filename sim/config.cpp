@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 
 namespace gpnpu::sim {
 
@@ -125,12 +127,17 @@ void Config::load_preset(const std::string& name_or_path) {
   std::string path = name_or_path;
   if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
     path = preset_dir() + "/" + name_or_path + ".cfg";
-  std::ifstream in(path);
-  if (!in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     std::string known;
     for (const std::string& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
     fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, known);
   }
+  // A regular text file of at most 1 MiB, ASCII (isa/io_rules.h): a directory or a
+  // device is refused, never read as an empty preset or forever.
+  const std::string text = io::read_input(path, "preset", io::kMiB);
+  io::check_text(text, path, {true, "preset files are ASCII (key = value # comment)"});
+  std::istringstream in(text);
   std::string line;
   int no = 0;
   while (std::getline(in, line)) {
@@ -178,6 +185,14 @@ void Config::validate() const {
       fail("config key '{}': {} is outside 1..1000000 cycles", k, get(k));
   }
   need(lat_mac16 >= 1 && lat_mac8 >= 1, "lat.mac16", "latencies must be at least 1");
+  need(max_cycles >= 1, "max_cycles", "must be at least 1");
+  // SystemC time is a 64-bit count of picoseconds, and one process may run many
+  // programs back to back (describe): a run of max_cycles must fit four times over.
+  const uint64_t period_ps = std::max<uint64_t>(1, uint64_t(std::llround(1000.0 / clock_ghz)));
+  if (max_cycles > UINT64_MAX / 4 / period_ps)
+    fail("config keys 'clock_ghz' and 'max_cycles': at {} GHz a cycle is {} ps, and max_cycles = {} cycles would pass "
+         "SystemC's time range (2^64 ps, 213 days); raise clock_ghz or lower max_cycles (at most {} at this clock)",
+         clock_ghz, period_ps, max_cycles, UINT64_MAX / 4 / period_ps);
 }
 
 std::string Config::get(const std::string& key) const {
