@@ -93,7 +93,7 @@ void add_checkpoint_commands(CLI::App& app) {
       Checkpoint ck = Checkpoint::open(o->model);
       io::Outputs paths;
       paths.input("--config", o->config).output("--out", o->out);
-XX
+      for (const auto& f : ck.files()) paths.input("--model's file", f->path());
       paths.input("--model's config.json", (std::filesystem::path(o->model) / "config.json").string());
       paths.check();
       ModelConfig cfg = o->config.empty() ? ck.config() : resolve_config(o->config);

@@ -314,7 +314,8 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
     }
   }
   wr.finish();
-  st.bytes = std::filesystem::file_size(out_path);
+  st.bytes = wr.header_bytes().size();  // the file's size: header, then every tensor's bytes
+  for (const TensorDecl& d : decls) st.bytes += d.nbytes();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

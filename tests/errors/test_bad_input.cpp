@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,20 +32,23 @@
 #include <thread>
 
 #include "errors_util.h"
+#include "isa/io_rules.h"
 
 namespace gpnpu::errors_test {
 namespace {
 
+using io::file_kind;
+
 // Every command runs under these limits: 30 s, 4 GiB of address space, no core file.
 constexpr const char* kLimits = "ulimit -c 0; ulimit -v 4194304; exec timeout -s KILL 30";
 
-struct Run {
+struct Outcome {
   int code = -1;  // exit code; 128+N for a signal (bash), 137 for the timeout's KILL
   std::string out, err;
   double seconds = 0;
 };
 
-Run run(const std::string& args, const std::string& env = "") {
+Outcome run(const std::string& args, const std::string& env = "") {
   static std::atomic<int> counter{0};
   const std::string dir = (fs::temp_directory_path() / ("gpnpu_badinput_cli_" + std::to_string(::getpid()))).string();
   fs::create_directories(dir);
@@ -54,7 +58,7 @@ Run run(const std::string& args, const std::string& env = "") {
                                  out, err));
   auto t0 = std::chrono::steady_clock::now();
   int status = std::system(("bash " + script).c_str());
-  Run r;
+  Outcome r;
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   r.out = read_file(out);
@@ -63,8 +67,8 @@ Run run(const std::string& args, const std::string& env = "") {
 }
 
 // Runs the commands two at a time; results in order.
-std::vector<Run> run_all(const std::vector<std::string>& cmds) {
-  std::vector<Run> res(cmds.size());
+std::vector<Outcome> run_all(const std::vector<std::string>& cmds) {
+  std::vector<Outcome> res(cmds.size());
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t k; (k = next++) < cmds.size();) res[k] = run(cmds[k]);
@@ -83,7 +87,7 @@ int error_lines(const std::string& err) {
 }
 
 // Exit 1, exactly one `error:` line holding every `want`, no crash report.
-void expect_error(const Run& r, const std::vector<std::string>& want) {
+void expect_error(const Outcome& r, const std::vector<std::string>& want) {
   EXPECT_EQ(r.code, 1) << "stderr: " << r.err;
   EXPECT_EQ(error_lines(r.err), 1) << r.err;
   for (const char* bad : {"terminate called", "Aborted", "core dumped", "Sanitizer", "HDF5-DIAG", "Fatal"})
@@ -94,6 +98,10 @@ void expect_error(const Run& r, const std::vector<std::string>& want) {
 // Fixtures shared by the tests of this file: made once per process.
 struct Fixture {
   std::string dir, prog, loop, trace, ckpt, bundle, sweep, png, fifo, empty_dir, cmds;
+  // The null and zero devices to give as OUTPUTS: as root, nodes of this scratch
+  // directory (the same devices, 1:3 and 1:5), so that a bug that renames over its
+  // output replaces them, not the machine's /dev/null; else /dev/null and /dev/zero.
+  std::string null_out, zero_out;
 };
 
 const Fixture& fixture() {
@@ -115,12 +123,16 @@ const Fixture& fixture() {
     write_file(x.cmds, "quit\n");
     fs::create_directories(x.empty_dir);
     EXPECT_EQ(::mkfifo(x.fifo.c_str(), 0644), 0);
-    std::vector<Run> r = run_all({"run -q " + x.prog + " --trace " + x.trace,
+    x.null_out = x.dir + "/null";
+    x.zero_out = x.dir + "/zero";
+    if (::mknod(x.null_out.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) x.null_out = "/dev/null";
+    if (::mknod(x.zero_out.c_str(), S_IFCHR | 0666, makedev(1, 5)) != 0) x.zero_out = "/dev/zero";
+    std::vector<Outcome> r = run_all({"run -q " + x.prog + " --trace " + x.trace,
                                   "make-checkpoint --config tiny --seed 1 --out " + x.ckpt});
-    for (const Run& k : r) EXPECT_EQ(k.code, 0) << k.err;
+    for (const Outcome& k : r) EXPECT_EQ(k.code, 0) << k.err;
     r = run_all({"quantize --model " + x.ckpt + " --out " + x.bundle,
                  "sweep --model synthetic:tiny --set ddr_gbps=16 --out " + x.sweep});
-    for (const Run& k : r) EXPECT_EQ(k.code, 0) << k.err;
+    for (const Outcome& k : r) EXPECT_EQ(k.code, 0) << k.err;
     return x;
   }();
   return f;
@@ -223,7 +235,7 @@ TEST(BadInput, IssueExamples) {
   };
   std::vector<std::string> cmds;
   for (const Case& c : cases) cmds.push_back(c.args);
-  std::vector<Run> res = run_all(cmds);
+  std::vector<Outcome> res = run_all(cmds);
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(cases[k].name);
     expect_error(res[k], cases[k].want);
@@ -233,7 +245,7 @@ TEST(BadInput, IssueExamples) {
   EXPECT_FALSE(fs::exists(d + "/x.csv") || fs::exists(d + "/x.csv.csv"));
 
   // TMPDIR that does not exist: the report page is still written (no temporary there).
-  Run r = run("describe" + tiny + " --report-html " + d + "/r.html", "TMPDIR=/nonexistent");
+  Outcome r = run("describe" + tiny + " --report-html " + d + "/r.html", "TMPDIR=/nonexistent");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_TRUE(fs::exists(d + "/r.html"));
   for (const std::string& n : list_dir(d)) EXPECT_EQ(n.find(".tmp."), std::string::npos) << n;
@@ -316,6 +328,9 @@ TEST(BadInput, EveryPathArgument) {
       {"a directory", f.empty_dir}, {"/dev/null", "/dev/null"}, {"/dev/zero", "/dev/zero"}, {"a FIFO", f.fifo}};
   // An output directory gets a fresh one (it is written into); every other role the shared empty one.
   auto path_of = [&](size_t arg, size_t kind) {
+    const bool out = args[arg].role != Role::in_file && args[arg].role != Role::in_dir;
+    if (out && kind == 1) return f.null_out;
+    if (out && kind == 2) return f.zero_out;
     if (kind != 0 || args[arg].role != Role::out_dir) return kinds[kind].second;
     const std::string fresh = d + "/dir" + std::to_string(arg);
     fs::create_directories(fresh);
@@ -324,26 +339,30 @@ TEST(BadInput, EveryPathArgument) {
   std::vector<std::string> cmds;
   for (size_t a = 0; a < args.size(); ++a)
     for (size_t k = 0; k < kinds.size(); ++k) cmds.push_back(fmt::format(fmt::runtime(args[a].cmd), path_of(a, k)));
-  std::vector<Run> res = run_all(cmds);
+  std::vector<Outcome> res = run_all(cmds);
   size_t n = 0;
   for (size_t ai = 0; ai < args.size(); ++ai)
     for (size_t ki = 0; ki < kinds.size(); ++ki) {
       const PathArg& a = args[ai];
       const std::string path = path_of(ai, ki);
-      const Run& r = res[n++];
+      const Outcome& r = res[n++];
       SCOPED_TRACE(fmt::format("{} with {} ({})", a.cmd, kinds[ki].first, path));
       EXPECT_NE(r.code, 137) << "killed by the time or memory limit";
       EXPECT_LT(r.code, 128) << "died of a signal: " << r.err;
-      const bool dir = ki == 0, device = path.starts_with("/dev/");
+      const bool dir = ki == 0, device = ki == 1 || ki == 2;
       const bool ok = (a.role == Role::out_file && device) || (a.role == Role::out_dir && dir);
       if (ok) {
         EXPECT_EQ(r.code, 0) << "a valid " << (dir ? "output directory" : "sink") << ": " << r.err;
       } else {
         expect_error(r, {});
-        if (a.role == Role::in_file || a.role == Role::out_file || !dir)
+        if (a.role == Role::in_file || a.role == Role::out_file || !dir) {
           EXPECT_NE(r.err.find(path), std::string::npos) << "the message names the path: " << r.err;
+        }
       }
     }
+  // The devices given as outputs are still devices (written in place, never renamed over).
+  for (const std::string& dev : {f.null_out, f.zero_out, std::string("/dev/null"), std::string("/dev/zero")})
+    EXPECT_EQ(file_kind(dev), "a character device") << dev;
 }
 
 TEST(BadInput, SameOutputPaths) {
@@ -389,7 +408,7 @@ TEST(BadInput, SameOutputPaths) {
                     model_before = read_file(ck + "/model.safetensors"), sweep_before = read_file(f.sweep);
   std::vector<std::string> cmds;
   for (const auto& c : cases) cmds.push_back(c.first);
-  std::vector<Run> res = run_all(cmds);
+  std::vector<Outcome> res = run_all(cmds);
   for (size_t k = 0; k < cases.size(); ++k) {
     SCOPED_TRACE(cases[k].first);
     expect_error(res[k], {cases[k].second});
@@ -470,7 +489,7 @@ TEST(BadInput, SigintLeavesNoTemporary) {
   ::waitpid(dead, nullptr, 0);
   const std::string stale = d + "/run/s.json.tmp." + std::to_string(dead);
   write_file(stale, "partial");
-  Run r = run("run -q " + f.prog + " --stats-json " + d + "/run/s.json");
+  Outcome r = run("run -q " + f.prog + " --stats-json " + d + "/run/s.json");
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(d + "/run/s.json"));
