@@ -53,6 +53,9 @@ std::string bad_mark_name(std::string_view name) {
   for (char c : name)
     if (c == '"' || uint8_t(c) < 0x20 || c == 0x7f)
       return fmt::format("a mark name cannot contain {}", c == '"' ? std::string("'\"'") : fmt::format("byte 0x{:02x}", uint8_t(c)));
+  // The text rule of assembly (isa/io_rules.h): valid UTF-8, no invisible character.
+  if (io::TextProblem p = io::find_text_problem(name, false); p.col)
+    return fmt::format("a mark name cannot contain this: at byte {}, {}", p.col, p.message);
   return "";
 }
 

@@ -37,10 +37,9 @@ std::string kind_of(const struct stat& st) {
   return "not a regular file";
 }
 
-// Devices and /proc entries are written in place (isa/atomic_file.h), never renamed over.
-bool is_system_path(const std::string& p) { return p.starts_with("/dev/") || p.starts_with("/proc/"); }
-
 }  // namespace
+
+bool is_system_path(const std::string& p) { return p.starts_with("/dev/") || p.starts_with("/proc/"); }
 
 std::string file_kind(const std::string& path) {
   struct stat st;

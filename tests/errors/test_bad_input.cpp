@@ -423,8 +423,8 @@ TEST(BadInput, SameOutputPaths) {
 }
 
 // Starts `gpnpu args` in `cwd`, waits until `ready()` (a temporary exists), sends
-// SIGINT and returns the exit status.
-int interrupt_when(const std::string& args, const std::string& cwd, const std::function<bool()>& ready) {
+// `sig` and returns the exit status.
+int interrupt_when(const std::string& args, const std::string& cwd, const std::function<bool()>& ready, int sig) {
   pid_t pid = ::fork();
   if (pid == 0) {
     if (::chdir(cwd.c_str()) != 0) ::_exit(127);
@@ -438,7 +438,7 @@ int interrupt_when(const std::string& args, const std::string& cwd, const std::f
     if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(seen) << "no temporary appeared: " << args;
-  ::kill(pid, SIGINT);
+  ::kill(pid, sig);
   int status = 0;
   ::waitpid(pid, &status, 0);
   return status;
@@ -479,11 +479,21 @@ TEST(BadInput, SigintLeavesNoTemporary) {
   fs::create_directories(d + "/run");
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    int status = interrupt_when(c.args, d, has_temp(c.watch));
+    int status = interrupt_when(c.args, d, has_temp(c.watch), SIGINT);
     EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGINT) << "status " << status;
     EXPECT_EQ(temporaries(c.watch), std::vector<std::string>{});
   }
-  // A temporary of a process that died without cleaning up (kill -9) is swept by the next writer.
+  // Negative control: SIGKILL gives no chance to clean up, and the temporaries stay ...
+  const std::string traced = cases.back().args;
+  int status = interrupt_when(traced, d, has_temp(d + "/run"), SIGKILL);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+  EXPECT_FALSE(temporaries(d + "/run").empty()) << "the check above would not see a temporary";
+  // ... until the next writer of the same files sweeps those of the dead process.
+  Outcome again = run("run -q " + f.prog + " --trace " + d + "/run/t.txt --vcd " + d + "/run/t.vcd --timeline " + d +
+                      "/run/t.json");
+  EXPECT_EQ(again.code, 0) << again.err;
+  EXPECT_EQ(temporaries(d + "/run"), std::vector<std::string>{});
+  // The same for a temporary of a dead process made by hand.
   pid_t dead = ::fork();
   if (dead == 0) ::_exit(0);
   ::waitpid(dead, nullptr, 0);
