@@ -161,6 +161,9 @@ TEST(BadInput, IssueExamples) {
              "li x1, 0xE0000000\nsw x1, 4(x0)\nli x1, 64\nsw x1, 8(x0)\nli x1, 0x80000000\nsw x1, 12(x0)\n"
              "li x1, 1\nsw x1, 24(x0)\ndma.start c0, x0\ndma.waitall\nhalt\n");
   fs::create_directories(d + "/some.cfg");
+  write_file(d + "/nbsp.cfg", "pe_rows = 8\nocm_bytes\xC2\xA0= 1MiB\n");
+  write_file(d + "/big.cfg", "");
+  fs::resize_file(d + "/big.cfg", 2 << 20);  // sparse: 2 MiB of zeros, over the 1 MiB a preset can be
   // A bundle with a NaN scale: the first fp16 of the first *.scales tensor.
   std::string b = read_file(f.bundle);
   uint64_t hlen;
@@ -232,6 +235,11 @@ TEST(BadInput, IssueExamples) {
        {"pe=1024 does not exist: the array has 1024 PEs"}},
       {"sweep --out x.csv", "sweep --model synthetic:tiny --set ddr_gbps=16 --out " + d + "/x.csv",
        {"name it '" + d + "/x.h5'"}},
+      // the same rules, beyond the issue's examples
+      {"no-break space in a preset", "config --preset " + d + "/nbsp.cfg",
+       {"nbsp.cfg:2:10: invisible character U+00A0 (NO-BREAK SPACE)"}},
+      {"a 2 MiB preset", "config --preset " + d + "/big.cfg", {"is 2097152 bytes, more than the 1 MiB a preset can be"}},
+      {"an unknown option", "run " + f.prog + " --foo", {"--foo", "(run with --help for the options)"}},
   };
   std::vector<std::string> cmds;
   for (const Case& c : cases) cmds.push_back(c.args);
@@ -243,6 +251,9 @@ TEST(BadInput, IssueExamples) {
   }
   EXPECT_EQ(read_file(d + "/x.s"), x_s_before) << "asm overwrote its source";
   EXPECT_FALSE(fs::exists(d + "/x.csv") || fs::exists(d + "/x.csv.csv"));
+  // An endless loop stops at the default max_cycles, 2^32 (about 25 s of CPU), not 1e11 (about 10 minutes).
+  Outcome cfg = run("config");
+  EXPECT_NE(cfg.out.find("\"max_cycles\": 4294967296"), std::string::npos) << cfg.out;
 
   // TMPDIR that does not exist: the report page is still written (no temporary there).
   Outcome r = run("describe" + tiny + " --report-html " + d + "/r.html", "TMPDIR=/nonexistent");
