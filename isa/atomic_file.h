@@ -45,7 +45,7 @@ class AtomicFile {
   explicit AtomicFile(std::string path) : path_(std::move(path)), target_(path_) {
     struct stat st, lst;
     bool exists = ::stat(path_.c_str(), &st) == 0;
-    if ((exists && !S_ISREG(st.st_mode)) || io::is_system_path(path_)) {
+    if ((exists && !S_ISREG(st.st_mode)) || path_.starts_with("/dev/") || path_.starts_with("/proc/")) {
       direct_ = true;
       temp_ = path_;
       return;

@@ -37,9 +37,10 @@ std::string kind_of(const struct stat& st) {
   return "not a regular file";
 }
 
-}  // namespace
-
+// Devices and /proc entries are written in place (isa/atomic_file.h), never renamed over.
 bool is_system_path(const std::string& p) { return p.starts_with("/dev/") || p.starts_with("/proc/"); }
+
+}  // namespace
 
 std::string file_kind(const std::string& path) {
   struct stat st;

@@ -41,8 +41,6 @@ std::string read_input(const std::string& path, const std::string& what, uint64_
 void check_input_dir(const std::string& path, const std::string& what);
 // What a path is, for messages: "a directory", "a character device", "a FIFO", ...
 std::string file_kind(const std::string& path);
-// Under /dev/ or /proc/: written in place, never renamed over (isa/atomic_file.h).
-bool is_system_path(const std::string& path);
 
 // ---- outputs -----------------------------------------------------------------------
 class Outputs {

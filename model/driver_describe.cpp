@@ -144,7 +144,7 @@ void write_html(const json& j, const std::string& html, const std::string& plots
   // $TMPDIR may not exist), as a registered temporary (isa/io_rules.h); for a device
   // page (/dev/null) into $TMPDIR, else the working directory.
   std::string base = html;
-  if (io::is_system_path(html)) {
+  if (html.starts_with("/dev/") || html.starts_with("/proc/")) {
     std::error_code ec;
     const fs::path t = fs::temp_directory_path(ec);
     base = ((ec ? fs::path(".") : t) / "gpnpu-report").string();
