@@ -15,6 +15,7 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "isa/program.h"
 
 namespace gpnpu::isa {
@@ -30,6 +31,7 @@ namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'N', 'P', 'U', 'B', 'I', 'N'};
 constexpr uint32_t kVersion = 1;
+constexpr uint64_t kMaxProgramBytes = 256 * io::kMiB;  // 32M instructions; larger is not a program
 
 struct Token {
   std::string text;
@@ -51,6 +53,9 @@ std::string bad_mark_name(std::string_view name) {
   for (char c : name)
     if (c == '"' || uint8_t(c) < 0x20 || c == 0x7f)
       return fmt::format("a mark name cannot contain {}", c == '"' ? std::string("'\"'") : fmt::format("byte 0x{:02x}", uint8_t(c)));
+  // The text rule of assembly (isa/io_rules.h): valid UTF-8, no invisible character.
+  if (io::TextProblem p = io::find_text_problem(name, false); p.col)
+    return fmt::format("a mark name cannot contain this: at byte {}, {}", p.col, p.message);
   return "";
 }
 
@@ -88,7 +93,24 @@ class Assembler {
     fail("{}:{}:{}: {}", file_, line_no_, col, msg);
   }
 
+  // The text rule (isa/io_rules.h): a NUL, control, invisible (BOM, zero-width) or
+  // non-UTF-8 character anywhere, or a non-ASCII one outside comments and mark-name
+  // strings, is named by its code point and column, never parsed as part of a token.
+  void check_characters(std::string_view raw) const {
+    if (io::TextProblem p = io::find_text_problem(raw, false); p.col) error(p.col, p.message);
+    bool in_str = false;
+    for (size_t k = 0; k < raw.size(); ++k) {
+      if (raw[k] == '"') in_str = !in_str;
+      if (!in_str && (raw[k] == '#' || raw[k] == ';')) return;
+      if (!in_str && uint8_t(raw[k]) >= 0x80)
+        error(int(k) + 1, io::find_text_problem(raw.substr(k), true).message +
+                              ": mnemonics, registers, labels and .equ names are ASCII (other text may go in comments "
+                              "and mark names)");
+    }
+  }
+
   void line(std::string_view raw) {
+    if (pass_ == 1) check_characters(raw);
     // strip comments (outside string literals)
     size_t cut = raw.size();
     bool in_str = false;
@@ -359,9 +381,7 @@ void Program::write_binary(const std::string& path) const {
 }
 
 Program Program::read_binary(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open program '{}': {}", path, std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data = io::read_input(path, "program", kMaxProgramBytes);
   size_t pos = 0;
   auto take = [&](void* dst, size_t n, const char* what) {
     if (pos + n > data.size())
@@ -404,10 +424,22 @@ Program Program::read_binary(const std::string& path) {
 }
 
 Program Program::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open program '{}': {}", path, std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string data = io::read_input(path, "program", kMaxProgramBytes);
   if (data.size() >= 8 && std::memcmp(data.data(), kMagic, 8) == 0) return read_binary(path);
+  // A binary whose magic is damaged (at most 2 of its 8 bytes) is not assembly:
+  // refuse it before the assembler reports its bytes as an unknown instruction.
+  if (data.size() >= 8) {
+    int diff = 0;
+    std::string shown;
+    for (int k = 0; k < 8; ++k) {
+      diff += data[size_t(k)] != kMagic[k];
+      const uint8_t b = uint8_t(data[size_t(k)]);
+      shown += b >= 0x20 && b < 0x7f ? std::string(1, char(b)) : fmt::format("\\x{:02x}", b);
+    }
+    if (diff <= 2)
+      fail("'{}' is not assembly text: it starts like a gpnpu program binary, but its magic is '{}', not 'GPNPUBIN' "
+           "(the file is damaged: re-run `gpnpu asm`)", path, shown);
+  }
   return assemble(data, path);
 }
 

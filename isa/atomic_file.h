@@ -20,6 +20,9 @@
 //    link (as root) or fail creating the temporary in /dev.
 //  - A symbolic link to a regular file keeps its link: the temporary goes beside
 //    the file it points to, which the rename replaces.
+//  - The temporary is registered with isa/io_rules.h, so SIGINT/SIGTERM remove it;
+//    temporaries of the same target left by a process that died (a kill -9, a
+//    crash) are removed when the next AtomicFile for that target is made.
 // Header-only and free of SystemC, so the model library uses it too.
 #pragma once
 #include <sys/stat.h>
@@ -33,6 +36,7 @@
 #include <string_view>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 
 namespace gpnpu {
 
@@ -52,8 +56,12 @@ class AtomicFile {
       if (!ec) target_ = real.string();
     }
     temp_ = target_ + ".tmp." + std::to_string(::getpid());
+    const std::filesystem::path t(target_);
+    io::sweep_stale_temps(t.parent_path().string(), t.filename().string() + ".tmp.");
+    temp_id_ = io::register_temp(temp_);
   }
   ~AtomicFile() {
+    io::unregister_temp(temp_id_);
     if (!committed_ && !direct_) std::remove(temp_.c_str());
   }
   AtomicFile(const AtomicFile&) = delete;
@@ -68,11 +76,14 @@ class AtomicFile {
     if (!direct_ && std::rename(temp_.c_str(), target_.c_str()) != 0)
       fail("cannot write '{}': {}", path_, std::strerror(errno));
     committed_ = true;
+    io::unregister_temp(temp_id_);
+    temp_id_ = -1;
   }
 
  private:
   std::string path_, target_, temp_;  // target_: path_ with a symbolic link resolved
   bool committed_ = false, direct_ = false;
+  int temp_id_ = -1;
 };
 
 inline void write_file_atomic(const std::string& path, std::string_view bytes) {

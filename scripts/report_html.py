@@ -853,6 +853,13 @@ def page(rep, charts):
 
 
 def write_atomic(path, data):
+    # The rule of isa/atomic_file.h: a target that is not a regular file (/dev/null,
+    # a FIFO) or lies under /dev or /proc is written in place; renaming over it would
+    # replace the device node (as root).
+    if path.startswith(("/dev/", "/proc/")) or (os.path.exists(path) and not os.path.isfile(path)):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
     d = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)

@@ -1,14 +1,18 @@
 // gpnpu: the command-line tool. Subcommands: asm, disasm, run, config, debug,
 // trace-diff, trace-print, and the
 // model's (make-checkpoint, quantize, tokenize, detokenize, preprocess, ...).
-// Every user error is a gpnpu::Error: printed as "error: ..." with exit code 1.
+// Every user error is a gpnpu::Error: printed as "error: ..." with exit code 1;
+// so is anything else thrown (isa/cli_rules.h). Each command checks its paths
+// before any work (isa/io_rules.h).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
+#include "isa/cli_rules.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "isa/program.h"
 #include "model/cli/commands.h"
 #include "model/cli/driver.h"
@@ -29,6 +33,7 @@ void add_isa_commands(CLI::App& app) {
   as->add_option("input", as_in, "assembly source")->required();
   as->add_option("-o,--output", as_out, "output binary")->required();
   as->callback([] {
+    io::Outputs().input("program", as_in).output("-o", as_out).check();
     isa::Program p = isa::Program::load(as_in);
     p.write_binary(as_out);
     std::printf("%s: %zu instructions, %zu mark names -> %s\n", as_in.c_str(), p.words.size(), p.names.size(), as_out.c_str());
@@ -58,6 +63,10 @@ void add_run_command(CLI::App& app) {
   static traces::TraceOptions tracing;
   traces::add_run_trace_options(run, tracing);
   run->callback([] {
+    io::Outputs paths;
+    paths.input("program", prog).output("--stats-json", stats_json).output("--stats-h5", stats_h5);
+    traces::declare_outputs(tracing, paths);
+    paths.check();
     sim::Config cfg = mo.config();
     isa::Program p = isa::Program::load(prog);
     auto t0 = std::chrono::steady_clock::now();
@@ -118,14 +127,6 @@ int main(int argc, char** argv) {
   model::add_describe_command(app);
   model::add_sweep_commands(app);
   for (int k = 0; k < argc; ++k) model::command_line() += (k ? " " : "") + std::string(k ? argv[k] : "gpnpu");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  } catch (const Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+  io::install_cleanup_handlers();
+  return cli::run(app, argc, argv);
 }

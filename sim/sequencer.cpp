@@ -3,6 +3,7 @@
 #include "isa/execute.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "isa/error.h"
 #include "sim/bus.h"
@@ -94,6 +95,27 @@ void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
   };
   const Bus::Route* src = route("source", d.src, span(d.src_stride, d.src_plane_stride));
   const Bus::Route* dst = route("destination", d.dst, span(d.dst_stride, d.dst_plane_stride));
+  // max_cycles holds in every wait, DMA included: a descriptor whose slowest port
+  // alone (a lower bound of its time) would take it past max_cycles fails at its
+  // dma.start, instead of simulating 2^31 rows before dma.wait returns.
+  auto port_cycles = [&](const Bus::Route* r, uint32_t stride, uint32_t pstride) {
+    const long double row = d.row_bytes;
+    const bool rows_contig = d.rows == 1 || stride == d.row_bytes;
+    const bool planes_contig = rows_contig && (d.planes == 1 || uint64_t(pstride) == uint64_t(d.row_bytes) * d.rows);
+    const long double runs = planes_contig ? 1.0L : rows_contig ? (long double)d.planes : (long double)d.planes * d.rows;
+    const long double run = planes_contig ? row * d.rows * d.planes : rows_contig ? row * d.rows : row;
+    if (r->region.name == "DDR") {
+      const long double burst = (long double)cfg_->ddr_burst_bytes;
+      return runs * std::ceil(run / burst) * burst / cfg_->ddr_bytes_per_cycle();
+    }
+    return runs * run / (long double)cfg_->ocm_dma_bytes;
+  };
+  const long double need = std::max(port_cycles(src, d.src_stride, d.src_plane_stride),
+                                    port_cycles(dst, d.dst_stride, d.dst_plane_stride));
+  if ((long double)t + need > (long double)cfg_->max_cycles)
+    fail("{}: dma.start c{}: the descriptor (row_bytes {}, rows {}, planes {}) needs at least {:.0f} cycles on its "
+         "ports, past max_cycles = {} (check its rows and planes, or raise --set max_cycles=N)",
+         where(pc, t), ch, d.row_bytes, d.rows, d.planes, double(need), cfg_->max_cycles);
   Counters& tot = stats_->total;
   // The DDR moves whole bursts of every contiguous run (the port's rule); the DMA engine
   // puts the same counts into the power windows as the runs move.

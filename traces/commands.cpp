@@ -24,6 +24,10 @@ void add_run_trace_options(CLI::App* run, TraceOptions& o) {
                 "report DMA/array races and reads of never-written OCM/LRM (exit 1 if any)");
 }
 
+void declare_outputs(const TraceOptions& o, io::Outputs& paths) {
+  paths.output("--trace", o.trace).output("--timeline", o.timeline).output("--vcd", o.vcd);
+}
+
 sim::Stats run_traced(const isa::Program& program, const sim::Config& cfg, bool timing_only, const TraceOptions& o) {
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
@@ -58,6 +62,7 @@ void add_trace_commands(CLI::App& app) {
   dbg->add_option("--commands", commands, "read debugger commands from FILE (one a line) instead of the terminal");
   dbg->add_flag("--timing-only", timing_only, "skip array arithmetic and DMA payloads");
   dbg->callback([] {
+    if (!commands.empty()) io::check_input(commands, "debugger command file", 64 * io::kMiB);
     sim::Config cfg = machine.config();
     isa::Program p = isa::Program::load(prog);
     sim::Platform& plat = sim::Platform::get();

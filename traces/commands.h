@@ -4,6 +4,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include "isa/io_rules.h"
 #include "isa/program.h"
 #include "sim/machine/config.h"
 #include "sim/stats.h"
@@ -13,6 +14,9 @@ namespace gpnpu::traces {
 
 // Adds the tracing options of `gpnpu run` to its subcommand.
 void add_run_trace_options(CLI::App* run, TraceOptions& o);
+
+// Adds the trace files of `o` to a command's outputs (isa/io_rules.h).
+void declare_outputs(const TraceOptions& o, io::Outputs& paths);
 
 // Configures the platform, runs `program` with the traces of `o` attached, writes
 // them (also when the run faults, then rethrows) and prints the hazard report;

@@ -6,11 +6,16 @@
 #include <fstream>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "sim/run.h"
 
 namespace gpnpu::traces {
 
 namespace {
+
+// A trace is read whole (binary) or line by line (text): any size a disk holds, but a
+// regular file (isa/io_rules.h).
+constexpr uint64_t kMaxTraceBytes = uint64_t(1) << 40;
 
 constexpr char kMagic[8] = {'G', 'P', 'N', 'P', 'U', 'T', 'R', 'C'};
 constexpr uint32_t kVersion = 1;
@@ -184,11 +189,7 @@ TraceRecord decode(Reader& rd, uint64_t last_cycle) {
   return r;
 }
 
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot read trace '{}': {}", path, std::strerror(errno));
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+std::string read_all(const std::string& path) { return io::read_input(path, "trace", kMaxTraceBytes); }
 
 struct BinaryTrace {
   std::string header;
@@ -264,7 +265,9 @@ TraceFilter TraceFilter::parse(const std::string& spec) {
       f.every = number(key, v);
       if (f.every == 0) fail("--trace-filter: every=0; use every=1 for every line");
     } else if (key == "pe") {
-      f.pe = uint32_t(number(key, v));
+      const uint64_t pe = number(key, v);
+      if (pe > std::numeric_limits<uint32_t>::max()) fail("--trace-filter: pe={} does not exist (too large)", v);
+      f.pe = uint32_t(pe);
     } else {
       fail("--trace-filter: unknown key '{}' (keys: mark, pc, cycle, every, pe)", key);
     }
@@ -507,6 +510,7 @@ void InsnTracer::close() {
 
 std::string trace_header(const std::string& path) {
   if (is_binary_trace_path(path)) return read_binary(path).header;
+  io::check_input(path, "trace", kMaxTraceBytes);
   std::ifstream in(path);
   if (!in) fail("cannot read trace '{}': {}", path, std::strerror(errno));
   std::string line, h;
@@ -533,6 +537,7 @@ std::vector<TraceLine> read_trace(const std::string& path) {
     }
     return out;
   }
+  io::check_input(path, "trace", kMaxTraceBytes);
   std::ifstream in(path);
   if (!in) fail("cannot read trace '{}': {}", path, std::strerror(errno));
   std::string line;

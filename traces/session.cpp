@@ -24,6 +24,9 @@ TraceSession::TraceSession(sim::Platform& p, const isa::Program& program, const 
     std::string header = fmt::format("gpnpu instruction trace: {}, preset {}{}, filter '{}'",
                                      program.source.empty() ? "<program>" : program.source, cfg.preset,
                                      p.timing_only() ? ", timing only" : "", o.filter);
+    if (filter.pe >= cfg.npe())
+      fail("--trace-filter: pe={} does not exist: the array has {} PEs (pe=0..{}; pe_rows {} x pe_cols {})", filter.pe,
+           cfg.npe(), cfg.npe() - 1, cfg.pe_rows, cfg.pe_cols);
     tracer_ = std::make_unique<InsnTracer>(o.trace, program, filter, header);
   }
   if (!o.timeline.empty())

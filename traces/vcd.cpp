@@ -21,7 +21,7 @@ VcdWriter::VcdWriter(const std::string& path, const sim::Config& cfg)
   AtomicFile target(path);
   if (target.direct()) {
     std::error_code ec;
-    base_ = (std::filesystem::temp_directory_path(ec) / fmt::format("gpnpu-vcd-{}", ::getpid())).string();
+    base_ = (std::filesystem::temp_directory_path(ec) / fmt::format("gpnpu-vcd.tmp.{}", ::getpid())).string();
   } else {
     base_ = target.temp();
   }
@@ -33,6 +33,7 @@ VcdWriter::VcdWriter(const std::string& path, const sim::Config& cfg)
     fail("cannot write VCD '{}': cannot create '{}': {} (check that the directory exists and is writable)", path,
          tmp_, std::strerror(errno));
   std::fclose(probe);
+  temp_id_ = io::register_temp(tmp_);  // removed on SIGINT/SIGTERM (isa/io_rules.h)
   tf_ = sc_core::sc_create_vcd_trace_file(base_.c_str());
   if (!tf_) {
     std::remove(tmp_.c_str());
@@ -63,8 +64,12 @@ void VcdWriter::close() {
   // after them fails if they did: a full disk or a file-size limit still holds.
   struct Remove {
     std::string p;
-    ~Remove() { std::remove(p.c_str()); }  // a no-op once renamed
-  } remove_tmp{tmp_};
+    int id;
+    ~Remove() {
+      io::unregister_temp(id);
+      std::remove(p.c_str());  // a no-op once renamed
+    }
+  } remove_tmp{tmp_, temp_id_};
   auto failed = [&](int err) {
     fail("cannot write VCD '{}': {} (disk full or file too large?)", path_, std::strerror(err ? err : EIO));
   };

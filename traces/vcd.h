@@ -65,6 +65,7 @@ class VcdWriter {
   std::vector<uint32_t> queue_;
   uint64_t inflight_ = 0;
   bool closed_ = false;
+  int temp_id_ = -1;  // tmp_ in the temporaries registry (isa/io_rules.h)
 };
 
 }  // namespace gpnpu::traces

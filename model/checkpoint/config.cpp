@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 
 namespace gpnpu::model {
 
@@ -328,13 +329,10 @@ json ModelConfig::to_json() const {
 }
 
 ModelConfig ModelConfig::from_json_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open the config file (expected a Hugging Face config.json)", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = io::read_input(path, "model config (a Hugging Face config.json)", 64 * io::kMiB);
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::parse_error& e) {
     fail("{}: invalid JSON at byte {} ({}); the file is not a valid config.json", path, e.byte, e.what());
   } catch (const json::exception& e) {  // e.g. a number too large (out_of_range), not a parse_error

@@ -438,13 +438,15 @@ BundleStats write_quant_bundle(const Checkpoint& ck, const ModelConfig& cfg, con
       st.weights += s.numel();
       st.blocks += int64_t(q.scales.size());
     } else {
+      tv.check_finite();
       wr.write_f32(s.name, w.data(), w.size());
       st.float_tensors++;
     }
     if (opt.progress) opt.progress(done_bytes, total_bytes);
   }
   wr.finish();
-  st.bytes = std::filesystem::file_size(out_path);
+  st.bytes = wr.header_bytes().size();  // the file's size: header, then every tensor's bytes
+  for (const TensorDecl& d : decls) st.bytes += d.nbytes();
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }
@@ -486,6 +488,7 @@ QuantBundle::QuantBundle(const std::string& path) : impl_(std::make_unique<Impl>
         fail("{}: wrong dtype for tensor '{}': expected {}, got {}", path, name, dtype_name(dt), dtype_name(t.dtype));
       if (t.shape != shape)
         fail("{}: wrong shape for tensor '{}': expected {}, got {}", path, name, shape_str(shape), shape_str(t.shape));
+      t.check_finite();  // fp16 scales and f32 tensors: NaN/Inf refused here, not seen as a failed gate later
     };
     if (s.quantised()) {
       const int64_t rows = s.rows(), cols = s.cols(), nb = (cols + kQuantBlock - 1) / kQuantBlock;

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "isa/fp16.h"
 
 namespace gpnpu::model {
@@ -122,9 +123,35 @@ void TensorView::to_f32(float* out) const {
   }
 }
 
+void TensorView::check_finite() const {
+  const size_t n = size_t(numel());
+  auto bad = [&](size_t i, const char* what) {
+    fail("{}: tensor '{}' holds {} at element {} (of {}): NaN and Inf weights and scales are refused; the file is "
+         "corrupt: regenerate it (gpnpu make-checkpoint / gpnpu quantize)",
+         file, name, what, i, n);
+  };
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t exp_all = 0, mant = 0;
+    if (dtype == DType::F32) {
+      uint32_t b;
+      std::memcpy(&b, data + 4 * i, 4);
+      exp_all = (b & 0x7f800000u) == 0x7f800000u, mant = b & 0x007fffffu;
+    } else if (dtype == DType::BF16 || dtype == DType::F16) {
+      uint16_t h;
+      std::memcpy(&h, data + 2 * i, 2);
+      const uint16_t em = dtype == DType::BF16 ? 0x7f80 : 0x7c00;
+      exp_all = (h & em) == em, mant = h & uint16_t(~em & 0x7fff);
+    } else {
+      return;
+    }
+    if (exp_all) bad(i, mant ? "NaN" : "Inf");
+  }
+}
+
 // ---- SafetensorsFile ----------------------------------------------------------------
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  io::check_input(path, "safetensors file", uint64_t(1) << 40);  // mapped, not read: any size a disk holds
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) fail("{}: cannot open safetensors file: {}", path, std::strerror(errno));
   struct stat st;
@@ -413,12 +440,10 @@ Checkpoint Checkpoint::open(const std::string& path) {
     if (fs::exists(single)) {
       files.push_back(single.string());
     } else if (fs::exists(index)) {
-      std::ifstream in(index);
-      std::stringstream ss;
-      ss << in.rdbuf();
+      const std::string text = io::read_input(index.string(), "shard index", 256 * io::kMiB);
       json j;
       try {
-        j = json::parse(ss.str());
+        j = json::parse(text);
       } catch (const json::parse_error& e) {
         fail("{}: invalid JSON at byte {} in the shard index; re-download model.safetensors.index.json", index.string(),
              e.byte);
@@ -468,6 +493,8 @@ Checkpoint Checkpoint::open(const std::string& path) {
       ck.has_config_ = true;
     }
   } else {
+    if (fs::exists(path, ec))
+      fail("checkpoint '{}' is {}, not a checkpoint directory or a .safetensors file", path, io::file_kind(path));
     fail("{}: no such checkpoint (expected a directory with config.json and model.safetensors, or a .safetensors file)",
          path);
   }

@@ -62,6 +62,10 @@ struct TensorView {
   // Converts BF16/F16/F32/U8/I8/I32 to float (integers exactly up to 2^24).
   std::vector<float> to_f32() const;
   void to_f32(float* out) const;  // out must hold numel() floats
+  // The rule for weights and scales (docs/errors.md): a float tensor holding NaN or
+  // Inf is refused when it is loaded, naming the file, the tensor and the element.
+  // Integer dtypes always pass.
+  void check_finite() const;
 };
 
 class SafetensorsFile {

@@ -1,12 +1,15 @@
 // CLI: make-checkpoint, quantize, check-checkpoint (add_checkpoint_commands in model/cli/commands.h).
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "isa/cli_rules.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "model/cli/commands.h"
 #include "model/checkpoint/config.h"
 #include "model/checkpoint/quant.h"
@@ -115,10 +118,13 @@ void add_checkpoint_commands(CLI::App& app) {
         "make-checkpoint",
         "Write a seeded synthetic Qwen3-VL checkpoint (config.json + model.safetensors, bf16, real names and shapes)");
     c->add_option("--config", o->config, "Model config: 2b, tiny, or a config.json path")->capture_default_str();
-    c->add_option("--seed", o->seed, "PRNG seed (values are identical on every machine)")->capture_default_str();
+    c->add_option("--seed", o->seed, "PRNG seed (values are identical on every machine)")
+        ->capture_default_str()
+        ->check(cli::integer(0, INT64_MAX));
     c->add_option("--out", o->out, "Output directory (created)")->required();
     c->add_option("--threads", o->threads, "Generator threads (0: all cores); output does not depend on it")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(cli::integer(0, 1024));
     c->add_flag("--no-data", o->no_data,
                 "Write config.json and the real header, but leave the tensor data as a sparse zero-filled region "
                 "(fast; for layout tests)");
@@ -129,6 +135,13 @@ void add_checkpoint_commands(CLI::App& app) {
     c->add_option("--scale-column", o->scale,
                   "TENSOR:COL:FACTOR: every weight of input channel COL multiplied by FACTOR (repeatable)");
     c->callback([o] {
+      const std::string dir = o->out;
+      io::Outputs()
+          .input("--config", o->config)
+          .output_dir("--out", dir)
+          .output("--out's config.json", (std::filesystem::path(dir) / "config.json").string())
+          .output("--out's model.safetensors", (std::filesystem::path(dir) / "model.safetensors").string())
+          .check();
       ModelConfig cfg = resolve_config(o->config);
       SyntheticOptions so;
       so.outliers = parse_outliers(cfg, o->massive, o->super, o->scale);
@@ -156,7 +169,8 @@ void add_checkpoint_commands(CLI::App& app) {
     c->add_option("--out", o->out, "Output bundle file (.safetensors)")->required();
     c->add_option("--config", o->config, "Override the config (2b, tiny or a config.json); default: the model's");
     c->add_option("--threads", o->threads, "Quantiser threads (0: all cores); output does not depend on it")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(cli::integer(0, 1024));
     c->add_flag("--no-clip", o->no_clip, "Plain min/max ranges (no clipping search)");
     c->add_option("--fp16-channels", o->fp16_channels,
                   "Mixed precision: keep up to N outlier input channels per tensor in fp16 beside the int4 codes")
@@ -164,6 +178,11 @@ void add_checkpoint_commands(CLI::App& app) {
         ->check(CLI::Range(0, 1024));
     c->callback([o] {
       Checkpoint ck = Checkpoint::open(o->model);
+      io::Outputs paths;
+      paths.input("--config", o->config).output("--out", o->out);
+      for (const auto& f : ck.files()) paths.input("--model's file", f->path());
+      paths.input("--model's config.json", (std::filesystem::path(o->model) / "config.json").string());
+      paths.check();
       ModelConfig cfg = o->config.empty() ? ck.config() : resolve_config(o->config);
       QuantOptions qo;
       qo.threads = o->threads;

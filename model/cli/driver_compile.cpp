@@ -7,9 +7,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
+#include "isa/cli_rules.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "kernels/cost.h"
 #include "model/compiler/compiler.h"
 #include "model/cli/driver.h"
@@ -145,22 +148,31 @@ void add_compile_commands(CLI::App& app) {
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
   machine.add(c);
   c->add_option("--grid", grid, "image patch grid HxW of the image program (16x16 = a 256x256 image)")->capture_default_str();
-  c->add_option("--seq", seq, "prompt tokens of the image program")->capture_default_str();
-  c->add_option("--image-start", image_start, "row of the first image token")->capture_default_str();
-  c->add_option("--cached", cached, "cached tokens for the decode run (--run)")->capture_default_str();
+  c->add_option("--seq", seq, "prompt tokens of the image program")->capture_default_str()->check(cli::integer(1, 4096));
+  c->add_option("--image-start", image_start, "row of the first image token")
+      ->capture_default_str()
+      ->check(cli::integer(0, 4095));
+  c->add_option("--cached", cached, "cached tokens for the decode run (--run)")
+      ->capture_default_str()
+      ->check(cli::integer(1, 4096));
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->callback([] {
+    auto path = [](const char* f) { return (std::filesystem::path(out_dir) / f).string(); };
+    io::Outputs paths;
+    paths.input("--model", model_spec).input("--model's config.json", (std::filesystem::path(model_spec) / "config.json").string());
+    paths.output_dir("--out", out_dir);
+    for (const char* f : {"decode.bin", "image.bin", "decode.s", "image.s", "ddr_layout.json", "config.json", "report.json"})
+      paths.output(fmt::format("--out's {}", f), path(f));
+    paths.check();
     sim::Config cfg = machine.config();
     ModelConfig m = model_config_from_spec(model_spec);
     ImageShape shape;
-    if (std::sscanf(grid.c_str(), "%dx%d", &shape.grid_h, &shape.grid_w) != 2)
-      fail("--grid '{}': expected HxW in patches, e.g. 16x16", grid);
+    std::tie(shape.grid_h, shape.grid_w) = io::parse_pair(grid, "--grid", "HxW in patches", 1, 1024);
     shape.seq_len = seq;
     shape.image_start = image_start;
     Compiler comp(m, cfg);
     CompiledProgram dec = comp.decode_program(), img = comp.image_program(shape);
     std::filesystem::create_directories(out_dir);
-    auto path = [](const char* f) { return (std::filesystem::path(out_dir) / f).string(); };
     dec.program.write_binary(path("decode.bin"));
     img.program.write_binary(path("image.bin"));
     sim::write_file_atomic(path("decode.s"), dec.program.disassemble());

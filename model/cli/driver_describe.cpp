@@ -13,13 +13,19 @@
 #include <fstream>
 #include <sstream>
 #include <nlohmann/json.hpp>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <tuple>
+
+#include "isa/cli_rules.h"
 #include "isa/error.h"
 #include "isa/fp16.h"
+#include "isa/io_rules.h"
 #include "model/cli/driver.h"
 #include "model/runtime/driver_host.h"
 #include "sim/machine/config.h"
+#include "model/inputs/prompt.h"
 #include "sim/run.h"
 
 namespace gpnpu::model {
@@ -178,17 +184,27 @@ void print_report(const json& j) {
 void write_html(const json& j, const std::string& html, const std::string& plots) {
   const fs::path script = fs::path(GPNPU_SOURCE_DIR) / "scripts" / "report_html.py";
   if (!fs::exists(script)) fail("--report-html: {} is missing (the source tree is incomplete)", script.string());
-  const fs::path tmp = fs::temp_directory_path() / fmt::format("gpnpu-report-{}.json", ::getpid());
-  sim::write_file_atomic(tmp.string(), j.dump() + "\n");
-  std::string cmd = "/usr/bin/python3 " + shell_quote(script.string()) + " --json " + shell_quote(tmp.string()) +
+  // The JSON goes beside the page (its directory was checked writable before the run;
+  // $TMPDIR may not exist), as a registered temporary (isa/io_rules.h); for a device
+  // page (/dev/null) into $TMPDIR, else the working directory.
+  std::string base = html;
+  if (html.starts_with("/dev/") || html.starts_with("/proc/")) {
+    std::error_code ec;
+    const fs::path t = fs::temp_directory_path(ec);
+    base = ((ec ? fs::path(".") : t) / "gpnpu-report").string();
+  }
+  io::ScopedTemp tmp(fmt::format("{}.tmp.{}.json", base, ::getpid()), false);
+  sim::write_file_atomic(tmp.path(), j.dump() + "\n");
+  std::string cmd = "/usr/bin/python3 " + shell_quote(script.string()) + " --json " + shell_quote(tmp.path()) +
                     " --html " + shell_quote(html);
   if (!plots.empty()) cmd += " --plots " + shell_quote(plots);
-  int rc = std::system(cmd.c_str());
-  std::error_code ec;
-  fs::remove(tmp, ec);
-  if (rc != 0)
-    fail("--report-html '{}': scripts/report_html.py failed (exit status {}); its message is above "
-         "(it needs Debian's python3-matplotlib: scripts/install-deps.sh)", html, rc);
+  const int status = std::system(cmd.c_str());
+  if (status != 0)
+    fail("--report-html '{}': scripts/report_html.py failed ({}); its message is above "
+         "(it needs Debian's python3-matplotlib: scripts/install-deps.sh)", html,
+         status < 0 ? "it could not be started"
+         : WIFSIGNALED(status) ? fmt::format("killed by signal {}", WTERMSIG(status))
+                               : fmt::format("exit status {}", WEXITSTATUS(status)));
   std::printf("report page: %s%s\n", html.c_str(), plots.empty() ? "" : (" (charts in " + plots + ")").c_str());
 }
 
@@ -422,7 +438,9 @@ void add_describe_command(CLI::App& app) {
       "photograph is about and why someone took it.";
   c->add_option("--image", o.image, "PNG or JPEG to describe (default: the bundled photo, examples/photos/)")->capture_default_str();
   c->add_option("--prompt", o.prompt, "the question (default: the seed run's)");
-  c->add_option("--tokens", o.tokens, "answer tokens at most (the first from the image program)")->capture_default_str();
+  c->add_option("--tokens", o.tokens, "answer tokens at most (the first from the image program)")
+      ->capture_default_str()
+      ->check(cli::integer(1, kDefaultMaxPromptTokens));
   c->add_option("--model", o.model, "synthetic:2b, synthetic:tiny, a checkpoint directory or a W4A16 bundle (.safetensors)")
       ->capture_default_str();
   c->add_option("--cache-dir", o.cache_dir,
@@ -435,16 +453,32 @@ void add_describe_command(CLI::App& app) {
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
   c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache, nan-cache");
   c->add_option("--golden", o.golden, "PyTorch golden (.h5, scripts/reference/golden.py) of the same inputs: adds its answers and gates");
-  c->add_option("--threads", o.threads, "chain threads (0: all cores but the simulator's)")->capture_default_str();
+  c->add_option("--threads", o.threads, "chain threads (0: all cores but the simulator's)")
+      ->capture_default_str()
+      ->check(cli::integer(0, 1024));
   c->add_option("--report-json", report_json_path, "write the run report as JSON (docs/report.md)");
   c->add_option("--report-html", report_html, "write the run report as one self-contained HTML page");
   c->add_option("--plots", plots, "also write the report's charts as PNG files into this directory (with --report-html)");
   c->callback([] {
     if (size == "auto") o.width = o.height = 0;
-    else if (std::sscanf(size.c_str(), "%dx%d", &o.width, &o.height) != 2 || o.width <= 0 || o.height <= 0)
-      fail("--size '{}': expected WxH in pixels, e.g. 256x256, or 'auto' (the processor's own resize)", size);
+    else std::tie(o.width, o.height) = io::parse_pair(size, "--size", "WxH in pixels, or 'auto'", 1, 65536);
     o.negative = parse_negative_control(negative);
+    if (o.negative != NegativeControl::none && o.timing_only)
+      fail("--negative-control {} needs a functional run: --timing-only has no gates to fail (drop --timing-only)",
+           negative);
     if (!plots.empty() && report_html.empty()) fail("--plots needs --report-html (the charts are made with the page)");
+    // Every path before the run (isa/io_rules.h): a bad output fails now, not after minutes.
+    io::check_input(o.image, "image", 256 * io::kMiB);
+    if (!o.golden.empty()) io::check_input(o.golden, "golden", uint64_t(1) << 40);
+    io::Outputs()
+        .input("--image", o.image)
+        .input("--golden", o.golden)
+        .input("--model", o.model)
+        .output("--report-json", report_json_path)
+        .output("--report-html", report_html)
+        .output_dir("--plots", plots)
+        .output_dir("--cache-dir", o.cache_dir)
+        .check();
     o.command = command_line();
     o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
     o.on_step = [](const StepRecord& s) {

@@ -26,7 +26,9 @@
 #include <fmt/format.h>
 
 #include "isa/atomic_file.h"
+#include "isa/cli_rules.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "kernels/cost.h"
 #include "model/compiler/compiler.h"
 #include "model/checkpoint/config.h"
@@ -271,6 +273,12 @@ json run_sweep_point(const std::string& model, const std::string& preset, const 
 // ---- the results file ------------------------------------------------------------
 
 std::string sweep_csv_path(const std::string& h5_path) {
+  // The results file is read back to resume, and the CSV is made beside it: a regular file.
+  if (const std::string kind = io::file_kind(h5_path); kind != "missing" && kind != "a regular file")
+    fail("--out '{}' is {}: a sweep results file is read back to resume the sweep; give a regular file", h5_path, kind);
+  if (h5_path.ends_with(".csv"))
+    fail("--out '{}': the results file is HDF5 and the CSV goes beside it; name it '{}.h5'", h5_path,
+         h5_path.substr(0, h5_path.size() - 4));
   if (h5_path.size() > 3 && h5_path.ends_with(".h5")) return h5_path.substr(0, h5_path.size() - 3) + ".csv";
   return h5_path + ".csv";
 }
@@ -483,6 +491,7 @@ void write_h5(const std::string& path, const json& meta, const std::vector<Colum
 }  // namespace
 
 SweepTable SweepTable::read(const std::string& path) {
+  io::check_input(path, "sweep results file", uint64_t(1) << 40);  // a FIFO would block HDF5's open
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   if (H5Fis_hdf5(path.c_str()) <= 0) fail("'{}' is not an HDF5 file (a sweep results file is written by gpnpu sweep)", path);
   H5Id f(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
@@ -506,22 +515,6 @@ SweepTable SweepTable::read(const std::string& path) {
   }
   return t;
 }
-
-namespace {
-
-// Creates and removes the temporary `path` is written through: a clean error naming
-// the file when its directory is missing or not writable.
-void check_writable(const std::string& path) {
-  AtomicFile out(path);  // removes the probe temporary
-  if (out.direct()) return;  // a device: written in place, its write is checked
-  std::FILE* f = std::fopen(out.temp().c_str(), "wb");
-  if (!f)
-    fail("cannot write sweep output '{}': {} (check that the directory exists and is writable, or pick another --out)",
-         path, std::strerror(errno));
-  std::fclose(f);
-}
-
-}  // namespace
 
 void SweepTable::write(const std::string& h5_path, const std::string& csv_path) {
   sort_rows(meta, rows);
@@ -652,6 +645,8 @@ std::pair<uint64_t, uint64_t> parse_shard(const std::string& s) {
 void run_sweep(const SweepOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   if (o.jobs < 1) fail("-j {}: need at least 1 process", o.jobs);
+  const std::string csv = sweep_csv_path(o.out);
+  io::Outputs().input("--model", o.spec.model).output("--out", o.out).output("the CSV beside --out", csv).check();
   const std::vector<SweepAxis> axes = parse_sweep_axes(o.machine.sets, o.machine.preset);
   check_sweep_workload(o.spec.workload);
   model_config_from_spec(o.spec.model);  // fail now on a bad model, not once per point
@@ -679,7 +674,9 @@ void run_sweep(const SweepOptions& o) {
     table.meta["image_grid"] = {s.grid_h, s.grid_w};
     table.meta["prompt_tokens"] = s.seq_len;
   }
-  const std::string csv = sweep_csv_path(o.out);
+  // Two sweeps into one file would each rewrite it from their own rows: one holds it.
+  std::unique_ptr<io::FileLock> lock;
+  if (!o.dry_run) lock = std::make_unique<io::FileLock>(o.out, "sweep results file", io::FileLock::try_lock);
   std::error_code ec;
   if (fs::exists(o.out, ec)) {
     SweepTable old = SweepTable::read(o.out);
@@ -698,9 +695,6 @@ void run_sweep(const SweepOptions& o) {
     ++in_shard;
     if (!done.count(point_label(points[i]))) todo.push_back(i);
   }
-  // A missing or read-only directory fails here, before any point runs.
-  if (!o.dry_run)
-    for (const std::string& f : {o.out, csv}) check_writable(f);
   std::fprintf(stderr, "sweep: %zu points%s, %zu already in %s, %zu to run, %d at a time\n", points.size(),
                shard_n > 1 ? fmt::format(" ({} in shard {}/{})", in_shard, shard_i, shard_n).c_str() : "",
                in_shard - todo.size(), o.out.c_str(), todo.size(), o.jobs);
@@ -814,7 +808,9 @@ void add_sweep_commands(CLI::App& app) {
     c->add_option("--workload", o->spec.workload, "decode, image or both")->capture_default_str();
     c->add_option("--model", o->spec.model, "synthetic:2b, synthetic:tiny, or a checkpoint DIR / config.json")
         ->capture_default_str();
-    c->add_option("-j,--jobs", o->jobs, "points run at a time (one process each)")->capture_default_str();
+    c->add_option("-j,--jobs", o->jobs, "points run at a time (one process each)")
+        ->capture_default_str()
+        ->check(cli::integer(1, 1024));
     c->add_option("--shard", o->shard, "run only points i, i+n, i+2n, ... of the product (i/n, 0-based)");
     c->add_option("--out", o->out, "results file (HDF5); the CSV goes beside it (.csv)")->required();
     c->add_flag("--dry-run", o->dry_run, "check the input and print the points that would run, run nothing");
@@ -830,6 +826,9 @@ void add_sweep_commands(CLI::App& app) {
     c->add_option("inputs", o->inputs, "shard files of one sweep")->required();
     c->add_option("--out", o->out, "merged results file (HDF5); the CSV goes beside it")->required();
     c->callback([o] {
+      io::Outputs paths;
+      for (const std::string& in : o->inputs) paths.input("shard", in);
+      paths.output("--out", o->out).output("the CSV beside --out", sweep_csv_path(o->out)).check();
       SweepTable t = SweepTable::read(o->inputs.at(0));
       for (size_t i = 1; i < o->inputs.size(); ++i) t.merge(SweepTable::read(o->inputs[i]), o->inputs[i]);
       t.write(o->out, sweep_csv_path(o->out));

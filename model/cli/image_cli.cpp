@@ -12,13 +12,17 @@
 #include <fmt/format.h>
 
 #include "isa/atomic_file.h"
+#include "isa/cli_rules.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "model/cli/commands.h"
 #include "model/inputs/image.h"
 
 namespace gpnpu::model {
 
 namespace {
+
+constexpr int64_t kMaxOptionPixels = int64_t(1) << 32;  // --max-pixels/--min-pixels
 
 struct PreprocessArgs {
   std::string image;
@@ -45,17 +49,17 @@ PreprocessOptions parse_options(const PreprocessArgs& a) {
       opt.mode = ResizeMode::smart;
       return opt;
     }
-    int w = 0, h = 0;
-    char x = 0, extra = 0;
-    if (std::sscanf(a.size.c_str(), "%d%c%d%c", &w, &x, &h, &extra) != 3 || (x != 'x' && x != 'X'))
+    if (a.size.find_first_of("xX") == std::string::npos)
       fail("preprocess: --size '{}' is not WxH (e.g. 448x448) or 'auto'", a.size);
-    opt.width = w;
-    opt.height = h;
+    auto [w, h] = io::parse_pair(a.size, "preprocess: --size", "WxH", 1, 65536);
+    opt.width = int(w);
+    opt.height = int(h);
   }
   return opt;
 }
 
 void run_preprocess(const PreprocessArgs& a) {
+  io::Outputs().input("--image", a.image).output("--out", a.out).output("--resized-png", a.resized_png).check();
   const PreprocessOptions opt = parse_options(a);
   const ImageInput in = preprocess_image(a.image, opt);
   double sum = 0, sq = 0;
@@ -100,9 +104,11 @@ void add_image_commands(CLI::App& app) {
                   "target WxH in px, multiples of 32 (default 256x256 = 64 image tokens), "
                   "or 'auto' for smart_resize");
   cmd->add_option("--max-pixels", args->max_pixels,
-                  "smart_resize with this pixel budget (processor default 16777216)");
+                  "smart_resize with this pixel budget (processor default 16777216)")
+      ->check(cli::integer(1, kMaxOptionPixels));
   cmd->add_option("--min-pixels", args->min_pixels,
-                  "smart_resize lower bound in pixels (processor default 65536)");
+                  "smart_resize lower bound in pixels (processor default 65536)")
+      ->check(cli::integer(1, kMaxOptionPixels));
   cmd->add_option("--out", args->out, "write patches as raw float32 [n_patches][1536]");
   cmd->add_option("--resized-png", args->resized_png, "write the resized RGB image as PNG");
   cmd->callback([args] { run_preprocess(*args); });

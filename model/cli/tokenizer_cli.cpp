@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "model/cli/commands.h"
 #include "model/inputs/tokenizer.h"
 
@@ -32,11 +33,7 @@ void run_tokenize(const TokenizeOptions& o) {
   if (o.file.empty() && o.text.empty()) fail("tokenize: no text; give TEXT... (\"\" for the empty string) or --file PATH");
   std::string text;
   if (!o.file.empty()) {
-    std::ifstream f(o.file, std::ios::binary);
-    if (!f) fail("tokenize: cannot open text file '{}'", o.file);
-    std::ostringstream ss;
-    ss << f.rdbuf();
-    text = ss.str();
+    text = io::read_input(o.file, "text file", 64 * io::kMiB);
   } else {
     // Several arguments are joined with single spaces, like echo.
     for (size_t i = 0; i < o.text.size(); ++i) text += (i ? " " : "") + o.text[i];

@@ -12,6 +12,7 @@
 
 #include "isa/atomic_file.h"
 #include "isa/error.h"
+#include "isa/io_rules.h"
 
 #define STB_IMAGE_IMPLEMENTATION
 #define STBI_FAILURE_USERMSG
@@ -96,14 +97,9 @@ AxisWeights aa_weights(int in_size, int out_size) {
   return aw;
 }
 
-std::string read_file_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f)
-    fail("cannot read image '{}': {} (check the path and permissions)", path, std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  if (f.bad()) fail("cannot read image '{}': read error (check the file)", path);
-  return data;
-}
+// An image file is a regular file of at most 256 MiB (isa/io_rules.h): a directory
+// or /dev/zero is refused before anything is read.
+std::string read_file_bytes(const std::string& path) { return io::read_input(path, "image", 256 * io::kMiB); }
 
 // stb_image 2.27 (Debian 12's libstb-dev) trusts the 16 code counts of a JPEG
 // Huffman table: more than 256 codes write past stbi__huffman::size[257] (found by

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "isa/fp16.h"
 #include "model/reference/chain.h"
 #include "model/compiler/compiler.h"
@@ -408,6 +409,11 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) fail("cache directory '{}': {} (set --cache-dir or $GPNPU_CACHE to a writable directory)", dir.string(), ec.message());
+  // One process fills a cache entry; another waits for it and then reads its bundle.
+  // Temporaries left by a process that died (kill -9) are removed first (isa/io_rules.h).
+  io::FileLock lock(dir.string(), "model cache entry", io::FileLock::wait);
+  if (fs::exists(bundle)) return bundle.string();
+  io::sweep_stale_temps(dir.string());
   // The first run's cost, said before it is paid: the disk it needs (the synthetic
   // checkpoint is temporary, the bundle stays) and where it goes.
   const ModelConfig cfg = synthetic ? mc : ModelConfig::from_json_file((ckpt / "config.json").string());
@@ -428,8 +434,10 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
     fail("cache directory '{}': making the {} bundle needs {} of disk, only {} is free (set --cache-dir or $GPNPU_CACHE "
          "to a disk with room)", dir.string(), spec, human_bytes(double(need)), human_bytes(double(sp.available)));
   auto t0 = Clock::now();
+  std::unique_ptr<io::ScopedTemp> ckpt_temp;  // the synthetic checkpoint: removed however this ends
   if (synthetic) {
     ckpt = dir / fmt::format("checkpoint.tmp.{}", ::getpid());
+    ckpt_temp = std::make_unique<io::ScopedTemp>(ckpt.string(), true);
     note(fmt::format("making the {} checkpoint ...", spec));
     SyntheticOptions so;
     so.seed = 1;
@@ -444,7 +452,6 @@ std::string resolve_bundle(const std::string& spec, const std::string& cache_dir
   qo.progress = progress_callback("quantising", note);
   write_quant_bundle(ck, cfg, bundle.string(), qo);  // written under a temporary name, then renamed
   note(fmt::format("  quantised in {:.1f} s", since(t1)));
-  if (synthetic) fs::remove_all(ckpt, ec);
   return bundle.string();
 }
 

@@ -9,9 +9,11 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "isa/error.h"
+#include "isa/io_rules.h"
 #include "sim/machine/dram_spec.h"
 #include "sim/machine/config_limits.h"
 
@@ -173,7 +175,11 @@ const std::vector<ParamInfo>& param_table() {
 namespace {
 // Reads a `key = value` file (a machine or a DRAM preset) into `c`.
 void load_cfg_file(Config& c, const std::string& path) {
-  std::ifstream in(path);
+  // A regular text file of at most 1 MiB, ASCII (isa/io_rules.h): a directory or a
+  // device is refused, never read as an empty preset or forever.
+  const std::string text = io::read_input(path, "preset", io::kMiB);
+  io::check_text(text, path, {true, "preset files are ASCII (key = value # comment)"});
+  std::istringstream in(text);
   std::string line;
   int no = 0;
   while (std::getline(in, line)) {
@@ -242,7 +248,7 @@ void Config::load_dram_preset(const std::string& name_or_path, const std::string
   std::string path = name_or_path;
   if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
     path = preset_dir() + "/dram/" + name_or_path + ".cfg";
-  if (!std::ifstream(path))
+  if (std::error_code ec; !std::filesystem::exists(path, ec))
     fail("config key 'dram' ({}): unknown DRAM preset '{}': no file {} (DRAM presets: {})", origin, name_or_path, path,
          join(dram_preset_names()));
   load_cfg_file(*this, path);
@@ -253,7 +259,7 @@ void Config::load_preset(const std::string& name_or_path) {
   std::string path = name_or_path;
   if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
     path = preset_dir() + "/" + name_or_path + ".cfg";
-  if (!std::ifstream(path)) fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, join(preset_names()));
+  if (std::error_code ec; !std::filesystem::exists(path, ec)) fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, join(preset_names()));
   load_cfg_file(*this, path);
   preset = name_or_path;
 }
@@ -290,6 +296,14 @@ void Config::validate() const {
   need(fp16_overflow == "inf" || fp16_overflow == "saturate", "fp16_overflow",
        fmt::format("'{}' is not one of inf,saturate", fp16_overflow));
   if (dram_model()) DramSpec::from(*this);  // throws on DRAM settings that contradict each other
+  need(max_cycles >= 1, "max_cycles", "must be at least 1");
+  // SystemC time is a 64-bit count of picoseconds, and one process may run many
+  // programs back to back (describe): a run of max_cycles must fit four times over.
+  const uint64_t period_ps = std::max<uint64_t>(1, uint64_t(std::llround(1000.0 / clock_ghz)));
+  if (max_cycles > UINT64_MAX / 4 / period_ps)
+    fail("config keys 'clock_ghz' and 'max_cycles': at {} GHz a cycle is {} ps, and max_cycles = {} cycles would pass "
+         "SystemC's time range (2^64 ps, 213 days); raise clock_ghz or lower max_cycles (at most {} at this clock)",
+         clock_ghz, period_ps, max_cycles, UINT64_MAX / 4 / period_ps);
   need(power_window_cycles >= 100, "power_window_cycles", fmt::format("{} is below 100 cycles", power_window_cycles));
   for (const ParamInfo& p : param_table()) {
     std::string k = p.key;

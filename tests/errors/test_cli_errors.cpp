@@ -141,7 +141,7 @@ TEST(CliErrors, ModelInputs) {
       {"not a checkpoint directory", "check-checkpoint --model " + dir,
        {dir + ": not a checkpoint directory: expected model.safetensors"}},
       {"tokenize text file missing", "tokenize --file " + dir + "/nope.txt",
-       {"tokenize: cannot open text file '" + dir + "/nope.txt'"}},
+       {"cannot open text file '" + dir + "/nope.txt'", "No such file"}},
       {"unknown model config", "make-checkpoint --config 3b --out " + dir + "/ck",
        {"--config '3b': not a built-in config"}},
   });
