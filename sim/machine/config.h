@@ -24,7 +24,7 @@ struct ParamInfo {
 const std::vector<ParamInfo>& param_table();
 
 struct Config {
-#define PARAM(ident, key, type, def, unit, desc) GPNPU_PARAM_TYPE_##type ident = GPNPU_PARAM_INIT_##type(def);
+#define PARAM(ident, key, type, def, unit, desc) GPNPU_PARAM_TYPE_##type ident = def;
 #define GPNPU_PARAM_TYPE_count uint64_t
 #define GPNPU_PARAM_TYPE_bytes uint64_t
 #define GPNPU_PARAM_TYPE_real double
