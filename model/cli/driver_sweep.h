@@ -23,8 +23,8 @@
 //  - A point whose child exits 1 (a gpnpu::Error: e.g. the kernels do not fit the
 //    OCM) is a row with status "error: ..." (deterministic, kept); a child killed by
 //    a signal is not recorded and makes the sweep exit 1 (rerun to retry).
-//  - The decode workload is one decode step with 140 tokens cached (slot 139), the
-//    context the compiler's attention floor is reported for.
+//  - The decode workload is one decode step with 140 tokens cached (slot 139); its
+//    attention floors are for those 140 tokens (KernelCall::at).
 //  - File layout: dataset /points (compound, one field per column; strings are
 //    fixed-length), dataset /sweep_json (uint8: the JSON text {"meta", "rows"} the
 //    tool reads back), root attributes format, model, preset, workload, keys.
