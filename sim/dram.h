@@ -15,14 +15,14 @@
 // consecutive periods of the burst pattern are the same shifted in time, the rest
 // of the row is that shift repeated (exact: docs/dram.md, "Speed"), up to the next
 // refresh. Time is kept in DRAM clocks from the moment the port was configured and
-// converted to core cycles only through ClockRatio (sim/clock.h).
+// converted to core cycles only through ClockRatio (sim/cycles.h).
 #pragma once
 #include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
-#include "sim/clock.h"
+#include "sim/cycles.h"
 #include "sim/port_model.h"
 
 namespace gpnpu::sim {

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "sim/clock.h"
+#include "sim/cycles.h"
 
 namespace gpnpu::sim {
 
