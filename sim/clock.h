@@ -4,7 +4,6 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <numeric>
 #include <systemc>
 
 #include "sim/machine/clock_ratio.h"

@@ -15,7 +15,7 @@
 // consecutive periods of the burst pattern are the same shifted in time, the rest
 // of the row is that shift repeated (exact: docs/dram.md, "Speed"), up to the next
 // refresh. Time is kept in DRAM clocks from the moment the port was configured and
-// converted to core cycles only through ClockRatio (sim/clock.h).
+// converted to core cycles only through ClockRatio (sim/machine/clock_ratio.h).
 #pragma once
 #include <array>
 #include <cstdint>

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "sim/clock.h"
+#include "sim/machine/clock_ratio.h"
 
 namespace gpnpu::sim {
 

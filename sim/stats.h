@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "isa/isa.h"
-#include "sim/clock.h"
+#include "sim/machine/clock_ratio.h"
 #include "sim/dram.h"
 
 namespace gpnpu::sim {

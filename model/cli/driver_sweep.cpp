@@ -336,10 +336,13 @@ std::vector<Column> table_columns(const json& meta, const std::vector<json>& row
   return cols;
 }
 
-// Sort key: the swept keys' values in axis order, numerically.
-std::vector<double> sort_key(const json& meta, const json& row) {
-  std::vector<double> k;
-  for (const auto& key : meta.at("keys")) k.push_back(row.at(key.get<std::string>()).get<double>());
+// Sort key: the swept keys' values in axis order, numerically (text keys by name).
+std::vector<std::pair<double, std::string>> sort_key(const json& meta, const json& row) {
+  std::vector<std::pair<double, std::string>> k;
+  for (const auto& key : meta.at("keys")) {
+    const json& v = row.at(key.get<std::string>());
+    k.push_back(v.is_string() ? std::pair(0.0, v.get<std::string>()) : std::pair(v.get<double>(), std::string()));
+  }
   return k;
 }
 

@@ -173,8 +173,9 @@ const std::vector<ParamInfo>& param_table() {
 }
 
 namespace {
-// Reads a `key = value` file (a machine or a DRAM preset) into `c`.
-void load_cfg_file(Config& c, const std::string& path) {
+// Reads a `key = value` file (a machine or a DRAM preset) into `c`; a DRAM preset
+// (only_prefix "dram.") sets nothing else.
+void load_cfg_file(Config& c, const std::string& path, const std::string& only_prefix = "") {
   // A regular text file of at most 1 MiB, ASCII (isa/io_rules.h): a directory or a
   // device is refused, never read as an empty preset or forever.
   const std::string text = io::read_input(path, "preset", io::kMiB);
@@ -188,8 +189,17 @@ void load_cfg_file(Config& c, const std::string& path) {
     if (t.empty()) continue;
     size_t eq = t.find('=');
     if (eq == std::string::npos) fail("{}:{}: expected 'key = value', got '{}'", path, no, t);
-    c.set(t.substr(0, eq), t.substr(eq + 1), fmt::format("{}:{}", path, no));
+    const std::string key = trim(t.substr(0, eq));
+    if (!key.starts_with(only_prefix))
+      fail("{}:{}: a DRAM preset sets only {}* keys, not '{}'", path, no, only_prefix, key);
+    c.set(key, t.substr(eq + 1), fmt::format("{}:{}", path, no));
   }
+}
+
+// A preset given by name (DIR/NAME.cfg) or by path (containing '/' or ending in .cfg).
+std::string preset_path(const std::string& dir, const std::string& name_or_path) {
+  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg")) return dir + "/" + name_or_path + ".cfg";
+  return name_or_path;
 }
 
 std::vector<std::string> cfg_names(const std::string& dir) {
@@ -245,21 +255,18 @@ std::vector<std::string> Config::preset_names() { return cfg_names(preset_dir())
 std::vector<std::string> Config::dram_preset_names() { return cfg_names(preset_dir() + "/dram"); }
 
 void Config::load_dram_preset(const std::string& name_or_path, const std::string& origin) {
-  std::string path = name_or_path;
-  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
-    path = preset_dir() + "/dram/" + name_or_path + ".cfg";
+  const std::string path = preset_path(preset_dir() + "/dram", name_or_path);
   if (std::error_code ec; !std::filesystem::exists(path, ec))
     fail("config key 'dram' ({}): unknown DRAM preset '{}': no file {} (DRAM presets: {})", origin, name_or_path, path,
          join(dram_preset_names()));
-  load_cfg_file(*this, path);
+  load_cfg_file(*this, path, "dram.");
   dram = name_or_path;
 }
 
 void Config::load_preset(const std::string& name_or_path) {
-  std::string path = name_or_path;
-  if (name_or_path.find('/') == std::string::npos && !name_or_path.ends_with(".cfg"))
-    path = preset_dir() + "/" + name_or_path + ".cfg";
-  if (std::error_code ec; !std::filesystem::exists(path, ec)) fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, join(preset_names()));
+  const std::string path = preset_path(preset_dir(), name_or_path);
+  if (std::error_code ec; !std::filesystem::exists(path, ec))
+    fail("unknown preset '{}': no file {} (presets: {})", name_or_path, path, join(preset_names()));
   load_cfg_file(*this, path);
   preset = name_or_path;
 }

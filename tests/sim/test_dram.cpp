@@ -373,6 +373,18 @@ TEST(DramPlatform, IdealPortIsTheDefaultAndUnchanged) {
   EXPECT_NE(a.total[Stat::cycles], b.total[Stat::cycles]) << "the DRAM model must change the timing";
 }
 
+TEST(DramPlatform, SweepTakesThePresetAsAnAxis) {
+  const std::string dir = test::scratch_dir("dram_sweep");
+  auto r = test::run_cli(fmt::format("sweep --model synthetic:tiny --workload decode --set ddr_model=dram "
+                                     "--set dram=lpddr4x-4266-x64,lpddr5-6400-x64 -j 1 --out {}/s.h5",
+                                     dir));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string csv = test::read_file(dir + "/s.csv");
+  EXPECT_NE(csv.find("decode_dram_row_hit_rate"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("lpddr4x-4266-x64"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("lpddr5-6400-x64"), std::string::npos) << csv;
+}
+
 // ---- acceptance 5: bad DRAM settings -------------------------------------------------
 
 std::string config_error(const std::vector<std::string>& sets) {
@@ -390,6 +402,13 @@ TEST(DramErrors, UnknownPresetListsTheKnownOnes) {
   EXPECT_NE(e.find("ddr4-3200-x64, ddr5-4800-2x32, lpddr4x-4266-x64, lpddr5-6400-x64, lpddr5x-8533-x64"),
             std::string::npos)
       << e;
+}
+
+TEST(DramErrors, PresetFileSetsOnlyDramKeys) {
+  const std::string dir = test::scratch_dir("dram_preset");
+  test::write_file(dir + "/bad.cfg", "dram.tRCD = 40\npe_rows = 8\n");
+  const std::string e = config_error({"dram=" + dir + "/bad.cfg"});
+  EXPECT_NE(e.find("bad.cfg:2: a DRAM preset sets only dram.* keys, not 'pe_rows'"), std::string::npos) << e;
 }
 
 TEST(DramErrors, TimingsThatContradictEachOther) {
