@@ -104,8 +104,9 @@ class FileLock {
 // ---- text --------------------------------------------------------------------------
 // Fails "FILE:LINE:COL: MESSAGE" at the first character that is a BOM, NUL, a
 // control other than tab/CR/LF, an invisible format character (U+200B..U+200F,
-// U+2060, U+FEFF), invalid UTF-8, or (ascii_only) any non-ASCII character.
-// `allow_non_ascii(line, byte offset)` may exempt places (comments, strings).
+// U+2060, U+FEFF, ...), invalid UTF-8, or (ascii_only) any non-ASCII character.
+// The assembler calls find_text_problem() per line instead, to allow non-ASCII
+// text in comments and mark names.
 struct TextRules {
   bool ascii_only = true;
   std::string ascii_why;  // appended to the non-ASCII message, e.g. "mnemonics and labels are ASCII"

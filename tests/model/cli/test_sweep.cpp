@@ -195,7 +195,7 @@ TEST(Sweep, BadInputGetsAClearError) {
       {"--set ddr_gbps=16 --workload video", "--workload 'video': expected decode, image or both"},
       {"--set ddr_gbps=16 --shard 3/3", "--shard '3/3': expected i/n"},
       {"--set ddr_gbps=16 --model synthetic:huge", "--model 'synthetic:huge'"},
-      {"--set ddr_gbps=16 -j 0", "-j 0: need at least 1 process"},
+      {"--set ddr_gbps=16 -j 0", "--jobs: '0' is out of range: expected an integer from 1 to 1024"},
   };
   for (const Case& c : cases) {
     std::string model = c.args.find("--model") == std::string::npos ? " --model synthetic:tiny" : "";
