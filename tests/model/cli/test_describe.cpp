@@ -105,7 +105,7 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
 // PyTorch W4A16 golden, token for token.
 TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
   DescribeOptions o = golden_options();
-  o.sets = {"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"};
+  o.machine.sets = {"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"};
   o.tokens = 4;
   DescribeResult r = describe(o);
   for (const std::string& f : r.failures) ADD_FAILURE() << f;

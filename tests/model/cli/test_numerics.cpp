@@ -105,7 +105,7 @@ TEST(DescribeNumerics, AMassiveActivationPastTheFp16RangeStopsTheGatesWithOneMes
   EXPECT_EQ(r.nonfinite, m);
 
   // The same with saturating hardware: it runs, the saturations are counted, the cosines shown.
-  o.sets = {"fp16_overflow=saturate"};
+  o.machine.sets = {"fp16_overflow=saturate"};
   DescribeResult s = describe(o);
   EXPECT_TRUE(s.nonfinite.empty()) << s.nonfinite;
   ASSERT_EQ(s.steps.size(), 2u);
