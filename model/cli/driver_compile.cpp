@@ -114,7 +114,7 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
   // The program's floors: every MAC at the array's peak; every weight read once at the DDR bandwidth.
   double mac_floor = 0;
   for (const KernelCall& c : prog.calls)
-    mac_floor += double(c.at(context).macs) / (double(cfg.npe()) * 16.0 / cfg.occ(c.int8 ? isa::Unit::mac8 : isa::Unit::mac16));
+    mac_floor += double(c.at(context).macs) / cfg.mac_peak(!c.int8);
   const double weights_floor = double(weight_bytes) / cfg.ddr_bytes_per_cycle();
   std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
               double(total) / std::max(mac_floor, weights_floor));
