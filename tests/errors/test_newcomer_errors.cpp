@@ -41,8 +41,8 @@ TEST(NewcomerErrors, PromptLongerThanScalarMemoryIsRefusedUpFront) {
 
 TEST(NewcomerErrors, DescribeSizeMustBeWxHOrAuto) {
   expect_clean_error(run_cli("describe --timing-only --size 0x0"),
-                     {"--size '0x0': expected WxH in pixels, e.g. 256x256, or 'auto'"});
-  expect_clean_error(run_cli("describe --timing-only --size big"), {"--size 'big': expected WxH"});
+                     {"--size '0x0' (WxH in pixels, or 'auto'): '0' is out of range: expected an integer from 1 to 65536"});
+  expect_clean_error(run_cli("describe --timing-only --size big"), {"--size 'big' is not WxH in pixels, or 'auto'"});
 }
 
 TEST(NewcomerErrors, PlotSweepWithoutDebiansModulesSaysWhatToDo) {
