@@ -61,15 +61,9 @@ struct CallRow {
 // `context`: tokens a decode step attends to.
 std::vector<CallRow> call_rows(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
                                uint32_t context) {
-  std::map<std::string, const KernelCall*> by_mark;
-  for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   std::vector<CallRow> rows;
-  for (const sim::RegionCall& rc : st.calls()) {
-    auto it = by_mark.find(st.names[rc.name]);
-    if (it == by_mark.end()) continue;
-    rows.push_back({it->first, it->second->kernel, rc.end - rc.begin,
-                    kernels::floor_cycles(cfg, it->second->at(context), !it->second->int8), rc.counters});
-  }
+  for (const KernelRun& k : kernel_runs(st, prog, cfg, context))
+    rows.push_back({k.call->mark, k.call->kernel, k.region->end - k.region->begin, k.floor, k.region->counters});
   return rows;
 }
 

@@ -106,8 +106,6 @@ float top2_margin(std::span<const float> x) {
 // `context`: the tokens a decode step attends to (the floors of its attention calls).
 void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg, const std::string& program,
              const std::vector<std::string>& stage_names, bool keep_calls, uint32_t context, DescribeResult& r) {
-  std::map<std::string, const KernelCall*> by_mark;
-  for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
   // The stage regions' time spans, to place each call in its stage.
   struct Span {
     std::string name;
@@ -137,11 +135,10 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     rec.energy_mj += s.mj;
     if (program == "decode") rec.steps++;
   }
-  for (const sim::RegionCall& rc : st.calls()) {
-    auto it = by_mark.find(st.names[rc.name]);
-    if (it == by_mark.end()) continue;
-    const KernelCall& kc = *it->second;
-    const kernels::KernelCost cost = kc.at(context);
+  for (const KernelRun& k : kernel_runs(st, prog, cfg, context)) {
+    const sim::RegionCall& rc = *k.region;
+    const KernelCall& kc = *k.call;
+    const kernels::KernelCost& cost = k.cost;
     const std::string& sname = stage_of(rc);
     StageRecord& s = stage(sname);
     s.calls++;
@@ -150,8 +147,7 @@ void collect(const sim::Stats& st, const CompiledProgram& prog, const sim::Confi
     s.mac_floor += double(cost.macs) / (kc.int8 ? mac_peak8 : mac_peak16);
     s.ddr_floor += double(cost.ddr_bytes) / cfg.ddr_bytes_per_cycle();
     if (keep_calls)
-      r.calls.push_back({program, sname, kc.mark, kc.kernel, rc.end - rc.begin,
-                         kernels::floor_cycles(cfg, cost, !kc.int8), cost, kc.int8,
+      r.calls.push_back({program, sname, kc.mark, kc.kernel, rc.end - rc.begin, k.floor, cost, kc.int8,
                          sim::energy_of(rc.counters, cfg).total_mj()});
   }
 }

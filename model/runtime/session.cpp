@@ -94,4 +94,18 @@ void Session::write_kv(int layer, bool value, int head, uint32_t slot, std::span
 
 void Session::write_ocm(uint32_t offset, const void* data, uint64_t bytes) { p_.ocm().write(offset, data, bytes); }
 
+std::vector<KernelRun> kernel_runs(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
+                                   uint32_t context) {
+  std::map<std::string, const KernelCall*> by_mark;
+  for (const KernelCall& c : prog.calls) by_mark[c.mark] = &c;
+  std::vector<KernelRun> runs;
+  for (const sim::RegionCall& rc : st.calls()) {
+    auto it = by_mark.find(st.names[rc.name]);
+    if (it == by_mark.end()) continue;
+    const kernels::KernelCost cost = it->second->at(context);
+    runs.push_back({&rc, it->second, cost, kernels::floor_cycles(cfg, cost, !it->second->int8)});
+  }
+  return runs;
+}
+
 }  // namespace gpnpu::model

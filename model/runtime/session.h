@@ -26,6 +26,8 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -69,5 +71,17 @@ class Session {
   sim::Platform& p_;
   const CompiledProgram* last_ = nullptr;
 };
+
+// One kernel call of a run: its region call (cycles, counters) beside the compiler's
+// call, its cost at `context` tokens attended (decode attention) and its floor. The one
+// pairing of stats and compiled calls that describe's report and compile's table read.
+struct KernelRun {
+  const sim::RegionCall* region;
+  const KernelCall* call;
+  kernels::KernelCost cost;
+  double floor;
+};
+std::vector<KernelRun> kernel_runs(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
+                                   uint32_t context);
 
 }  // namespace gpnpu::model
