@@ -7,7 +7,7 @@ and line, on
     docs/, examples/, followed by a file name with an extension) that does not exist;
   - a document (NAME.md, or the former private note "testing-notes") that is not in
     the tree (found by path, or by file name anywhere in the tree);
-  - an absolute path of a developer machine (/work/, /home/, /root/, /Users/, /mnt/).
+  - an absolute path of a developer machine (a path starting with one of the directories work, home, root, Users or mnt).
 Generated and vendored things are not scanned: build*/, node_modules/, .git/, the fuzz
 corpora, and this checker's own fixtures (tests/layout/fixtures/: the negative
 control runs the checker on them with --root and must fail).
