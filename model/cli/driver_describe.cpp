@@ -451,7 +451,7 @@ void add_describe_command(CLI::App& app) {
   c->add_option("--size", size, "resize the image to WxH pixels (multiples of 32), or 'auto': the processor's "
                 "smart resize (as `gpnpu preprocess --size auto`)")->capture_default_str();
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates (same cycle counts)");
-  c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache, nan-cache");
+  c->add_option("--negative-control", negative, "corrupt the device side to prove a gate fails: zero, one-word, stale-cache, nan-cache, drop-fp16 (a mixed bundle's fp16 channels)");
   c->add_option("--golden", o.golden, "PyTorch golden (.h5, scripts/reference/golden.py) of the same inputs: adds its answers and gates");
   c->add_option("--threads", o.threads, "chain threads (0: all cores but the simulator's)")
       ->capture_default_str()

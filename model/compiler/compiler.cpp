@@ -14,6 +14,8 @@
 #include "kernels/builder.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
+#include "kernels/f16cols.h"
+#include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -60,18 +62,30 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
   plan_decode_ocm();
 }
 
+void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {
+  const bool gemm = std::string(layout) == "gemm";
+  auto bytes = [&](uint32_t rows) {
+    return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k, cfg_.npe());
+  };
+  ddr_.add(name, bytes(n), layout);
+  if (!opt_.fp16_channels) return;
+  ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout);
+  ddr_.add(detail::f16w(name), uint64_t(n) * kF16RowBytes, layout);
+}
+
 void Compiler::plan_ddr() {
   const TextConfig& t = model_.text;
-  const uint32_t npe = cfg_.npe(), H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
+  const uint32_t H = uint32_t(t.hidden_size), hd = uint32_t(t.head_dim);
   const uint32_t nq = uint32_t(t.num_attention_heads), nkv = uint32_t(t.num_key_value_heads);
   const uint32_t I = uint32_t(t.intermediate_size), V = uint32_t(t.vocab_size);
-  ddr_.add("embed", gemv_weight_bytes(V, H, npe), "gemv");
+  add_weight("embed", V, H, "gemv");
+  if (opt_.fp16_channels) ddr_.add("embed.f16onehot", uint64_t(H) * kF16RowBytes, "f16");
   ddr_.add("final_norm", uint64_t(H) * 2, "f16");
   for (int i = 0; i < t.num_hidden_layers; ++i) {
-    ddr_.add(layer_name(i, "qkv"), gemv_weight_bytes((nq + 2 * nkv) * hd, H, npe), "gemv");
-    ddr_.add(layer_name(i, "o"), gemv_weight_bytes(H, nq * hd, npe), "gemv");
-    ddr_.add(layer_name(i, "gateup"), gemv_weight_bytes(2 * I, H, npe), "gemv");
-    ddr_.add(layer_name(i, "down"), gemv_weight_bytes(H, I, npe), "gemv");
+    add_weight(layer_name(i, "qkv"), (nq + 2 * nkv) * hd, H, "gemv");
+    add_weight(layer_name(i, "o"), H, nq * hd, "gemv");
+    add_weight(layer_name(i, "gateup"), 2 * I, H, "gemv");
+    add_weight(layer_name(i, "down"), H, I, "gemv");
     ddr_.add(layer_name(i, "norms"), (2ull * H + 2ull * hd) * 2, "f16");  // input, post, q, k
     ddr_.add(layer_name(i, "kcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
     ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
@@ -109,6 +123,10 @@ void Compiler::plan_decode_ocm() {
   probe.head_dim = hd;
   docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
   docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
+  if (opt_.fp16_channels) {
+    docm_.f16xs = a.take(kF16RowBytes, "fp16 channels of x");
+    docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");
+  }
   uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   docm_.gemv_scratch_bytes = uint32_t(std::min<uint64_t>(a.left(), 0xffffffffu));
   docm_.gemv_scratch = a.rest("GEMV DMA buffers", gemv_min);
@@ -141,6 +159,7 @@ CompiledProgram Compiler::decode_program() const {
     g.scratch_bytes = o.gemv_scratch_bytes;
     g.smem = kSmem;
     call(mark, "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
+    if (opt_.fp16_channels) em.f16_gemv(mark, ddr_, w, g, o.f16xs, o.f16scr);
   };
   // Small vectors (norm weights) from DDR into OCM.
   auto load = [&](const std::string& mark, const std::string& name, uint32_t dst, uint32_t bytes) {
@@ -182,6 +201,7 @@ CompiledProgram Compiler::decode_program() const {
     e.scratch_ocm = o.embed_scratch;
     e.smem = kSmem;
     call("embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
+    if (opt_.fp16_channels) em.f16_embed("embed", ddr_, 1, H, dio_.token_smem, o.h, H * 2, o.f16xs, o.f16scr);
   }
   const uint32_t w_in = o.normw, w_post = o.normw + H * 2, w_q = o.normw + 4 * H, w_k = w_q + hd * 2;
   for (int i = 0; i < t.num_hidden_layers; ++i) {
@@ -275,38 +295,53 @@ CompiledProgram Compiler::decode_program() const {
 }
 
 uint64_t Compiler::weight_bytes(bool image_program) const {
-  uint64_t t = image_program ? ddr_.at("embed").bytes : 0;
+  uint64_t t = image_program ? ddr_.at("embed").bytes : 0;  // the LM head
+  if (image_program && opt_.fp16_channels) t += ddr_.at(detail::f16sel("embed")).bytes + ddr_.at(detail::f16w("embed")).bytes;
   for (const DdrTensor& d : ddr_.tensors())
     if (d.layout == "f16" || d.layout == (image_program ? "gemm" : "gemv")) t += d.bytes;
   return t;
 }
 
+void Compiler::put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const {
+  const DdrTensor& d = ddr_.at(name);
+  if (bytes.size() != d.bytes)
+    fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), d.bytes);
+  ddr.write(d.offset, bytes.data(), bytes.size());
+}
+
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const {
+  const bool gemm = ddr_.at(name).layout == "gemm";
+  auto pack = [&](const W4Weights& w) { return gemm ? pack_gemm_weight(w, cfg_) : pack_gemv_weight(w, cfg_.npe()); };
+  put(ddr, name, pack(q.view()));
+  if (!opt_.fp16_channels) return;
+  if (q.fp16_cols.size() > kF16Cols)
+    fail("compiler: weight '{}' keeps {} input channels in fp16 (the union over its fused tensors); the device takes "
+         "at most {} per weight: quantise with fewer --fp16-channels",
+         name, q.fp16_cols.size(), kF16Cols);
+  put(ddr, detail::f16sel(name), pack(f16cols_selector(q.fp16_cols, q.cols).view()));
+  put(ddr, detail::f16w(name), f16cols_rows(q.fp16_w, q.rows, q.fp16_cols.size()));
+}
+
 void Compiler::load_weights(const QuantBundle& bundle, DdrWriter ddr) const {
-  if (!bundle.fp16_tensors().empty())
-    fail("{}: {} tensor(s) keep input channels in fp16 (mixed precision, first '{}'); the device kernels take "
-         "int4 codes only, so the chain and the device would differ: quantise without --fp16-channels to run it on "
-         "the device (the chain and the PyTorch reference honour the fp16 channels: docs/quantisation.md)",
+  if (!bundle.fp16_tensors().empty() && !opt_.fp16_channels)
+    fail("{}: {} tensor(s) keep input channels in fp16 (mixed precision, first '{}') but the programs were compiled "
+         "without them: compile with CompileOptions::fp16_channels (describe does so for a mixed bundle)",
          bundle.path(), bundle.fp16_tensors().size(), bundle.fp16_tensors().front());
   const TextConfig& t = model_.text;
-  const uint32_t npe = cfg_.npe();
-  auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
-    const DdrTensor& d = ddr_.at(name);
-    if (bytes.size() != d.bytes)
-      fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), d.bytes);
-    ddr.write(d.offset, bytes.data(), bytes.size());
-  };
-  auto put_f16 = [&](const std::string& name, const std::vector<float>& v) { put(name, detail::f16_bytes(v)); };
-  put("embed", pack_gemv_weight(bundle.get_quant(kEmbedTokens).view(), npe));
+  auto put_f16 = [&](const std::string& name, const std::vector<float>& v) { put(ddr, name, detail::f16_bytes(v)); };
+  const QuantTensor embed = bundle.get_quant(kEmbedTokens);
+  put_weight(ddr, "embed", embed);
+  if (opt_.fp16_channels) put(ddr, "embed.f16onehot", f16cols_onehot(embed.fp16_cols, embed.cols));
   put_f16("final_norm", bundle.get_f32(kFinalNorm));
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
-    put(layer_name(i, "qkv"), pack_gemv_weight(detail::concat_rows(qkv).view(), npe));
-    put(layer_name(i, "o"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")).view(), npe));
+    put_weight(ddr, layer_name(i, "qkv"), detail::concat_rows(qkv));
+    put_weight(ddr, layer_name(i, "o"), bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")));
     std::vector<QuantTensor> gu;
     for (const std::string& n : gate_up_names(i)) gu.push_back(bundle.get_quant(n));
-    put(layer_name(i, "gateup"), pack_gemv_weight(detail::concat_rows(gu).view(), npe));
-    put(layer_name(i, "down"), pack_gemv_weight(bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")).view(), npe));
+    put_weight(ddr, layer_name(i, "gateup"), detail::concat_rows(gu));
+    put_weight(ddr, layer_name(i, "down"), bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")));
     std::vector<float> norms = bundle.get_f32(text_layer_name(i, "input_layernorm.weight"));
     for (const char* leaf : {"post_attention_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
       std::vector<float> v = bundle.get_f32(text_layer_name(i, leaf));

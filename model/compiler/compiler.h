@@ -24,6 +24,7 @@
 namespace gpnpu::model {
 
 class QuantBundle;
+struct QuantTensor;
 
 // Where load_*() put their bytes: DDR offsets. Made from anything with
 // write(offset, data, bytes), such as the simulator's DDR (the host runtime passes
@@ -116,6 +117,10 @@ struct CompileOptions {
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
   // image_tile_rows rows per tile and image_attn_groups kv heads per attention call.
   uint32_t image_tile_rows = 0, image_attn_groups = 0;
+  // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
+  // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
+  // a gather and a correction call after it, and the image program's GEMMs run unchained.
+  bool fp16_channels = false;
 };
 
 class Compiler {
@@ -147,9 +152,15 @@ class Compiler {
 
  private:
   void plan_ddr();
+  // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its
+  // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
+  void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
+  void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
+  // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
   // The image program with activations streamed from DDR in row tiles (small OCM).
   CompiledProgram image_streamed(const ImageShape& shape) const;
 
@@ -161,7 +172,7 @@ class Compiler {
   ImageIo iio_;
   struct DecodeOcm {
     uint32_t h, xn, qkv, attn, o, gu, act, normw, finalw, attn_scratch, attn_scratch_bytes, norm_scratch,
-        embed_scratch, gemv_scratch, gemv_scratch_bytes;
+        embed_scratch, gemv_scratch, gemv_scratch_bytes, f16xs, f16scr;
   } docm_{};
 };
 

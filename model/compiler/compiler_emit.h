@@ -12,6 +12,8 @@
 #include "isa/fp16.h"
 #include "kernels/builder.h"
 #include "kernels/cost.h"
+#include "kernels/f16cols.h"
+#include "kernels/gemv.h"
 #include "model/compiler/compiler.h"
 #include "model/checkpoint/quant.h"
 #include "sim/machine/memory_map.h"
@@ -51,8 +53,12 @@ class OcmAlloc {
 };
 
 inline std::string layer_name(int i, const char* what) { return fmt::format("L{}.{}", i, what); }
+// Mixed precision (kernels/f16cols.h): the DDR tensors beside a W4 weight.
+inline std::string f16sel(const std::string& w) { return w + ".f16sel"; }  // one-hot selector, W4
+inline std::string f16w(const std::string& w) { return w + ".f16w"; }      // [rows][kF16Cols] fp16
 
-// Concatenates quantised tensors by rows (same cols).
+// Concatenates quantised tensors by rows (same cols). Mixed precision: the fp16 channels
+// of the result are the union of the parts' (ascending), each row's values at its own.
 inline QuantTensor concat_rows(const std::vector<QuantTensor>& parts) {
   QuantTensor out;
   out.cols = parts.at(0).cols;
@@ -62,11 +68,27 @@ inline QuantTensor concat_rows(const std::vector<QuantTensor>& parts) {
     out.codes.insert(out.codes.end(), p.codes.begin(), p.codes.end());
     out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
     out.zeros.insert(out.zeros.end(), p.zeros.begin(), p.zeros.end());
+    out.fp16_cols.insert(out.fp16_cols.end(), p.fp16_cols.begin(), p.fp16_cols.end());
+  }
+  std::sort(out.fp16_cols.begin(), out.fp16_cols.end());
+  out.fp16_cols.erase(std::unique(out.fp16_cols.begin(), out.fp16_cols.end()), out.fp16_cols.end());
+  if (out.fp16_cols.empty()) return out;
+  const size_t n = out.fp16_cols.size();
+  out.fp16_w.assign(size_t(out.rows) * n, 0);
+  int64_t r0 = 0;
+  for (const QuantTensor& p : parts) {
+    const size_t pn = p.fp16_cols.size();
+    for (size_t j = 0; j < pn; ++j) {
+      const size_t at = size_t(std::lower_bound(out.fp16_cols.begin(), out.fp16_cols.end(), p.fp16_cols[j]) -
+                               out.fp16_cols.begin());
+      for (int64_t r = 0; r < p.rows; ++r) out.fp16_w[size_t(r0 + r) * n + at] = p.fp16_w[size_t(r) * pn + j];
+    }
+    r0 += p.rows;
   }
   return out;
 }
 
-// Rows [r0, r0 + n) of a quantised tensor.
+// Rows [r0, r0 + n) of a quantised tensor (with their fp16 channels).
 inline QuantTensor slice_rows(const QuantTensor& q, int64_t r0, int64_t n) {
   QuantTensor out;
   out.rows = n;
@@ -74,6 +96,9 @@ inline QuantTensor slice_rows(const QuantTensor& q, int64_t r0, int64_t n) {
   out.codes.assign(q.codes.begin() + r0 * q.row_stride(), q.codes.begin() + (r0 + n) * q.row_stride());
   out.scales.assign(q.scales.begin() + r0 * q.nblocks(), q.scales.begin() + (r0 + n) * q.nblocks());
   out.zeros.assign(q.zeros.begin() + r0 * q.nblocks(), q.zeros.begin() + (r0 + n) * q.nblocks());
+  const int64_t f = int64_t(q.fp16_cols.size());
+  out.fp16_cols = q.fp16_cols;
+  out.fp16_w.assign(q.fp16_w.begin() + r0 * f, q.fp16_w.begin() + (r0 + n) * f);
   return out;
 }
 
@@ -102,6 +127,47 @@ class Emitter {
             const std::function<void()>& emit, const kernels::KernelCost& per_token = {}) {
     b_.mark(mark, emit);
     calls_.push_back({mark, kernel, cost, false, per_token});
+  }
+
+  // Mixed precision: Y [m rows, stride y_stride] += Xs W16^T, W16 at bus address w16 with n
+  // rows, Xs at xs (kF16Cols fp16 per row), the correction's DMA buffers at scratch.
+  void f16_add(const std::string& mark, uint32_t w16, uint32_t m, uint32_t n, uint32_t y, uint32_t y_stride,
+               uint32_t xs, uint32_t scratch) {
+    kernels::F16ColsArgs f;
+    f.m = m;
+    f.n = n;
+    f.w_ddr = w16;
+    f.xs_ocm = xs;
+    f.y_ocm = y;
+    f.y_stride = y_stride;
+    f.scratch_ocm = scratch;
+    f.scratch_bytes = kernels::f16cols_scratch_bytes(cfg_);
+    f.smem = kSmem;
+    call(mark + ".f16_add", "f16cols", kernels::cost_f16cols(cfg_, f), [&] { kernels::emit_f16cols_add(b_, cfg_, f); });
+  }
+  // Mixed precision of a GEMV `g` on weight w: x gathered at the fp16 channels (the GEMV
+  // on the selector, into xs), then the correction of y.
+  void f16_gemv(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
+                uint32_t xs, uint32_t scratch) {
+    kernels::GemvArgs s = g;
+    s.n = kernels::kF16Cols;
+    s.w_ddr = ddr.bus(f16sel(w));
+    s.y_ocm = xs;
+    call(mark + ".f16_gather", "gemv", kernels::cost_gemv(cfg_, s), [&] { kernels::emit_gemv_w4(b_, cfg_, s); });
+    f16_add(mark, ddr.bus(f16w(w)), 1, g.n, g.y_ocm, g.n * 2, xs, scratch);
+  }
+  // Mixed precision of an embedding lookup of `rows` token ids (ids_smem) into out: the
+  // tokens' W16 rows (into xs), scattered to the fp16 channels by the one-hot weight.
+  void f16_embed(const std::string& mark, const DdrLayout& ddr, uint32_t rows, uint32_t dim, uint32_t ids_smem,
+                 uint32_t out, uint32_t out_stride, uint32_t xs, uint32_t scratch) {
+    kernels::F16RowsArgs r;
+    r.rows = rows;
+    r.w_ddr = ddr.bus(f16w("embed"));
+    r.ids_smem = ids_smem;
+    r.out_ocm = xs;
+    r.smem = kSmem;
+    call(mark + ".f16_gather", "f16rows", kernels::cost_f16rows(cfg_, r), [&] { kernels::emit_f16rows_gather(b_, cfg_, r); });
+    f16_add(mark, ddr.bus("embed.f16onehot"), rows, dim, out, out_stride, xs, scratch);
   }
 
   // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:

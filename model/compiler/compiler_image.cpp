@@ -29,6 +29,7 @@
 #include "kernels/attention.h"
 #include "kernels/elementwise.h"
 #include "kernels/embed.h"
+#include "kernels/f16cols.h"
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
@@ -86,31 +87,31 @@ struct Dims {
 void Compiler::plan_image_ddr() {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
-  const sim::Config& c = cfg_;
   const uint32_t P = opt_.max_patches;
-  ddr_.add("V.patch", gemm_weight_bytes(c, d.Dv, d.pd), "gemm");
+  add_weight("V.patch", d.Dv, d.pd, "gemm");
   ddr_.add("V.patch_bias", uint64_t(d.Dv) * 2, "f16");
   for (int b = 0; b < v.depth; ++b) {
-    ddr_.add(vname(b, "qkv"), gemm_weight_bytes(c, 3 * d.Dv, d.Dv), "gemm");
-    ddr_.add(vname(b, "proj"), gemm_weight_bytes(c, d.Dv, d.Dv), "gemm");
-    ddr_.add(vname(b, "fc1"), gemm_weight_bytes(c, d.Iv, d.Dv), "gemm");
-    ddr_.add(vname(b, "fc2"), gemm_weight_bytes(c, d.Dv, d.Iv), "gemm");
+    add_weight(vname(b, "qkv"), 3 * d.Dv, d.Dv, "gemm");
+    add_weight(vname(b, "proj"), d.Dv, d.Dv, "gemm");
+    add_weight(vname(b, "fc1"), d.Iv, d.Dv, "gemm");
+    add_weight(vname(b, "fc2"), d.Dv, d.Iv, "gemm");
     ddr_.add(vname(b, "vec"), uint64_t(d.vision_vec()) * 2, "f16");
   }
   const int taps = int(v.deepstack_visual_indexes.size());
   for (int j = -1; j < taps; ++j) {
-    ddr_.add(mname(j, "fc1"), gemm_weight_bytes(c, d.Md, d.Md), "gemm");
-    ddr_.add(mname(j, "fc2"), gemm_weight_bytes(c, d.H, d.Md), "gemm");
+    add_weight(mname(j, "fc1"), d.Md, d.Md, "gemm");
+    add_weight(mname(j, "fc2"), d.H, d.Md, "gemm");
     ddr_.add(mname(j, "vec"), uint64_t(d.merger_vec(j >= 0)) * 2, "f16");
     ddr_.add(j < 0 ? "act.img" : fmt::format("act.ds{}", j), uint64_t(P / 4) * d.H * 2, "act");
   }
   const uint32_t cw = gate_up_chunk(d.I);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
-    ddr_.add(layer_name(i, "qkv.gemm"), gemm_weight_bytes(c, d.qkv_n, d.H), "gemm");
-    ddr_.add(layer_name(i, "o.gemm"), gemm_weight_bytes(c, d.H, d.nq * d.hd), "gemm");
-    for (uint32_t k = 0; k < d.I / cw; ++k)
-      ddr_.add(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), gemm_weight_bytes(c, 2 * cw, d.H), "gemm");
-    ddr_.add(layer_name(i, "down.gemm"), gemm_weight_bytes(c, d.H, d.I), "gemm");
+    add_weight(layer_name(i, "qkv.gemm"), d.qkv_n, d.H, "gemm");
+    add_weight(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, "gemm");
+    // In mixed precision each chunk's fp16 parts follow it: the chunks are then not
+    // contiguous, and each gate|up GEMM call takes one chunk (J = 1).
+    for (uint32_t k = 0; k < d.I / cw; ++k) add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm");
+    add_weight(layer_name(i, "down.gemm"), d.H, d.I, "gemm");
   }
   ddr_.add("in.patches", uint64_t(P) * d.pd * 2, "input");
   ddr_.add("in.trope", 2ull * opt_.max_seq * d.hd * 4, "input");
@@ -129,20 +130,14 @@ void Compiler::plan_image_ddr() {
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
-  auto put = [&](const std::string& name, const std::vector<uint8_t>& bytes) {
-    const DdrTensor& t = ddr_.at(name);
-    if (bytes.size() != t.bytes)
-      fail("compiler: '{}' packs to {} bytes but the layout reserved {}", name, bytes.size(), t.bytes);
-    ddr.write(t.offset, bytes.data(), bytes.size());
-  };
-  auto gemm = [&](const std::string& name, const QuantTensor& q) { put(name, pack_gemm_weight(q.view(), cfg_)); };
+  auto gemm = [&](const std::string& name, const QuantTensor& q) { put_weight(ddr, name, q); };
   auto vec = [&](const std::string& name, const std::vector<std::string>& parts) {
     std::vector<float> all;
     for (const std::string& p : parts) {
       std::vector<float> x = bundle.get_f32(p);
       all.insert(all.end(), x.begin(), x.end());
     }
-    put(name, detail::f16_bytes(all));
+    put(ddr, name, detail::f16_bytes(all));
   };
   gemm("V.patch", bundle.get_quant(kPatchEmbedWeight));
   vec("V.patch_bias", {kPatchEmbedBias});
@@ -200,6 +195,26 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
 
 namespace {
 
+// Mixed precision's OCM (kernels/f16cols.h): Xs of up to `rows` rows and the correction's
+// DMA buffers; none without fp16 channels.
+struct F16Regions {
+  bool on = false;
+  uint32_t xs = 0, scratch = 0;
+};
+uint64_t f16_footprint(const sim::Config& cfg, bool on, uint32_t rows) {
+  return on ? detail::OcmAlloc::footprint(uint64_t(rows) * kF16RowBytes) +
+                  detail::OcmAlloc::footprint(f16cols_scratch_bytes(cfg))
+            : 0;
+}
+F16Regions take_f16(detail::OcmAlloc& a, const sim::Config& cfg, bool on, uint32_t rows) {
+  F16Regions r;
+  r.on = on;
+  if (!on) return r;
+  r.xs = a.take(uint64_t(rows) * kF16RowBytes, "fp16 channels of the rows");
+  r.scratch = a.take(f16cols_scratch_bytes(cfg), "fp16 correction buffers");
+  return r;
+}
+
 // The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
 // norm scratch), shared by both plans. GEMM calls chain their weight prefetch
 // (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
@@ -215,6 +230,9 @@ struct ImageKernels {
   sim::Config gcfg;  // the GEMMs' view of the machine (the streamed plan may use fewer DMA channels)
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
+  // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
+  // gather GEMM between two calls uses their LRM and DMA channels).
+  F16Regions f16;
   std::vector<Gemm>* record = nullptr;
   const std::vector<Gemm>* chain = nullptr;
   size_t chain_i = 0;
@@ -266,6 +284,7 @@ struct ImageKernels {
   // between: the LRM the kernels emitted between the two GEMMs use (checked when the
   // GEMM on w is emitted).
   void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared) {
+    if (f16.on) return;
     next_g = base_args(w, n, k);
     next_w = w;
     next_between = between;
@@ -273,7 +292,8 @@ struct ImageKernels {
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
     GemmArgs g = base_args(w, n, k);
-    if (record) {
+    if (f16.on) {
+    } else if (record) {
       record->emplace_back(w, n, k, lrm_since);
     } else if (chain) {
       if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != w)
@@ -303,6 +323,15 @@ struct ImageKernels {
     g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
     em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
     lrm_since = 0;
+    if (!f16.on) return;
+    GemmArgs sel = base_args(detail::f16sel(w), kF16Cols, k);
+    sel.m = m;
+    sel.x_ocm = x;
+    sel.x_stride = x_stride;
+    sel.y_ocm = f16.xs;
+    sel.y_stride = kF16RowBytes;
+    em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
+    em.f16_add(mark, ddr.bus(detail::f16w(w)), m, n, y, y_stride, f16.xs, f16.scratch);
   }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
@@ -416,6 +445,7 @@ struct ImageKernels {
     e.scratch_ocm = scratch;
     e.smem = kSmem;
     em.call(mark, "embed", cost_embed(cfg, e), [&] { emit_embed(b, cfg, e); });
+    if (f16.on) em.f16_embed(mark, ddr, rows, dim, ids_smem, out, dim * 2, f16.xs, f16.scratch);
   }
   void lm_head(const std::string& mark, uint32_t vocab, uint32_t dim, uint32_t x, uint32_t y, uint32_t scratch,
                uint64_t scratch_bytes) {
@@ -429,6 +459,7 @@ struct ImageKernels {
     g.scratch_bytes = uint32_t(std::min<uint64_t>(scratch_bytes, 0xffffffffu));
     g.smem = kSmem;
     em.call(mark, "gemv", cost_gemv(cfg, g), [&] { emit_gemv_w4(b, cfg, g); });
+    if (f16.on) em.f16_gemv(mark, ddr, "embed", g, f16.xs, f16.scratch);
   }
 };
 
@@ -546,7 +577,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     return r;
   };
-  const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM});
+  const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM}) +
+                         f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
   const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
   std::optional<Resident> res;
@@ -577,6 +609,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.NSCR = NSCR;
+  k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
   detail::Emitter& em = k.em;
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared) {
     k.prefetch(w, n, kk, between);
@@ -819,7 +852,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
                       {d.H, d.I}})
     p.rGEMM = std::max<uint64_t>(p.rGEMM, gemm_scratch_bytes(gcfg, n, k));
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
-  p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM});
+  p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
+            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
   // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32, patches [r][pd]
   p.ta = [&](uint32_t r) -> V64 {
@@ -899,6 +933,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   const uint32_t VEC = fa.take(p.rVEC, "vectors"), NSCR = fa.take(norm_scratch_bytes(cfg_), "norm scratch");
   const uint32_t ESCR = fa.take(embed_scratch_bytes(d.H), "embed scratch");
   const uint32_t GEMM = fa.take(p.rGEMM, "GEMM DMA buffers");
+  const F16Regions f16 = take_f16(fa, cfg_, opt_.fp16_channels, std::max(N, S));
   const uint64_t base = fa.next();
   auto phase = [&](const V64& sizes) {
     detail::OcmAlloc w(cfg_.ocm_bytes, base);
@@ -922,6 +957,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
+    k.f16 = f16;
     if (record) k.record = &gemms;
     else k.chain = &gemms;
     detail::Emitter& em = k.em;

@@ -350,7 +350,8 @@ NegativeControl parse_negative_control(const std::string& s) {
   if (s == "one-word") return NegativeControl::one_word;
   if (s == "stale-cache") return NegativeControl::stale_cache;
   if (s == "nan-cache") return NegativeControl::nan_cache;
-  fail("--negative-control '{}': unknown control (use zero, one-word, stale-cache or nan-cache)", s);
+  if (s == "drop-fp16") return NegativeControl::drop_fp16;
+  fail("--negative-control '{}': unknown control (use zero, one-word, stale-cache, nan-cache or drop-fp16)", s);
 }
 
 const char* to_string(NegativeControl c) {
@@ -359,6 +360,7 @@ const char* to_string(NegativeControl c) {
     case NegativeControl::one_word: return "one-word";
     case NegativeControl::stale_cache: return "stale-cache";
     case NegativeControl::nan_cache: return "nan-cache";
+    case NegativeControl::drop_fp16: return "drop-fp16";
     default: return "none";
   }
 }
@@ -527,6 +529,7 @@ DescribeResult describe(const DescribeOptions& o) {
   CompileOptions copt;
   copt.max_seq = std::max<uint32_t>(copt.max_seq, uint32_t(S + o.tokens));
   copt.max_patches = std::max<uint32_t>(copt.max_patches, uint32_t(in.n_patches()));
+  copt.fp16_channels = bundle && !bundle->fp16_tensors().empty();  // mixed precision (kernels/f16cols.h)
   say(o, fmt::format("compiling the image program ({} tokens, {}x{} patches) and the decode program for {} ...", S,
                      in.grid_h, in.grid_w, o.machine.preset));
   Compiler comp(mc, cfg, copt);
@@ -542,6 +545,12 @@ DescribeResult describe(const DescribeOptions& o) {
   if (!o.timing_only) {
     say(o, "loading the weights into the simulated DDR ...");
     dev.load_weights(*bundle);
+    if (o.negative == NegativeControl::drop_fp16) {
+      // The device without its fp16 channels (their W16 rows zero: codes only); the chain keeps them.
+      if (!copt.fp16_channels) fail("--negative-control drop-fp16 needs a mixed-precision bundle (quantize --fp16-channels)");
+      for (const DdrTensor& t : comp.layout().tensors())
+        if (t.name.ends_with(".f16w")) dev.write_ddr(t.offset, std::vector<uint8_t>(t.bytes, 0).data(), t.bytes);
+    }
     dev.load_image_constants(*bundle, shape);
     weights = bundle_weights(*bundle);
     ChainOptions co;

@@ -51,7 +51,7 @@ inline constexpr double kLogitsGate = 0.9999;  // logits cosine, device vs chain
 inline constexpr double kCacheGate = 0.999;    // per (layer, slot) K/V row cosine
 inline constexpr float kMarginTie = 0.1f;      // chain top-2 closer than this: either token passes
 
-enum class NegativeControl { none, zero, one_word, stale_cache, nan_cache };
+enum class NegativeControl { none, zero, one_word, stale_cache, nan_cache, drop_fp16 };
 NegativeControl parse_negative_control(const std::string& s);  // gpnpu::Error on an unknown name
 const char* to_string(NegativeControl c);
 

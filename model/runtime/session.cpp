@@ -93,6 +93,7 @@ void Session::write_kv(int layer, bool value, int head, uint32_t slot, std::span
 }
 
 void Session::write_ocm(uint32_t offset, const void* data, uint64_t bytes) { p_.ocm().write(offset, data, bytes); }
+void Session::write_ddr(uint64_t offset, const void* data, uint64_t bytes) { p_.ddr().write(offset, data, bytes); }
 
 std::vector<KernelRun> kernel_runs(const sim::Stats& st, const CompiledProgram& prog, const sim::Config& cfg,
                                    uint32_t context) {

@@ -58,6 +58,7 @@ class Session {
   std::vector<uint16_t> kv(int layer, bool value, int head, uint32_t n) const;
   void write_kv(int layer, bool value, int head, uint32_t slot, std::span<const uint16_t> elems, uint32_t first = 0);
   void write_ocm(uint32_t offset, const void* data, uint64_t bytes);
+  void write_ddr(uint64_t offset, const void* data, uint64_t bytes);
 
   // Progress hooks of long runs (sim::Sequencer::on_mark_end).
   sim::Sequencer& sequencer() { return p_.sequencer(); }
