@@ -137,7 +137,7 @@ void add_compile_commands(CLI::App& app) {
   static sim::MachineOptions machine;
   static int seq = 128, image_start = 4;
   static uint32_t cached = 140;
-  static bool run = false;
+  static bool run = false, fp16_channels = false;
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
   machine.add(c);
@@ -150,6 +150,9 @@ void add_compile_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(cli::integer(1, 4096));
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
+  c->add_flag("--fp16-channels", fp16_channels,
+              "compile for a mixed-precision bundle (quantize --fp16-channels): a gather and an fp16 correction "
+              "after every GEMV, GEMM and embedding lookup (docs/quantisation.md)");
   c->callback([] {
     auto path = [](const char* f) { return (std::filesystem::path(out_dir) / f).string(); };
     io::Outputs paths;
@@ -164,7 +167,9 @@ void add_compile_commands(CLI::App& app) {
     std::tie(shape.grid_h, shape.grid_w) = io::parse_pair(grid, "--grid", "HxW in patches", 1, 1024);
     shape.seq_len = seq;
     shape.image_start = image_start;
-    Compiler comp(m, cfg);
+    CompileOptions copt;
+    copt.fp16_channels = fp16_channels;
+    Compiler comp(m, cfg, copt);
     CompiledProgram dec = comp.decode_program(), img = comp.image_program(shape);
     std::filesystem::create_directories(out_dir);
     dec.program.write_binary(path("decode.bin"));

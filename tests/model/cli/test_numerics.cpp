@@ -189,6 +189,30 @@ TEST(DescribeNumerics, AMixedPrecisionBundleRunsOnTheDeviceAndItsGatesHoldTheFp1
   std::printf("drop-fp16: %s\n", bad.failures[0].c_str());
 }
 
+// The device takes at most 16 fp16 channels per (fused) weight: q|k|v with 6 each is refused
+// by name before anything runs.
+TEST(DescribeNumerics, AFusedWeightPastSixteenFp16ChannelsIsRefusedByName) {
+  std::vector<Outlier> planted;
+  int col = 0;
+  for (const char* w : {"q", "k", "v"})
+    for (int j = 0; j < 6; ++j, ++col)
+      planted.push_back({fmt::format("model.language_model.layers.0.self_attn.{}_proj.weight", w), -1, col, 40.0f});
+  const std::string dir = checkpoint("qkv18", planted);
+  QuantOptions qo;
+  qo.fp16_channels = 6;
+  const std::string bundle = (scratch() / "qkv18.safetensors").string();
+  write_quant_bundle(load_checkpoint(dir), config_tiny(), bundle, qo);
+  try {
+    describe(options(bundle));
+    ADD_FAILURE() << "18 fp16 channels in one fused weight ran on the device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight 'L0.qkv' keeps 18 input channels in fp16 (the union over its fused "
+                                         "tensors); the device takes at most 16 per weight"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 std::pair<int, std::string> run_cli(const std::string& args) {
   std::string cmd = std::string(GPNPU_BINARY) + " describe " + args + " 2>&1";
   std::string out;
