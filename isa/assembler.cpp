@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <iterator>
 #include <sstream>
 
 #include "isa/atomic_file.h"
@@ -21,10 +22,13 @@
 namespace gpnpu::isa {
 
 uint32_t Program::intern(std::string_view name) {
-  for (size_t k = 0; k < names.size(); ++k)
-    if (names[k] == name) return uint32_t(k);
-  names.emplace_back(name);
-  return uint32_t(names.size() - 1);
+  if (name_index.size() != names.size()) {
+    name_index.clear();
+    for (size_t k = 0; k < names.size(); ++k) name_index.emplace(names[k], uint32_t(k));
+  }
+  auto [it, added] = name_index.try_emplace(std::string(name), uint32_t(names.size()));
+  if (added) names.emplace_back(name);
+  return it->second;
 }
 
 namespace {
@@ -458,19 +462,27 @@ std::vector<Insn> Program::decode() const {
 
 std::string Program::disassemble() const {
   std::vector<Insn> insns = decode();
-  std::set<uint32_t> targets;
+  std::vector<bool> target(insns.size() + 1, false);
   for (uint32_t pc = 0; pc < insns.size(); ++pc) {
     uint32_t t;
-    if (branch_target(insns[pc], pc, t)) targets.insert(t);
+    if (branch_target(insns[pc], pc, t) && t < target.size()) target[t] = true;
   }
   DisasmContext ctx;
   ctx.name_of = [this](uint32_t id) { return id < names.size() ? names[id] : fmt::format("#{}", id); };
   std::string out;
-  for (const std::string& n : names) out += fmt::format(".name \"{}\"\n", n);
+  out.reserve(insns.size() * 64);
+  auto to = std::back_inserter(out);
+  for (const std::string& n : names) fmt::format_to(to, ".name \"{}\"\n", n);
   for (uint32_t pc = 0; pc <= insns.size(); ++pc) {
-    if (targets.count(pc)) out += fmt::format("L{}:\n", pc);
+    if (target[pc]) fmt::format_to(to, "L{}:\n", pc);
     if (pc == insns.size()) break;
-    out += fmt::format("    {:<40} # {}\n", isa::disassemble(insns[pc], pc, ctx), pc);
+    const std::string line = isa::disassemble(insns[pc], pc, ctx);  // "    {:<40} # {}\n", without fmt's padding cost
+    out += "    ";
+    out += line;
+    if (line.size() < 40) out.append(40 - line.size(), ' ');
+    out += " # ";
+    out += fmt::format_int(pc).c_str();
+    out += '\n';
   }
   return out;
 }

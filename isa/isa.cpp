@@ -7,6 +7,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <iterator>
+#include <unordered_map>
 
 #include "isa/error.h"
 #include "isa/semantics.h"
@@ -164,9 +166,13 @@ const std::vector<OpInfo>& table() {
 }
 
 const OpInfo* find_mnemonic(std::string_view mnemonic) {
-  for (const OpInfo& o : table())
-    if (mnemonic == o.mnemonic) return &o;
-  return nullptr;
+  static const std::unordered_map<std::string_view, const OpInfo*> by_mnemonic = [] {
+    std::unordered_map<std::string_view, const OpInfo*> m;
+    for (const OpInfo& o : table()) m.emplace(o.mnemonic, &o);
+    return m;
+  }();
+  auto it = by_mnemonic.find(mnemonic);
+  return it == by_mnemonic.end() ? nullptr : it->second;
 }
 
 const OpInfo* find_opcode(uint8_t opcode) {
@@ -255,22 +261,23 @@ bool branch_target(const Insn& insn, uint32_t pc, uint32_t& target) {
 std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx) {
   const OpInfo& info = *insn.info;
   std::string s = info.mnemonic;
+  auto to = std::back_inserter(s);
   for (int k = 0; k < info.nops; ++k) {
     const OperandSpec& o = info.ops[k];
     s += k == 0 ? " " : ", ";
     uint8_t v = o.field == 'i' ? 0 : field_value(insn, o.field);
     switch (o.kind) {
-      case 'X': s += fmt::format("x{}", v); break;
-      case 'V': s += fmt::format("v{}", v); break;
-      case 'P': s += fmt::format("p{}", v); break;
-      case 'C': s += fmt::format("c{}", v); break;
-      case 'N': s += fmt::format("{}", v); break;
+      case 'X': s += 'x'; s += fmt::format_int(v).c_str(); break;
+      case 'V': s += 'v'; s += fmt::format_int(v).c_str(); break;
+      case 'P': s += 'p'; s += fmt::format_int(v).c_str(); break;
+      case 'C': s += 'c'; s += fmt::format_int(v).c_str(); break;
+      case 'N': s += fmt::format_int(v).c_str(); break;
       case 'D': s += kDirNames[v & 3]; break;
       case 'I':
         // Large values are addresses and masks far more often than counts: hex (as
         // the unsigned 32-bit word, which the assembler reads back to the same bits).
-        s += insn.imm >= 0x10000 || insn.imm < -0x1000000 ? fmt::format("0x{:x}", uint32_t(insn.imm))
-                                                            : fmt::format("{}", insn.imm);
+        if (insn.imm >= 0x10000 || insn.imm < -0x1000000) fmt::format_to(to, "0x{:x}", uint32_t(insn.imm));
+        else s += fmt::format_int(insn.imm).c_str();
         break;
       case 'F': {
         // Shortest decimal that reads back to the same bits; raw bits for inf/nan.
@@ -287,10 +294,15 @@ std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx)
         s += ctx.name_of ? fmt::format("\"{}\"", ctx.name_of(uint32_t(insn.imm)))
                          : fmt::format("#{}", insn.imm);
         break;
-      case 'M': s += fmt::format("{}(x{})", insn.imm, v); break;
+      case 'M':
+        s += fmt::format_int(insn.imm).c_str();
+        s += "(x";
+        s += fmt::format_int(v).c_str();
+        s += ')';
+        break;
     }
   }
-  if (info.predicated && insn.p) s += fmt::format(" @p{}", insn.p);
+  if (info.predicated && insn.p) fmt::format_to(to, " @p{}", insn.p);
   return s;
 }
 

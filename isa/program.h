@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include <unordered_map>
+
 #include "isa/isa.h"
 
 namespace gpnpu::isa {
@@ -27,6 +29,8 @@ struct Program {
 
   // Index of `name` in names, added if new.
   uint32_t intern(std::string_view name);
+  // intern()'s index of names (rebuilt when names changed size behind its back).
+  std::unordered_map<std::string, uint32_t> name_index;
 
   void write_binary(const std::string& path) const;
   static Program read_binary(const std::string& path);
