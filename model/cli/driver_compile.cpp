@@ -110,10 +110,19 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
   for (const KernelCall& c : prog.calls)
     mac_floor += double(c.at(context).macs) / cfg.mac_peak(!c.int8);
   const double weights_floor = double(weight_bytes) / cfg.ddr_bytes_per_cycle();
-  std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
-              double(total) / std::max(mac_floor, weights_floor));
   pj["mac_floor_cycles"] = mac_floor;
   pj["weights_floor_cycles"] = weights_floor;
+  if (context) {  // decode: every call's bytes at this context, the KV cache's among them
+    double bytes = 0;
+    for (const KernelCall& c : prog.calls) bytes += double(c.at(context).ddr_bytes);
+    const double bytes_floor = bytes / cfg.ddr_bytes_per_cycle();
+    std::printf("  MAC floor %.0f cycles, DDR floor (weights + KV cache of %u tokens) %.0f cycles: %.4f x their max\n",
+                mac_floor, context, bytes_floor, double(total) / std::max(mac_floor, bytes_floor));
+    pj["bytes_floor_cycles"] = bytes_floor;
+  } else {
+    std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
+                double(total) / std::max(mac_floor, weights_floor));
+  }
   std::printf("  sum of kernel floors %.0f cycles; the ten calls furthest above their floors:\n", floor_sum);
   std::printf("  %-28s %-16s %12s %12s %7s\n", "call", "kernel", "cycles", "floor", "ratio");
   for (size_t k = 0; k < std::min<size_t>(10, rows.size()); ++k) {
