@@ -66,19 +66,45 @@ GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a) {
        npe * kGemvColumnBlockBytes + 4, a.scratch_bytes);
 }
 
-void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
-  if (a.k == 0 || a.k % kBlock) fail("gemv: K = {} must be a positive multiple of {}", a.k, kBlock);
-  if (a.n == 0) fail("gemv: N must be positive");
-  const uint32_t T = cfg.npe(), nblk = a.k / kBlock, tail = a.n % T;
-  const GemvTiling tl = gemv_tiling(cfg, a);
-  const uint32_t G = tl.chunk_blocks;
-  const uint32_t Ct = tail ? nblk / G : 0;      // chunks of the narrow last tile
-  const uint32_t C = a.n / T * (nblk / G) + Ct;  // chunks in all
-  const uint32_t block_bytes = T * kGemvColumnBlockBytes, chunk_bytes = G * block_bytes;
-  const uint32_t tail_chunk_bytes = G * tail * kGemvColumnBlockBytes;
-  const uint32_t ch = std::min(tl.channels, C);
+namespace {
+// The chunk stream of one call (the tiling rule's G and channels): C chunks, the last Ct
+// of them the narrow tile's.
+struct GemvChunks {
+  uint32_t T, nblk, tail, G, Ct, C, chunk_bytes, tail_chunk_bytes, ch;
+  GemvChunks(const sim::Config& cfg, const GemvArgs& a) {
+    if (a.k == 0 || a.k % kBlock) fail("gemv: K = {} must be a positive multiple of {}", a.k, kBlock);
+    if (a.n == 0) fail("gemv: N must be positive");
+    T = cfg.npe(), nblk = a.k / kBlock, tail = a.n % T;
+    const GemvTiling tl = gemv_tiling(cfg, a);
+    G = tl.chunk_blocks;
+    Ct = tail ? nblk / G : 0;
+    C = a.n / T * (nblk / G) + Ct;
+    chunk_bytes = G * T * kGemvColumnBlockBytes;
+    tail_chunk_bytes = G * tail * kGemvColumnBlockBytes;
+    ch = std::min(tl.channels, C);
+  }
+  uint32_t size(uint32_t c) const { return c + Ct >= C ? tail_chunk_bytes : chunk_bytes; }
   // Buffers are spaced for full chunks, so a narrow chunk's routine reads stay inside its buffer.
-  auto buf = [&](uint32_t c) { return a.scratch_ocm + c * (chunk_bytes + 4); };
+  uint32_t buf(const GemvArgs& a, uint32_t c) const { return a.scratch_ocm + c * (chunk_bytes + 4); }
+};
+}  // namespace
+
+void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
+  const GemvChunks k(cfg, a);
+  uint32_t src = a.w_ddr;
+  for (uint32_t c = 0; c < k.ch; ++c) {
+    b.descriptor(a.smem + c * 64, src, sim::ocm_addr(k.buf(a, c)), k.size(c));
+    b.li(X{19}, a.smem + c * 64);
+    b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
+    src += k.size(c);
+  }
+}
+
+void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
+  const GemvChunks k(cfg, a);
+  const uint32_t T = k.T, nblk = k.nblk, tail = k.tail, G = k.G, Ct = k.Ct, C = k.C;
+  const uint32_t chunk_bytes = k.chunk_bytes, tail_chunk_bytes = k.tail_chunk_bytes, ch = k.ch;
+  auto buf = [&](uint32_t c) { return k.buf(a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
 
   // ---- prologue: constants, descriptors, first chunks in flight ----
@@ -109,11 +135,14 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("vsplati", {V{9}, int64_t(0)});
   for (uint32_t c = 0; c < ch; ++c)
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), C == Ct ? tail_chunk_bytes : chunk_bytes);
-  auto start_chunk = [&](uint32_t c) {
+  // issue = false: the chunk is in flight already (prefetched); only the registers move on.
+  auto start_chunk = [&](uint32_t c, bool issue = true) {
     b.op("sw", {X{2}, Mem{X{0}, desc(c)}});
     if (Ct && C != Ct) b.op("sw", {X{12}, Mem{X{0}, desc(c) + 8}});
-    b.li(X{19}, desc(c));
-    b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
+    if (issue) {
+      b.li(X{19}, desc(c));
+      b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
+    }
     b.op("add", {X{2}, X{2}, X{12}});
     b.op("addi", {X{3}, X{3}, -1});
     if (Ct && C != Ct) {
@@ -123,7 +152,7 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
       b.bind(full);
     }
   };
-  for (uint32_t c = 0; c < ch; ++c) start_chunk(c);
+  for (uint32_t c = 0; c < ch; ++c) start_chunk(c, !a.prefetched);
 
   // ---- main loop: per channel, wait for its chunk, consume it, refill ----
   Label round = b.label(), done = b.label(), chunk = b.label();

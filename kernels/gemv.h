@@ -41,6 +41,7 @@ struct GemvArgs {
   uint32_t scratch_ocm = 0;   // OCM offset of the DMA buffers
   uint32_t scratch_bytes = 0;
   uint32_t smem = 0;          // scalar-memory bytes for descriptors (64 per channel)
+  bool prefetched = false;    // emit_gemv_prefetch(the same args) ran before: the first chunks are in flight
 };
 
 // Packs a quantised [n][k] weight into the layout above for an array of `npe` PEs.
@@ -61,5 +62,12 @@ KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);
 
 // Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
 void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a);
+// The call's start-up hidden behind the kernels before it: starts the DMA of the first
+// chunk of each channel the call uses (chunk c on channel c, into its buffer) and returns
+// at once. Clobbers x19 and x31 only, and the descriptor smem [a.smem, a.smem + 64 C).
+// Contract until emit_gemv_w4(a with prefetched = true): nothing writes the scratch
+// buffers, the packed weight nor that smem; other kernels may use the DMA channels (their
+// descriptors queue behind the prefetch, in order per channel).
+void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a);
 
 }  // namespace gpnpu::kernels

@@ -148,7 +148,12 @@ CompiledProgram Compiler::decode_program() const {
   auto call = [&](const std::string& mark, const char* kernel, KernelCost cost, const std::function<void()>& emit) {
     em.call(mark, kernel, cost, emit);
   };
-  auto gemv = [&](const std::string& mark, const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
+  // GEMV calls start their weight stream before the kernels that precede them
+  // (emit_gemv_prefetch): the small kernels between two GEMVs use no DMA, and the
+  // attention starts the o_proj stream once its own first key blocks are in flight; the
+  // layer's norm weights load before the down projection's prefetch (the DMA channels
+  // are in order). Their descriptors live apart from the other kernels' (kSmemGemv).
+  auto gemv_args = [&](const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
     GemvArgs g;
     g.n = n;
     g.k = k;
@@ -157,7 +162,14 @@ CompiledProgram Compiler::decode_program() const {
     g.y_ocm = y;
     g.scratch_ocm = o.gemv_scratch;
     g.scratch_bytes = o.gemv_scratch_bytes;
-    g.smem = kSmem;
+    g.smem = detail::Emitter::kSmemGemv;
+    return g;
+  };
+  auto prefetch = [&](GemvArgs& g) {
+    emit_gemv_prefetch(b, cfg_, g);
+    g.prefetched = true;
+  };
+  auto gemv = [&](const std::string& mark, const std::string& w, const GemvArgs& g) {
     call(mark, "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
     if (opt_.fp16_channels) em.f16_gemv(mark, ddr_, w, g, o.f16xs, o.f16scr);
   };
@@ -204,12 +216,14 @@ CompiledProgram Compiler::decode_program() const {
     if (opt_.fp16_channels) em.f16_embed("embed", ddr_, 1, H, dio_.token_smem, o.h, H * 2, o.f16xs, o.f16scr);
   }
   const uint32_t w_in = o.normw, w_post = o.normw + H * 2, w_q = o.normw + 4 * H, w_k = w_q + hd * 2;
+  const uint32_t norms_bytes = (2 * H + 2 * hd) * 2;
+  load("L0.norms", layer_name(0, "norms"), o.normw, norms_bytes);
+  GemvArgs qkv = gemv_args(layer_name(0, "qkv"), qkv_n, H, o.xn, o.qkv);
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     const std::string L = fmt::format("L{}", i);
     b.op("mark.begin", {Name{L}});
-    load(L + ".norms", layer_name(i, "norms"), o.normw, (2 * H + 2 * hd) * 2);
     rmsnorm(L + ".input_norm", o.h, o.xn, w_in);
-    gemv(L + ".qkv", layer_name(i, "qkv"), qkv_n, H, o.xn, o.qkv);
+    gemv(L + ".qkv", layer_name(i, "qkv"), qkv);
     HeadNormArgs qn;
     qn.rows = 1;
     qn.heads = nq;
@@ -266,10 +280,17 @@ CompiledProgram Compiler::decode_program() const {
     // The kernel reads the context length at run time: its floor grows per token.
     em.call(L + ".attention", "attention_decode", cost_attention_decode(cfg_, at, 0),
             [&] { emit_attention_decode(b, cfg_, at); }, cost_attention_decode(cfg_, at, 1));
-    gemv(L + ".o_proj", layer_name(i, "o"), H, nq * hd, o.attn, o.o);
+    gemv(L + ".o_proj", layer_name(i, "o"), gemv_args(layer_name(i, "o"), H, nq * hd, o.attn, o.o));
+    GemvArgs gu = gemv_args(layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
+    prefetch(gu);
     add(L + ".attn_residual", o.h, o.o);
     rmsnorm(L + ".post_norm", o.h, o.xn, w_post);
-    gemv(L + ".gate_up", layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
+    gemv(L + ".gate_up", layer_name(i, "gateup"), gu);
+    // The next layer's norm weights (this layer's are used), or the final norm's.
+    if (i + 1 < t.num_hidden_layers) load(layer_name(i + 1, "norms"), layer_name(i + 1, "norms"), o.normw, norms_bytes);
+    else load("final_norm.load", "final_norm", o.finalw, H * 2);
+    GemvArgs down = gemv_args(layer_name(i, "down"), H, I, o.act, o.o);
+    prefetch(down);
     {
       EwArgs e;
       e.op = EwOp::silu_mul;
@@ -280,13 +301,15 @@ CompiledProgram Compiler::decode_program() const {
       e.out_ocm = o.act;
       call(L + ".silu_mul", "silu_mul", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
     }
-    gemv(L + ".down", layer_name(i, "down"), H, I, o.act, o.o);
+    gemv(L + ".down", layer_name(i, "down"), down);
+    qkv = i + 1 < t.num_hidden_layers ? gemv_args(layer_name(i + 1, "qkv"), qkv_n, H, o.xn, o.qkv)
+                                      : gemv_args("embed", V, H, o.xn, dio_.logits_ocm);
+    prefetch(qkv);
     add(L + ".mlp_residual", o.h, o.o);
     b.op("mark.end", {Name{L}});
   }
-  load("final_norm.load", "final_norm", o.finalw, H * 2);
   rmsnorm("final_norm", o.h, o.xn, o.finalw);
-  gemv("lm_head", "embed", V, H, o.xn, dio_.logits_ocm);
+  gemv("lm_head", "embed", qkv);
   b.op("mark.end", {Name{"decode"}});
   b.op("halt");
   out.program = b.finish();

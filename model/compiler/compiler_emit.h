@@ -116,6 +116,7 @@ inline std::vector<uint8_t> f16_bytes(const std::vector<float>& v) {
 class Emitter {
  public:
   static constexpr uint32_t kSmem = 256;       // kernels' descriptor area (one kernel runs at a time)
+  static constexpr uint32_t kSmemGemv = 512;   // GEMVs: their descriptors outlive the kernels before them (prefetch)
   static constexpr uint32_t kSmemCopy = 1024;  // the emitter's own copies
 
   Emitter(kernels::Builder& b, const sim::Config& cfg, std::vector<KernelCall>& calls)
@@ -150,6 +151,7 @@ class Emitter {
   void f16_gemv(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
                 uint32_t xs, uint32_t scratch) {
     kernels::GemvArgs s = g;
+    s.prefetched = false;
     s.n = kernels::kF16Cols;
     s.w_ddr = ddr.bus(f16sel(w));
     s.y_ocm = xs;

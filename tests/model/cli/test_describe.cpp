@@ -224,7 +224,7 @@ TEST(Describe, CliPrintsTheStepsAndExitsNonZeroWhenAGateFails) {
 
   auto [rc3, out3] = run_cli("--tokens 2 --negative-control sideways");
   EXPECT_EQ(rc3, 1) << out3;
-  EXPECT_NE(out3.find("unknown control (use zero, one-word, stale-cache or nan-cache)"), std::string::npos) << out3;
+  EXPECT_NE(out3.find("unknown control (use zero, one-word, stale-cache, nan-cache or drop-fp16)"), std::string::npos) << out3;
 }
 
 }  // namespace
