@@ -84,6 +84,10 @@ void add_chat_command(CLI::App& app) {
       ->check(cli::integer(1, kDefaultMaxPromptTokens));
   c->add_option("--size", size, "resize images to WxH pixels (multiples of 32), or 'auto'")->capture_default_str();
   add_max_context_option(c, max_context);
+  c->add_option("--chunk", o.chunk, "tokens per prefill run, the last one shorter (0: the most that run with their "
+                                    "activations in OCM; a larger chunk streams them from DDR)")
+      ->capture_default_str()
+      ->check(cli::integer(0, 65536));
   o.machine.add(c);
   c->add_flag("--timing-only", o.timing_only, "cycles only: no weights, no arithmetic, no gates");
   c->add_option("--negative-control", negative,

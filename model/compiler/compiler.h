@@ -128,6 +128,8 @@ struct CompileOptions {
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
   // image_tile_rows rows per tile and image_attn_groups kv heads per attention call.
   uint32_t image_tile_rows = 0, image_attn_groups = 0;
+  // Rows per prefill chunk, the last one shorter (0: prefill_chunk_rows' OCM rule; gpnpu chat --chunk).
+  uint32_t prefill_chunk = 0;
 };
 
 class Compiler {
@@ -146,9 +148,11 @@ class Compiler {
   // tower's rotary tables (functional runs only).
   void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, DdrWriter ddr) const;
 
-  // Rows of the next prefill chunk (issue 18): the most of `rows` left, from `offset`
-  // cached tokens, that run with the resident plan (activations in OCM), at least 1;
-  // `rows` when even one row does not (the streamed plan takes any chunk).
+  // Rows of the next prefill chunk (issue 18): of the `rows` left, from `offset` cached
+  // tokens, the most that run with the resident plan (activations in OCM), evened out
+  // over the chunks that takes (rows / ceil(rows / most)), at least 1;
+  // `rows` when even one row does not (the streamed plan takes any chunk); at most the
+  // ids scalar memory holds; CompileOptions::prefill_chunk rows when that is set.
   uint32_t prefill_chunk_rows(uint32_t offset, uint32_t rows) const;
   // Bytes of the weights a vision run (tower and mergers) or a prefill run (the LM's
   // GEMM weights, its vectors and the embedding table) reads, each once.

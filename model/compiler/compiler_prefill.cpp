@@ -12,6 +12,7 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
   // The ids of a chunk sit in scalar memory after the descriptor areas.
   const uint64_t room = cfg_.smem_bytes > iio_.ids_smem ? (cfg_.smem_bytes - iio_.ids_smem) / 4 : 0;
   rows = uint32_t(std::min<uint64_t>(rows, room));
+  if (opt_.prefill_chunk) return std::max(1u, std::min(rows, opt_.prefill_chunk));
   auto resident = [&](uint32_t n) {
     ImageShape sh;
     sh.vision = false;
@@ -28,7 +29,10 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
     const uint32_t mid = lo + (hi - lo) / 2;
     (resident(mid) ? lo : hi) = mid;
   }
-  return lo;
+  // As few chunks as that takes, of even rows (each chunk reads every weight once: no
+  // short last chunk); a later chunk sits at a larger offset and may get fewer.
+  const uint32_t chunks = (rows + lo - 1) / lo;
+  return (rows + chunks - 1) / chunks;
 }
 
 uint64_t Compiler::run_weight_bytes(bool vision) const {

@@ -121,6 +121,7 @@ Conversation::Conversation(const ChatOptions& o) : impl_(std::make_unique<Impl>(
   const int ps = m.mc.vision.patch_size;
   copt.max_patches = std::max<uint32_t>(copt.max_patches, uint32_t((o.width / ps) * (o.height / ps)));
   m.fit = Compiler::max_context(m.mc, m.cfg, copt);
+  copt.prefill_chunk = o.chunk;
   copt.max_seq = o.max_context ? o.max_context : m.fit;
   m.say(fmt::format("compiling the decode program for {} ({} KV-cache slots) ...", o.machine.preset, copt.max_seq));
   m.comp = std::make_unique<Compiler>(m.mc, m.cfg, copt);

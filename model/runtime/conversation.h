@@ -55,6 +55,7 @@ struct ChatOptions {
   sim::MachineOptions machine;
   uint32_t max_context = 0;  // KV-cache slots (0: the most that fit the DDR, Compiler::max_context)
   int tokens = 20;           // answer tokens per turn at most (>= 1)
+  uint32_t chunk = 0;        // rows per prefill chunk (0: the compiler's OCM rule)
   int width = 256, height = 256;
   bool timing_only = false;
   ChatNegative negative = ChatNegative::none;
