@@ -6,6 +6,7 @@
 
 #include "isa/error.h"
 #include "isa/io_rules.h"
+#include "sim/machine/memory_map.h"
 
 namespace gpnpu::model {
 
@@ -29,7 +30,13 @@ Capacity resolve_max_context(const std::string& value, const ModelConfig& model,
     c.max_context = c.fit;
     return c;
   }
-  const int64_t n = io::parse_integer(value, "--max-context", INT64_MIN, INT64_MAX);
+  int64_t n = 0;
+  try {
+    n = io::parse_integer(value, "", INT64_MIN, INT64_MAX);
+  } catch (const Error&) {
+    fail("--max-context '{}' is neither a count of tokens nor auto (e.g. --max-context 4096; at most {} fit)", value,
+         c.fit);
+  }
   if (n < 1)
     fail("--max-context {}: the KV cache needs at least 1 slot; give a count from 1 to {} (the most that fit "
          "ddr_bytes = {} beside the weights) or auto",
@@ -37,8 +44,10 @@ Capacity resolve_max_context(const std::string& value, const ModelConfig& model,
   if (n > int64_t(c.fit))
     fail("--max-context {}: a KV cache of {} tokens takes about {} bytes ({} per token) beside the {} bytes of "
          "weights and buffers, more than ddr_bytes = {}: at most {} tokens fit; give --max-context {} or less (or "
-         "auto), or --set ddr_bytes=N (at most 3221225472)",
-         value, n, uint64_t(n) * c.bytes_per_token, c.bytes_per_token, c.fixed_bytes, cfg.ddr_bytes, c.fit, c.fit);
+         "auto){}",
+         value, n, uint64_t(n) * c.bytes_per_token, c.bytes_per_token, c.fixed_bytes, cfg.ddr_bytes, c.fit, c.fit,
+         cfg.ddr_bytes < sim::kDdrRegion.window ? fmt::format(", or --set ddr_bytes=N (at most {})", sim::kDdrRegion.window)
+                                              : "");
   c.max_context = uint32_t(n);
   return c;
 }

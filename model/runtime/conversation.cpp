@@ -122,6 +122,7 @@ Conversation::Conversation(const ChatOptions& o) : impl_(std::make_unique<Impl>(
   copt.max_patches = std::max<uint32_t>(copt.max_patches, uint32_t((o.width / ps) * (o.height / ps)));
   m.fit = Compiler::max_context(m.mc, m.cfg, copt);
   copt.prefill_chunk = o.chunk;
+  copt.image_tile_rows = o.stream_rows;
   copt.max_seq = o.max_context ? o.max_context : m.fit;
   m.say(fmt::format("compiling the decode program for {} ({} KV-cache slots) ...", o.machine.preset, copt.max_seq));
   m.comp = std::make_unique<Compiler>(m.mc, m.cfg, copt);
@@ -194,10 +195,10 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
   // ---- capacity, before anything runs ----
   const uint64_t need = uint64_t(cached_) + T + uint64_t(o.tokens) - 1;
   if (need > max_context())
-    fail("turn {}: {} cached tokens + {} prompt tokens + up to {} answer tokens need {} KV-cache slots, more than "
-         "--max-context = {}; ask with fewer --tokens, start a new conversation, or compile for a larger "
-         "--max-context (at most {} fit the DDR beside the weights)",
-         t.index, cached_, T, o.tokens, need, max_context(), m.fit);
+    fail("turn {}: {} cached tokens + {} prompt tokens + {} decode steps (for up to {} answer tokens) need {} "
+         "KV-cache slots, more than --max-context = {}; ask with fewer --tokens, start a new conversation, or give a "
+         "larger --max-context (at most {} fit the DDR beside the weights)",
+         t.index, cached_, T, o.tokens - 1, o.tokens, need, max_context(), m.fit);
 
   // The negative control stale-cache: the host "forgets" what the previous turn's decode steps wrote.
   if (o.negative == ChatNegative::stale_cache && functional) {
