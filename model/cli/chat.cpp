@@ -131,7 +131,10 @@ void add_chat_command(CLI::App& app) {
       }
       if (turns.empty()) fail("--script '{}' holds no question (one question per line)", script);
     }
-    o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+    o.log = [](const std::string& s) {  // progress on stdout, with the conversation (stderr: the error line only)
+      std::printf("%s\n", s.c_str());
+      std::fflush(stdout);
+    };
     std::printf("gpnpu chat: %s on %s%s; KV cache of %u tokens\n", o.model.c_str(),
                 machine_summary(o.machine.config()).c_str(), o.timing_only ? ", timing only" : "", o.max_context);
     std::fflush(stdout);
