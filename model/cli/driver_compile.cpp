@@ -150,7 +150,7 @@ void add_compile_commands(CLI::App& app) {
       ->check(cli::integer(0, 4095));
   c->add_option("--cached", cached, "cached tokens for the decode run (--run), the new one included: 1 to --max-context")
       ->capture_default_str()
-      ->check(cli::integer(INT32_MIN, INT32_MAX));
+      ->check(cli::integer(INT64_MIN, INT64_MAX));  // the range: check_tokens in the callback
   add_max_context_option(c, max_context);
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->callback([] {

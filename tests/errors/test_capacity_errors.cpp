@@ -20,7 +20,8 @@ TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
   expect_clean_error(run_cli(c + " --cached 40000"),
                      {"--cached 40000: needs 40000 KV-cache slots, more than --max-context = 10797 (the most that fit "
                       "ddr_bytes beside the weights, 123904 bytes per token); give --cached 10797 or less"});
-  expect_clean_error(run_cli(c + " --cached 4294967294"), {"--cached: '4294967294' is out of range"});
+  expect_clean_error(run_cli(c + " --cached 4294967294"),
+                     {"--cached 4294967294: needs 4294967294 KV-cache slots, more than --max-context = 10797"});
   expect_clean_error(run_cli(c + " --max-context 100 --cached 140"),
                      {"--seq 128: needs 128 KV-cache slots, more than --max-context = 100 (up to 10797 fit the DDR)"});
   EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";
