@@ -190,6 +190,7 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
     pos.push_back({int(q[0] + m.next_pos), int(q[1] + m.next_pos), int(q[2] + m.next_pos)});
   const uint32_t T = uint32_t(ids.size());
   t.prompt_tokens = int(T);
+  t.ids = ids;
   t.image_tokens = nimg;
 
   // ---- capacity, before anything runs ----
@@ -285,6 +286,7 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
     if (sh.head) {
       logits = functional ? m.dev->logits() : std::vector<float>{};
       r.device_token = functional ? ops::argmax(logits) : 0;
+      if (o.keep_logits) r.logits = logits;
     }
     if (functional) {
       if (!chain_done) ref_last = chain_wait();
@@ -324,6 +326,7 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
       const std::vector<float> got = m.dev->logits();
       r.device_token = ops::argmax(got);
       m.gate_logits(r, got, next.get());
+      if (o.keep_logits) r.logits = got;
       m.gate_cache(r, cached_);
     } else {
       r.device_token = 0;
@@ -364,6 +367,7 @@ std::string chat_report_json(const Conversation& c) {
     tj["question"] = t.question;
     tj["image"] = t.image;
     tj["prompt_tokens"] = t.prompt_tokens;
+    tj["prompt_ids"] = t.ids;
     tj["image_tokens"] = t.image_tokens;
     tj["cached_before"] = t.cached_before;
     tj["cached_after"] = t.cached_after;

@@ -57,6 +57,7 @@ struct ChatOptions {
   int tokens = 20;           // answer tokens per turn at most (>= 1)
   uint32_t chunk = 0;        // rows per prefill chunk (0: the compiler's OCM rule)
   uint32_t stream_rows = 0;  // test knob: CompileOptions::image_tile_rows (forces the streamed plan)
+  bool keep_logits = false;  // keep every run's device logits (ChatRun::logits), for comparisons
   int width = 256, height = 256;
   bool timing_only = false;
   ChatNegative negative = ChatNegative::none;
@@ -78,12 +79,14 @@ struct ChatRun {
   int cache_slots = 0, cache_expected = 0;
   std::vector<std::string> failures;
   double wall_s = 0;
+  std::vector<float> logits;  // the device's, with ChatOptions::keep_logits (functional runs with logits)
 };
 
 struct ChatTurn {
   int index = 0;  // 1-based
   std::string question, image;
   int prompt_tokens = 0, image_tokens = 0;
+  std::vector<int> ids;  // the tokens the turn fed (the previous answer's closing, its user turn)
   uint32_t cached_before = 0, cached_after = 0;
   std::vector<ChatRun> runs;
   Answer device, chain;
