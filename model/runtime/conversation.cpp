@@ -82,13 +82,7 @@ struct Conversation::Impl {
     const CacheCheck cc = check_cache(*dev, chain->cache(), int(expected), expected + 64);
     r.cache_slots = cc.slots;
     r.slot_cosine = cc.min_cos;
-    if (cc.slots != int(expected))
-      r.failures.push_back(fmt::format("KV cache holds {} slots, expected {}", cc.slots, expected));
-    if (cc.bad)
-      r.failures.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate; the "
-                                       "lowest cosine is {})",
-                                       format_cosine(cc.first_bad_cos), kCacheGate, cc.first_bad, cc.bad,
-                                       format_cosine(cc.min_cos)));
+    for (std::string& f : cc.failures(int(expected))) r.failures.push_back(std::move(f));
   }
   void gate_logits(ChatRun& r, const std::vector<float>& got, const std::vector<float>& ref) const {
     r.chain_token = ops::argmax(ref);

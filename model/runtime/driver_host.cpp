@@ -162,6 +162,16 @@ void record_energy(const sim::Stats& st, const sim::Config& cfg, StepRecord& s, 
 
 }  // namespace
 
+std::vector<std::string> CacheCheck::failures(int expected) const {
+  std::vector<std::string> f;
+  if (slots != expected) f.push_back(fmt::format("KV cache holds {} slots, expected {}", slots, expected));
+  if (bad)
+    f.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate, in layer, K/V, "
+                            "slot order; the lowest cosine is {})",
+                            format_cosine(first_bad_cos), kCacheGate, first_bad, bad, format_cosine(min_cos)));
+  return f;
+}
+
 CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected, uint32_t scan) {
   const Compiler& c = dev.compiler();
   const TextConfig& t = c.model().text;
@@ -595,13 +605,7 @@ DescribeResult describe(const DescribeOptions& o) {
     CacheCheck cc = check_cache(dev, chain->cache(), expected_slots);
     s.cache_slots = cc.slots;
     s.slot_cosine = cc.min_cos;
-    if (cc.slots != expected_slots)
-      s.failures.push_back(fmt::format("KV cache holds {} slots, expected {}", cc.slots, expected_slots));
-    if (cc.bad)
-      s.failures.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate, in "
-                                       "layer, K/V, slot order; the lowest cosine is {})",
-                                       format_cosine(cc.first_bad_cos), kCacheGate, cc.first_bad, cc.bad,
-                                       format_cosine(cc.min_cos)));
+    for (std::string& f : cc.failures(expected_slots)) s.failures.push_back(std::move(f));
     if (golden_row) {
       std::span<const float> g(&golden->w4a16_logits[size_t(*golden_row) * V], V);
       double gc = cosine(got, g);

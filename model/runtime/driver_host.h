@@ -169,6 +169,7 @@ struct CacheCheck {
   int bad = 0;
   std::string first_bad;
   double first_bad_cos = 0;
+  std::vector<std::string> failures(int expected) const;  // the gate's messages (none: it passes)
 };
 class Session;
 struct KvCache;
