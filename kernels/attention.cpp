@@ -566,8 +566,8 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{22}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
     b.li(X{23}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
     b.li(X{24}, p.nrows);
-    b.li(X{25}, p.r0);
-    b.li(X{26}, a.causal ? std::min(S, p.r0 + p.nrows) : S);
+    b.li(X{25}, p.r0 + a.kv_offset);
+    b.li(X{26}, a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
     b.li(X{27}, p.ng * G);
     b.op("jal", {X{14}, pass_fn});
     if (!o_direct) stage_out(p);
@@ -684,7 +684,8 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
 
 KernelCost cost_attention_ocm(const sim::Config&, const OcmAttnArgs& a) {
   KernelCost c;
-  const uint64_t pairs = a.causal ? uint64_t(a.seq) * (a.seq + 1) / 2 : uint64_t(a.seq) * a.seq;
+  const uint64_t pairs = uint64_t(a.seq) * a.kv_offset +
+                         (a.causal ? uint64_t(a.seq) * (a.seq + 1) / 2 : uint64_t(a.seq) * a.seq);
   c.macs = pairs * a.q_heads * a.head_dim * 2;
   return c;
 }

@@ -94,6 +94,10 @@ struct OcmAttnArgs {
   uint32_t scratch_ocm = 0, scratch_bytes = 0;  // head-major staging when q/out are row-major
   uint32_t smem = 0;                            // 128 bytes for two descriptors
   uint32_t max_groups = 0;                      // cap on kv groups per pass (0: the tiling rule)
+  // Keys before the first query row (a prefill chunk after cached tokens, issue 18): k
+  // and v hold kv_offset + seq rows, query row i sits at key kv_offset + i (causal: it
+  // sees keys [0, kv_offset + i]; full: all of them).
+  uint32_t kv_offset = 0;
 };
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);
 KernelCost cost_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);

@@ -125,6 +125,7 @@ int main(int argc, char** argv) {
   model::add_image_commands(app);
   model::add_compile_commands(app);
   model::add_describe_command(app);
+  model::add_chat_command(app);
   model::add_sweep_commands(app);
   for (int k = 0; k < argc; ++k) model::command_line() += (k ? " " : "") + std::string(k ? argv[k] : "gpnpu");
   io::install_cleanup_handlers();

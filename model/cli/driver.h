@@ -13,6 +13,7 @@ namespace gpnpu::model {
 
 void add_compile_commands(CLI::App& app);
 void add_describe_command(CLI::App& app);  // model/cli/driver_describe.cpp
+void add_chat_command(CLI::App& app);      // model/cli/chat.cpp
 
 // The machine in one line, for reports: the preset, the keys that differ from it and
 // the figures that size a design point, e.g. "qc-u with pe_rows=64 pe_cols=64: 64x64

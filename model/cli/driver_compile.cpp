@@ -15,6 +15,7 @@
 #include "isa/io_rules.h"
 #include "kernels/cost.h"
 #include "model/compiler/compiler.h"
+#include "model/cli/capacity.h"
 #include "model/cli/driver.h"
 #include "model/runtime/session.h"
 #include "sim/machine/options.h"
@@ -145,7 +146,8 @@ void add_compile_commands(CLI::App& app) {
   static std::string model_spec = "synthetic:2b", out_dir, grid = "16x16";
   static sim::MachineOptions machine;
   static int seq = 128, image_start = 4;
-  static uint32_t cached = 140;
+  static int64_t cached = 140;
+  static std::string max_context = "auto";
   static bool run = false, fp16_channels = false;
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
@@ -155,9 +157,10 @@ void add_compile_commands(CLI::App& app) {
   c->add_option("--image-start", image_start, "row of the first image token")
       ->capture_default_str()
       ->check(cli::integer(0, 4095));
-  c->add_option("--cached", cached, "cached tokens for the decode run (--run)")
+  c->add_option("--cached", cached, "cached tokens for the decode run (--run), the new one included: 1 to --max-context")
       ->capture_default_str()
-      ->check(cli::integer(1, 4096));
+      ->check(cli::integer(INT64_MIN, INT64_MAX));  // the range: check_tokens in the callback
+  add_max_context_option(c, max_context);
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->add_flag("--fp16-channels", fp16_channels,
               "compile for a mixed-precision bundle (quantize --fp16-channels): a gather and an fp16 correction "
@@ -176,8 +179,14 @@ void add_compile_commands(CLI::App& app) {
     std::tie(shape.grid_h, shape.grid_w) = io::parse_pair(grid, "--grid", "HxW in patches", 1, 1024);
     shape.seq_len = seq;
     shape.image_start = image_start;
+    // Capacity first (issue 18): every count the runs need against the KV cache, before any run.
     CompileOptions copt;
     copt.fp16_channels = fp16_channels;
+    const Capacity cap = resolve_max_context(max_context, m, cfg, copt);
+    check_tokens("--seq", seq, cap, fmt::format("give --seq {} or less, or a larger --max-context", cap.max_context));
+    check_tokens("--cached", cached, cap,
+                 fmt::format("give --cached {} or less, or a larger --max-context", cap.max_context));
+    copt.max_seq = cap.max_context;
     Compiler comp(m, cfg, copt);
     CompiledProgram dec = comp.decode_program(), img = comp.image_program(shape);
     std::filesystem::create_directories(out_dir);
@@ -190,17 +199,18 @@ void add_compile_commands(CLI::App& app) {
       layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});
     sim::write_file_atomic(path("ddr_layout.json"), layout.dump(1) + "\n");
     sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
-    std::printf("compiled %s for %s\n  decode %zu instructions, image %zu instructions, DDR %.3f GB -> %s\n  image plan: %s\n",
+    std::printf("compiled %s for %s\n  decode %zu instructions, image %zu instructions, DDR %.3f GB (KV cache of %u "
+                "tokens) -> %s\n  image plan: %s\n",
                 model_spec.c_str(), machine_summary(cfg).c_str(), dec.program.words.size(), img.program.words.size(),
-                comp.layout().total() / 1e9, out_dir.c_str(), img.plan.c_str());
+                comp.layout().total() / 1e9, cap.max_context, out_dir.c_str(), img.plan.c_str());
     if (!run) return;
     nlohmann::ordered_json j;
     Session dev(comp, true);
     std::vector<int> ids(size_t(shape.seq_len), 0);
     dev.write_prompt(ids);
     report("image", dev.run(img), img, cfg, {"vision_tower", "prefill", "head"}, 0, comp.weight_bytes(true), j);
-    dev.write_decode_args(0, cached - 1);
-    report("decode", dev.run(dec), dec, cfg, {"decode"}, cached, comp.weight_bytes(false), j);
+    dev.write_decode_args(0, uint32_t(cached - 1));
+    report("decode", dev.run(dec), dec, cfg, {"decode"}, uint32_t(cached), comp.weight_bytes(false), j);
     j["config"] = nlohmann::ordered_json::parse(cfg.to_json());
     sim::write_file_atomic(path("report.json"), j.dump(1) + "\n");
   });

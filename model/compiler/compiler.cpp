@@ -58,7 +58,12 @@ std::vector<std::string> gate_up_names(int layer) {
 Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt)
     : model_(model), cfg_(cfg), opt_(opt) {
   cfg_.validate();
+  if (opt_.max_seq == 0) fail("compiler: a KV cache of 0 slots holds no token; give a max context of at least 1");
   plan_ddr();
+  if (ddr_.total() > cfg_.ddr_bytes)
+    fail("compiler: a KV cache of {} tokens makes the model need {} bytes of DDR but ddr_bytes is {}: at most {} "
+         "tokens fit; lower --max-context or raise ddr_bytes",
+         opt_.max_seq, ddr_.total(), cfg_.ddr_bytes, max_context(model_, cfg_, opt_));
   plan_decode_ocm();
 }
 
@@ -71,6 +76,34 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
   if (!opt_.fp16_channels) return;
   ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout);
   ddr_.add(detail::f16w(name), uint64_t(n) * kF16RowBytes, layout);
+}
+
+Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly)
+    : model_(model), cfg_(cfg), opt_(opt) {
+  plan_ddr();
+}
+
+uint64_t Compiler::ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt) {
+  return Compiler(model, cfg, opt, LayoutOnly{}).ddr_.total();
+}
+
+uint32_t Compiler::max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt) {
+  // The layout grows with the slots (K, V and the prefill's per-row areas): the largest
+  // count whose layout fits, by bisection (the bus addresses are 32-bit, so < 2^32 bytes).
+  auto fits = [&](uint32_t m) {
+    opt.max_seq = m;
+    return ddr_need(model, cfg, opt) <= cfg.ddr_bytes;
+  };
+  if (!fits(1))
+    fail("compiler: the model's weights and buffers alone need more than ddr_bytes = {} bytes of DDR; raise ddr_bytes",
+         cfg.ddr_bytes);
+  uint32_t lo = 1, hi = 1u << 24;  // fits(lo); hi: a bound (a slot takes over 256 bytes, ddr_bytes <= 3 GiB)
+  if (fits(hi)) return hi;
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
 }
 
 void Compiler::plan_ddr() {
@@ -91,9 +124,6 @@ void Compiler::plan_ddr() {
     ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
   }
   if (opt_.image) plan_image_ddr();
-  if (ddr_.total() > cfg_.ddr_bytes)
-    fail("compiler: the model needs {} bytes of DDR but ddr_bytes is {}; raise it or lower max_seq", ddr_.total(),
-         cfg_.ddr_bytes);
 }
 
 void Compiler::plan_decode_ocm() {

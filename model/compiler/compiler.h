@@ -87,11 +87,23 @@ struct DecodeIo {
 };
 
 // The shape an image program is compiled for: one image, one prompt.
+// Conversations (issue 18, docs/chat.md) split it into runs: a vision program (vision
+// = true, prefill = false: pixels -> the image rows act.img and the DeepStack rows
+// act.ds* left in DDR) and prefill programs (vision = false: a chunk of seq_len rows
+// appended to the KV cache after cache_offset cached tokens, attending to them; its
+// image rows, if any, spliced from act.img rows image_first..).
 struct ImageShape {
   int grid_h = 16, grid_w = 16;  // patches (merge-window order), t = 1
   int seq_len = 128;             // prompt tokens
   int image_start = 4;           // row of the first <|image_pad|> (the pads are contiguous)
   int n_image_tokens() const { return grid_h * grid_w / 4; }
+  bool vision = true, prefill = true;  // the program's runs: tower; prefill and head
+  uint32_t cache_offset = 0;           // prefill: tokens in the KV cache before row 0 (the host's slot0 word)
+  int image_rows = -1;                 // prefill: image rows in this chunk (-1: n_image_tokens(); 0: text only)
+  int image_first = 0;                 // prefill: the act.img / act.ds row of the chunk's first image row
+  bool head = true;                    // prefill: the LM head on the last row (a conversation's last chunk)
+  bool plan_only = false;              // return after the OCM rule: CompiledProgram::plan only (prefill_chunk_rows)
+  int chunk_image_rows() const { return image_rows < 0 ? n_image_tokens() : image_rows; }
 };
 
 // Where the host puts an image program's inputs and finds its outputs.
@@ -121,6 +133,8 @@ struct CompileOptions {
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
   // a gather and a correction call after it, and the image program's GEMMs run unchained.
   bool fp16_channels = false;
+  // Rows per prefill chunk, the last one shorter (0: prefill_chunk_rows' OCM rule; gpnpu chat --chunk).
+  uint32_t prefill_chunk = 0;
 };
 
 class Compiler {
@@ -139,6 +153,23 @@ class Compiler {
   // tower's rotary tables (functional runs only).
   void load_image_constants(const QuantBundle& bundle, const ImageShape& shape, DdrWriter ddr) const;
 
+  // Rows of the next prefill chunk (issue 18): of the `rows` left, from `offset` cached
+  // tokens, the most that run with the resident plan (activations in OCM), evened out
+  // over the chunks that takes (rows / ceil(rows / most)), at least 1;
+  // `rows` when even one row does not (the streamed plan takes any chunk); at most the
+  // ids scalar memory holds; CompileOptions::prefill_chunk rows when that is set.
+  uint32_t prefill_chunk_rows(uint32_t offset, uint32_t rows) const;
+  // Bytes of the weights a vision run (tower and mergers) or a prefill run (the LM's
+  // GEMM weights, its vectors and the embedding table) reads, each once.
+  uint64_t run_weight_bytes(bool vision) const;
+
+  // The most KV-cache slots (context tokens) that fit the DDR beside everything else the
+  // compiler lays out for `opt` (weights, image areas, the slots' prefill areas):
+  // --max-context's default. gpnpu::Error when not even one fits.
+  static uint32_t max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt);
+  // Bytes of DDR the layout of `opt` takes (opt.max_seq slots).
+  static uint64_t ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
+
   // Bytes of the weights a program reads, each once (the image program: the tower,
   // mergers and prefill GEMM weights, the embedding table for its LM head, the vectors;
   // decode: the GEMV weights and the vectors): its weights-once DDR floor's bytes.
@@ -151,6 +182,8 @@ class Compiler {
   const sim::Config& config() const { return cfg_; }
 
  private:
+  struct LayoutOnly {};
+  Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly);
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.

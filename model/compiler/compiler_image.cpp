@@ -393,7 +393,8 @@ struct ImageKernels {
   }
   void attention(const std::string& mark, uint32_t qh, uint32_t kvh, uint32_t hd, uint32_t seq, bool causal,
                  uint32_t q, uint32_t q_rs, uint32_t q_hs, uint32_t k, uint32_t v, uint32_t kv_rs, uint32_t o,
-                 uint32_t o_rs, uint32_t o_hs, uint32_t scratch, uint64_t scratch_bytes, uint32_t max_groups = 0) {
+                 uint32_t o_rs, uint32_t o_hs, uint32_t scratch, uint64_t scratch_bytes, uint32_t max_groups = 0,
+                 uint32_t kv_offset = 0) {
     OcmAttnArgs at;
     at.q_heads = qh;
     at.kv_heads = kvh;
@@ -414,6 +415,7 @@ struct ImageKernels {
     at.scratch_bytes = uint32_t(scratch_bytes);
     at.smem = kSmem;
     at.max_groups = max_groups;
+    at.kv_offset = kv_offset;
     lrm_since = std::max(lrm_since, kLrmShared);  // q and accumulator parking
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
@@ -504,6 +506,31 @@ uint32_t groups_per_call(uint32_t kv_heads, uint32_t cap, const std::function<bo
   return 0;
 }
 
+// The shape's own rules (both plans): the grid of a tower run, the rows, image rows and
+// cache slots of a prefill run.
+void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim::Config& cfg, const ImageIo& io) {
+  const uint32_t N = uint32_t(s.grid_h * s.grid_w);
+  if (!s.vision && !s.prefill) fail("compiler: an image program needs the tower, the prefill or both");
+  if (s.vision && (s.grid_h % 2 || s.grid_w % 2 || N == 0))
+    fail("compiler: image grid {}x{} must have even sides (2x2 merge windows)", s.grid_h, s.grid_w);
+  if (s.vision && N > opt.max_patches) fail("compiler: image of {} patches exceeds max_patches = {}", N, opt.max_patches);
+  if (!s.prefill) return;
+  const uint32_t S = uint32_t(std::max(0, s.seq_len));
+  if (S == 0) fail("compiler: a prefill of {} tokens: give at least 1", s.seq_len);
+  if (uint64_t(s.cache_offset) + S > opt.max_seq)
+    fail("compiler: a prompt of {} tokens after {} cached tokens exceeds the KV cache's max_seq = {} slots", S,
+         s.cache_offset, opt.max_seq);
+  if (io.ids_smem + uint64_t(S) * 4 > cfg.smem_bytes)
+    fail("compiler: a prompt of {} tokens needs {} bytes of scalar memory for its ids; raise smem_bytes", S,
+         io.ids_smem + uint64_t(S) * 4);
+  const int ni = s.chunk_image_rows();
+  if (ni > 0 && (s.image_start < 0 || uint32_t(s.image_start) + uint32_t(ni) > S))
+    fail("compiler: {} image tokens from row {} do not fit a prompt of {} tokens", ni, s.image_start, S);
+  if (ni > 0 && (s.image_first < 0 || uint64_t(s.image_first) + uint32_t(ni) > opt.max_patches / 4))
+    fail("compiler: image rows [{}, {}) pass the {} image rows the DDR holds (max_patches / 4)", s.image_first,
+         s.image_first + ni, opt.max_patches / 4);
+}
+
 }  // namespace
 
 CompiledProgram Compiler::image_program(const ImageShape& s) const {
@@ -511,16 +538,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
   const TextConfig& tc = model_.text;
-  const uint32_t N = uint32_t(s.grid_h * s.grid_w), S = uint32_t(s.seq_len), Nt = N / 4;
-  if (s.grid_h % 2 || s.grid_w % 2 || N == 0)
-    fail("compiler: image grid {}x{} must have even sides (2x2 merge windows)", s.grid_h, s.grid_w);
-  if (N > opt_.max_patches) fail("compiler: image of {} patches exceeds max_patches = {}", N, opt_.max_patches);
-  if (S > opt_.max_seq) fail("compiler: prompt of {} tokens exceeds max_seq = {}", S, opt_.max_seq);
-  if (iio_.ids_smem + uint64_t(S) * 4 > cfg_.smem_bytes)
-    fail("compiler: a prompt of {} tokens needs {} bytes of scalar memory for its ids; raise smem_bytes", S,
-         iio_.ids_smem + uint64_t(S) * 4);
-  if (s.image_start < 0 || uint32_t(s.image_start) + Nt > S)
-    fail("compiler: {} image tokens from row {} do not fit a prompt of {} tokens", Nt, s.image_start, S);
+  // A run without the tower has no patches (N = 0), one without the prefill no rows (S = 0).
+  const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
+  // The prefill's image rows: ni rows from row image_start, act.img rows [i0, i0 + ni); off cached tokens before.
+  const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
+                 off = s.prefill ? s.cache_offset : 0;
+  check_image_shape(s, opt_, cfg_, iio_);
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
@@ -580,17 +603,28 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM}) +
                          f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
+  // A chunk after cached tokens stages their keys and values (and its own) from the cache,
+  // g kv heads per attention call: [off + S][g head_dim] each.
+  auto kv_stage = [&](uint32_t g) -> uint64_t {
+    return off ? 2 * detail::OcmAlloc::footprint(uint64_t(off + S) * g * d.hd * 2) : 0;
+  };
   const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
   std::optional<Resident> res;
   if (!forced)
     for (uint32_t rcv : {N, rcv_fit}) {
       for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
         Resident r = resident_plan(rcv, J);
-        if (r.need() + fixed <= cfg_.ocm_bytes) res = r;
+        if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
       }
       if (res) break;
     }
-  if (!res) return image_streamed(s);
+  auto plan_only = [](const char* plan) {
+    CompiledProgram o;
+    o.plan = plan;
+    return o;
+  };
+  if (!res) return s.plan_only ? plan_only("streamed") : image_streamed(s);
+  if (s.plan_only) return plan_only("resident");
   const uint32_t rcv = res->rcv, J = res->J;
   const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
                  rVEC = res->rVEC;
@@ -602,6 +636,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const uint32_t NSCR = a.take(norm_scratch_bytes(cfg_), "norm scratch");
   const uint32_t ESCR = a.take(embed_scratch_bytes(d.H), "embed scratch");
   const uint32_t GEMM = a.take(rGEMM, "GEMM DMA buffers");
+  const uint32_t gk = off ? groups_per_call(d.nkv, 0, [&](uint32_t g) { return kv_stage(g) <= a.left(); }) : 0;
+  const uint32_t KC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached keys") : 0;
+  const uint32_t VC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached values") : 0;
 
   kernels::Builder b;
   CompiledProgram out;
@@ -635,6 +672,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
   // ================= vision tower =================
+  if (s.vision) {  // (block not re-indented)
   b.op("mark.begin", {Name{"vision_tower"}});
   em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
   em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
@@ -710,22 +748,29 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
     gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
     ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
-    prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
+    if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
     gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
     em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
     b.op("mark.end", {Name{"Mf"}});
   }
   b.op("mark.end", {Name{"vision_tower"}});
+  }  // s.vision
+  if (!s.prefill) {
+    b.op("halt");
+    out.program = b.finish();
+    out.plan = fmt::format("resident: tower MLP rows per chunk {}", rcv);
+    return out;
+  }
 
   // ================= prefill =================
   b.op("mark.begin", {Name{"prefill"}});
   // Embeddings of the text rows (the image rows are spliced in below).
-  for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, uint32_t(s.image_start)},
-                          {uint32_t(s.image_start) + Nt, S - uint32_t(s.image_start) - Nt}}) {
+  const uint32_t is = ni ? uint32_t(s.image_start) : 0;
+  for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, is}, {is + ni, S - is - ni}}) {
     if (rows == 0) continue;
     k.embed(r0 ? "embed.after_image" : "embed", d.V, d.H, rows, iio_.ids_smem + r0 * 4, H + r0 * d.H * 2, ESCR);
   }
-  em.copy("splice", ddr_.bus("act.img"), ocm(H + uint32_t(s.image_start) * d.H * 2), Nt * d.H * 2);
+  if (ni) em.copy("splice", ddr_.bus("act.img") + i0 * d.H * 2, ocm(H + is * d.H * 2), ni * d.H * 2);
   em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
   em.copy("load_rope_sin", iio_.trope_ddr + opt_.max_seq * d.hd * 4, ocm(ROPE + S * d.hd * 4), S * d.hd * 4);
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
@@ -752,7 +797,23 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     rope(L + ".k_rope", S, d.nkv, d.hd, K, kd);
     k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, kd, ddr_.bus(layer_name(i, "kcache")),
                ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
-    attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
+    if (!off) {
+      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
+    } else {
+      // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
+      const uint32_t hd2 = d.hd * 2, G = d.nq / d.nkv, kc = ddr_.bus(layer_name(i, "kcache")),
+                     vcc = ddr_.bus(layer_name(i, "vcache"));
+      for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
+        const uint32_t ng = std::min(gk, d.nkv - g0);
+        const std::string A = fmt::format("{}.g{}", L, g0 / gk);
+        em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(KC), hd2, off + S, hd2, ng * hd2, ng,
+                opt_.max_seq * hd2, hd2);
+        em.copy(A + ".load_v", vcc + g0 * opt_.max_seq * hd2, ocm(VC), hd2, off + S, hd2, ng * hd2, ng,
+                opt_.max_seq * hd2, hd2);
+        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qd, hd2, KC, VC, ng * hd2,
+                    XN + g0 * G * hd2, qd, hd2, BIG, rBIG, 0, off);
+      }
+    }
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
     gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
     ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
@@ -771,21 +832,23 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
     gemm(L + ".down", layer_name(i, "down.gemm"), S, d.H, d.I, BIG, d.I * 2, TMP, d.H * 2, kNone);
     ew(L + ".mlp_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
-    if (i < int(vc.deepstack_visual_indexes.size())) {
-      em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)), ocm(TMP), Nt * d.H * 2);
-      const uint32_t rows_at = H + uint32_t(s.image_start) * d.H * 2;
-      ew(L + ".deepstack_add", EwOp::add, Nt, d.H, rows_at, 0, TMP, 0, rows_at, 0);
+    if (i < int(vc.deepstack_visual_indexes.size()) && ni) {
+      em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + i0 * d.H * 2, ocm(TMP), ni * d.H * 2);
+      const uint32_t rows_at = H + is * d.H * 2;
+      ew(L + ".deepstack_add", EwOp::add, ni, d.H, rows_at, 0, TMP, 0, rows_at, 0);
     }
     b.op("mark.end", {Name{L}});
   }
   b.op("mark.end", {Name{"prefill"}});
 
   // ================= head (last row) =================
+  if (s.head) {
   b.op("mark.begin", {Name{"head"}});
   em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
   norm("final_norm", NormKind::rms, 1, d.H, H + (S - 1) * d.H * 2, XN, VEC, 0, teps);
   k.lm_head("lm_head", d.V, d.H, XN, BIG, TMP, rTMP);
   b.op("mark.end", {Name{"head"}});
+  }
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
@@ -834,7 +897,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
   const TextConfig& tc = model_.text;
-  const uint32_t N = uint32_t(s.grid_h * s.grid_w), S = uint32_t(s.seq_len), Nt = N / 4;
+  const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
+  const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
+                 off = s.prefill ? s.cache_offset : 0;  // as in image_program
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
@@ -875,7 +940,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
   p.pb = [&](uint32_t g) -> V64 {
-    const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * S * hd2;
+    const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     return {x, y, y, x};
   };
   // prefill C: attention rows / normed rows, residual [r][H], o/gate-up/down out, MLP activation [r][I]
@@ -886,11 +951,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
-  p.rva = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)); });
-  p.rvc = rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.tc(r)); });
-  p.rm = rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); });
-  p.rpa = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); });
-  p.rpc = rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); });
+  // (a run without the tower or the prefill has no such tiles: 1 row, never used)
+  p.rva = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)); }) : 1;
+  p.rvc = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.tc(r)); }) : 1;
+  p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
+  p.rpa = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); }) : 1;
+  p.rpc = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); }) : 1;
   p.gv = groups_per_call(d.hv, gcap, [&](uint32_t g) { return fits(p.tb(g)); });
   p.gp = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pb(g)); });
   p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
@@ -948,7 +1014,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   const uint32_t tcos = iio_.trope_ddr, tsin = iio_.trope_ddr + opt_.max_seq * d.hd * 4;
   constexpr uint32_t kNone = UINT32_MAX;
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
-  const uint32_t is = uint32_t(s.image_start);
+  const uint32_t is = ni ? uint32_t(s.image_start) : 0;
 
   std::vector<ImageKernels::Gemm> gemms;
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
@@ -965,6 +1031,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     auto end = [&](const std::string& n) { b.op("mark.end", {Name{n}}); };
 
     // ================= vision tower =================
+    if (s.vision) {  // (block not re-indented)
     begin("vision_tower");
     const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
     const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
@@ -1058,13 +1125,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     }
     merger(-1);
     end("vision_tower");
+    }  // s.vision
+    if (!s.prefill) {
+      b.op("halt");
+      return 0u;
+    }
 
     // ================= prefill =================
     begin("prefill");
     const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
     // Rows [a, b) of the image inside the tile [r0, r0 + rows).
     auto image_rows = [&](uint32_t r0, uint32_t rows) {
-      return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + Nt)};
+      return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
     };
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
@@ -1081,12 +1153,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
             // Embeddings of the text rows, the image rows spliced in.
             auto [a, e] = image_rows(r0, rows);
             for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
-                                  {std::max(r0, is + Nt), r0 + rows}})
+                                  {std::max(r0, is + ni), r0 + rows}})
               if (s1 > s0)
                 k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"), d.V, d.H, s1 - s0,
                         iio_.ids_smem + s0 * 4, X + (s0 - r0) * d.H * 2, ESCR);
             if (e > a)
-              em.copy(T + ".splice", ddr_.bus("act.img") + (a - is) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
+              em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
                       (e - a) * d.H * 2);
             em.copy(T + ".store", ocm(X), ah + r0 * d.H * 2, rows * d.H * 2);
           } else {
@@ -1111,19 +1183,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
         }
       }
       {
-        // Keys and values of every row from the cache (slot0 = 0: rows at slots [0, S)).
+        // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of the
+        // off cached tokens before them.
         const std::vector<uint32_t> o = phase(p.pb(p.gp));
         const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
         for (uint32_t g0 = 0; g0 < d.nkv; g0 += p.gp) {
           const uint32_t ng = std::min(p.gp, d.nkv - g0), nh = ng * G;
           const std::string A = fmt::format("{}.g{}", L, g0 / p.gp);
           em.copy(A + ".load_q", aq + g0 * G * hd2, ocm(Q), hd2, S, qd, hd2, nh, hd2, S * hd2);
-          em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(K), hd2, S, hd2, ng * hd2, ng,
+          em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(K), hd2, off + S, hd2, ng * hd2, ng,
                   opt_.max_seq * hd2, hd2);
-          em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(Vv), hd2, S, hd2, ng * hd2, ng,
+          em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(Vv), hd2, off + S, hd2, ng * hd2, ng,
                   opt_.max_seq * hd2, hd2);
           k.attention(A + ".attention", nh, ng, d.hd, S, true, Q, hd2, S * hd2, K, Vv, ng * hd2, O, hd2, S * hd2, 0,
-                      0, ng);
+                      0, ng, off);
           em.copy(A + ".store", ocm(O), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
         }
       }
@@ -1149,7 +1222,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
           k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
           auto [a, e] = image_rows(r0, rows);
           if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is) * d.H * 2, ocm(GT),
+            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(GT),
                     (e - a) * d.H * 2);
             const uint32_t at = Hb + (a - r0) * d.H * 2;
             k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, GT, 0, at, 0);
@@ -1160,6 +1233,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       end(L);
     }
     end("prefill");
+    if (!s.head) {
+      b.op("halt");
+      return 0u;
+    }
 
     // ================= head (last row) =================
     begin("head");

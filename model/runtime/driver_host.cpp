@@ -160,22 +160,23 @@ void record_energy(const sim::Stats& st, const sim::Config& cfg, StepRecord& s, 
   if (watts) *watts = w;
 }
 
-// The device KV cache against the chain's: slots filled (layer 0, head 0 rows that are
-// not all zero), the lowest cosine of any cached (layer, slot) K or V row (NaN when a row
-// is non-finite), and the first row below kCacheGate in (layer, K/V, slot) order.
-struct CacheCheck {
-  int slots = 0;
-  double min_cos = 1;
-  int bad = 0;
-  std::string first_bad;
-  double first_bad_cos = 0;
-};
+}  // namespace
 
-CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected) {
+std::vector<std::string> CacheCheck::failures(int expected) const {
+  std::vector<std::string> f;
+  if (slots != expected) f.push_back(fmt::format("KV cache holds {} slots, expected {}", slots, expected));
+  if (bad)
+    f.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate, in layer, K/V, "
+                            "slot order; the lowest cosine is {})",
+                            format_cosine(first_bad_cos), kCacheGate, first_bad, bad, format_cosine(min_cos)));
+  return f;
+}
+
+CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected, uint32_t scan) {
   const Compiler& c = dev.compiler();
   const TextConfig& t = c.model().text;
   const int nkv = t.num_key_value_heads, hd = t.head_dim, kvd = nkv * hd;
-  const uint32_t max_seq = c.decode_io().max_seq;
+  const uint32_t max_seq = scan ? std::min(scan, c.decode_io().max_seq) : c.decode_io().max_seq;
   CacheCheck cc;
   std::vector<uint16_t> buf = dev.kv(0, false, 0, max_seq);
   for (uint32_t s = 0; s < max_seq; ++s)
@@ -201,6 +202,8 @@ CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected) {
     }
   return cc;
 }
+
+namespace {
 
 // Writes fp16 `value` over every row of slot `slot` (all layers, K and V, all heads).
 void fill_slot(Session& dev, int slot, uint16_t value) {
@@ -611,13 +614,7 @@ DescribeResult describe(const DescribeOptions& o) {
     CacheCheck cc = check_cache(dev, chain->cache(), expected_slots);
     s.cache_slots = cc.slots;
     s.slot_cosine = cc.min_cos;
-    if (cc.slots != expected_slots)
-      s.failures.push_back(fmt::format("KV cache holds {} slots, expected {}", cc.slots, expected_slots));
-    if (cc.bad)
-      s.failures.push_back(fmt::format("KV cache row cosine {} < {} at {} (the first of {} rows below the gate, in "
-                                       "layer, K/V, slot order; the lowest cosine is {})",
-                                       format_cosine(cc.first_bad_cos), kCacheGate, cc.first_bad, cc.bad,
-                                       format_cosine(cc.min_cos)));
+    for (std::string& f : cc.failures(expected_slots)) s.failures.push_back(std::move(f));
     if (golden_row) {
       std::span<const float> g(&golden->w4a16_logits[size_t(*golden_row) * V], V);
       double gc = cosine(got, g);

@@ -158,6 +158,23 @@ std::string resolve_bundle(const std::string& model_spec, const std::string& cac
 
 DescribeResult describe(const DescribeOptions& opt);
 
+// The device KV cache against the chain's (a describe step's and a chat run's cache
+// gate): slots filled (layer 0, head 0 rows that are not all zero), the lowest cosine of
+// any cached (layer, slot) K or V row of slots [0, expected) (NaN when a row is
+// non-finite), and the first row below kCacheGate in (layer, K/V, slot) order. The
+// slots are counted over the first `scan` (0: all max_seq).
+struct CacheCheck {
+  int slots = 0;
+  double min_cos = 1;
+  int bad = 0;
+  std::string first_bad;
+  double first_bad_cos = 0;
+  std::vector<std::string> failures(int expected) const;  // the gate's messages (none: it passes)
+};
+class Session;
+struct KvCache;
+CacheCheck check_cache(const Session& dev, const KvCache& chain, int expected, uint32_t scan = 0);
+
 // The report of schema gpnpu-describe-report/1 (docs/report.md).
 std::string report_json(const DescribeOptions& opt, const DescribeResult& r);
 

@@ -37,14 +37,19 @@ void Session::write_prompt(std::span<const int> ids, std::span<const std::array<
                            std::span<const float> patches, uint32_t first_slot) {
   const ImageIo& io = comp_.image_io();
   if (!timing_only_) {
-    std::vector<uint16_t> h(patches.size());
-    for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(patches[i]);
-    p_.ddr().write(io.patches_ddr - sim::kDdrRegion.base, h.data(), h.size() * 2);
+    write_patches(patches);
     const uint64_t trope = io.trope_ddr - sim::kDdrRegion.base;
     write_rope(p_.ddr(), trope, trope + uint64_t(comp_.decode_io().max_seq) * comp_.model().text.head_dim * 4, pos);
   }
   p_.write_smem(io.ids_smem, ids.data(), uint32_t(ids.size() * 4));
   p_.write_smem(io.slot0_smem, &first_slot, 4);
+}
+
+void Session::write_patches(std::span<const float> patches) {
+  if (timing_only_) return;
+  std::vector<uint16_t> h(patches.size());
+  for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16(patches[i]);
+  p_.ddr().write(comp_.image_io().patches_ddr - sim::kDdrRegion.base, h.data(), h.size() * 2);
 }
 
 void Session::write_decode_args(int token, uint32_t slot, const std::array<int, 3>& pos) {

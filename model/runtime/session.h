@@ -50,6 +50,8 @@ class Session {
   void write_prompt(std::span<const int> ids, std::span<const std::array<int, 3>> pos = {},
                     std::span<const float> patches = {}, uint32_t first_slot = 0);
   void write_decode_args(int token, uint32_t slot, const std::array<int, 3>& pos = {});
+  // A vision run's input (issue 18): the pixel patches (fp16), functional sessions only.
+  void write_patches(std::span<const float> patches);
 
   const sim::Stats& run(const CompiledProgram& program);
   std::vector<float> logits() const;

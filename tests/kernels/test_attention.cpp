@@ -188,6 +188,7 @@ struct OcmShape {
   uint32_t q_heads, kv_heads, head_dim, seq;
   bool causal, head_major;  // q/out head-major (direct) or row-major (staged)
   float q_std = 1.0f, k_std = 1.5f;  // of the random q and k (scores std ~ q_std * k_std)
+  uint32_t kv_offset = 0;            // keys before query row 0 (a prefill chunk after cached tokens)
 };
 
 struct OcmRun {
@@ -197,13 +198,14 @@ struct OcmRun {
 
 OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
   sim::Config cfg = sim::Config::make(s.preset, {});
-  const uint32_t H = s.q_heads, KV = s.kv_heads, hd = s.head_dim, hd2 = hd * 2, S = s.seq;
+  const uint32_t H = s.q_heads, KV = s.kv_heads, hd = s.head_dim, hd2 = hd * 2, S = s.seq, NK = s.kv_offset + S;
   OcmAttnArgs a;
   a.q_heads = H;
   a.kv_heads = KV;
   a.head_dim = hd;
   a.seq = S;
   a.causal = s.causal;
+  a.kv_offset = s.kv_offset;
   a.scale = 1.0f / std::sqrt(float(hd));
   const uint32_t qbytes = H * S * hd2;
   a.q_ocm = 0;
@@ -217,8 +219,8 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
   }
   a.kv_row_stride = KV * hd2 + 64;  // strided k/v rows
   a.k_ocm = up64(a.out_ocm + qbytes);
-  a.v_ocm = up64(a.k_ocm + S * a.kv_row_stride);
-  a.scratch_ocm = up64(a.v_ocm + S * a.kv_row_stride);
+  a.v_ocm = up64(a.k_ocm + NK * a.kv_row_stride);
+  a.scratch_ocm = up64(a.v_ocm + NK * a.kv_row_stride);
   a.scratch_bytes = uint32_t(cfg.ocm_bytes) - a.scratch_ocm;
   a.smem = 0;
   a.max_groups = max_groups;
@@ -229,8 +231,8 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
 
   OcmRun r;
   std::vector<float> q = f16_random(size_t(S) * H * hd, 301, s.q_std);  // [S][H*hd] logical
-  std::vector<float> k = f16_random(size_t(S) * KV * hd, 302, s.k_std);
-  r.v = f16_random(size_t(S) * KV * hd, 303, 1.0f);
+  std::vector<float> k = f16_random(size_t(NK) * KV * hd, 302, s.k_std);
+  r.v = f16_random(size_t(NK) * KV * hd, 303, 1.0f);
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
   if (!timing_only) {
@@ -238,7 +240,7 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
       for (uint32_t h = 0; h < H; ++h)
         write_ocm_f16(a.q_ocm + i * a.q_row_stride + h * a.q_head_stride,
                       std::vector<float>(q.begin() + (i * H + h) * hd, q.begin() + (i * H + h + 1) * hd));
-    for (uint32_t i = 0; i < S; ++i) {
+    for (uint32_t i = 0; i < NK; ++i) {
       write_ocm_f16(a.k_ocm + i * a.kv_row_stride, std::vector<float>(k.begin() + i * KV * hd, k.begin() + (i + 1) * KV * hd));
       write_ocm_f16(a.v_ocm + i * a.kv_row_stride, std::vector<float>(r.v.begin() + i * KV * hd, r.v.begin() + (i + 1) * KV * hd));
     }
@@ -251,7 +253,7 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
       r.y.insert(r.y.end(), row.begin(), row.end());
     }
   r.ref.assign(size_t(S) * H * hd, 0.0f);
-  model::ops::AttnShape as{int(H), int(KV), int(hd), a.scale, s.causal, 0};
+  model::ops::AttnShape as{int(H), int(KV), int(hd), a.scale, s.causal, int64_t(s.kv_offset)};
   model::ops::attention(q, k, r.v, r.ref, as);
   return r;
 }
@@ -265,8 +267,9 @@ TEST_P(OcmShapes, MatchesChainAttention) {
   EXPECT_TRUE(g.pass()) << "cos " << g.cosine << " max_abs " << g.max_abs << " bound " << g.bound;
   OcmRun t = run_ocm(s, true);
   EXPECT_EQ(t.cycles, r.cycles) << "timing-only must give the functional cycle count";
-  std::printf("attention %s %u/%u x %u S %u %s %s: cos %.7f max_abs %.3g (bound %.3g), %llu cycles\n", s.preset, s.q_heads,
-              s.kv_heads, s.head_dim, s.seq, s.causal ? "causal" : "full", s.head_major ? "head-major" : "row-major",
+  std::printf("attention %s %u/%u x %u S %u after %u keys %s %s: cos %.7f max_abs %.3g (bound %.3g), %llu cycles\n",
+              s.preset, s.q_heads, s.kv_heads, s.head_dim, s.seq, s.kv_offset, s.causal ? "causal" : "full",
+              s.head_major ? "head-major" : "row-major",
               g.cosine, g.max_abs, g.bound, (unsigned long long)r.cycles);
 }
 
@@ -279,7 +282,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"mini", 8, 2, 32, 19, true, true},
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false},
                                            OcmShape{"qc-u", 16, 16, 64, 256, false, false},
-                                           OcmShape{"qc-u", 4, 4, 64, 203, false, true}));
+                                           OcmShape{"qc-u", 4, 4, 64, 203, false, true},
+                                           // after cached keys (issue 18): a chunk at an offset
+                                           OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 29},
+                                           OcmShape{"qc-u", 4, 2, 128, 20, true, false, 1.0f, 1.5f, 147}));
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the
 // width (std 0.12 at width 1024: q and k of std 0.12 * sqrt(1024) = 3.84, |q| up to ~19,

@@ -1,0 +1,48 @@
+// The runs of a conversation (issue 18, docs/chat.md): the chunk rule of the prefill
+// and the weights each run reads. The programs themselves are the image program's
+// (compiler_image.cpp) with ImageShape selecting the runs, the cache offset and the
+// image rows.
+#include <algorithm>
+
+#include "model/compiler/compiler.h"
+
+namespace gpnpu::model {
+
+uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
+  // The ids of a chunk sit in scalar memory after the descriptor areas.
+  const uint64_t room = cfg_.smem_bytes > iio_.ids_smem ? (cfg_.smem_bytes - iio_.ids_smem) / 4 : 0;
+  rows = uint32_t(std::min<uint64_t>(rows, room));
+  if (opt_.prefill_chunk) return std::max(1u, std::min(rows, opt_.prefill_chunk));
+  auto resident = [&](uint32_t n) {
+    ImageShape sh;
+    sh.vision = false;
+    sh.seq_len = int(n);
+    sh.cache_offset = offset;
+    sh.image_rows = 0;
+    sh.head = false;
+    sh.plan_only = true;
+    return image_program(sh).plan == "resident";
+  };
+  if (rows <= 1 || resident(rows) || !resident(1)) return std::max(1u, rows);
+  uint32_t lo = 1, hi = rows;  // resident(lo), !resident(hi): the plan's OCM need grows with the rows
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    (resident(mid) ? lo : hi) = mid;
+  }
+  // As few chunks as that takes, of even rows (each chunk reads every weight once: no
+  // short last chunk); a later chunk sits at a larger offset and may get fewer.
+  const uint32_t chunks = (rows + lo - 1) / lo;
+  return (rows + chunks - 1) / chunks;
+}
+
+uint64_t Compiler::run_weight_bytes(bool vision) const {
+  uint64_t t = vision ? 0 : ddr_.at("embed").bytes;
+  for (const DdrTensor& d : ddr_.tensors()) {
+    if (d.layout != "gemm" && d.layout != "f16") continue;
+    const bool tower = d.name[0] == 'V' || d.name[0] == 'M';  // V.patch, V<b>.*, M<j>.*, Mf.*
+    if (tower == vision) t += d.bytes;
+  }
+  return t;
+}
+
+}  // namespace gpnpu::model

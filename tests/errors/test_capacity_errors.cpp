@@ -1,0 +1,78 @@
+// The KV cache's capacity (issue 18; docs/errors.md, "KV-cache capacity"): --max-context
+// past the DDR, --cached of compile at 0, negative or past the max context, and a chat
+// turn that would pass it. Each is one clean "error: ..." line before anything runs.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "errors_util.h"
+
+namespace gpnpu::errors_test {
+namespace {
+
+// 2B on qc-u: 10,797 slots of 123,904 bytes fit beside 1,883,318,272 bytes of weights and buffers.
+TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
+  const std::string dir = scratch_dir("capacity_compile");
+  const std::string c = "compile --out " + dir + "/out --run";
+  expect_clean_error(run_cli(c + " --cached 0"),
+                     {"--cached 0: needs at least 1 token in the KV cache; give 1 to 10797 (--max-context)"});
+  expect_clean_error(run_cli(c + " --cached -3"), {"--cached -3: needs at least 1 token in the KV cache"});
+  expect_clean_error(run_cli(c + " --cached 40000"),
+                     {"--cached 40000: needs 40000 KV-cache slots, more than --max-context = 10797 (the most that fit "
+                      "ddr_bytes beside the weights, 123904 bytes per token); give --cached 10797 or less"});
+  expect_clean_error(run_cli(c + " --cached 4294967294"),
+                     {"--cached 4294967294: needs 4294967294 KV-cache slots, more than --max-context = 10797"});
+  expect_clean_error(run_cli(c + " --max-context 100 --cached 140"),
+                     {"--seq 128: needs 128 KV-cache slots, more than --max-context = 100 (up to 10797 fit the DDR)"});
+  EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";
+}
+
+TEST(CapacityErrors, MaxContextPastTheDdrIsRefused) {
+  const std::string dir = scratch_dir("capacity_max");
+  expect_clean_error(run_cli("compile --out " + dir + "/out --max-context 20000"),
+                     {"--max-context 20000: a KV cache of 20000 tokens takes about 2478080000 bytes (123904 per token) "
+                      "beside the 1883318272 bytes of weights and buffers, more than ddr_bytes = 3221225472: at most "
+                      "10797 tokens fit; give --max-context 10797 or less (or auto)"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --max-context 20000 --set ddr_bytes=2GiB"),
+                     {"or --set ddr_bytes=N (at most 3221225472)"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --max-context 0"),
+                     {"--max-context 0: the KV cache needs at least 1 slot; give a count from 1 to 10797"});
+  expect_clean_error(run_cli("chat --timing-only --max-context many"),
+                     {"--max-context 'many' is neither a count of tokens nor auto"});
+  // The tiny model's largest cache is taken, and one slot past it is not.
+  EXPECT_EQ(run_cli("compile --model synthetic:tiny --out " + dir + "/t --max-context 1564415").exit_code, 0);
+  expect_clean_error(run_cli("compile --model synthetic:tiny --out " + dir + "/t --max-context 1564416"),
+                     {"at most 1564415 tokens fit"});
+}
+
+TEST(CapacityErrors, ChatTurnPastTheMaxContextIsRefusedBeforeRunning) {
+  const std::string dir = scratch_dir("capacity_chat");
+  write_file(dir + "/turns.txt", "image: " + source_path("examples/photos/chelsea.png") + "\nWhat is in this photo?\n");
+  CliResult r = run_cli("chat --model synthetic:tiny --timing-only --max-context 60 --script " + dir + "/turns.txt");
+  expect_clean_error(r, {"turn 1: 0 cached tokens + 80 prompt tokens + 19 decode steps (for up to 20 answer tokens) "
+                         "need 99 KV-cache slots, more than --max-context = 60; ask with fewer --tokens, start a new "
+                         "conversation, or give a larger --max-context (at most 1564415 fit the DDR beside the weights)"});
+  EXPECT_EQ(r.out.find("[turn 1"), std::string::npos) << "no run: " << r.out;
+  // With room for it the same turn runs.
+  EXPECT_EQ(run_cli("chat --model synthetic:tiny --timing-only --max-context 99 --script " + dir + "/turns.txt").exit_code,
+            0);
+}
+
+TEST(CapacityErrors, ChatScriptErrorsNameTheLine) {
+  const std::string dir = scratch_dir("capacity_script");
+  write_file(dir + "/empty.txt", "# nothing\n\n");
+  expect_clean_error(run_cli("chat --timing-only --script " + dir + "/empty.txt"),
+                     {"holds no question (one question per line)"});
+  write_file(dir + "/img.txt", "hello\nimage:\nwhat?\n");
+  expect_clean_error(run_cli("chat --timing-only --script " + dir + "/img.txt"),
+                     {"img.txt:2: 'image:' names no file (write 'image: FILE')"});
+  write_file(dir + "/gone.txt", "image: " + dir + "/nope.png\nwhat?\n");
+  expect_clean_error(run_cli("chat --timing-only --script " + dir + "/gone.txt"), {"gone.txt:1: image", "nope.png"});
+  expect_clean_error(run_cli("chat --timing-only --negative-control stale-cache"),
+                     {"--negative-control stale-cache needs a functional run"});
+  expect_clean_error(run_cli("chat --model synthetic:tiny --negative-control zero --script " + dir + "/img.txt"),
+                     {"--negative-control 'zero': unknown control for chat (use stale-cache or shifted-cache)"});
+}
+
+}  // namespace
+}  // namespace gpnpu::errors_test
