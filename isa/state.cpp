@@ -2,6 +2,7 @@
 #include "isa/state.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "isa/error.h"
 
@@ -33,6 +34,34 @@ void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {
   F16Range m = r;
   m.first = -1;
   f16.merge(m);
+}
+
+uint64_t digest_bytes(const void* data, size_t n, uint64_t h) {
+  // Four independent multiply-xorshift streams over 32-byte blocks, folded at the end.
+  constexpr uint64_t kMul = 0x9fb21c651e98df25ull;
+  auto mix = [](uint64_t x) { x ^= x >> 32; x *= kMul; return x ^ (x >> 29); };
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t s[4] = {h ^ n, h + 1, h + 2, h + 3};
+  size_t k = 0;
+  for (; k + 32 <= n; k += 32)
+    for (int j = 0; j < 4; ++j) {
+      uint64_t w;
+      std::memcpy(&w, p + k + 8 * j, 8);
+      s[j] = (s[j] ^ w) * kMul;
+      s[j] ^= s[j] >> 31;
+    }
+  uint64_t r = mix(s[0]) ^ mix(s[1] + 1) * 3 ^ mix(s[2] + 2) * 5 ^ mix(s[3] + 3) * 7;
+  for (; k < n; ++k) r = mix(r ^ p[k]);
+  return r;
+}
+
+uint64_t ArchState::digest() const {
+  uint64_t h = digest_bytes(x, sizeof x, 1);
+  h = digest_bytes(smem.data(), smem.size(), h);
+  h = digest_bytes(v.data(), v.size() * sizeof(uint32_t), h);
+  h = digest_bytes(pred.data(), pred.size(), h);
+  h = digest_bytes(lrm.data(), lrm.size(), h);
+  return digest_bytes(ocm.data(), ocm.size(), h);
 }
 
 void ArchState::advance() {

@@ -104,10 +104,17 @@ struct ArchState {
   const uint8_t* predicate(int p) const { return &pred[size_t(p) * npe]; }
   uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_bytes]; }
 
+  // A 64-bit digest of the architectural state (scalar and vector registers, predicates,
+  // scalar memory, LRM and OCM) for bit-identity checks of whole runs (sim/platform.h).
+  uint64_t digest() const;
+
   // Advance pc after the instruction at `pc` executed (branches set next_pc);
   // closes hardware-loop iterations.
   void advance();
 };
+
+// A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.
+uint64_t digest_bytes(const void* data, size_t n, uint64_t h);
 
 // Bounds checks used by the semantics; they throw gpnpu::Error saying which memory,
 // which address range and the limit. The sequencer adds pc, instruction and mark.
