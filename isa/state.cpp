@@ -17,9 +17,24 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       lrm_bytes(lrm_bytes_),
       lrm(size_t(shape_.npe()) * lrm_bytes_, 0),
       ocm(ocm_) {
+  clear_predicates();
+}
+
+void ArchState::summarise_predicate(int p) {
+  const uint8_t* pr = predicate(p);
+  uint32_t n = 0;
+  for (uint32_t e = 0; e < npe; ++e) n += pr[e];
+  pred_count[p] = n;
+  pred_first[p] = uint32_t(std::find(pr, pr + npe, 1) - pr);
+  pred_last[p] = n ? uint32_t(npe - 1 - (std::find(std::reverse_iterator(pr + npe), std::reverse_iterator(pr), 1) -
+                                        std::reverse_iterator(pr + npe)))
+                   : 0;
+}
+
+void ArchState::clear_predicates() {
   std::fill(pred.begin(), pred.begin() + npe, 1);  // p0: every PE
-  pred_count[0] = npe;
-  for (int p = 1; p < kPregs; ++p) pred_count[p] = 0;
+  std::fill(pred.begin() + npe, pred.end(), 0);
+  for (int p = 0; p < kPregs; ++p) summarise_predicate(p);
 }
 
 void ArchState::materialise(int r) {

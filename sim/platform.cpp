@@ -124,8 +124,7 @@ const Stats& Platform::run(const isa::Program& program) {
   std::fill(std::begin(st.x), std::end(st.x), 0);
   st.loop_depth = 0;
   std::fill(st.v.begin(), st.v.end(), 0);
-  std::fill(st.pred.begin() + st.npe, st.pred.end(), 0);
-  for (int p = 1; p < isa::kPregs; ++p) st.pred_count[p] = 0;
+  st.clear_predicates();
   stats_ = Stats();
   if (dram_) {
     dram_->clear_counts();
