@@ -41,28 +41,42 @@ class Pool {
     done_.store(0, std::memory_order_relaxed);
     work_.store(uint64_t(s) << 32, std::memory_order_release);
     seq_.store(s);
-    if (sleeping_.load()) seq_.notify_one();  // seq_cst with the helper's sleeping_/seq_ pair: no lost wake-up
     const Clock::time_point t0 = Clock::now();
-    const uint32_t mine = take_chunks(s);
-    if (mine == kSplitChunks) return rethrow();  // the helper took nothing: nothing to wait for
+    if (sleeping_.load()) seq_.notify_one();  // seq_cst with the helper's sleeping_/seq_ pair: no lost wake-up
     const Clock::time_point t1 = Clock::now();
-    for (uint32_t spins = 0; done_.load(std::memory_order_acquire) != kSplitChunks - mine;)
-      if (++spins > kSpins) std::this_thread::yield();
-      else GPNPU_PAUSE();
-    // The split lost if the wait exceeded what the helper's chunks cost the caller.
-    const auto work = (t1 - t0).count(), wait = (Clock::now() - t1).count();
-    if (wait * int64_t(mine) > work * int64_t(kSplitChunks - mine)) {
-      skip_ = 1u << backoff_;
-      if (backoff_ < kMaxBackoff) ++backoff_;
-    } else {
-      backoff_ = 0;
+    const uint32_t mine = take_chunks(s);
+    int64_t gain = -(t1 - t0).count();  // the wake-up call is a cost
+    if (mine < kSplitChunks) {
+      const Clock::time_point t2 = Clock::now();
+      for (uint32_t spins = 0; done_.load(std::memory_order_acquire) != kSplitChunks - mine;)
+        if (++spins > kSpins) std::this_thread::yield();
+        else GPNPU_PAUSE();
+      // What the helper's chunks would have cost the caller, less the caller's wait for
+      // them (none to compare with when the helper took every chunk: the caller was late).
+      if (mine > 0) gain += (t2 - t1).count() * int64_t(kSplitChunks - mine) / int64_t(mine) - (Clock::now() - t2).count();
     }
+    account(gain);
     rethrow();
   }
 
  private:
   static constexpr uint32_t kSpins = 1u << 16;  // caller's pause loop before it yields
   static constexpr uint32_t kMaxBackoff = 16;
+  static constexpr int64_t kMaxCredit = 1'000'000;  // ns: what a busy spell may lose before the split backs off
+
+  // The split's balance of time won and lost (clock ticks, ns): a deficit turns it off
+  // for 1, 2, 4, .. 65,536 calls; a full credit shortens the next back-off again.
+  void account(int64_t gain) {
+    balance_ += gain;
+    if (balance_ < 0) {
+      skip_ = 1u << backoff_;
+      if (backoff_ < kMaxBackoff) ++backoff_;
+      balance_ = 0;
+    } else if (balance_ > kMaxCredit) {
+      balance_ = kMaxCredit;
+      if (backoff_ > 0) --backoff_;
+    }
+  }
   static constexpr auto kHelperSpin = std::chrono::microseconds(20);  // then the helper sleeps
 
   // Takes and runs chunks of job s until none is left; returns how many it ran.
@@ -117,20 +131,24 @@ class Pool {
   PeRangeFn f_;
   uint32_t n_ = 0, job_ = 0;
   uint32_t skip_ = 0, backoff_ = 0;  // caller only
+  int64_t balance_ = 0;
   std::exception_ptr err_[kSplitChunks];
   std::thread th_;
 };
 
-bool enabled() {
-  static const bool on = [] {
+std::atomic<bool>& enabled_flag() {
+  static std::atomic<bool> on = [] {
     const char* e = std::getenv("GPNPU_SIM_THREADS");
     if (e && std::atoi(e) == 1) return false;
     return std::thread::hardware_concurrency() > 1;
   }();
   return on;
 }
+bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 
 }  // namespace
+
+void set_split_pes(bool on) { enabled_flag().store(on); }
 
 void split_pes(uint32_t n, PeRangeFn f) {
   if (n < kMinSplitPes || !enabled()) return f(0, n);

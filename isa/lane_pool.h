@@ -7,10 +7,10 @@
 //
 // The split cannot make a run much slower than one thread: the caller never waits for
 // a chunk the helper has not started (it takes it itself), the helper spins only
-// briefly between instructions and then sleeps on a futex, and a call where the caller
-// waited for the helper longer than the helper's chunks would have taken it (a helper
-// descheduled on a busy machine) turns the split off for the next 1, 2, 4, ... 65,536
-// calls. GPNPU_SIM_THREADS=1 turns it off entirely.
+// briefly between instructions and then sleeps on a futex, and the caller keeps a
+// balance of the time the split won (the helper's chunks) and lost (waiting for a
+// helper descheduled on a busy machine, waking it): a deficit turns the split off for
+// the next 1, 2, 4, ... 65,536 calls. GPNPU_SIM_THREADS=1 turns it off entirely.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -40,6 +40,10 @@ inline constexpr uint32_t kSplitChunks = 8;
 // the chunks [n * j / kSplitChunks, n * (j + 1) / kSplitChunks), j < kSplitChunks,
 // concurrently on two threads.
 void split_pes(uint32_t n, PeRangeFn f);
+
+// Turns the split on or off for this process (the benchmarks compare both settings);
+// by default it is on with more than one CPU unless GPNPU_SIM_THREADS=1.
+void set_split_pes(bool on);
 
 // The chunk index j of a call f(e0, ...) of split_pes(n, f) (0 for the whole range),
 // for results that are merged in PE order afterwards.
