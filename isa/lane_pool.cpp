@@ -2,7 +2,9 @@
 #include "isa/lane_pool.h"
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <thread>
@@ -35,6 +37,7 @@ class Pool {
       --skip_;
       return f(0, n);
     }
+    if (!machine_has_room()) return f(0, n);
     const uint32_t s = ++job_;
     f_ = f;
     n_ = n;
@@ -78,6 +81,27 @@ class Pool {
     }
   }
   static constexpr auto kHelperSpin = std::chrono::microseconds(20);  // then the helper sleeps
+
+  // Whether a CPU is free for the helper: the kernel's count of runnable threads
+  // (/proc/loadavg, field 4), less this thread and an awake helper, averaged over about
+  // the last 80 ms (sampled every 10 ms), must leave room for both threads. Without
+  // /proc/loadavg the machine counts as idle.
+  bool machine_has_room() {
+    const Clock::time_point now = Clock::now();
+    if (now < next_sample_) return room_;
+    next_sample_ = now + std::chrono::milliseconds(10);
+    std::FILE* f = std::fopen("/proc/loadavg", "r");
+    if (!f) return room_;
+    double l1, l5, l15;
+    int running = 0, total = 0;
+    const bool ok = std::fscanf(f, "%lf %lf %lf %d/%d", &l1, &l5, &l15, &running, &total) == 5;
+    std::fclose(f);
+    if (!ok) return room_;
+    const double others = std::max(0, running - 1 - (sleeping_.load() ? 0 : 1));
+    others_ += (others - others_) / 8;
+    room_ = others_ + 2 <= cpus_ + 0.5;
+    return room_;
+  }
 
   // Takes and runs chunks of job s until none is left; returns how many it ran.
   uint32_t take_chunks(uint32_t s) {
@@ -132,6 +156,10 @@ class Pool {
   uint32_t n_ = 0, job_ = 0;
   uint32_t skip_ = 0, backoff_ = 0;  // caller only
   int64_t balance_ = 0;
+  Clock::time_point next_sample_{};
+  double others_ = 0;  // runnable threads besides ours, averaged
+  bool room_ = true;
+  const double cpus_ = std::thread::hardware_concurrency();
   std::exception_ptr err_[kSplitChunks];
   std::thread th_;
 };

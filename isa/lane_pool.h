@@ -5,12 +5,14 @@
 // only use it where each PE writes only its own lanes or LRM; stores into shared OCM
 // stay in PE order).
 //
-// The split cannot make a run much slower than one thread: the caller never waits for
-// a chunk the helper has not started (it takes it itself), the helper spins only
-// briefly between instructions and then sleeps on a futex, and the caller keeps a
-// balance of the time the split won (the helper's chunks) and lost (waiting for a
-// helper descheduled on a busy machine, waking it): a deficit turns the split off for
-// the next 1, 2, 4, ... 65,536 calls. GPNPU_SIM_THREADS=1 turns it off entirely.
+// The split cannot make a run much slower than one thread: it runs only while the
+// kernel counts a CPU free for the helper (runnable threads, /proc/loadavg, averaged
+// over about 80 ms); the caller never waits for a chunk the helper has not started (it
+// takes it itself); the helper spins only briefly between instructions and then sleeps
+// on a futex; and the caller keeps a balance of the time the split won (the helper's
+// chunks) and lost (waiting for a helper descheduled on a busy machine, waking it): a
+// deficit turns the split off for the next 1, 2, 4, ... 65,536 calls.
+// GPNPU_SIM_THREADS=1 turns it off entirely.
 #pragma once
 #include <cstdint>
 #include <type_traits>
