@@ -186,14 +186,17 @@ GPNPU_AVX2 void mla_f32_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, 
   if (k < n) mla_f32_scalar(a + k, b + k, c + k, n - k);
 }
 
-// The hardware conversion quiets a signalling NaN; the definition keeps its bits, so a
-// block with any NaN takes the scalar body.
+// The hardware conversion quiets a signalling NaN; the definition keeps its bits
+// (sign, all-ones exponent, the 10 payload bits shifted up), so NaN lanes take those.
 GPNPU_AVX2 void cvt_f32_f16_avx2(uint32_t* a, const uint32_t* b, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) {
-    const __m256i mag = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k)), _mm256_set1_epi32(0x7fff));
-    if (_mm256_movemask_epi8(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7c00)))) cvt_f32_f16_scalar(a + k, b + k, 8);
-    else store8(a + k, f16_lo_to_f32(b + k));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16),
+                                         _mm256_or_si256(_mm256_set1_epi32(0x7f800000),
+                                                         _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x3ff)), 13)));
+    store8(a + k, _mm256_blendv_ps(f16_lo_to_f32(b + k), _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan)));
   }
   if (k < n) cvt_f32_f16_scalar(a + k, b + k, n - k);
 }
