@@ -25,10 +25,10 @@ void ArchState::summarise_predicate(int p) {
   uint32_t n = 0;
   for (uint32_t e = 0; e < npe; ++e) n += pr[e];
   pred_count[p] = n;
-  pred_first[p] = uint32_t(std::find(pr, pr + npe, 1) - pr);
-  pred_last[p] = n ? uint32_t(npe - 1 - (std::find(std::reverse_iterator(pr + npe), std::reverse_iterator(pr), 1) -
-                                        std::reverse_iterator(pr + npe)))
-                   : 0;
+  const void* first = n ? std::memchr(pr, 1, npe) : nullptr;
+  const void* last = n ? memrchr(pr, 1, npe) : nullptr;
+  pred_first[p] = first ? uint32_t(static_cast<const uint8_t*>(first) - pr) : npe;
+  pred_last[p] = last ? uint32_t(static_cast<const uint8_t*>(last) - pr) : 0;
 }
 
 void ArchState::clear_predicates() {
