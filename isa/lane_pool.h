@@ -1,11 +1,18 @@
-// Two-way data parallelism for the array semantics: a large per-PE loop is split at a
-// PE boundary, the first half runs on the calling thread and the second on one helper
-// thread. Every lane of a PE is computed by the same code whichever thread runs it, so
-// results do not depend on the split (the semantics only use it where each PE writes
-// only its own lanes or LRM; stores into shared OCM stay in PE order).
+// Two-way data parallelism for the array semantics: a large per-PE loop is cut at PE
+// boundaries into kSplitChunks chunks, which the calling thread and one helper thread
+// take in order from a shared counter. Every lane of a PE is computed by the same code
+// whichever thread runs it, so results do not depend on who ran what (the semantics
+// only use it where each PE writes only its own lanes or LRM; stores into shared OCM
+// stay in PE order).
 //
-// The helper spins briefly between instructions (an array instruction takes about a
-// microsecond) and then sleeps; GPNPU_SIM_THREADS=1 turns the split off.
+// The split cannot make a run much slower than one thread: it runs only while the
+// kernel counts a CPU free for the helper (runnable threads, /proc/loadavg, averaged
+// over about 80 ms); the caller never waits for a chunk the helper has not started (it
+// takes it itself); the helper spins only briefly between instructions and then sleeps
+// on a futex; and the caller keeps a balance of the time the split won (the helper's
+// chunks) and lost (waiting for a helper descheduled on a busy machine, waking it): a
+// deficit turns the split off for the next 1, 2, 4, ... 65,536 calls.
+// GPNPU_SIM_THREADS=1 turns it off entirely.
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -28,9 +35,22 @@ class PeRangeFn {
   void (*call_)(void*, uint32_t, uint32_t) = nullptr;
 };
 
-// Runs f(0, m) and f(m, n) for some m in [0, n], concurrently when n >= kMinSplitPes.
+inline constexpr uint32_t kMinSplitPes = 256;
+inline constexpr uint32_t kSplitChunks = 8;
+
+// Runs f over [0, n): either f(0, n) on the calling thread, or (n >= kMinSplitPes) f on
+// the chunks [n * j / kSplitChunks, n * (j + 1) / kSplitChunks), j < kSplitChunks,
+// concurrently on two threads.
 void split_pes(uint32_t n, PeRangeFn f);
 
-inline constexpr uint32_t kMinSplitPes = 256;
+// Turns the split on or off for this process (the benchmarks compare both settings);
+// by default it is on with more than one CPU unless GPNPU_SIM_THREADS=1.
+void set_split_pes(bool on);
+
+// The chunk index j of a call f(e0, ...) of split_pes(n, f) (0 for the whole range),
+// for results that are merged in PE order afterwards.
+inline uint32_t split_chunk(uint32_t n, uint32_t e0) {
+  return uint32_t((uint64_t(e0) * kSplitChunks + n - 1) / n);
+}
 
 }  // namespace gpnpu::isa

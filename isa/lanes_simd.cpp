@@ -55,8 +55,13 @@ __attribute__((target("avx512f"))) void mla_f32_avx512(uint32_t* a, const uint32
 
 __attribute__((target("avx512f"))) void cvt_f32_f16_avx512(uint32_t* a, const uint32_t* b, size_t n) {
   size_t k = 0;
-  for (; k + 16 <= n; k += 16)
-    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(b + k))));
+  for (; k + 16 <= n; k += 16) {
+    const __m512i x = _mm512_loadu_si512(b + k);  // a NaN: as in cvt_f32_f16_avx2 below
+    if (_mm512_cmpgt_epi32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fff)), _mm512_set1_epi32(0x7c00)))
+      cvt_f32_f16_scalar(a + k, b + k, 16);
+    else
+      _mm512_storeu_ps(reinterpret_cast<float*>(a + k), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(x)));
+  }
   if (k < n) cvt_f32_f16_scalar(a + k, b + k, n - k);
 }
 
@@ -135,6 +140,136 @@ __attribute__((target("avx512f"))) void dequant4_pes_avx512(uint32_t* out, const
     dequant4_avx512(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);
   }
 }
+// AVX2 + F16C bodies (CPUs without AVX-512, e.g. AMD Zen 2/3): the same operations as the
+// AVX-512 ones on 8 lanes at a time. No FMA in the target: a product and a sum stay two
+// roundings (vmla.f32), exactly as the definitions.
+#define GPNPU_AVX2 __attribute__((target("avx2,f16c")))
+GPNPU_AVX2 inline __m256 f16_lo_to_f32(const uint32_t* p) {  // 8 lanes' low halves as fp32
+  const __m256i m = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), _mm256_set1_epi32(0xffff));
+  return _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(m), _mm256_extracti128_si256(m, 1)));
+}
+GPNPU_AVX2 inline __m256 load8(const uint32_t* p) { return _mm256_loadu_ps(reinterpret_cast<const float*>(p)); }
+GPNPU_AVX2 inline void store8(uint32_t* p, __m256 v) { _mm256_storeu_ps(reinterpret_cast<float*>(p), v); }
+GPNPU_AVX2 inline __m256 abs8(__m256 v) { return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff))); }
+GPNPU_AVX2 inline float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+// As f16_special above: |x| >= 65520, inf, NaN, or a normal |x| that rounds to zero.
+GPNPU_AVX2 inline int f16_special8(__m256 ax) {
+  const __m256 big = _mm256_cmp_ps(ax, _mm256_set1_ps(kF16OverflowAt), _CMP_NLT_UQ);
+  const __m256 tiny = _mm256_and_ps(_mm256_cmp_ps(ax, _mm256_set1_ps(kF16ZeroBelow), _CMP_LE_OQ),
+                                    _mm256_cmp_ps(ax, _mm256_set1_ps(kF32MinNormal), _CMP_GE_OQ));
+  return _mm256_movemask_ps(_mm256_or_ps(big, tiny));
+}
+constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+GPNPU_AVX2 void mac_f16_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(f16_lo_to_f32(b + k), f16_lo_to_f32(c + k))));
+  if (k < n) mac_f16_scalar(a + k, b + k, c + k, n - k);
+}
+
+GPNPU_AVX2 void mac_f16_bcast_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  const __m256 c0 = f16_lo_to_f32(c16), c1 = f16_lo_to_f32(c16 + 8);
+  for (size_t k = 0; k + 16 <= n; k += 16) {
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(f16_lo_to_f32(b + k), c0)));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(f16_lo_to_f32(b + k + 8), c1)));
+  }
+}
+
+GPNPU_AVX2 void mla_f32_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(b + k), load8(c + k))));
+  if (k < n) mla_f32_scalar(a + k, b + k, c + k, n - k);
+}
+
+// The hardware conversion quiets a signalling NaN; the definition keeps its bits
+// (sign, all-ones exponent, the 10 payload bits shifted up), so NaN lanes take those.
+GPNPU_AVX2 void cvt_f32_f16_avx2(uint32_t* a, const uint32_t* b, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + k));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x7fff)), _mm256_set1_epi32(0x7c00));
+    const __m256i bits = _mm256_or_si256(_mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x8000)), 16),
+                                         _mm256_or_si256(_mm256_set1_epi32(0x7f800000),
+                                                         _mm256_slli_epi32(_mm256_and_si256(h, _mm256_set1_epi32(0x3ff)), 13)));
+    store8(a + k, _mm256_blendv_ps(f16_lo_to_f32(b + k), _mm256_castsi256_ps(bits), _mm256_castsi256_ps(nan)));
+  }
+  if (k < n) cvt_f32_f16_scalar(a + k, b + k, n - k);
+}
+
+GPNPU_AVX2 void pack_f16_pes_avx2(uint32_t* out, const uint32_t* lo, const uint32_t* hi, uint32_t e0, uint32_t e1,
+                                  const uint8_t* pred, bool saturate, F16Range& r) {
+  __m256 vmax = _mm256_setzero_ps();
+  for (uint32_t e = e0; e < e1; ++e) {
+    if (pred && !pred[e]) continue;
+    const size_t k = size_t(e) * 16;
+    const __m256 l0 = load8(lo + k), l1 = load8(lo + k + 8), h0 = load8(hi + k), h1 = load8(hi + k + 8);
+    const __m256 al0 = abs8(l0), al1 = abs8(l1), ah0 = abs8(h0), ah1 = abs8(h1);
+    if (f16_special8(al0) | f16_special8(al1) | f16_special8(ah0) | f16_special8(ah1)) {
+      pack_f16_scalar(out + k, lo + k, hi + k, saturate, r, int64_t(e) * 32);
+      continue;
+    }
+    vmax = _mm256_max_ps(vmax, _mm256_max_ps(_mm256_max_ps(al0, al1), _mm256_max_ps(ah0, ah1)));
+    // lo's 16 halves in order are words 0..7, hi's words 8..15 (all read before any store).
+    const __m128i p0 = _mm256_cvtps_ph(l0, kRne), p1 = _mm256_cvtps_ph(l1, kRne);
+    const __m128i p2 = _mm256_cvtps_ph(h0, kRne), p3 = _mm256_cvtps_ph(h1, kRne);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k), p0);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k + 4), p1);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k + 8), p2);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k + 12), p3);
+  }
+  const float m = hmax8(vmax);
+  if (m > r.max_abs) r.max_abs = m;
+}
+
+GPNPU_AVX2 void cvt_f16_f32_avx2(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r) {
+  __m256 vmax = _mm256_setzero_ps();
+  size_t j = k;
+  for (; j + 16 <= k + n; j += 16) {
+    const __m256 v0 = load8(b + j), v1 = load8(b + j + 8), a0 = abs8(v0), a1 = abs8(v1);
+    if (f16_special8(a0) | f16_special8(a1)) {
+      cvt_f16_f32_scalar(a, b, j, 16, saturate, r);
+      continue;
+    }
+    vmax = _mm256_max_ps(vmax, _mm256_max_ps(a0, a1));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j), _mm256_cvtepu16_epi32(_mm256_cvtps_ph(v0, kRne)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + j + 8), _mm256_cvtepu16_epi32(_mm256_cvtps_ph(v1, kRne)));
+  }
+  if (j < k + n) cvt_f16_f32_scalar(a, b, j, k + n - j, saturate, r);
+  const float m = hmax8(vmax);
+  if (m > r.max_abs) r.max_abs = m;
+}
+
+GPNPU_AVX2 void dequant4_pes_avx2(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
+                                  const uint8_t* pred, uint32_t sel, bool f16) {
+  const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), nib = _mm256_set1_epi32(15);
+  for (uint32_t e = e0; e < e1; ++e) {
+    if (pred && !pred[e]) continue;
+    const size_t k = size_t(e) * 16;
+    const float scale = std::bit_cast<float>(meta[k]), zero = std::bit_cast<float>(meta[k + 1]);
+    const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps(zero);
+    // Lanes 0..7 read word 2 * sel at nibble l, lanes 8..15 word 2 * sel + 1 (out may alias codes).
+    const uint32_t w0 = codes[k + 2 * sel], w1 = codes[k + 2 * sel + 1];
+    const __m256 v0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w0)), sh), nib)), vz), vs);
+    const __m256 v1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w1)), sh), nib)), vz), vs);
+    if (!f16) {
+      store8(out + k, v0);
+      store8(out + k + 8, v1);
+      continue;
+    }
+    // NaN payloads are the one place the hardware conversion may differ: the scalar path.
+    if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(v0, v0, _CMP_UNORD_Q), _mm256_cmp_ps(v1, v1, _CMP_UNORD_Q)))) {
+      dequant4_scalar(out + k, codes + k, scale, zero, sel, f16);
+      continue;
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k), _mm256_cvtepu16_epi32(_mm256_cvtps_ph(v0, kRne)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + k + 8), _mm256_cvtepu16_epi32(_mm256_cvtps_ph(v1, kRne)));
+  }
+}
 #endif
 
 }  // namespace
@@ -142,6 +277,15 @@ __attribute__((target("avx512f"))) void dequant4_pes_avx512(uint32_t* out, const
 bool have_avx512() {
 #if defined(__x86_64__)
   static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+bool have_avx2() {
+#if defined(__x86_64__)
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
   return ok;
 #else
   return false;
@@ -234,6 +378,7 @@ void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float ze
 void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
 #if defined(__x86_64__)
   if (have_avx512()) return mac_f16_avx512(a, b, c, n);
+  if (have_avx2()) return mac_f16_avx2(a, b, c, n);
 #endif
   mac_f16_scalar(a, b, c, n);
 }
@@ -241,6 +386,7 @@ void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
 void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
 #if defined(__x86_64__)
   if (have_avx512()) return mac_f16_bcast_avx512(a, b, c16, n);
+  if (have_avx2()) return mac_f16_bcast_avx2(a, b, c16, n);
 #endif
   mac_f16_bcast_scalar(a, b, c16, n);
 }
@@ -248,6 +394,7 @@ void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
 #if defined(__x86_64__)
   if (have_avx512()) return mla_f32_avx512(a, b, c, n);
+  if (have_avx2()) return mla_f32_avx2(a, b, c, n);
 #endif
   mla_f32_scalar(a, b, c, n);
 }
@@ -255,6 +402,7 @@ void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n) {
 #if defined(__x86_64__)
   if (have_avx512()) return cvt_f32_f16_avx512(a, b, n);
+  if (have_avx2()) return cvt_f32_f16_avx2(a, b, n);
 #endif
   cvt_f32_f16_scalar(a, b, n);
 }
@@ -263,6 +411,7 @@ void pack_f16_pes(uint32_t* out, const uint32_t* lo, const uint32_t* hi, uint32_
                   bool saturate, F16Range& r) {
 #if defined(__x86_64__)
   if (have_avx512()) return pack_f16_pes_avx512(out, lo, hi, e0, e1, pred, saturate, r);
+  if (have_avx2()) return pack_f16_pes_avx2(out, lo, hi, e0, e1, pred, saturate, r);
 #endif
   for (uint32_t e = e0; e < e1; ++e)
     if (!pred || pred[e]) pack_f16_scalar(out + size_t(e) * 16, lo + size_t(e) * 16, hi + size_t(e) * 16, saturate, r, int64_t(e) * 32);
@@ -271,6 +420,7 @@ void pack_f16_pes(uint32_t* out, const uint32_t* lo, const uint32_t* hi, uint32_
 void cvt_f16_f32(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r) {
 #if defined(__x86_64__)
   if (have_avx512()) return cvt_f16_f32_avx512(a, b, k, n, saturate, r);
+  if (have_avx2()) return cvt_f16_f32_avx2(a, b, k, n, saturate, r);
 #endif
   cvt_f16_f32_scalar(a, b, k, n, saturate, r);
 }
@@ -279,6 +429,7 @@ void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, ui
                   const uint8_t* pred, uint32_t sel, bool f16) {
 #if defined(__x86_64__)
   if (have_avx512()) return dequant4_pes_avx512(out, codes, meta, e0, e1, pred, sel, f16);
+  if (have_avx2()) return dequant4_pes_avx2(out, codes, meta, e0, e1, pred, sel, f16);
 #endif
   for (uint32_t e = e0; e < e1; ++e) {
     if (pred && !pred[e]) continue;

@@ -1,8 +1,9 @@
 // Vectorised inner loops of the hottest array instructions (vmac.f16, vdq4.*): the same
 // results bit for bit as the scalar definitions in sem_array.cpp, only faster. Each
-// function picks, once per process, an AVX-512 body when the CPU has AVX-512F (F16C
-// conversions round to nearest even exactly like isa/fp16.h) and the scalar body
-// otherwise; tests/isa/test_lanes_simd.cpp checks the two against each other.
+// function picks, once per process, an AVX-512 body when the CPU has AVX-512F, else an
+// AVX2 body when it has AVX2 and F16C (F16C conversions round to nearest even exactly
+// like isa/fp16.h), and the scalar body otherwise; tests/isa/test_lanes_simd.cpp checks
+// the body this CPU runs against the scalar one.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -52,5 +53,6 @@ void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();
+bool have_avx2();  // and F16C
 
 }  // namespace gpnpu::isa::lanes

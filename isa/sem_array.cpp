@@ -133,14 +133,14 @@ SEM(vunpack_f16) {
   });
 }
 namespace {
-// An fp32 -> fp16 conversion over the PEs, in two halves (lane_pool.h): each half records
+// An fp32 -> fp16 conversion over the PEs, in chunks (lane_pool.h): each chunk records
 // its values' range (isa/fp16.h), merged in PE order into the state's numerics.
 template <typename F>
 void convert_f16(ArchState& s, uint32_t per_pe, F&& f) {
-  F16Range half[2];
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) { f(e0, e1, half[e0 == 0 ? 0 : 1]); });
-  half[0].merge(half[1]);
-  s.note_f16(half[0], per_pe);
+  F16Range chunk[kSplitChunks];
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) { f(e0, e1, chunk[split_chunk(s.npe, e0)]); });
+  for (uint32_t j = 1; j < kSplitChunks; ++j) chunk[0].merge(chunk[j]);
+  s.note_f16(chunk[0], per_pe);
 }
 }  // namespace
 

@@ -78,11 +78,8 @@ void ocm_broadcast(ArchState& s, const Insn& i) {
 
 // Checks the address range that the enabled PEs touch: base + pe * stride.
 void check_strided(const ArchState& s, const Insn& i, uint32_t base, uint32_t stride, uint32_t bytes) {
-  const uint8_t* pr = s.predicate(i.p);
-  uint32_t first = s.npe, last = 0;
-  for (uint32_t e = 0; e < s.npe; ++e)
-    if (pr[e]) { first = std::min(first, e); last = e; }
-  if (first == s.npe) return;
+  const uint32_t first = s.pred_first[i.p], last = s.pred_last[i.p];  // the summary: no scan of the lanes
+  if (s.pred_count[i.p] == 0) return;
   check_range("OCM", uint64_t(base) + uint64_t(first) * stride, bytes, s.ocm.size());
   check_range("OCM", uint64_t(base) + uint64_t(last) * stride, bytes, s.ocm.size());
 }

@@ -97,9 +97,8 @@ template <typename F>
 void set_pred(ArchState& s, int p, F&& f) {
   if (p == 0) fail("p0 is the constant all-ones predicate and cannot be written");
   uint8_t* pr = &s.pred[size_t(p) * s.npe];
-  uint32_t n = 0;
-  for (uint32_t e = 0; e < s.npe; ++e) n += (pr[e] = f(e) ? 1 : 0);
-  s.pred_count[p] = n;
+  for (uint32_t e = 0; e < s.npe; ++e) pr[e] = f(e) ? 1 : 0;
+  s.summarise_predicate(p);
 }
 }  // namespace
 

@@ -31,9 +31,15 @@ inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 // lanes it is given.
 template <typename F>
 inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
-  const uint8_t* pr = i.p ? s.predicate(i.p) : nullptr;
+  if (s.predicate_contiguous(i.p)) {  // p0, or one run of PEs (the predicate's summary): no scan
+    if (!s.pred_count[i.p]) return;
+    const uint32_t b = s.pred_first[i.p];
+    return split_pes(s.pred_count[i.p], [&](uint32_t e0, uint32_t e1) {
+      f(size_t(b + e0) * kLanes, size_t(e1 - e0) * kLanes);
+    });
+  }
+  const uint8_t* pr = s.predicate(i.p);
   split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
-    if (!pr) return f(size_t(e0) * kLanes, size_t(e1 - e0) * kLanes);
     for (uint32_t e = e0; e < e1;) {
       if (!pr[e]) {
         ++e;
@@ -61,6 +67,13 @@ inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
 // lanes and LRM (the PEs run in two halves concurrently on large arrays).
 template <typename F>
 inline void for_pes(ArchState& s, const Insn& i, F&& f) {
+  if (s.predicate_contiguous(i.p)) {  // as in for_lane_runs
+    if (!s.pred_count[i.p]) return;
+    const uint32_t b = s.pred_first[i.p];
+    return split_pes(s.pred_count[i.p], [&](uint32_t e0, uint32_t e1) {
+      for (uint32_t e = b + e0; e < b + e1; ++e) f(e);
+    });
+  }
   const uint8_t* pr = s.predicate(i.p);
   split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
     for (uint32_t e = e0; e < e1; ++e)

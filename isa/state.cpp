@@ -2,6 +2,7 @@
 #include "isa/state.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "isa/error.h"
 
@@ -16,9 +17,24 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       lrm_bytes(lrm_bytes_),
       lrm(size_t(shape_.npe()) * lrm_bytes_, 0),
       ocm(ocm_) {
+  clear_predicates();
+}
+
+void ArchState::summarise_predicate(int p) {
+  const uint8_t* pr = predicate(p);
+  uint32_t n = 0;
+  for (uint32_t e = 0; e < npe; ++e) n += pr[e];
+  pred_count[p] = n;
+  const void* first = n ? std::memchr(pr, 1, npe) : nullptr;
+  const void* last = n ? memrchr(pr, 1, npe) : nullptr;
+  pred_first[p] = first ? uint32_t(static_cast<const uint8_t*>(first) - pr) : npe;
+  pred_last[p] = last ? uint32_t(static_cast<const uint8_t*>(last) - pr) : 0;
+}
+
+void ArchState::clear_predicates() {
   std::fill(pred.begin(), pred.begin() + npe, 1);  // p0: every PE
-  pred_count[0] = npe;
-  for (int p = 1; p < kPregs; ++p) pred_count[p] = 0;
+  std::fill(pred.begin() + npe, pred.end(), 0);
+  for (int p = 0; p < kPregs; ++p) summarise_predicate(p);
 }
 
 void ArchState::materialise(int r) {
@@ -33,6 +49,34 @@ void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {
   F16Range m = r;
   m.first = -1;
   f16.merge(m);
+}
+
+uint64_t digest_bytes(const void* data, size_t n, uint64_t h) {
+  // Four independent multiply-xorshift streams over 32-byte blocks, folded at the end.
+  constexpr uint64_t kMul = 0x9fb21c651e98df25ull;
+  auto mix = [](uint64_t x) { x ^= x >> 32; x *= kMul; return x ^ (x >> 29); };
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  uint64_t s[4] = {h ^ n, h + 1, h + 2, h + 3};
+  size_t k = 0;
+  for (; k + 32 <= n; k += 32)
+    for (int j = 0; j < 4; ++j) {
+      uint64_t w;
+      std::memcpy(&w, p + k + 8 * j, 8);
+      s[j] = (s[j] ^ w) * kMul;
+      s[j] ^= s[j] >> 31;
+    }
+  uint64_t r = mix(s[0]) ^ mix(s[1] + 1) * 3 ^ mix(s[2] + 2) * 5 ^ mix(s[3] + 3) * 7;
+  for (; k < n; ++k) r = mix(r ^ p[k]);
+  return r;
+}
+
+uint64_t ArchState::digest() const {
+  uint64_t h = digest_bytes(x, sizeof x, 1);
+  h = digest_bytes(smem.data(), smem.size(), h);
+  h = digest_bytes(v.data(), v.size() * sizeof(uint32_t), h);
+  h = digest_bytes(pred.data(), pred.size(), h);
+  h = digest_bytes(lrm.data(), lrm.size(), h);
+  return digest_bytes(ocm.data(), ocm.size(), h);
 }
 
 void ArchState::advance() {

@@ -60,7 +60,15 @@ struct ArchState {
   uint32_t npe;
   std::vector<uint32_t> v;      // [reg][pe][lane]
   std::vector<uint8_t> pred;    // [preg][pe], 0 or 1; p0 is all ones
-  uint32_t pred_count[kPregs];  // active PEs per predicate
+  // Summary of each predicate, kept by summarise_predicate() whenever pred[p] changes:
+  // active PEs, and the first and last active PE (first = npe when none). The timing
+  // model and the address checks read only these, never the 1,024 bytes.
+  uint32_t pred_count[kPregs];
+  uint32_t pred_first[kPregs], pred_last[kPregs];
+  void summarise_predicate(int p);
+  void clear_predicates();  // p1..p7 off, p0 all on
+  // Whether predicate p's active PEs are one contiguous run [first, last] (or none).
+  bool predicate_contiguous(int p) const { return pred_count[p] == 0 || pred_last[p] - pred_first[p] + 1 == pred_count[p]; }
   uint32_t lrm_bytes;
   std::vector<uint8_t> lrm;     // [pe][lrm_bytes]
   std::span<uint8_t> ocm;
@@ -104,10 +112,17 @@ struct ArchState {
   const uint8_t* predicate(int p) const { return &pred[size_t(p) * npe]; }
   uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_bytes]; }
 
+  // A 64-bit digest of the architectural state (scalar and vector registers, predicates,
+  // scalar memory, LRM and OCM) for bit-identity checks of whole runs (sim/platform.h).
+  uint64_t digest() const;
+
   // Advance pc after the instruction at `pc` executed (branches set next_pc);
   // closes hardware-loop iterations.
   void advance();
 };
+
+// A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.
+uint64_t digest_bytes(const void* data, size_t n, uint64_t h);
 
 // Bounds checks used by the semantics; they throw gpnpu::Error saying which memory,
 // which address range and the limit. The sequencer adds pc, instruction and mark.

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "isa/state.h"
+
 namespace gpnpu::sim {
 
 MemoryTarget::MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock)
@@ -32,6 +34,14 @@ uint64_t MemoryTarget::pages_touched() const {
   uint64_t n = 0;
   for (const auto& p : pages_) n += p != nullptr;
   return n;
+}
+
+uint64_t MemoryTarget::digest() const {
+  if (!sparse_) return isa::digest_bytes(dense_.data(), dense_.size(), 0);
+  uint64_t h = 0;
+  for (uint64_t i = 0; i < pages_.size(); ++i)
+    if (pages_[i]) h = isa::digest_bytes(pages_[i].get(), kPageBytes, h ^ (i + 1) * 0x9e3779b97f4a7c15ull);
+  return h;
 }
 
 void MemoryTarget::read(uint64_t addr, void* dst, uint64_t n) const {

@@ -49,6 +49,9 @@ class MemoryTarget : public sc_core::sc_module {
   uint8_t* dense() { return dense_.data(); }
   Port& port() { return *port_; }
   uint64_t pages_touched() const;
+  // A 64-bit digest of the contents (sparse: of the allocated pages and their offsets),
+  // for bit-identity checks of whole runs (sim/platform.h).
+  uint64_t digest() const;
 
   static constexpr uint64_t kPageBytes = 1ull << 16;
 

@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -123,8 +124,7 @@ const Stats& Platform::run(const isa::Program& program) {
   std::fill(std::begin(st.x), std::end(st.x), 0);
   st.loop_depth = 0;
   std::fill(st.v.begin(), st.v.end(), 0);
-  std::fill(st.pred.begin() + st.npe, st.pred.end(), 0);
-  for (int p = 1; p < isa::kPregs; ++p) st.pred_count[p] = 0;
+  st.clear_predicates();
   stats_ = Stats();
   if (dram_) {
     dram_->clear_counts();
@@ -139,6 +139,17 @@ const Stats& Platform::run(const isa::Program& program) {
   if (dram_) {
     dram_->advance(clock_->now());  // refreshes up to the end of the run (idle ones too)
     stats_.dram_channels = dram_->channel_counts();
+  }
+  // GPNPU_SIM_DIGEST=FILE: one line per run with its cycles and digests of the final
+  // state and DDR, to check that a change of the simulator keeps every run bit-identical
+  // (docs/performance.md, "Simulator speed").
+  if (const char* path = std::getenv("GPNPU_SIM_DIGEST"); path && *path) {
+    std::FILE* f = std::fopen(path, "a");
+    if (!f) fail("GPNPU_SIM_DIGEST: cannot open {} for appending", path);
+    std::fprintf(f, "cycles %llu instructions %llu state %016llx ddr %016llx\n",
+                 (unsigned long long)stats_.total[Stat::cycles], (unsigned long long)stats_.total[Stat::instructions],
+                 (unsigned long long)st.digest(), (unsigned long long)ddr_->digest());
+    std::fclose(f);
   }
   return stats_;
 }

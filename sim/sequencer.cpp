@@ -142,32 +142,58 @@ void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
   dma_.submit(ch, d);
 }
 
-// The energy events of an array instruction (sim/energy.h): lane operations per unit
-// class, vector-register words read and written, LRM and OCM-port bytes. Counted from
-// the unit, the operands and the enabled PEs only, so timing-only runs count the same.
-void Sequencer::count_array_events(const isa::Insn& in, uint64_t pes) {
-  Counters& tot = stats_->total;
-  const uint64_t lanes = pes * isa::kLanes;
-  uint64_t vreads = 0, vwrites = 0;
-  for (int k = 0; k < in.nsrc; ++k) vreads += in.src[k] >= isa::kRegV && in.src[k] < isa::kRegP;
-  for (int k = 0; k < in.ndst; ++k) vwrites += in.dst[k] >= isa::kRegV && in.dst[k] < isa::kRegP;
-  tot[Stat::vrf_reads] += vreads * lanes;
-  tot[Stat::vrf_writes] += vwrites * lanes;
-  const uint64_t bytes = in.info->mem_bytes;
-  switch (in.info->unit) {
-    case Unit::mac16: tot[Stat::macs] += lanes; tot[Stat::macs_f16] += lanes; break;
-    case Unit::mac8: tot[Stat::macs] += lanes; tot[Stat::macs_int8] += lanes; break;
-    case Unit::valu: tot[Stat::valu_lane_ops] += lanes; break;
-    case Unit::vfpu: tot[Stat::vfpu_lane_ops] += lanes; break;
-    case Unit::sfu: tot[Stat::sfu_lane_ops] += lanes; break;
-    case Unit::xlane: tot[Stat::xlane_lane_ops] += lanes; break;
-    case Unit::lrm: tot[Stat::lrm_bytes] += bytes * pes; break;
-    case Unit::ocm_bc: tot[Stat::ocm_array_bytes_read] += bytes; break;
-    case Unit::ocm_rd: tot[Stat::ocm_array_bytes_read] += bytes * pes; break;
-    case Unit::ocm_wr: tot[Stat::ocm_array_bytes_written] += bytes * pes; break;
+namespace {
+
+// What the issue loop needs of an instruction besides its operands and cost, looked up
+// once per run instead of at every issue: its unit's resource and flags, and its energy
+// events (sim/energy.h).
+struct IssueInfo {
+  uint8_t unit = 0, resource = 0, flags = 0;
+  uint32_t vreads = 0, vwrites = 0;  // vector-register words per enabled PE
+  int event = -1, event2 = -1;       // the unit's event stats, each + per_pe x PEs + fixed
+  uint32_t per_pe = 0, fixed = 0;
+};
+
+// The energy events of an array instruction: lane operations per unit class,
+// vector-register words read and written, LRM and OCM-port bytes. Counted from the
+// unit, the operands and the enabled PEs only, so timing-only runs count the same.
+IssueInfo issue_info(const isa::Insn& in) {
+  IssueInfo x;
+  const Unit u = in.info->unit;
+  x.unit = uint8_t(u);
+  x.resource = uint8_t(isa::unit_info(u).resource);
+  x.flags = isa::unit_info(u).flags;
+  for (int k = 0; k < in.nsrc; ++k) x.vreads += in.src[k] >= isa::kRegV && in.src[k] < isa::kRegP;
+  for (int k = 0; k < in.ndst; ++k) x.vwrites += in.dst[k] >= isa::kRegV && in.dst[k] < isa::kRegP;
+  x.vreads *= isa::kLanes;
+  x.vwrites *= isa::kLanes;
+  const uint32_t bytes = in.info->mem_bytes;
+  auto lanes = [&](Stat s, int s2 = -1) { x.event = int(s), x.event2 = s2, x.per_pe = isa::kLanes; };
+  switch (u) {
+    case Unit::mac16: lanes(Stat::macs, int(Stat::macs_f16)); break;
+    case Unit::mac8: lanes(Stat::macs, int(Stat::macs_int8)); break;
+    case Unit::valu: lanes(Stat::valu_lane_ops); break;
+    case Unit::vfpu: lanes(Stat::vfpu_lane_ops); break;
+    case Unit::sfu: lanes(Stat::sfu_lane_ops); break;
+    case Unit::xlane: lanes(Stat::xlane_lane_ops); break;
+    case Unit::lrm: x.event = int(Stat::lrm_bytes), x.per_pe = bytes; break;
+    case Unit::ocm_bc: x.event = int(Stat::ocm_array_bytes_read), x.fixed = bytes; break;
+    case Unit::ocm_rd: x.event = int(Stat::ocm_array_bytes_read), x.per_pe = bytes; break;
+    case Unit::ocm_wr: x.event = int(Stat::ocm_array_bytes_written), x.per_pe = bytes; break;
     default: break;
   }
+  return x;
 }
+
+inline void count_array_events(Counters& tot, const IssueInfo& x, uint64_t pes) {
+  tot[Stat::vrf_reads] += x.vreads * pes;
+  tot[Stat::vrf_writes] += x.vwrites * pes;
+  const uint64_t n = x.per_pe * pes + x.fixed;
+  if (x.event >= 0) tot.v[x.event] += n;
+  if (x.event2 >= 0) tot.v[x.event2] += n;
+}
+
+}  // namespace
 
 // The functional model's fp16 numerics since the last mark (isa/state.h) go to the
 // innermost open region: between two mark instructions it does not change. Nothing to
@@ -229,6 +255,8 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
+  std::vector<IssueInfo> info(n);
+  for (uint32_t k = 0; k < n; ++k) info[k] = issue_info(insns_[k]);
   // Power windows: the issue-timed counts of each window are the change of the totals
   // across it (the DMA engine fills the dma_timed stats itself).
   PowerTrace& power = stats_->power;
@@ -247,7 +275,9 @@ void Sequencer::execute_loop() {
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
     const isa::Insn& in = insns_[pc];
-    const int u = int(in.info->unit), r = int(isa::unit_info(in.info->unit).resource);
+    const IssueInfo& x = info[pc];
+    const int u = x.unit, r = x.resource;
+    const bool array = x.flags & isa::kArray;
     Cycles t = std::max(now, unit_free[r]);
     for (int k = 0; k < in.nsrc; ++k) t = std::max(t, ready[in.src[k]]);
     for (int k = 0; k < in.ndst; ++k) t = std::max(t, ready[in.dst[k]]);  // in-order writes
@@ -262,16 +292,17 @@ void Sequencer::execute_loop() {
     st.next_pc = pc + 1;
     st.effect = Effect::none;
     try {
-      if (!(timing_only_ && isa::is_array_compute(Unit(u)))) isa::execute(st, in);
+      if (!(timing_only_ && (x.flags & isa::kCompute))) isa::execute(st, in);
     } catch (const Error& e) {
       fail("{}: {}", where(pc, t), e.what());
     }
     const bool taken = st.next_pc != pc + 1;
     st.advance();
 
-    const Cost cost = timing.cost_of(in, st.pred_count[in.p]);
+    const uint32_t pes = st.pred_count[in.p];
+    const Cost cost = timing.cost_of(in, pes);
     const Cycles o = cost.occupancy, l = cost.latency;
-    if (isa::is_array_unit(Unit(u))) count_array_events(in, st.pred_count[in.p]);
+    if (array) count_array_events(tot, x, pes);
 
     switch (st.effect) {
       case Effect::none: break;
@@ -314,7 +345,7 @@ void Sequencer::execute_loop() {
     unit_free[r] = t + o;
     for (int k = 0; k < in.ndst; ++k) ready[in.dst[k]] = t + l;
     last_done = std::max(last_done, t + l);
-    if (isa::is_array_unit(Unit(u))) {
+    if (array) {
       Cycles b = std::max(t, array_busy_until);
       if (t + o > b) tot[Stat::array_busy_cycles] += t + o - b;
       array_busy_until = std::max(array_busy_until, t + o);
@@ -322,7 +353,7 @@ void Sequencer::execute_loop() {
     if constexpr (kHooks) on_issue(IssueEvent{pc, t, &in, &st, cost});
 
     now = t + 1;
-    if (taken && (isa::unit_info(Unit(u)).flags & isa::kBranch)) now += cfg.branch_taken_cycles;
+    if (taken && (x.flags & isa::kBranch)) now += cfg.branch_taken_cycles;
     if (st.effect == Effect::halt) {
       if (stats_->open_regions())
         fail("{}: halt with mark \"{}\" still open; close it with mark.end", where(pc, t), stats_->current_region());

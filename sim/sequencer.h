@@ -62,7 +62,6 @@ class Sequencer : public sc_core::sc_module {
   std::string where(uint32_t pc, Cycles t) const;
   void check_channel(uint32_t ch, uint32_t pc, Cycles t) const;
   void start_dma(const isa::Insn& in, uint32_t pc, Cycles t);
-  void count_array_events(const isa::Insn& in, uint64_t pes);
 
   const Clock& clock_;
   DmaEngine& dma_;

@@ -10,6 +10,14 @@
 //   BM_Decode2b/ideal, /dram: one 2B decode step at qc-u, timing-only, compiled and
 //     run as `gpnpu sweep` runs a point (issue 14, acceptance 4: the DRAM model's
 //     CPU time against the ideal port's).
+//   BM_Threads/<workload>/<threads>/<load>: the two-thread split of the array semantics
+//     (isa/lane_pool.h) against one thread (threads 0: the default setting, 1: as
+//     GPNPU_SIM_THREADS=1) on BM_VmacF16's program (vmac) and on one 2B decode step run
+//     functionally with zero weights (decode), idle (load 0) and with `load` busy-loop
+//     processes that the benchmark starts beside itself (issue 16, acceptance 3).
+//   BM_DecodeTimingOnly/<cached>: one 2B decode step, timing-only, with 140 or 4,096
+//     tokens cached; counter ns/insn = CPU nanoseconds per simulated instruction
+//     (issue 16, acceptance 4: the per-instruction cost must not grow with the context).
 // Rates are per wall second (UseRealTime); the CPU column gives CPU time per run.
 // Each has a full (functional) and a timing-only variant. Figures and the command
 // are in docs/performance.md.
@@ -17,7 +25,16 @@
 
 #include <fmt/format.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <ctime>
+
+#include "isa/lane_pool.h"
 #include "isa/program.h"
+#include "model/checkpoint/config.h"
+#include "model/runtime/session.h"
 #include "model/cli/driver_sweep.h"
 #include "sim/machine/config.h"
 #include "sim/platform.h"
@@ -74,6 +91,81 @@ void decode_2b(benchmark::State& state, const std::vector<std::string>& sets) {
   state.counters["sim_cycles/s"] = benchmark::Counter(double(cycles), benchmark::Counter::kIsRate);
 }
 
+// `n` processes that spin until the guard goes out of scope: the background load of a
+// busy machine.
+struct BusyLoad {
+  std::vector<pid_t> pids;
+  explicit BusyLoad(int n) {
+    for (int k = 0; k < n; ++k) {
+      const pid_t pid = fork();
+      if (pid == 0) {
+        for (volatile uint64_t x = 0;; x = x + 1) {
+        }
+      }
+      if (pid > 0) pids.push_back(pid);
+    }
+  }
+  ~BusyLoad() {
+    for (pid_t pid : pids) kill(pid, SIGKILL);
+    for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+  }
+};
+
+double cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The 2B decode program with zero weights (the arithmetic costs the same), `cached`
+// tokens in the KV cache.
+struct Decode2b {
+  model::ModelConfig mc = model::model_config_from_spec("synthetic:2b");
+  sim::Config cfg = sim::Config::make("qc-u", {});
+  model::Compiler c;
+  model::CompiledProgram dp;
+  model::Session dev;
+  Decode2b(bool timing_only, uint32_t cached)
+      : c(mc, cfg, [] { model::CompileOptions o; o.image = false; return o; }()), dp(c.decode_program()), dev(c, timing_only) {
+    dev.write_decode_args(0, cached - 1);
+  }
+};
+
+void threads(benchmark::State& state) {
+  const bool decode = state.range(0) == 1;
+  const bool one_thread = state.range(1) == 1;
+  std::unique_ptr<Decode2b> d;
+  isa::Program prog;
+  if (decode) d = std::make_unique<Decode2b>(false, 140);
+  else prog = vmac_program(1000), sim::Platform::get().configure(sim::Config::make("qc-u", {}), false);
+  isa::set_split_pes(!one_thread);
+  double cpu = 0;
+  {
+    BusyLoad load(int(state.range(2)));
+    for (auto _ : state) {
+      const double c0 = cpu_seconds();
+      if (decode) d->dev.run(d->dp);
+      else sim::Platform::get().run(prog);
+      cpu += cpu_seconds() - c0;
+    }
+  }
+  isa::set_split_pes(true);
+  state.counters["cpu_s/iter"] = cpu / double(state.iterations());
+}
+
+void decode_timing_only(benchmark::State& state) {
+  Decode2b d(true, uint32_t(state.range(0)));
+  uint64_t insns = 0;
+  double cpu = 0;
+  for (auto _ : state) {
+    const double c0 = cpu_seconds();
+    insns += d.dev.run(d.dp).total[sim::Stat::instructions];
+    cpu += cpu_seconds() - c0;
+  }
+  state.counters["ns/insn"] = 1e9 * cpu / double(insns);
+  state.counters["insns"] = double(insns) / double(state.iterations());
+}
+
 void BM_VmacF16(benchmark::State& s) { vmac(s, false); }
 void BM_VmacF16TimingOnly(benchmark::State& s) { vmac(s, true); }
 void BM_DmaBound(benchmark::State& s) { dma_bound(s, false); }
@@ -91,3 +183,6 @@ BENCHMARK(BM_DmaBoundTimingOnly)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_DmaBoundTimingOnlyDram)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Decode2b_ideal)->Name("BM_Decode2b/ideal")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(BM_Decode2b_dram)->Name("BM_Decode2b/dram")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+BENCHMARK(threads)->Name("BM_Threads")->ArgNames({"decode", "threads", "load"})
+    ->ArgsProduct({{0, 1}, {0, 1}, {0, 2}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
+BENCHMARK(decode_timing_only)->Name("BM_DecodeTimingOnly")->Arg(140)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();

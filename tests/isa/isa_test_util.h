@@ -55,7 +55,7 @@ struct Machine {
     uint8_t* pr = &s.pred[size_t(p) * s.npe];
     std::fill(pr, pr + s.npe, 0);
     for (uint32_t e : pes) pr[e] = 1;
-    s.pred_count[p] = uint32_t(pes.size());
+    s.summarise_predicate(p);
   }
   void put32(std::vector<uint8_t>& mem, size_t addr, uint32_t v) { std::memcpy(&mem[addr], &v, 4); }
   uint32_t get32(const std::vector<uint8_t>& mem, size_t addr) {
