@@ -90,7 +90,10 @@ std::string chat_html(const nlohmann::json& j) {
                   "td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}td.l{text-align:left}"
                   ".fail{color:#b00}</style></head><body>";
   h += fmt::format("<h1>gpnpu chat</h1><p>{}; KV cache of {} tokens; {}</p>", html_escape(j["model"].get<std::string>()),
-                   j["max_context"].get<uint64_t>(), j["ok"].get<bool>() ? "every gate passed" : "<b class=fail>a gate failed</b>");
+                   j["max_context"].get<uint64_t>(),
+                   j["timing_only"].get<bool>() ? "timing only: placeholder tokens, no gates"
+                   : j["ok"].get<bool>()        ? "every gate passed"
+                                                : "<b class=fail>a gate failed</b>");
   const double ghz = j["machine"]["clock_ghz"].get<double>();
   for (const auto& t : j["turns"]) {
     h += fmt::format("<h2>Turn {}</h2><p><b>you:</b> {}{}</p><p><b>assistant:</b> {}</p>", t["turn"].get<int>(),

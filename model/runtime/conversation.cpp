@@ -139,6 +139,7 @@ Conversation::~Conversation() = default;
 uint32_t Conversation::max_context() const { return impl_->comp->decode_io().max_seq; }
 const sim::Config& Conversation::config() const { return impl_->cfg; }
 std::string Conversation::model_name() const { return impl_->model_name; }
+bool Conversation::timing_only() const { return impl_->opt.timing_only; }
 
 const ChatTurn& Conversation::turn(const std::string& question, const std::string& image) {
   Impl& m = *impl_;
@@ -353,6 +354,7 @@ std::string chat_report_json(const Conversation& c) {
   j["model"] = c.model_name();
   j["machine"] = nlohmann::ordered_json::parse(cfg.to_json());
   j["max_context"] = c.max_context();
+  j["timing_only"] = c.timing_only();
   bool ok = true;
   for (const ChatTurn& t : c.turns()) {
     ok = ok && t.ok;

@@ -109,6 +109,7 @@ class Conversation {
   uint32_t max_context() const;
   const sim::Config& config() const;
   std::string model_name() const;
+  bool timing_only() const;
 
  private:
   struct Impl;
