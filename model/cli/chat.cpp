@@ -67,13 +67,65 @@ void print_turn(const ChatTurn& t, const sim::Config& cfg, bool timing_only) {
   std::fflush(stdout);
 }
 
+std::string html_escape(const std::string& t) {
+  std::string o;
+  for (char ch : t) {
+    switch (ch) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += ch;
+    }
+  }
+  return o;
+}
+
+// The report page: one self-contained HTML file made from the report's JSON (the same
+// figures): per turn the question, the answer, cycles per run kind against floors, and
+// every run.
+std::string chat_html(const nlohmann::json& j) {
+  std::string h = "<!doctype html><html><head><meta charset=\"utf-8\"><title>gpnpu chat</title><style>"
+                  "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0}"
+                  "td,th{border:1px solid #bbb;padding:2px 8px;text-align:right}td.l{text-align:left}"
+                  ".fail{color:#b00}</style></head><body>";
+  h += fmt::format("<h1>gpnpu chat</h1><p>{}; KV cache of {} tokens; {}</p>", html_escape(j["model"].get<std::string>()),
+                   j["max_context"].get<uint64_t>(),
+                   j["timing_only"].get<bool>() ? "timing only: placeholder tokens, no gates"
+                   : j["ok"].get<bool>()        ? "every gate passed"
+                                                : "<b class=fail>a gate failed</b>");
+  const double ghz = j["machine"]["clock_ghz"].get<double>();
+  for (const auto& t : j["turns"]) {
+    h += fmt::format("<h2>Turn {}</h2><p><b>you:</b> {}{}</p><p><b>assistant:</b> {}</p>", t["turn"].get<int>(),
+                     t["image"].get<std::string>().empty() ? "" : "[image " + html_escape(t["image"]) + "] ",
+                     html_escape(t["question"]), html_escape(t["answer"]["text"]));
+    h += fmt::format("<p>{} prompt tokens; cache {} &rarr; {} tokens; first token {:.2f} ms; decode {:.1f} tokens/s</p>",
+                     t["prompt_tokens"].get<int>(), t["cached_before"].get<uint64_t>(), t["cached_after"].get<uint64_t>(),
+                     t["ttft_ms"].get<double>(), t["decode_tokens_per_s"].get<double>());
+    h += "<table><tr><th>run</th><th>offset</th><th>rows</th><th>cycles</th><th>ms</th><th>floor</th><th>ratio</th>"
+         "<th>logits cosine</th><th>cache cosine</th><th class=l>gates</th></tr>";
+    for (const auto& r : t["runs"]) {
+      const double c = r["cycles"].get<double>(), fl = std::max(r["mac_floor"].get<double>(), r["weights_floor"].get<double>());
+      auto opt = [&](const char* k) { return r.contains(k) ? fmt::format("{:.7f}", r[k].get<double>()) : std::string("-"); };
+      std::string gates = r["failures"].empty() ? (r.contains("cache_min_cosine") ? "pass" : "-") : "";
+      for (const auto& f : r["failures"]) gates += "<span class=fail>" + html_escape(f) + "</span><br>";
+      h += fmt::format("<tr><td class=l>{}</td><td>{}</td><td>{}</td><td>{:.0f}</td><td>{:.3f}</td><td>{:.0f}</td>"
+                       "<td>{:.3f}</td><td>{}</td><td>{}</td><td class=l>{}</td></tr>",
+                       r["kind"].get<std::string>(), r["offset"].get<uint64_t>(), r["rows"].get<uint64_t>(), c,
+                       c / (ghz * 1e6), fl, fl > 0 ? c / fl : 0.0, opt("logits_cosine"), opt("cache_min_cosine"), gates);
+    }
+    h += "</table>";
+  }
+  return h + "</body></html>\n";
+}
+
 }  // namespace
 
 void add_chat_command(CLI::App& app) {
   auto* c = app.add_subcommand("chat", "a conversation with Qwen3-VL on the simulated GPNPU: questions, images, "
                                        "follow-ups on the carried KV cache (docs/chat.md)");
   static ChatOptions o;
-  static std::string script, size = "256x256", negative, report_json_path, max_context = "auto";
+  static std::string script, size = "256x256", negative, report_json_path, report_html, max_context = "auto";
   c->add_option("--script", script, "run the turns of this file (one question per line; 'image: FILE' attaches an "
                                     "image to the next question; '#' comments) instead of asking on the terminal");
   c->add_option("--model", o.model, "synthetic:2b, synthetic:tiny, a checkpoint directory or a W4A16 bundle")
@@ -96,6 +148,7 @@ void add_chat_command(CLI::App& app) {
       ->capture_default_str()
       ->check(cli::integer(0, 1024));
   c->add_option("--report-json", report_json_path, "write the conversation's report as JSON (docs/chat.md)");
+  c->add_option("--report-html", report_html, "write the conversation's report as one self-contained HTML page");
   c->callback([] {
     if (size == "auto") o.width = o.height = 0;
     else std::tie(o.width, o.height) = io::parse_pair(size, "--size", "WxH in pixels, or 'auto'", 1, 65536);
@@ -104,7 +157,12 @@ void add_chat_command(CLI::App& app) {
       fail("--negative-control {} needs a functional run: --timing-only has no gates to fail (drop --timing-only)",
            negative);
     if (!script.empty()) io::check_input(script, "script", 16 * io::kMiB);
-    io::Outputs().input("--model", o.model).output("--report-json", report_json_path).output_dir("--cache-dir", o.cache_dir).check();
+    io::Outputs()
+        .input("--model", o.model)
+        .output("--report-json", report_json_path)
+        .output("--report-html", report_html)
+        .output_dir("--cache-dir", o.cache_dir)
+        .check();
     // The capacity first: --max-context against the DDR, before anything is loaded.
     {
       const sim::Config cfg = o.machine.config();
@@ -184,7 +242,12 @@ void add_chat_command(CLI::App& app) {
       }
       std::printf("\n");
     }
-    if (!report_json_path.empty()) sim::write_file_atomic(report_json_path, chat_report_json(conv));
+    const std::string report = chat_report_json(conv);
+    if (!report_json_path.empty()) sim::write_file_atomic(report_json_path, report);
+    if (!report_html.empty()) {
+      sim::write_file_atomic(report_html, chat_html(nlohmann::json::parse(report)));
+      std::printf("report page: %s\n", report_html.c_str());
+    }
     if (!ok) {
       std::printf("FAIL: a gate failed%s\n", o.negative == ChatNegative::none ? "" : " (negative control)");
       std::fflush(stdout);

@@ -140,6 +140,7 @@ Conversation::~Conversation() = default;
 uint32_t Conversation::max_context() const { return impl_->comp->decode_io().max_seq; }
 const sim::Config& Conversation::config() const { return impl_->cfg; }
 std::string Conversation::model_name() const { return impl_->model_name; }
+bool Conversation::timing_only() const { return impl_->opt.timing_only; }
 
 const ChatTurn& Conversation::turn(const std::string& question, const std::string& image) {
   Impl& m = *impl_;
@@ -206,6 +207,49 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
           for (int h = 0; h < tc.num_key_value_heads; ++h) m.dev->write_kv(l, v, h, slot, zero);
   }
 
+  // ---- the programs, every one compiled before anything runs (a failure leaves no trace) ----
+  const CompiledProgram* vision = nullptr;
+  ImageShape vshape;
+  if (in) {
+    vshape.grid_h = in->grid_h;
+    vshape.grid_w = in->grid_w;
+    vshape.prefill = false;
+    auto it = m.vision.find({vshape.grid_h, vshape.grid_w});
+    if (it == m.vision.end()) {
+      m.say(fmt::format("compiling the vision program ({}x{} patches) ...", vshape.grid_h, vshape.grid_w));
+      it = m.vision.emplace(std::pair{vshape.grid_h, vshape.grid_w}, m.comp->image_program(vshape)).first;
+    }
+    vision = &it->second;
+  }
+  struct Chunk {
+    uint32_t r0, n;
+    bool head;
+    CompiledProgram prog;
+  };
+  std::vector<Chunk> chunks;
+  const int is = in ? int(std::find(ids.begin(), ids.end(), m.mc.image_token_id) - ids.begin()) : -1;
+  for (uint32_t r0 = 0, at = cached_; r0 < T;) {
+    const uint32_t n = m.comp->prefill_chunk_rows(at, T - r0);
+    ImageShape sh;
+    sh.vision = false;
+    sh.seq_len = int(n);
+    sh.cache_offset = at;
+    sh.image_rows = 0;
+    sh.image_start = 0;
+    if (in) {  // the chunk's share of the image rows
+      const int a = std::max(is, int(r0)), e = std::min(is + nimg, int(r0 + n));
+      if (e > a) {
+        sh.image_start = a - int(r0);
+        sh.image_rows = e - a;
+        sh.image_first = a - is;
+      }
+    }
+    sh.head = r0 + n == T;
+    chunks.push_back({r0, n, sh.head, m.comp->image_program(sh)});
+    r0 += n;
+    at += n;
+  }
+
   // ---- the chain's prefill of the whole turn, beside the device ----
   std::future<std::vector<float>> chain_logits;
   if (functional) {
@@ -215,82 +259,49 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
       return m.chain->prefill(ids, imgs, pos);
     });
   }
-  bool chain_done = false;
-  auto chain_wait = [&]() -> std::vector<float> {
-    chain_done = true;
-    return chain_logits.get();
-  };
   std::vector<float> ref_last;
 
   // ---- vision run ----
-  if (in) {
+  if (vision) {
     const auto t0 = Clock::now();
-    ImageShape sh;
-    sh.grid_h = in->grid_h;
-    sh.grid_w = in->grid_w;
-    sh.prefill = false;
-    auto it = m.vision.find({sh.grid_h, sh.grid_w});
-    if (it == m.vision.end()) {
-      m.say(fmt::format("compiling the vision program ({}x{} patches) ...", sh.grid_h, sh.grid_w));
-      it = m.vision.emplace(std::pair{sh.grid_h, sh.grid_w}, m.comp->image_program(sh)).first;
-    }
-    if (functional) m.dev->load_image_constants(*m.bundle, sh);
+    if (functional) m.dev->load_image_constants(*m.bundle, vshape);
     m.dev->write_patches(in->patches);
     ChatRun r;
     r.kind = "vision";
     r.offset = cached_;
-    r.plan = it->second.plan;
-    m.measure(r, m.dev->run(it->second), it->second, 0, m.comp->run_weight_bytes(true));
+    r.plan = vision->plan;
+    m.measure(r, m.dev->run(*vision), *vision, 0, m.comp->run_weight_bytes(true));
     r.wall_s = since(t0);
     t.runs.push_back(r);
   }
 
   // ---- prefill chunks ----
-  const int is = in ? int(std::find(ids.begin(), ids.end(), m.mc.image_token_id) - ids.begin()) : -1;
   const uint32_t shift = o.negative == ChatNegative::shifted_cache && !turns_.empty() ? 1 : 0;
-  std::vector<float> logits;
-  for (uint32_t r0 = 0; r0 < T;) {
+  for (const Chunk& c : chunks) {
     const auto t0 = Clock::now();
-    const uint32_t n = m.comp->prefill_chunk_rows(cached_, T - r0);
-    ImageShape sh;
-    sh.vision = false;
-    sh.seq_len = int(n);
-    sh.cache_offset = cached_;
-    sh.image_rows = 0;
-    sh.image_start = 0;
-    if (in) {
-      const int a = std::max(is, int(r0)), e = std::min(is + nimg, int(r0 + n));
-      if (e > a) {
-        sh.image_start = a - int(r0);
-        sh.image_rows = e - a;
-        sh.image_first = a - is;
-      }
-    }
-    sh.head = r0 + n == T;
-    const CompiledProgram prog = m.comp->image_program(sh);
-    m.dev->write_prompt(std::span(ids).subspan(r0, n), std::span(pos).subspan(r0, n), {}, cached_ + shift);
+    m.dev->write_prompt(std::span(ids).subspan(c.r0, c.n), std::span(pos).subspan(c.r0, c.n), {}, cached_ + shift);
     ChatRun r;
     r.kind = "prefill";
     r.offset = cached_;
-    r.rows = n;
-    r.plan = prog.plan;
-    m.measure(r, m.dev->run(prog), prog, 0,
-              m.comp->run_weight_bytes(false) - (sh.head ? 0 : m.comp->layout().at("embed").bytes));
-    cached_ += n;
+    r.rows = c.n;
+    r.plan = c.prog.plan;
+    m.measure(r, m.dev->run(c.prog), c.prog, 0,
+              m.comp->run_weight_bytes(false) - (c.head ? 0 : m.comp->layout().at("embed").bytes));
+    cached_ += c.n;
     r.cache_expected = int(cached_);
-    if (sh.head) {
-      logits = functional ? m.dev->logits() : std::vector<float>{};
+    std::vector<float> logits;
+    if (c.head) {
+      if (functional) logits = m.dev->logits();
       r.device_token = functional ? ops::argmax(logits) : 0;
       if (o.keep_logits) r.logits = logits;
     }
     if (functional) {
-      if (!chain_done) ref_last = chain_wait();
+      if (chain_logits.valid()) ref_last = chain_logits.get();
       m.gate_cache(r, cached_);
-      if (sh.head) m.gate_logits(r, logits, ref_last);
+      if (c.head) m.gate_logits(r, logits, ref_last);
     }
     r.wall_s = since(t0);
     t.runs.push_back(r);
-    r0 += n;
   }
   m.next_pos += mp.next_position();
 
@@ -354,6 +365,7 @@ std::string chat_report_json(const Conversation& c) {
   j["model"] = c.model_name();
   j["machine"] = nlohmann::ordered_json::parse(cfg.to_json());
   j["max_context"] = c.max_context();
+  j["timing_only"] = c.timing_only();
   bool ok = true;
   for (const ChatTurn& t : c.turns()) {
     ok = ok && t.ok;

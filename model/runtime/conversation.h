@@ -20,7 +20,8 @@
 //    tokens (the first from the prefill's logits).
 //  - Capacity: before a turn runs, cached + turn tokens + tokens - 1 must fit
 //    max_context (the KV-cache slots compiled for); otherwise gpnpu::Error with the
-//    numbers, and nothing runs.
+//    numbers, and nothing runs. A turn compiles all its programs before its first run
+//    (and before the chain starts it), so an error there leaves the conversation as it was.
 //  - Functional runs are gated as describe's steps are (model/runtime/driver_host.h):
 //    the chain (W4A16 mode, fed the device's tokens) prefills each whole turn and
 //    decodes beside the device; each prefill chunk's device cache rows [0, cached)
@@ -109,6 +110,7 @@ class Conversation {
   uint32_t max_context() const;
   const sim::Config& config() const;
   std::string model_name() const;
+  bool timing_only() const;
 
  private:
   struct Impl;

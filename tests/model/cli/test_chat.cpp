@@ -140,6 +140,34 @@ TEST(Chat, TimingOnlyRunsEveryKind) {
   for (const ChatRun& r : t.runs) EXPECT_GT(r.floor(), 0) << r.kind;
 }
 
+// `gpnpu chat --script` writes the report as JSON and as a page holding the same figures.
+TEST(Chat, CliScriptWritesTheReportJsonAndPage) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gpnpu_test_chat_cli_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string script = (dir / "turns.txt").string(), js = (dir / "r.json").string(), html = (dir / "r.html").string();
+  std::ofstream(script) << "# two turns\nimage: " << kPhoto << "\nWhat is in this photo?\nWhat <colour> is it?\n";
+  ASSERT_EQ(std::system(fmt::format("{} chat --model synthetic:tiny --timing-only --tokens 3 --script {} --report-json {} "
+                                    "--report-html {} >{}/out.txt",
+                                    GPNPU_BINARY, script, js, html, dir.string())
+                            .c_str()),
+            0);
+  std::ifstream jf(js), hf(html);
+  const nlohmann::json j = nlohmann::json::parse(jf);
+  const std::string page((std::istreambuf_iterator<char>(hf)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(j["schema"], "gpnpu-chat-report/1");
+  ASSERT_EQ(j["turns"].size(), 2u);
+  EXPECT_EQ(j["turns"][1]["cached_before"], j["turns"][0]["cached_after"]);
+  EXPECT_EQ(j["turns"][0]["runs"][0]["kind"], "vision");
+  for (const auto& t : j["turns"])
+    for (const auto& r : t["runs"])
+      EXPECT_NE(page.find(fmt::format("<td>{}</td>", r["cycles"].get<uint64_t>())), std::string::npos)
+          << "run of " << r["cycles"] << " cycles not on the page";
+  EXPECT_NE(page.find("What &lt;colour&gt; is it?"), std::string::npos);  // the question, escaped
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
 // ---- against the PyTorch reference --------------------------------------------------------
 
 namespace fs = std::filesystem;
