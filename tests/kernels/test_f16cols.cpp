@@ -76,6 +76,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, F16ColsShapes,
                          ::testing::Values(CorrCase{"qc-u", 1, 2500}, CorrCase{"qc-u", 3, 1024},
                                            CorrCase{"mini", 5, 75}, CorrCase{"mini", 1, 16}));
 
+// The correction of m x n outputs at y, W16 at DDR offset w16, Xs at xs, buffers at scratch.
+F16ColsArgs correction(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t w16, uint32_t xs, uint32_t y,
+                       uint32_t scratch) {
+  F16ColsArgs f;
+  f.m = m;
+  f.n = n;
+  f.w_ddr = sim::ddr_addr(w16);
+  f.xs_ocm = xs;
+  f.y_ocm = y;
+  f.scratch_ocm = scratch;
+  f.scratch_bytes = f16cols_scratch_bytes(cfg);
+  return f;
+}
+
 // A weight with three outlier input channels kept in fp16 (quantise's mixed precision).
 model::QuantTensor mixed_weight(uint32_t n, uint32_t k, std::vector<float>* w) {
   *w = random_vector(size_t(n) * k, 21, 0.02f);
@@ -116,14 +130,7 @@ TEST(F16ColsMixed, GemvWithFp16ChannelsMatchesTheDequantisedWeight) {
   s.w_ddr = sim::ddr_addr(sel);
   s.y_ocm = XS;
   emit_gemv_w4(b, cfg, s);
-  F16ColsArgs f;
-  f.n = n;
-  f.w_ddr = sim::ddr_addr(w16);
-  f.xs_ocm = XS;
-  f.y_ocm = Y;
-  f.scratch_ocm = SCR;
-  f.scratch_bytes = f16cols_scratch_bytes(cfg);
-  emit_f16cols_add(b, cfg, f);
+  emit_f16cols_add(b, cfg, correction(cfg, 1, n, w16, XS, Y, SCR));
   b.op("halt");
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, false);
@@ -178,15 +185,7 @@ TEST(F16ColsMixed, EmbeddingRowsEqualTheDequantisedMixedTable) {
   g.out_ocm = XS;
   g.smem = 256;
   emit_f16rows_gather(b, cfg, g);
-  F16ColsArgs f;
-  f.m = rows;
-  f.n = dim;
-  f.w_ddr = sim::ddr_addr(onehot);
-  f.xs_ocm = XS;
-  f.y_ocm = OUT;
-  f.scratch_ocm = SCR;
-  f.scratch_bytes = f16cols_scratch_bytes(cfg);
-  emit_f16cols_add(b, cfg, f);
+  emit_f16cols_add(b, cfg, correction(cfg, rows, dim, onehot, XS, OUT, SCR));
   b.op("halt");
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, false);
