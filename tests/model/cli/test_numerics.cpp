@@ -182,6 +182,12 @@ TEST(DescribeNumerics, AMixedPrecisionBundleRunsOnTheDeviceAndItsGatesHoldTheFp1
   ASSERT_FALSE(r.steps.empty());
   for (const StepRecord& st : r.steps) EXPECT_GT(st.cosine.value_or(0), 0.9999) << "step " << st.step;
   std::printf("mixed: image program logits cosine %.7f, %zu steps\n", r.steps[0].cosine.value_or(0), r.steps.size());
+  // The streamed plan (activations in DDR, row tiles: 1 MiB of OCM) runs the corrections per tile.
+  DescribeOptions st = o;
+  st.machine.sets = {"ocm_bytes=1MiB"};
+  DescribeResult rs = describe(st);
+  for (const std::string& f : rs.failures) ADD_FAILURE() << "1 MiB: " << f;
+  EXPECT_TRUE(rs.ok);
   o.negative = NegativeControl::drop_fp16;
   DescribeResult bad = describe(o);
   EXPECT_FALSE(bad.ok);
