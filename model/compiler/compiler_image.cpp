@@ -110,7 +110,8 @@ void Compiler::plan_image_ddr() {
     add_weight(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, "gemm");
     // In mixed precision each chunk's fp16 parts follow it: the chunks are then not
     // contiguous, and each gate|up GEMM call takes one chunk (J = 1).
-    for (uint32_t k = 0; k < d.I / cw; ++k) add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm");
+    for (uint32_t k = 0; k < d.I / cw; ++k)
+      add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm");
     add_weight(layer_name(i, "down.gemm"), d.H, d.I, "gemm");
   }
   ddr_.add("in.patches", uint64_t(P) * d.pd * 2, "input");
@@ -672,88 +673,88 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
   // ================= vision tower =================
-  if (s.vision) {  // (block not re-indented)
-  b.op("mark.begin", {Name{"vision_tower"}});
-  em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
-  em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
-  prefetch(vname(0, "qkv"), 3 * d.Dv, d.Dv);
-  gemm("V.patch_embed", "V.patch", N, d.Dv, d.pd, BIG, d.pd * 2, H, d.Dv * 2, VEC);
-  em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
-  ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
-  // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
-  em.copy("V.load_rope", ddr_.bus("const.vrope"), ocm(ROPE), N * d.hdv * 4);
-  em.copy("V.load_rope_sin", ddr_.bus("const.vrope") + opt_.max_patches * d.hdv * 4, ocm(ROPE + N * d.hdv * 4),
-          N * d.hdv * 4);
-  const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
-  const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
-                 vv_fc2b = vv_fc1b + d.Iv * 2;
-  // The first GEMM after block blk's MLP (or after its merger j0 - 1): the next tap's
-  // merger fc1, else the next block's qkv, else the final merger's fc1.
-  auto prefetch_after_block = [&](int blk, int j0) {
-    const auto& taps = vc.deepstack_visual_indexes;
-    for (int j = j0; j < int(taps.size()); ++j)
-      if (taps[j] == blk) return prefetch(mname(j, "fc1"), d.Md, d.Md);
-    if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), 3 * d.Dv, d.Dv);
-    prefetch(mname(-1, "fc1"), d.Md, d.Md);
-  };
-  for (int blk = 0; blk < vc.depth; ++blk) {
-    const std::string B = fmt::format("V{}", blk);
-    b.op("mark.begin", {Name{B}});
-    em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
-    norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
-    prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-    gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
-    rope(B + ".q_rope", N, d.hv, d.hdv, BIG, 3 * d.Dv * 2);
-    rope(B + ".k_rope", N, d.hv, d.hdv, BIG + d.Dv * 2, 3 * d.Dv * 2);
-    attention(B + ".attention", d.hv, d.hv, d.hdv, N, false, BIG, 3 * d.Dv * 2, BIG + d.Dv * 2, BIG + 2 * d.Dv * 2,
-              3 * d.Dv * 2, XN, d.Dv * 2, TMP, rTMP);
-    prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
-    gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
-    ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
-    norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
-    for (uint32_t r0 = 0; r0 < N; r0 += rcv) {
-      const uint32_t rows = std::min(rcv, N - r0);
-      const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
-      prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
-      gemm(C + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2, d.Dv * 2, BIG, d.Iv * 2, vv_fc1b);
-      ew(C + ".gelu", EwOp::gelu_tanh, rows, d.Iv, BIG, 0, BIG, 0, BIG, 0);
-      if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
-      else prefetch_after_block(blk, 0);
-      gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
+  if (s.vision) {
+    b.op("mark.begin", {Name{"vision_tower"}});
+    em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
+    em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
+    prefetch(vname(0, "qkv"), 3 * d.Dv, d.Dv);
+    gemm("V.patch_embed", "V.patch", N, d.Dv, d.pd, BIG, d.pd * 2, H, d.Dv * 2, VEC);
+    em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
+    ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
+    // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
+    em.copy("V.load_rope", ddr_.bus("const.vrope"), ocm(ROPE), N * d.hdv * 4);
+    em.copy("V.load_rope_sin", ddr_.bus("const.vrope") + opt_.max_patches * d.hdv * 4, ocm(ROPE + N * d.hdv * 4),
+            N * d.hdv * 4);
+    const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
+    const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
+                   vv_fc2b = vv_fc1b + d.Iv * 2;
+    // The first GEMM after block blk's MLP (or after its merger j0 - 1): the next tap's
+    // merger fc1, else the next block's qkv, else the final merger's fc1.
+    auto prefetch_after_block = [&](int blk, int j0) {
+      const auto& taps = vc.deepstack_visual_indexes;
+      for (int j = j0; j < int(taps.size()); ++j)
+        if (taps[j] == blk) return prefetch(mname(j, "fc1"), d.Md, d.Md);
+      if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), 3 * d.Dv, d.Dv);
+      prefetch(mname(-1, "fc1"), d.Md, d.Md);
+    };
+    for (int blk = 0; blk < vc.depth; ++blk) {
+      const std::string B = fmt::format("V{}", blk);
+      b.op("mark.begin", {Name{B}});
+      em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
+      norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
+      prefetch(vname(blk, "proj"), d.Dv, d.Dv);
+      gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+      rope(B + ".q_rope", N, d.hv, d.hdv, BIG, 3 * d.Dv * 2);
+      rope(B + ".k_rope", N, d.hv, d.hdv, BIG + d.Dv * 2, 3 * d.Dv * 2);
+      attention(B + ".attention", d.hv, d.hv, d.hdv, N, false, BIG, 3 * d.Dv * 2, BIG + d.Dv * 2, BIG + 2 * d.Dv * 2,
+                3 * d.Dv * 2, XN, d.Dv * 2, TMP, rTMP);
+      prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
+      gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
+      ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
+      norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
+      for (uint32_t r0 = 0; r0 < N; r0 += rcv) {
+        const uint32_t rows = std::min(rcv, N - r0);
+        const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
+        prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
+        gemm(C + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2, d.Dv * 2, BIG, d.Iv * 2, vv_fc1b);
+        ew(C + ".gelu", EwOp::gelu_tanh, rows, d.Iv, BIG, 0, BIG, 0, BIG, 0);
+        if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
+        else prefetch_after_block(blk, 0);
+        gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
+      }
+      ew(B + ".mlp_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
+      b.op("mark.end", {Name{B}});
+      // DeepStack tap: the block output through merger j, kept in DDR for the prefill.
+      const auto& taps = vc.deepstack_visual_indexes;
+      for (int j = 0; j < int(taps.size()); ++j) {
+        if (taps[j] != blk) continue;
+        const std::string M = fmt::format("M{}", j);
+        b.op("mark.begin", {Name{M}});
+        em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
+        norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
+        prefetch(mname(j, "fc2"), d.H, d.Md, 0);
+        gemm(M + ".fc1", mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Md * 2);
+        ew(M + ".gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+        prefetch_after_block(blk, j + 1);
+        gemm(M + ".fc2", mname(j, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 3 * d.Md * 2);
+        em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
+        b.op("mark.end", {Name{M}});
+      }
     }
-    ew(B + ".mlp_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
-    b.op("mark.end", {Name{B}});
-    // DeepStack tap: the block output through merger j, kept in DDR for the prefill.
-    const auto& taps = vc.deepstack_visual_indexes;
-    for (int j = 0; j < int(taps.size()); ++j) {
-      if (taps[j] != blk) continue;
-      const std::string M = fmt::format("M{}", j);
-      b.op("mark.begin", {Name{M}});
-      em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
-      norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
-      prefetch(mname(j, "fc2"), d.H, d.Md, 0);
-      gemm(M + ".fc1", mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Md * 2);
-      ew(M + ".gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
-      prefetch_after_block(blk, j + 1);
-      gemm(M + ".fc2", mname(j, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 3 * d.Md * 2);
-      em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
-      b.op("mark.end", {Name{M}});
+    {
+      // Final merger: LayerNorm per patch, then the 2x2 shuffle (a no-op in merge-window order).
+      b.op("mark.begin", {Name{"Mf"}});
+      em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
+      norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
+      prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
+      gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
+      ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+      if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
+      gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
+      em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
+      b.op("mark.end", {Name{"Mf"}});
     }
-  }
-  {
-    // Final merger: LayerNorm per patch, then the 2x2 shuffle (a no-op in merge-window order).
-    b.op("mark.begin", {Name{"Mf"}});
-    em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
-    norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
-    prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
-    gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
-    ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
-    if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
-    gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
-    em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
-    b.op("mark.end", {Name{"Mf"}});
-  }
-  b.op("mark.end", {Name{"vision_tower"}});
+    b.op("mark.end", {Name{"vision_tower"}});
   }  // s.vision
   if (!s.prefill) {
     b.op("halt");
@@ -1031,100 +1032,100 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     auto end = [&](const std::string& n) { b.op("mark.end", {Name{n}}); };
 
     // ================= vision tower =================
-    if (s.vision) {  // (block not re-indented)
-    begin("vision_tower");
-    const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
-    const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
-                   vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
-    auto merger = [&](int j) {
-      const std::string M = j < 0 ? "Mf" : fmt::format("M{}", j);
-      begin(M);
-      em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
-      const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
-      const std::vector<uint32_t> o = phase(p.mg(p.rm));
-      const uint32_t X = o[0], F1 = o[1], O = o[2];
-      const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
-      int t = 0;
-      for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
-        const std::string T = fmt::format("{}.t{}", M, t++);
-        em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
-        if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
-        else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
-        k.gemm(T + ".fc1", mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1, d.Md * 2, fc1b);
-        k.ew(T + ".gelu", EwOp::gelu_erf, rows, d.Md, F1, 0, F1, 0, F1, 0);
-        k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
-        em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
-      }
-      end(M);
-    };
-    for (int blk = 0; blk < vc.depth; ++blk) {
-      const std::string B = fmt::format("V{}", blk);
-      begin(B);
-      em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
-      if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
-      int t = 0;
-      {
-        const std::vector<uint32_t> o = phase(p.ta(p.rva));
-        const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
-        for (auto [r0, rows] : tiles_of(N, p.rva)) {
-          const std::string T = fmt::format("{}.t{}", B, t++);
-          if (blk == 0) {
-            em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
-            k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
-            em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
-            k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
-            em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
-          } else {
-            em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), rows * d.Dv * 2);
+    if (s.vision) {
+      begin("vision_tower");
+      const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
+      const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
+                     vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
+      auto merger = [&](int j) {
+        const std::string M = j < 0 ? "Mf" : fmt::format("M{}", j);
+        begin(M);
+        em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
+        const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
+        const std::vector<uint32_t> o = phase(p.mg(p.rm));
+        const uint32_t X = o[0], F1 = o[1], O = o[2];
+        const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
+        int t = 0;
+        for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
+          const std::string T = fmt::format("{}.t{}", M, t++);
+          em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
+          if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
+          else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
+          k.gemm(T + ".fc1", mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1, d.Md * 2, fc1b);
+          k.ew(T + ".gelu", EwOp::gelu_erf, rows, d.Md, F1, 0, F1, 0, F1, 0);
+          k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
+          em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
+        }
+        end(M);
+      };
+      for (int blk = 0; blk < vc.depth; ++blk) {
+        const std::string B = fmt::format("V{}", blk);
+        begin(B);
+        em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
+        if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
+        int t = 0;
+        {
+          const std::vector<uint32_t> o = phase(p.ta(p.rva));
+          const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
+          for (auto [r0, rows] : tiles_of(N, p.rva)) {
+            const std::string T = fmt::format("{}.t{}", B, t++);
+            if (blk == 0) {
+              em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
+              k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
+              em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
+              k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
+              em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+            } else {
+              em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), rows * d.Dv * 2);
+            }
+            k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+            k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
+            em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), rows * d.hdv * 4);
+            em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), rows * d.hdv * 4);
+            k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
+            k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
+            em.copy(T + ".store_qkv", ocm(QKV), vqkv + r0 * 3 * d.Dv * 2, rows * 3 * d.Dv * 2);
           }
-          k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
-          k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
-          em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), rows * d.hdv * 4);
-          em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), rows * d.hdv * 4);
-          k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
-          k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
-          em.copy(T + ".store_qkv", ocm(QKV), vqkv + r0 * 3 * d.Dv * 2, rows * 3 * d.Dv * 2);
         }
-      }
-      {
-        const std::vector<uint32_t> o = phase(p.tb(p.gv));
-        const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
-        for (uint32_t g0 = 0; g0 < d.hv; g0 += p.gv) {
-          const uint32_t ng = std::min(p.gv, d.hv - g0);
-          const std::string A = fmt::format("{}.g{}", B, g0 / p.gv);
-          em.copy(A + ".load_q", vqkv + g0 * hdv2, ocm(Q), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2, N * hdv2);
-          em.copy(A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(K), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-          em.copy(A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(Vv), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-          k.attention(A + ".attention", ng, ng, d.hdv, N, false, Q, hdv2, N * hdv2, K, Vv, ng * hdv2, O, hdv2,
-                      N * hdv2, 0, 0, ng);
-          em.copy(A + ".store", ocm(O), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2, hdv2);
+        {
+          const std::vector<uint32_t> o = phase(p.tb(p.gv));
+          const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
+          for (uint32_t g0 = 0; g0 < d.hv; g0 += p.gv) {
+            const uint32_t ng = std::min(p.gv, d.hv - g0);
+            const std::string A = fmt::format("{}.g{}", B, g0 / p.gv);
+            em.copy(A + ".load_q", vqkv + g0 * hdv2, ocm(Q), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2, N * hdv2);
+            em.copy(A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(K), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
+            em.copy(A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(Vv), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
+            k.attention(A + ".attention", ng, ng, d.hdv, N, false, Q, hdv2, N * hdv2, K, Vv, ng * hdv2, O, hdv2,
+                        N * hdv2, 0, 0, ng);
+            em.copy(A + ".store", ocm(O), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2, hdv2);
+          }
         }
-      }
-      {
-        const std::vector<uint32_t> o = phase(p.tc(p.rvc));
-        const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
-        t = 0;
-        for (auto [r0, rows] : tiles_of(N, p.rvc)) {
-          const std::string T = fmt::format("{}.t{}", B, t++);
-          em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
-          k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
-          em.copy(T + ".load_residual", vh + r0 * d.Dv * 2, ocm(Hb), rows * d.Dv * 2);
-          k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
-          k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
-          k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
-          k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
-          k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
-          k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
-          em.copy(T + ".store", ocm(Hb), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+        {
+          const std::vector<uint32_t> o = phase(p.tc(p.rvc));
+          const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
+          t = 0;
+          for (auto [r0, rows] : tiles_of(N, p.rvc)) {
+            const std::string T = fmt::format("{}.t{}", B, t++);
+            em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
+            k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
+            em.copy(T + ".load_residual", vh + r0 * d.Dv * 2, ocm(Hb), rows * d.Dv * 2);
+            k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+            k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
+            k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
+            k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
+            k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
+            k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+            em.copy(T + ".store", ocm(Hb), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+          }
         }
+        end(B);
+        const auto& taps = vc.deepstack_visual_indexes;
+        for (int j = 0; j < int(taps.size()); ++j)
+          if (taps[j] == blk) merger(j);
       }
-      end(B);
-      const auto& taps = vc.deepstack_visual_indexes;
-      for (int j = 0; j < int(taps.size()); ++j)
-        if (taps[j] == blk) merger(j);
-    }
-    merger(-1);
-    end("vision_tower");
+      merger(-1);
+      end("vision_tower");
     }  // s.vision
     if (!s.prefill) {
       b.op("halt");
