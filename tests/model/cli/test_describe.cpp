@@ -14,6 +14,7 @@
 
 #include "model/checkpoint/config.h"
 #include "model/runtime/driver_host.h"
+#include "run_describe.h"
 #include "model/checkpoint/synthetic.h"
 
 namespace gpnpu::model {
@@ -192,14 +193,7 @@ TEST(Describe, ACheckpointDirectoryIsQuantisedOnceAndCached) {
 
 // The CLI: exit status 0 with every step OK, 2 with a negative control; the report JSON.
 std::pair<int, std::string> run_cli(const std::string& args) {
-  std::string cmd = std::string(GPNPU_BINARY) + " describe --model synthetic:tiny --cache-dir " + cache_dir() + " " + args +
-                    " 2>&1";
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  return test::run_describe("--model synthetic:tiny --cache-dir " + cache_dir() + " " + args);
 }
 
 TEST(Describe, CliPrintsTheStepsAndExitsNonZeroWhenAGateFails) {

@@ -23,6 +23,7 @@
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
 #include "model/runtime/driver_host.h"
+#include "run_describe.h"
 #include "model/checkpoint/synthetic.h"
 
 namespace gpnpu::model {
@@ -219,15 +220,7 @@ TEST(DescribeNumerics, AFusedWeightPastSixteenFp16ChannelsIsRefusedByName) {
   }
 }
 
-std::pair<int, std::string> run_cli(const std::string& args) {
-  std::string cmd = std::string(GPNPU_BINARY) + " describe " + args + " 2>&1";
-  std::string out;
-  FILE* f = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (size_t n = fread(buf.data(), 1, buf.size(), f)) out.append(buf.data(), n);
-  int st = pclose(f);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
+std::pair<int, std::string> run_cli(const std::string& args) { return test::run_describe(args); }
 
 TEST(DescribeNumerics, PlantedNaNRowsPrintNaNCosinesAndTheFirstBadRow) {
   DescribeOptions o = options("synthetic:tiny");
