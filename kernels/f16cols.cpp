@@ -128,7 +128,8 @@ F16Selector f16cols_selector(const std::vector<int32_t>& cols, int64_t k) {
 }
 
 std::vector<uint8_t> f16cols_rows(const std::vector<uint16_t>& values, int64_t rows, size_t n) {
-  if (n > kF16Cols) fail("mixed precision: {} fp16 input channels, the device takes at most {} per weight", n, kF16Cols);
+  if (n > kF16Cols)
+    fail("mixed precision: {} fp16 input channels, the device takes at most {} per weight", n, kF16Cols);
   std::vector<uint8_t> out(size_t(rows) * kF16RowBytes, 0);
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(&out[size_t(r) * kF16RowBytes], &values[size_t(r) * n], n * 2);

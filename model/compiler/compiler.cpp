@@ -178,11 +178,12 @@ CompiledProgram Compiler::decode_program() const {
   auto call = [&](const std::string& mark, const char* kernel, KernelCost cost, const std::function<void()>& emit) {
     em.call(mark, kernel, cost, emit);
   };
-  // GEMV calls start their weight stream before the kernels that precede them
-  // (emit_gemv_prefetch): the small kernels between two GEMVs use no DMA, and the
-  // attention starts the o_proj stream once its own first key blocks are in flight; the
-  // layer's norm weights load before the down projection's prefetch (the DMA channels
-  // are in order). Their descriptors live apart from the other kernels' (kSmemGemv).
+  // GEMV calls start their weight stream before the small kernels that precede them
+  // (emit_gemv_prefetch; those use no DMA); the next layer's norm weights load before the
+  // down projection's prefetch (the DMA channels are in order). o_proj is not prefetched:
+  // the attention before it streams the KV cache on every channel (measured: a prefetch
+  // there slows the attention by what it saves). Their descriptors live apart from the
+  // other kernels' (kSmemGemv).
   auto gemv_args = [&](const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
     GemvArgs g;
     g.n = n;
@@ -349,7 +350,8 @@ CompiledProgram Compiler::decode_program() const {
 
 uint64_t Compiler::weight_bytes(bool image_program) const {
   uint64_t t = image_program ? ddr_.at("embed").bytes : 0;  // the LM head
-  if (image_program && opt_.fp16_channels) t += ddr_.at(detail::f16sel("embed")).bytes + ddr_.at(detail::f16w("embed")).bytes;
+  if (image_program && opt_.fp16_channels)
+    t += ddr_.at(detail::f16sel("embed")).bytes + ddr_.at(detail::f16w("embed")).bytes;
   for (const DdrTensor& d : ddr_.tensors())
     if (d.layout == "f16" || d.layout == (image_program ? "gemm" : "gemv")) t += d.bytes;
   return t;

@@ -168,7 +168,8 @@ class Emitter {
     r.ids_smem = ids_smem;
     r.out_ocm = xs;
     r.smem = kSmem;
-    call(mark + ".f16_gather", "f16rows", kernels::cost_f16rows(cfg_, r), [&] { kernels::emit_f16rows_gather(b_, cfg_, r); });
+    call(mark + ".f16_gather", "f16rows", kernels::cost_f16rows(cfg_, r),
+         [&] { kernels::emit_f16rows_gather(b_, cfg_, r); });
     f16_add(mark, ddr.bus("embed.f16onehot"), rows, dim, out, out_stride, xs, scratch);
   }
 
