@@ -49,24 +49,28 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
       b.op("addi", {X{17}, X{17}, a.tab_row_stride});
       b.op("addi", {X{18}, X{18}, a.tab_row_stride});
     });
-    // ---- rotate (fp32), every PE; only the loaded ones are stored ----
+    // ---- rotate (fp32) on the loaded PEs only (p2: the tile's rows x heads): the others
+    // hold other kernels' registers, whose fp16 conversion would be counted (fp16 range) ----
+    b.li(X{12}, H);
+    b.op("mul", {X{12}, X{12}, X{3}});
+    b.op("pset.range", {P{2}, X{0}, X{12}});
     if (!a.tab_f32)
       for (uint32_t c = 0; c < C; ++c) {
-        b.op("vcvt.f32.f16", {Cr(c), Cr(c)});
-        b.op("vcvt.f32.f16", {Sr(c), Sr(c)});
+        b.op("vcvt.f32.f16", {Cr(c), Cr(c)}, P{2});
+        b.op("vcvt.f32.f16", {Sr(c), Sr(c)}, P{2});
       }
-    for (uint32_t c = 0; c < C; ++c) b.op("vcvt.f32.f16", {Xr(c), Xr(c)});
+    for (uint32_t c = 0; c < C; ++c) b.op("vcvt.f32.f16", {Xr(c), Xr(c)}, P{2});
     for (uint32_t c = 0; c < half; ++c) {
       const uint32_t lo = c, hi = c + half;
       V t1{24}, t2{25}, t3{26}, t4{27};
-      b.op("vmul.f32", {t1, Xr(lo), Cr(lo)});
-      b.op("vmul.f32", {t2, Xr(hi), Sr(lo)});
-      b.op("vmul.f32", {t3, Xr(hi), Cr(hi)});
-      b.op("vmul.f32", {t4, Xr(lo), Sr(hi)});
-      b.op("vsub.f32", {t1, t1, t2});
-      b.op("vadd.f32", {t3, t3, t4});
-      b.op("vcvt.f16.f32", {Xr(lo), t1});
-      b.op("vcvt.f16.f32", {Xr(hi), t3});
+      b.op("vmul.f32", {t1, Xr(lo), Cr(lo)}, P{2});
+      b.op("vmul.f32", {t2, Xr(hi), Sr(lo)}, P{2});
+      b.op("vmul.f32", {t3, Xr(hi), Cr(hi)}, P{2});
+      b.op("vmul.f32", {t4, Xr(lo), Sr(hi)}, P{2});
+      b.op("vsub.f32", {t1, t1, t2}, P{2});
+      b.op("vadd.f32", {t3, t3, t4}, P{2});
+      b.op("vcvt.f16.f32", {Xr(lo), t1}, P{2});
+      b.op("vcvt.f16.f32", {Xr(hi), t3}, P{2});
     }
     // ---- store the tile ----
     b.li(X{9}, 0);
