@@ -65,6 +65,7 @@ class Pool {
  private:
   static constexpr uint32_t kSpins = 1u << 16;  // caller's pause loop before it yields
   static constexpr uint32_t kMaxBackoff = 16;
+  static constexpr auto kHelperSpin = std::chrono::microseconds(20);  // then the helper sleeps
   static constexpr int64_t kMaxCredit = 1'000'000;  // ns: what a busy spell may lose before the split backs off
 
   // The split's balance of time won and lost (clock ticks, ns): a deficit turns it off
@@ -80,7 +81,6 @@ class Pool {
       if (backoff_ > 0) --backoff_;
     }
   }
-  static constexpr auto kHelperSpin = std::chrono::microseconds(20);  // then the helper sleeps
 
   // Whether a CPU is free for the helper: the kernel's count of runnable threads
   // (/proc/loadavg, field 4), less this thread and an awake helper, averaged over about

@@ -27,7 +27,7 @@ inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Apply `f(k, n)` to every run of consecutive lanes [k, k + n) of the PEs enabled by
 // the instruction's predicate, so that vectorised loops see long contiguous ranges.
-// Large arrays run in two halves concurrently (lane_pool.h): `f` may write only the
+// Large arrays run in chunks on two threads (lane_pool.h): `f` may write only the
 // lanes it is given.
 template <typename F>
 inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
@@ -64,7 +64,7 @@ inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
 }
 
 // Apply `f(pe)` to every PE enabled by the predicate; `f` may write only that PE's
-// lanes and LRM (the PEs run in two halves concurrently on large arrays).
+// lanes and LRM (the PEs run in chunks on two threads on large arrays).
 template <typename F>
 inline void for_pes(ArchState& s, const Insn& i, F&& f) {
   if (s.predicate_contiguous(i.p)) {  // as in for_lane_runs
