@@ -14,40 +14,15 @@
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
 #include "model/runtime/session.h"
+#include "tiny_bundle.h"
 
 namespace gpnpu::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d += double(a[i]) * b[i];
-    na += double(a[i]) * a[i];
-    nb += double(b[i]) * b[i];
-  }
-  return d / std::sqrt(na * nb);
-}
-
-struct TinyBundle {
-  fs::path dir;
-  std::unique_ptr<QuantBundle> bundle;
-  TinyBundle() {
-    dir = fs::temp_directory_path() / ("gpnpu_test_decode_" + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    SyntheticOptions so;
-    so.seed = 1;
-    make_synthetic_checkpoint(config_tiny(), dir.string(), so);
-    Checkpoint ck = load_checkpoint(dir.string());
-    write_quant_bundle(ck, config_tiny(), (dir / "w4a16.safetensors").string());
-    bundle = std::make_unique<QuantBundle>((dir / "w4a16.safetensors").string());
-  }
-  ~TinyBundle() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using test::cosine;
+using test::TinyBundle;
 
 // One decode step on the device: token at cache slot `slot`, text position = slot.
 std::vector<float> device_step(Session& dev, const CompiledProgram& prog, int token, uint32_t slot) {
@@ -57,7 +32,7 @@ std::vector<float> device_step(Session& dev, const CompiledProgram& prog, int to
 }
 
 TinyBundle& tiny_bundle() {
-  static TinyBundle tiny;
+  static TinyBundle tiny("decode");
   return tiny;
 }
 

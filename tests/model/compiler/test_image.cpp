@@ -21,40 +21,15 @@
 #include "model/checkpoint/safetensors.h"
 #include "model/checkpoint/synthetic.h"
 #include "model/runtime/session.h"
+#include "tiny_bundle.h"
 
 namespace gpnpu::model {
 namespace {
 
 namespace fs = std::filesystem;
 
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double d = 0, na = 0, nb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    d += double(a[i]) * b[i];
-    na += double(a[i]) * a[i];
-    nb += double(b[i]) * b[i];
-  }
-  return d / std::sqrt(na * nb);
-}
-
-struct TinyBundle {
-  fs::path dir;
-  std::unique_ptr<QuantBundle> bundle;
-  explicit TinyBundle(const ModelConfig& cfg = config_tiny()) {
-    dir = fs::temp_directory_path() / ("gpnpu_test_image_" + cfg.name + std::to_string(::getpid()));
-    fs::create_directories(dir);
-    SyntheticOptions so;
-    so.seed = 1;
-    make_synthetic_checkpoint(cfg, dir.string(), so);
-    Checkpoint ck = load_checkpoint(dir.string());
-    write_quant_bundle(ck, cfg, (dir / "w4a16.safetensors").string());
-    bundle = std::make_unique<QuantBundle>((dir / "w4a16.safetensors").string());
-  }
-  ~TinyBundle() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
-};
+using test::cosine;
+using test::TinyBundle;
 
 // A prompt of `seq` tokens with the image pads from `start`.
 std::vector<int> prompt_ids(const ImageShape& s) {
@@ -90,7 +65,7 @@ ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageSh
 }
 
 TinyBundle& tiny_bundle() {
-  static TinyBundle tiny;
+  static TinyBundle tiny("image_" + config_tiny().name);
   return tiny;
 }
 
@@ -151,7 +126,7 @@ ModelConfig config_tiny_wide() {
   return m;
 }
 TinyBundle& wide_bundle() {
-  static TinyBundle tiny(config_tiny_wide());
+  static TinyBundle tiny("image_" + config_tiny_wide().name, config_tiny_wide());
   return tiny;
 }
 
