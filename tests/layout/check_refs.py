@@ -20,6 +20,8 @@ import os
 import re
 import sys
 
+import expect  # tests/layout/expect.py, beside this script
+
 TOP = ("isa", "sim", "kernels", "model", "traces", "tests", "scripts", "docs", "examples")
 SKIP_DIRS = {".git", "node_modules", "corpus", "fixtures", "__pycache__"}
 TREE_PATH = re.compile(r"(?<![\w./${}-])(?:%s)/[\w./-]*\w\.[A-Za-z][\w.]*" % "|".join(TOP))
@@ -86,15 +88,7 @@ def main():
     for p in problems:
         print(p)
     print(f"check_refs: {len(all_files)} files, {len(problems)} problem(s)")
-    if args.expect:
-        want = [w for w in open(args.expect, encoding="utf-8").read().splitlines() if w]
-        missing = [w for w in want if not any(w in p for p in problems)]
-        for w in missing:
-            print(f"negative control: no problem reported containing '{w}'")
-        ok = not missing and len(problems) == len(want)
-        print(f"negative control: {'the checker sees every planted problem' if ok else 'FAILED'}")
-        return 0 if ok else 1
-    return 1 if problems else 0
+    return expect.finish(problems, args.expect, "problem")
 
 
 if __name__ == "__main__":
