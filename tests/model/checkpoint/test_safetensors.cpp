@@ -15,22 +15,14 @@
 #include "isa/fp16.h"
 #include "model/checkpoint/config.h"
 #include "model/checkpoint/safetensors.h"
+#include "temp_dir.h"
 
 using namespace gpnpu::model;
 namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path p;
-  explicit TempDir(const std::string& name) {
-    p = fs::temp_directory_path() / ("gpnpu_st_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& f) const { return (p / f).string(); }
-};
+using gpnpu::model::test::TempDir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -16,6 +16,7 @@
 #include "isa/error.h"
 #include "model/checkpoint/config.h"
 #include "model/checkpoint/safetensors.h"
+#include "temp_dir.h"
 #include "model/checkpoint/synthetic.h"
 
 using namespace gpnpu::model;
@@ -23,16 +24,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path p;
-  explicit TempDir(const std::string& name) {
-    p = fs::temp_directory_path() / ("gpnpu_syn_" + std::to_string(::getpid()) + "_" + name);
-    fs::remove_all(p);
-    fs::create_directories(p);
-  }
-  ~TempDir() { fs::remove_all(p); }
-  std::string operator/(const std::string& f) const { return (p / f).string(); }
-};
+using gpnpu::model::test::TempDir;
 
 // Runs the gpnpu CLI; returns the exit status and stdout+stderr.
 std::pair<int, std::string> run_cli(const std::string& args, const std::string& log) {
