@@ -98,6 +98,15 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
   EXPECT_GT(j["energy"]["image"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["decode_per_token"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["tokens_per_j"].get<double>(), 0.0);
+  // The image program is a vision run and a prefill run (issue 18): each reported, the
+  // step's cycles their sum.
+  const nlohmann::json& runs = j["programs"]["image"]["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["kind"], "vision");
+  EXPECT_EQ(runs[1]["kind"], "prefill");
+  EXPECT_EQ(runs[0]["cycles"].get<uint64_t>() + runs[1]["cycles"].get<uint64_t>(), r.steps[0].cycles);
+  EXPECT_EQ(runs[0]["instructions"].get<uint64_t>() + runs[1]["instructions"].get<uint64_t>(),
+            j["programs"]["image"]["instructions"].get<uint64_t>());
 }
 
 // Another machine point (issue 13): a 16x16 array on 1 MiB of OCM (the streamed image
