@@ -558,12 +558,19 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   //      J the largest power of two dividing I / cw (and whose packings are
   //      contiguous in DDR) for which TMP can hold [S][2 cw J].
   //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 192, J = 1; 8 MiB: rcv = 256, J = 4.
+  //    The GEMMs' DMA buffers take all DMA channels, or 2 when only that makes the plan
+  //    fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
   // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
-  uint64_t rGEMM = 0;
-  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                      {d.H, d.I}})
-    rGEMM = std::max<uint64_t>(rGEMM, gemm_scratch_bytes(cfg_, n, k));
+  auto gemm_buffers = [&](uint32_t channels) {
+    sim::Config gcfg = cfg_;
+    gcfg.dma_channels = int(channels);
+    uint64_t r = 0;
+    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                        {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                        {d.H, d.I}})
+      r = std::max<uint64_t>(r, gemm_scratch_bytes(gcfg, n, k));
+    return r;
+  };
   // Largest J whose chunk packings are contiguous (no padding between them).
   uint32_t jmax = 1;
   for (uint32_t j = 2; j <= nchunks; j *= 2) {
@@ -601,8 +608,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     return r;
   };
-  const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM}) +
-                         f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
+  auto fixed_with = [&](uint64_t gemm_bytes) {
+    return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
+           f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
+  };
   const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
@@ -611,7 +620,16 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   };
   const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
   std::optional<Resident> res;
-  if (!forced)
+  uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
+  uint64_t rGEMM = 0;
+  std::vector<uint32_t> channel_options{gemm_channels};
+  for (uint32_t ch : {2u, 1u})
+    if (ch < gemm_channels) channel_options.push_back(ch);
+  for (uint32_t ch : channel_options) {
+    if (forced || res) break;
+    gemm_channels = ch;
+    rGEMM = gemm_buffers(ch);
+    const uint64_t fixed = fixed_with(rGEMM);
     for (uint32_t rcv : {N, rcv_fit}) {
       for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
         Resident r = resident_plan(rcv, J);
@@ -619,6 +637,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       }
       if (res) break;
     }
+  }
   auto plan_only = [](const char* plan) {
     CompiledProgram o;
     o.plan = plan;
@@ -646,6 +665,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   ImageKernels k(b, out.calls, cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
+  k.gcfg.dma_channels = int(gemm_channels);
+  const std::string channels_note =
+      gemm_channels < uint32_t(cfg_.dma_channels)
+          ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit)", gemm_channels, cfg_.dma_channels)
+          : "";
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
   detail::Emitter& em = k.em;
@@ -759,7 +783,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   if (!s.prefill) {
     b.op("halt");
     out.program = b.finish();
-    out.plan = fmt::format("resident: tower MLP rows per chunk {}", rcv);
+    out.plan = fmt::format("resident: tower MLP rows per chunk {}{}", rcv, channels_note);
     return out;
   }
 
@@ -853,7 +877,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}", rcv, J);
+  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}{}", rcv, J, channels_note);
   return out;
 }
 
