@@ -352,12 +352,13 @@ struct ImageKernels {
     em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
   }
   void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t w,
-                 float eps) {
+                 float eps, uint32_t stride = 0) {
     HeadNormArgs n;
     n.rows = rows;
     n.heads = heads;
     n.head_dim = hd;
     n.x_ocm = n.y_ocm = x;
+    n.x_stride = n.y_stride = stride;
     n.w_ocm = w;
     n.eps = eps;
     lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
@@ -601,8 +602,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
     r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, uint64_t(rcv) * d.Iv,
-                 uint64_t(S) * (d.qkv_n + d.nkv * d.hd), uint64_t(S) * d.I, uint64_t(S) * d.nq * d.hd, d.V}) * 2;
-    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * (d.nq + d.nkv) * d.hd,
+                 uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
+    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
                           uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min);
     r.rROPE = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
@@ -799,9 +800,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
   em.copy("load_rope_sin", iio_.trope_ddr + opt_.max_seq * d.hd * 4, ocm(ROPE + S * d.hd * 4), S * d.hd * 4);
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
-  // Dense q | k in TMP; dense v in BIG after the qkv rows (the attention staging
-  // reuses the qkv rows, dead once split).
-  const uint32_t Q = TMP, K = TMP + S * qd, Vv = BIG + S * d.qkv_n * 2;
+  // q, k and v stay in the qkv rows (BIG, row stride qkv_n * 2): the per-head norms,
+  // the rotary, the cache write and the attention read them there; the attention's
+  // head-major staging goes to TMP.
+  const uint32_t qkvs = d.qkv_n * 2, Q = BIG, K = BIG + qd, Vv = BIG + qd + kd;
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
@@ -812,18 +814,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
-    // Dense q, k and v (the per-head norms want dense rows): three strided OCM copies.
-    em.copy(L + ".split_q", ocm(BIG), ocm(Q), qd, S, d.qkv_n * 2, qd);
-    em.copy(L + ".split_k", ocm(BIG + qd), ocm(K), kd, S, d.qkv_n * 2, kd);
-    em.copy(L + ".split_v", ocm(BIG + qd + kd), ocm(Vv), kd, S, d.qkv_n * 2, kd);
-    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps);
-    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps);
-    rope(L + ".q_rope", S, d.nq, d.hd, Q, qd);
-    rope(L + ".k_rope", S, d.nkv, d.hd, K, kd);
-    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, kd, ddr_.bus(layer_name(i, "kcache")),
+    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
+    rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
+    rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
+    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, qkvs, ddr_.bus(layer_name(i, "kcache")),
                ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
     if (!off) {
-      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
+      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qkvs, K, Vv, qkvs, XN, qd, TMP, rTMP);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
       const uint32_t hd2 = d.hd * 2, G = d.nq / d.nkv, kc = ddr_.bus(layer_name(i, "kcache")),
@@ -835,8 +833,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
                 opt_.max_seq * hd2, hd2);
         em.copy(A + ".load_v", vcc + g0 * opt_.max_seq * hd2, ocm(VC), hd2, off + S, hd2, ng * hd2, ng,
                 opt_.max_seq * hd2, hd2);
-        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qd, hd2, KC, VC, ng * hd2,
-                    XN + g0 * G * hd2, qd, hd2, BIG, rBIG, 0, off);
+        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qkvs, hd2, KC, VC, ng * hd2,
+                    XN + g0 * G * hd2, qd, hd2, TMP, rTMP, 0, off);
       }
     }
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
