@@ -549,12 +549,26 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   std::vector<V> free_regs;
   while (next_reg < 32) free_regs.push_back(take());
   // With few free registers, q is parked in LRM during the value loop and the
-  // accumulators during the score loop, each loop using the other's registers.
+  // accumulators during the score loop, each loop using the other's registers, and
+  // each block is one scheduled region. With enough registers the regions are software
+  // pipelined instead: block b's values run in one region with block b+1's scores and
+  // softmax (disjoint register pools), so neither phase's start-up or tail is exposed.
   const uint32_t park_bytes = 2 * 2 * CH * 64, mask_bytes = kJ * 64;
   const bool swap = free_regs.size() < 12 && cfg.lrm_bytes >= park_bytes;
+  const bool pipelined = free_regs.size() >= 16;
   const bool lrm_masks = cfg.lrm_bytes >= mask_bytes + (swap ? park_bytes : 0);
   const uint32_t kLrmQ = lrm_masks ? mask_bytes : 0, kLrmAcc = kLrmQ + 2 * CH * 64;
-  const std::vector<V> tmp(free_regs.end() - 5, free_regs.end());  // softmax temporaries
+  if (!a.causal && lrm_masks) free_regs.insert(free_regs.begin(), LANE_);  // only the prologue needs it
+  // The block's scores (pipelined: copied, as the next block's scores refill SV while
+  // this block's softmax runs) and three softmax temporaries, apart from the pools.
+  auto take_free = [&] {
+    V r = free_regs.back();
+    free_regs.pop_back();
+    return r;
+  };
+  const V SVP_ = pipelined ? take_free() : SV_;
+  const std::vector<V> tmp = pipelined ? std::vector<V>{take_free(), take_free(), take_free()}
+                                        : std::vector<V>(free_regs.end() - 3, free_regs.end());
 
   struct Pools {
     std::vector<V> kr, ks, acc, t, mk;  // chunk loads, their shifted copies, per-key registers
@@ -566,7 +580,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       for (size_t k = 0; k < n && !regs.empty(); ++k) dst.push_back(regs.front()), regs.erase(regs.begin());
     };
     const bool wide = regs.size() >= 14;
-    grab(p.acc, scores ? (wide ? 3 : 2) : (wide ? 3 : 2));
+    grab(p.acc, wide ? 3 : 2);
     if (scores) {
       grab(p.t, wide ? 2 : 1);
       grab(p.mk, (wide ? 2 : 1) + (lrm_masks ? 0 : 1));  // without LRM masks: mk[last] is the lane index splat
@@ -582,6 +596,11 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     regs_s.insert(regs_s.end(), AE.begin(), AE.end()), regs_s.insert(regs_s.end(), AO.begin(), AO.end());
     regs_v.insert(regs_v.end(), QR.begin(), QR.end()), regs_v.insert(regs_v.end(), QS.begin(), QS.end());
   }
+  if (pipelined) {  // the value pool first, the score pool (with the softmax temporaries) last
+    const size_t nv = free_regs.size() * 9 / 19;
+    regs_v.assign(free_regs.begin(), free_regs.begin() + nv);
+    regs_s.assign(free_regs.begin() + nv, free_regs.end());
+  }
   Pools ps = make_pools(regs_s, true), pv = make_pools(regs_v, false);
 
   const int64_t ks = a.kv_row_stride;
@@ -596,10 +615,9 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   };
   const P mac{7};
 
-  // One block of nk keys (K rows from x10, V rows from x12), straight-line and scheduled:
-  // scores into lanes, online-softmax update, V accumulation; x10, x12 advance 16 rows.
-  auto emit_block_fn = [&](uint32_t nk) {
-    const uint32_t begin = b.pc();
+  // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
+  // (lanes >= nk stay -big).
+  auto emit_scores = [&](uint32_t nk) {
     b.op("vsplat.f32", {SV_, F32{kNegBig}});
     if (swap)
       for (uint32_t c = 0; c < CH; ++c) {
@@ -628,40 +646,47 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       }
       b.op("vsel", {SV_, t, SV_, mk});
     }
+    b.op("addi", {X{10}, X{10}, int64_t(kJ) * ks});
     if (a.causal) {  // lanes (keys) beyond this PE's row: score -> -big; RV moves to the next block
-      b.op("vsplat.f32", {tmp[0], F32{kNegBig}});
-      b.op("vcmplt.i32", {tmp[1], RV_, LANE_});
-      b.op("vsel", {SV_, tmp[0], SV_, tmp[1]});
-      b.op("vsplati", {tmp[2], int64_t(kJ)});
-      b.op("vsub.i32", {RV_, RV_, tmp[2]});
+      b.op("vsplat.f32", {ps.t[0], F32{kNegBig}});
+      b.op("vcmplt.i32", {ps.mk[0], RV_, LANE_});
+      b.op("vsel", {SV_, ps.t[0], SV_, ps.mk[0]});
+      b.op("vsplati", {ps.acc[0], int64_t(kJ)});
+      b.op("vsub.i32", {RV_, RV_, ps.acc[0]});
     }
-    // ---- online softmax over the block (lanes = keys; lanes >= nk stay -big) ----
+  };
+  // The online-softmax update of a block whose scores are in sv (lanes >= its keys -big):
+  // running max and sum, the accumulators rescaled, p (fp16) in P16.
+  auto emit_softmax = [&](V sv) {
     if (swap)
       for (uint32_t c = 0; c < CH; ++c) {
         b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
         b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
       }
     b.op("vsplat.f32", {tmp[0], F32{a.scale}});
-    b.op("vmul.f32", {SV_, SV_, tmp[0]});
-    b.op("vredmax.f32", {tmp[1], SV_});
+    b.op("vmul.f32", {sv, sv, tmp[0]});
+    b.op("vredmax.f32", {tmp[1], sv});
     b.op("vmax.f32", {tmp[2], M_, tmp[1]});  // new running max
-    b.op("vsub.f32", {tmp[3], M_, tmp[2]});
-    b.op("vexp.f32", {tmp[4], tmp[3]});      // rescale of the old state
-    b.op("vsub.f32", {tmp[0], SV_, tmp[2]});
-    b.op("vexp.f32", {tmp[1], tmp[0]});      // p of the block's keys (0 for masked lanes)
-    b.op("vredsum.f32", {tmp[3], tmp[1]});
-    b.op("vmul.f32", {L_, L_, tmp[4]});
-    b.op("vadd.f32", {L_, L_, tmp[3]});
-    for (uint32_t c = 0; c < CH; ++c) {
-      b.op("vmul.f32", {AE[c], AE[c], tmp[4]});
-      b.op("vmul.f32", {AO[c], AO[c], tmp[4]});
-    }
-    b.op("vcvt.f16.f32", {P16_, tmp[1]});
+    b.op("vsub.f32", {tmp[1], M_, tmp[2]});
+    b.op("vexp.f32", {tmp[0], tmp[1]});      // rescale of the old state
+    b.op("vsub.f32", {sv, sv, tmp[2]});
     b.op("vmov", {M_, tmp[2]});
-    // ---- values: p_j (fp16) in every lane, MAC the V row ----
+    b.op("vexp.f32", {sv, sv});              // p of the block's keys (0 for masked lanes)
+    b.op("vredsum.f32", {tmp[1], sv});
+    b.op("vmul.f32", {L_, L_, tmp[0]});
+    b.op("vadd.f32", {L_, L_, tmp[1]});
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
+      b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
+    }
+    b.op("vcvt.f16.f32", {P16_, sv});
+  };
+  // Values of a block of nk keys (V rows from x12, advanced 16 rows): p_j (fp16, lane j
+  // of p16) in every lane, MAC the V row.
+  auto emit_values = [&](uint32_t nk, V p16) {
     for (uint32_t j = 0; j < nk; ++j) {
       const V pj = pv.acc[j % pv.acc.size()];
-      b.op("vdup", {pj, P16_, int64_t(j)});
+      b.op("vdup", {pj, p16, int64_t(j)});
       for (uint32_t c = 0; c < CH; ++c) {
         V raw, odd;
         load_chunk(pv, X{12}, j, c, raw, odd);
@@ -669,15 +694,58 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
         b.op("vmac.f16", {AO[c], odd, pj}, mac);
       }
     }
+    b.op("addi", {X{12}, X{12}, int64_t(kJ) * ks});
     if (swap)
       for (uint32_t c = 0; c < CH; ++c) {
         b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
         b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
       }
-    b.op("addi", {X{10}, X{10}, int64_t(kJ) * ks});
-    b.op("addi", {X{12}, X{12}, int64_t(kJ) * ks});
+  };
+  // A block routine, one scheduled region: pipelined, the softmax and values of the
+  // previous block (np keys, 0: none) and the scores of this one (nk keys, 0: none);
+  // else one whole block (np = nk).
+  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
+    const uint32_t begin = b.pc();
+    if (!pipelined) {  // one block: scores, softmax, values
+      emit_scores(nk);
+      emit_softmax(SV_);
+      emit_values(nk, P16_);
+    } else {  // the previous block's softmax and values beside this block's scores
+      if (np && nk) b.op("vmov", {SVP_, SV_});
+      if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_);
+      if (nk) emit_scores(nk);
+    }
     schedule_region(b, begin, cfg);
     b.op("jalr", {X{0}, X{14}, 0});
+  };
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, Label>> block_fns;  // ((np, nk), routine)
+  auto call_block = [&](uint32_t np, uint32_t nk) {
+    auto it = std::find_if(block_fns.begin(), block_fns.end(), [&](const auto& f) { return f.first == std::pair{np, nk}; });
+    if (it == block_fns.end()) it = block_fns.insert(block_fns.end(), {{np, nk}, b.label()});
+    b.op("jal", {X{14}, it->second});
+  };
+  // The blocks of a pass of nkeys keys: 16-key blocks, then a tail.
+  auto emit_pass_blocks = [&](uint32_t nkeys) {
+    const uint32_t nfull = nkeys / kJ, tail = nkeys % kJ;
+    auto repeat = [&](uint32_t n, const std::function<void()>& body) {
+      if (n == 0) return;
+      b.li(X{8}, n);
+      Label again = b.label();
+      b.bind(again);
+      body();
+      b.op("addi", {X{8}, X{8}, -1});
+      b.op("bne", {X{8}, X{0}, again});
+    };
+    if (!pipelined) {
+      repeat(nfull, [&] { call_block(kJ, kJ); });
+      if (tail) call_block(tail, tail);
+      return;
+    }
+    const uint32_t first = nfull ? kJ : tail;
+    call_block(0, first);
+    if (nfull) repeat(nfull - 1, [&] { call_block(kJ, kJ); });
+    if (nfull && tail) call_block(kJ, tail);
+    call_block(tail ? tail : kJ, 0);
   };
 
   // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
@@ -719,8 +787,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       }
     }
   };
-  Label init_fn = b.label(), fini_fn = b.label(), full_fn = b.label(), end = b.label();
-  std::vector<std::pair<uint32_t, Label>> tail_fns;  // (keys, routine)
+  Label init_fn = b.label(), fini_fn = b.label(), end = b.label();
   for (size_t pi = 0; pi < passes.size(); ++pi) {
     const Pass& p = passes[pi];
     const uint32_t h0 = p.g0 * G;
@@ -745,20 +812,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{25}, p.r0 + a.kv_offset);
     b.li(X{27}, p.ng * G);
     b.op("jal", {X{14}, init_fn});
-    const uint32_t nkeys = a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S);
-    if (nkeys / kJ) {
-      b.li(X{8}, nkeys / kJ);
-      Label again = b.label();
-      b.bind(again);
-      b.op("jal", {X{14}, full_fn});
-      b.op("addi", {X{8}, X{8}, -1});
-      b.op("bne", {X{8}, X{0}, again});
-    }
-    if (const uint32_t tail = nkeys % kJ) {
-      auto it = std::find_if(tail_fns.begin(), tail_fns.end(), [&](const auto& t) { return t.first == tail; });
-      if (it == tail_fns.end()) it = tail_fns.insert(tail_fns.end(), {tail, b.label()});
-      b.op("jal", {X{14}, it->second});
-    }
+    emit_pass_blocks(a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
     b.op("jal", {X{14}, fini_fn});
     if (!o_direct) {
       if (pi + 1 < passes.size()) stage_out(p);
@@ -830,11 +884,9 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   });
   b.op("jalr", {X{0}, X{14}, 0});
 
-  b.bind(full_fn);
-  emit_block_fn(kJ);
-  for (auto& [nk, l] : tail_fns) {
+  for (auto& [n, l] : block_fns) {
     b.bind(l);
-    emit_block_fn(nk);
+    emit_block_fn(n.first, n.second);
   }
   b.bind(end);
 }

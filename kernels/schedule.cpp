@@ -109,7 +109,7 @@ uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg) {
   std::span<uint64_t> span = b.words_from(begin);
   std::vector<uint64_t> words(span.begin(), span.end());
   // One kernel shape is emitted many times per program (every layer): the schedule of a
-  // region depends only on its words, its start pc (none inside branches) and the timing.
+  // region depends only on its words (no branches inside) and the timing parameters.
   std::vector<uint64_t> key = words;
   for (int u = 0; u < isa::kNumUnits; ++u) key.push_back(uint64_t(cfg.lat(isa::Unit(u))) << 32 | cfg.occ(isa::Unit(u)));
   key.push_back(uint64_t(cfg.ocm_port_bytes) << 32 | cfg.npe());
