@@ -602,6 +602,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     regs_s.assign(free_regs.begin() + nv, free_regs.end());
   }
   Pools ps = make_pools(regs_s, true), pv = make_pools(regs_v, false);
+  // A pipelined pass's first scores and last values run alone: they take both pools.
+  std::vector<V> regs_all = regs_s;
+  if (pipelined) regs_all.insert(regs_all.end(), regs_v.begin(), regs_v.end());
+  Pools ps_all = make_pools(regs_all, true), pv_all = make_pools(regs_all, false);
 
   const int64_t ks = a.kv_row_stride;
   // One chunk of a key row (base register x10 or x12) in the PEs of every group: one
@@ -617,7 +621,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
 
   // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
   // (lanes >= nk stay -big).
-  auto emit_scores = [&](uint32_t nk) {
+  auto emit_scores = [&](uint32_t nk, Pools& ps) {
     b.op("vsplat.f32", {SV_, F32{kNegBig}});
     if (swap)
       for (uint32_t c = 0; c < CH; ++c) {
@@ -683,7 +687,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   };
   // Values of a block of nk keys (V rows from x12, advanced 16 rows): p_j (fp16, lane j
   // of p16) in every lane, MAC the V row.
-  auto emit_values = [&](uint32_t nk, V p16) {
+  auto emit_values = [&](uint32_t nk, V p16, Pools& pv) {
     for (uint32_t j = 0; j < nk; ++j) {
       const V pj = pv.acc[j % pv.acc.size()];
       b.op("vdup", {pj, p16, int64_t(j)});
@@ -707,13 +711,13 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
     const uint32_t begin = b.pc();
     if (!pipelined) {  // one block: scores, softmax, values
-      emit_scores(nk);
+      emit_scores(nk, ps);
       emit_softmax(SV_);
-      emit_values(nk, P16_);
+      emit_values(nk, P16_, pv);
     } else {  // the previous block's softmax and values beside this block's scores
       if (np && nk) b.op("vmov", {SVP_, SV_});
-      if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_);
-      if (nk) emit_scores(nk);
+      if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_, nk ? pv : pv_all);
+      if (nk) emit_scores(nk, np ? ps : ps_all);
     }
     schedule_region(b, begin, cfg);
     b.op("jalr", {X{0}, X{14}, 0});
