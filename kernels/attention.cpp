@@ -15,201 +15,60 @@ namespace {
 constexpr uint32_t kJ = 16;          // keys per block = lanes
 constexpr float kNegBig = -1e30f;    // "minus infinity" that keeps exp() finite arithmetic NaN-free
 
-// Vector registers shared by the decode and OCM kernels.
+// Vector registers of the decode kernel.
 V Q(uint32_t c) { return V{uint8_t(c)}; }        // q, head_dim/16 registers (fp16 low halves)
 V ACC(uint32_t c) { return V{uint8_t(8 + c)}; }  // fp32 output accumulator
 const V KR[3] = {V{16}, V{17}, V{18}};           // rotating k/v chunk registers
-const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, RV{29}, TMP{30}, TMP2{31};
+const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, TMP{30};
+const V SPARE[2] = {V{29}, V{31}};  // free: more chunk registers
 
+// The decode kernel's block of keys (emit_block below).
 struct BlockSpec {
   uint32_t C = 0;                 // head_dim / 16
   float scale = 0;
-  bool causal = false;            // RV = row index - block start per PE
   int64_t key_stride = 0;         // bytes from one key row to the next
   P mac_pred{0};
   // Chunk c of the current key (address in x13) reaches the PEs in `groups` predicated
   // writes to one register (group s: load(c, s, dst)).
   uint32_t groups = 1;
-  std::function<void(uint32_t c, uint32_t s, V dst, X base)> load;  // key row at base
-  std::vector<V> pool;    // registers the loads may rotate over (>= 3) in the score loop
-  std::vector<V> pool_v;  // the same in the value loop (empty: pool)
-  uint32_t max_d = 2;     // largest group spacing (steps) the pipeline may use
-  // Optional register swaps through LRM: before the score loop (save ACC, reload Q) and
-  // before the rescale of ACC (reload ACC), so that each loop may rotate over the
-  // registers of the other one.
-  std::function<void()> before_scores, before_rescale;
-  bool mask_per_block = false;  // causal mask applied once to the block's scores (lanes)
-  bool prefetch_splat = false;  // make key j+1's probability splat while key j MACs (SV free)
-  // Two keys per loop iteration (x13, x17), their chunks pipelined as one stream: the
-  // second key's accumulators A2/A3 and splat T2 (registers left free by head_dim < 128).
-  bool pairs = false;
-  V A2{0}, A3{0}, T2{0};
-  V T2v{0};  // the second key's splat in the value loop (T2 when 0)
+  std::function<void(uint32_t c, uint32_t s, V dst)> load;
+  std::vector<V> pool;  // registers the loads may rotate over (>= 3)
 };
 
 // Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
 // chunk c's MAC issues at step c + la. Two writes to one register wait for the first
-// one's latency (in-order writes), so the groups of a chunk are spaced d steps apart
-// (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
-// `fillers[i]` (independent work) is emitted after the loads of step i + 1, spreading
-// short dependency chains over the steps instead of stalling in-order issue.
-void emit_chunks(Builder&, const BlockSpec& s, const std::vector<V>& regs, const std::function<void()>& after_first_loads,
-                 const std::function<void(uint32_t c, V reg)>& mac,
-                 const std::vector<std::function<void()>>& fillers = {}, uint32_t nv = 0, int64_t flush_at = -1) {
-  const uint32_t C = nv ? nv : s.C, ng = s.groups, pool = uint32_t(regs.size());
+// one's latency (in-order writes), so the groups of a chunk are spaced d <= 2 steps
+// apart (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
+void emit_chunks(Builder&, const BlockSpec& s, const std::function<void()>& after_first_loads,
+                 const std::function<void(uint32_t c, V reg)>& mac) {
+  const uint32_t C = s.C, ng = s.groups, pool = uint32_t(s.pool.size());
   uint32_t d = 0;
-  for (uint32_t dd = 1; dd <= s.max_d; ++dd)
+  for (uint32_t dd = 1; dd <= 2; ++dd)
     if (ng * dd + 1 <= pool) d = dd;
   const uint32_t la = std::max(d * ng, std::min(pool - 1, 2u));
   const uint32_t nreg = la + 1;
   const uint32_t steps = C + la;
-  size_t next_filler = 0;
   for (uint32_t i = 0; i < steps; ++i) {
     for (uint32_t g = 0; g < ng; ++g) {
       const int64_t c = d ? int64_t(i) - int64_t(d * g) : int64_t(i);
-      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c) % s.C, g, regs[size_t(c) % nreg], uint32_t(c) < s.C ? X{13} : X{17});
+      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c), g, s.pool[size_t(c) % nreg]);
     }
     if (i == 0) after_first_loads();
-    if (i >= 1 && next_filler < fillers.size()) fillers[next_filler++]();
     int64_t c = int64_t(i) - int64_t(la);
-    if (c == flush_at)  // the fillers must all precede this chunk's MAC
-      while (next_filler < fillers.size()) fillers[next_filler++]();
-    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), regs[size_t(c) % nreg]);
+    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), s.pool[size_t(c) % nreg]);
   }
-  while (next_filler < fillers.size()) fillers[next_filler++]();
-}
-
-void emit_softmax(Builder& b, const BlockSpec& s);
-
-// emit_block with two keys per iteration: ceil(nk/2) iterations; an odd block's last
-// pair repeats its last key (x17 = min(x13 + stride, last row)), whose lane nk is masked
-// to -big after the score loop (p = 0 in the value loop). Uses x9, x13, x16..x18.
-void emit_block_pairs(Builder& b, const BlockSpec& s) {
-  const uint32_t C = s.C;
-  const int64_t ks = s.key_stride;
-  auto insert = [&](V t) {
-    b.op("vsplat", {IV, X{9}});
-    b.op("vcmpeq.i32", {MK, LANE, IV});
-    b.op("vsel", {SV, t, SV, MK});
-    b.op("addi", {X{9}, X{9}, 1});
-  };
-  auto first_keys = [&](X row0) {
-    b.op("addi", {X{13}, row0, 0});
-    b.op("addi", {X{17}, row0, ks});
-    b.op("min", {X{17}, X{17}, X{16}});
-  };
-  auto next_keys = [&] {
-    b.op("addi", {X{13}, X{13}, 2 * ks});
-    b.op("addi", {X{17}, X{13}, ks});
-    b.op("min", {X{17}, X{17}, X{16}});
-  };
-  // x18 = ceil(nk / 2); x16 = last K row.
-  b.op("addi", {X{18}, X{8}, 1});
-  b.op("srli", {X{18}, X{18}, 1});
-  b.op("addi", {X{16}, X{8}, -1});
-  b.op("muli", {X{16}, X{16}, ks});
-  b.op("add", {X{16}, X{16}, X{10}});
-  if (s.before_scores) s.before_scores();
-  b.op("vsplat.f32", {SV, F32{kNegBig}});
-  for (V a : {A0, A1, s.A2, s.A3}) b.op("vsplati", {a, int64_t(0)});
-  b.li(X{9}, -2);
-  first_keys(X{10});
-  b.loop(X{18}, [&] {
-    emit_chunks(
-        b, s, s.pool,
-        [&] {
-          b.op("vadd.f32", {T, A0, A1});
-          b.op("vsplati", {A0, int64_t(0)});
-          b.op("vsplati", {A1, int64_t(0)});
-        },
-        [&](uint32_t v, V reg) {
-          const uint32_t c = v % C;
-          const V acc = v < C ? (c % 2 ? A1 : A0) : (c % 2 ? s.A3 : s.A2);
-          b.op("vmac.f16", {acc, reg, Q(c)}, s.mac_pred);
-          if (v == 1) b.op("vredsum.f32", {T, T});
-          if (v == C) b.op("vredsum.f32", {s.T2, s.T2});
-        },
-        {[] {}, [] {}, [&] { b.op("vadd.f32", {s.T2, s.A2, s.A3}); }, [&] { b.op("vsplati", {s.A2, int64_t(0)}); },
-         [&] { b.op("vsplati", {s.A3, int64_t(0)}); }},
-        2 * C, C);
-    insert(T);
-    insert(s.T2);
-    next_keys();
-  });
-  b.op("vadd.f32", {T, A0, A1});
-  b.op("vadd.f32", {s.T2, s.A2, s.A3});
-  b.op("vredsum.f32", {T, T});
-  b.op("vredsum.f32", {s.T2, s.T2});
-  insert(T);
-  insert(s.T2);
-  // lanes >= nk (the repeated key of an odd block, and the absent ones) -> -big
-  b.op("vsplat.f32", {TMP, F32{kNegBig}});
-  b.op("vsplat", {IV, X{8}});
-  b.op("vcmplt.i32", {MK, LANE, IV});
-  b.op("vsel", {SV, SV, TMP, MK});
-  if (s.causal) {  // lanes (keys) beyond this PE's row: score -> -big
-    b.op("vcmplt.i32", {MK, RV, LANE});
-    b.op("vsel", {SV, TMP, SV, MK});
-  }
-  emit_softmax(b, s);
-  // ---- values: both keys' splats are made in the first steps of the stream ----
-  const V t2v = s.T2v.n ? s.T2v : s.T2;
-  b.li(X{9}, 0);
-  b.op("vsplati", {TMP, int64_t(0)});
-  b.op("sub", {X{16}, X{16}, X{10}});
-  b.op("add", {X{16}, X{16}, X{12}});  // last V row
-  first_keys(X{12});
-  b.loop(X{18}, [&] {
-    emit_chunks(
-        b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
-        [&](uint32_t v, V reg) { b.op("vmac.f16", {ACC(v % C), reg, v < C ? T : t2v}, s.mac_pred); },
-        {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {T, P16, TMP, MK}); },
-         [&] { b.op("vredsum.i32", {T, T}); }, [&] { b.op("addi", {X{9}, X{9}, 1}); },
-         [&] { b.op("vsplat", {IV, X{9}}); }, [&] { b.op("vcmpeq.i32", {MK, LANE, IV}); },
-         [&] { b.op("vsel", {t2v, P16, TMP, MK}); }, [&] { b.op("vredsum.i32", {t2v, t2v}); },
-         [&] { b.op("addi", {X{9}, X{9}, 1}); }},
-        2 * C, C);
-    next_keys();
-  });
-}
-
-void emit_softmax(Builder& b, const BlockSpec& s) {
-  const uint32_t C = s.C;
-  if (s.before_rescale) s.before_rescale();
-  // ---- online softmax over the block (lanes = keys) ----
-  b.op("vsplat.f32", {TMP, F32{s.scale}});
-  b.op("vmul.f32", {SV, SV, TMP});
-  b.op("vredmax.f32", {KR[0], SV});
-  b.op("vmax.f32", {KR[1], M, KR[0]});  // new running max
-  b.op("vsub.f32", {KR[2], M, KR[1]});
-  b.op("vexp.f32", {A0, KR[2]});        // rescale of the old state
-  b.op("vsub.f32", {KR[2], SV, KR[1]});
-  b.op("vexp.f32", {A1, KR[2]});        // p of the block's keys (0 for masked lanes)
-  b.op("vredsum.f32", {T, A1});
-  b.op("vmul.f32", {L, L, A0});
-  b.op("vadd.f32", {L, L, T});
-  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), A0});
-  b.op("vcvt.f16.f32", {P16, A1});
-  b.op("vmov", {M, KR[1]});
 }
 
 // One block of nk (x8, 1..16) keys whose first K row is at x10 and V row at x12:
 // scores into lanes, online-softmax update, V accumulation. Uses x9, x13.
 void emit_block(Builder& b, const BlockSpec& s) {
-  if (s.pairs) return emit_block_pairs(b, s);
   const uint32_t C = s.C;
   auto insert_prev = [&] {
     b.op("vsplat", {IV, X{9}});
     b.op("vcmpeq.i32", {MK, LANE, IV});
-    if (s.causal && !s.mask_per_block) {  // key (block-relative x9) beyond this PE's row: score -> -big
-      b.op("vsplat.f32", {TMP, F32{kNegBig}});
-      b.op("vcmplt.i32", {TMP2, RV, IV});
-      b.op("vsel", {T, TMP, T, TMP2});
-    }
     b.op("vsel", {SV, T, SV, MK});
   };
   // ---- scores: key j's partial sums reduce while key j+1 loads and MACs ----
-  if (s.before_scores) s.before_scores();
   b.op("vsplat.f32", {SV, F32{kNegBig}});
   b.op("vsplati", {A0, int64_t(0)});
   b.op("vsplati", {A1, int64_t(0)});
@@ -217,7 +76,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("addi", {X{13}, X{10}, 0});
   b.loop(X{8}, [&] {
     emit_chunks(
-        b, s, s.pool,
+        b, s,
         [&] {
           b.op("vadd.f32", {T, A0, A1});
           b.op("vsplati", {A0, int64_t(0)});
@@ -234,46 +93,33 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("vadd.f32", {T, A0, A1});
   b.op("vredsum.f32", {T, T});
   insert_prev();
-  if (s.causal && s.mask_per_block) {  // lanes (keys) beyond this PE's row: score -> -big
-    b.op("vcmplt.i32", {MK, RV, LANE});
-    b.op("vsplat.f32", {TMP, F32{kNegBig}});
-    b.op("vsel", {SV, TMP, SV, MK});
-  }
-  emit_softmax(b, s);
-  // ---- values: p_j (fp16) spread over the lanes, MAC the V row ----
-  // Key j's splat (SV, free after the softmax) is made while key j-1 MACs: one non-zero
-  // lane summed gives every lane p_j's fp16 bits.
-  if (!s.prefetch_splat) {
-    b.li(X{9}, 0);
-    b.op("addi", {X{13}, X{12}, 0});
-    b.op("vsplati", {TMP, int64_t(0)});
-    b.loop(X{8}, [&] {
-      b.op("vsplat", {IV, X{9}});
-      b.op("vcmpeq.i32", {MK, LANE, IV});
-      b.op("vsel", {T, P16, TMP, MK});
-      emit_chunks(
-          b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vredsum.i32", {T, T}); },
-          [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
-      b.op("addi", {X{9}, X{9}, 1});
-      b.op("addi", {X{13}, X{13}, s.key_stride});
-    });
-    return;
-  }
+  // ---- online softmax over the block (lanes = keys) ----
+  b.op("vsplat.f32", {TMP, F32{s.scale}});
+  b.op("vmul.f32", {SV, SV, TMP});
+  b.op("vredmax.f32", {KR[0], SV});
+  b.op("vmax.f32", {KR[1], M, KR[0]});  // new running max
+  b.op("vsub.f32", {KR[2], M, KR[1]});
+  b.op("vexp.f32", {A0, KR[2]});        // rescale of the old state
+  b.op("vsub.f32", {KR[2], SV, KR[1]});
+  b.op("vexp.f32", {A1, KR[2]});        // p of the block's keys (0 for masked lanes)
+  b.op("vredsum.f32", {T, A1});
+  b.op("vmul.f32", {L, L, A0});
+  b.op("vadd.f32", {L, L, T});
+  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), A0});
+  b.op("vcvt.f16.f32", {P16, A1});
+  b.op("vmov", {M, KR[1]});
+  // ---- values: p_j (fp16) spread over the lanes (one non-zero lane summed), MAC the V row ----
   b.li(X{9}, 0);
   b.op("addi", {X{13}, X{12}, 0});
   b.op("vsplati", {TMP, int64_t(0)});
-  b.op("vsplat", {IV, X{9}});
-  b.op("vcmpeq.i32", {MK, LANE, IV});
-  b.op("vsel", {SV, P16, TMP, MK});
-  b.op("vredsum.i32", {SV, SV});
   b.loop(X{8}, [&] {
-    b.op("vmov", {T, SV});
-    b.op("addi", {X{9}, X{9}, 1});
+    b.op("vsplat", {IV, X{9}});
+    b.op("vcmpeq.i32", {MK, LANE, IV});
+    b.op("vsel", {T, P16, TMP, MK});
     emit_chunks(
-        b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
-        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); },
-        {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {SV, P16, TMP, MK}); },
-         [&] { b.op("vredsum.i32", {SV, SV}); }});
+        b, s, [&] { b.op("vredsum.i32", {T, T}); },
+        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+    b.op("addi", {X{9}, X{9}, 1});
     b.op("addi", {X{13}, X{13}, s.key_stride});
   });
 }
@@ -431,8 +277,8 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   bs.key_stride = hd2;
   bs.mac_pred = P{7};
   bs.groups = G;
-  bs.pool = {KR[0], KR[1], KR[2], RV, TMP2};  // RV, TMP2: free in decode (no causal mask)
-  bs.load = [&](uint32_t c, uint32_t s, V dst, X) {
+  bs.pool = {KR[0], KR[1], KR[2], SPARE[0], SPARE[1]};
+  bs.load = [&](uint32_t c, uint32_t s, V dst) {
     // PE e = s*KV + g reads slot + g*P + key*hd2: base x13 - s*KV*P (>= 0 by the pad).
     b.op("oscatter.h", {dst, Mem{X{13}, int64_t(32 * c) - int64_t(s) * KV * P_}, X{11}}, P{uint8_t(1 + s)});
   };
