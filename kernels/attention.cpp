@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "isa/error.h"
+#include "kernels/schedule.h"
 #include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
@@ -14,201 +15,60 @@ namespace {
 constexpr uint32_t kJ = 16;          // keys per block = lanes
 constexpr float kNegBig = -1e30f;    // "minus infinity" that keeps exp() finite arithmetic NaN-free
 
-// Vector registers shared by the decode and OCM kernels.
+// Vector registers of the decode kernel.
 V Q(uint32_t c) { return V{uint8_t(c)}; }        // q, head_dim/16 registers (fp16 low halves)
 V ACC(uint32_t c) { return V{uint8_t(8 + c)}; }  // fp32 output accumulator
 const V KR[3] = {V{16}, V{17}, V{18}};           // rotating k/v chunk registers
-const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, RV{29}, TMP{30}, TMP2{31};
+const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, TMP{30};
+const V SPARE[2] = {V{29}, V{31}};  // free: more chunk registers
 
+// The decode kernel's block of keys (emit_block below).
 struct BlockSpec {
   uint32_t C = 0;                 // head_dim / 16
   float scale = 0;
-  bool causal = false;            // RV = row index - block start per PE
   int64_t key_stride = 0;         // bytes from one key row to the next
   P mac_pred{0};
   // Chunk c of the current key (address in x13) reaches the PEs in `groups` predicated
   // writes to one register (group s: load(c, s, dst)).
   uint32_t groups = 1;
-  std::function<void(uint32_t c, uint32_t s, V dst, X base)> load;  // key row at base
-  std::vector<V> pool;    // registers the loads may rotate over (>= 3) in the score loop
-  std::vector<V> pool_v;  // the same in the value loop (empty: pool)
-  uint32_t max_d = 2;     // largest group spacing (steps) the pipeline may use
-  // Optional register swaps through LRM: before the score loop (save ACC, reload Q) and
-  // before the rescale of ACC (reload ACC), so that each loop may rotate over the
-  // registers of the other one.
-  std::function<void()> before_scores, before_rescale;
-  bool mask_per_block = false;  // causal mask applied once to the block's scores (lanes)
-  bool prefetch_splat = false;  // make key j+1's probability splat while key j MACs (SV free)
-  // Two keys per loop iteration (x13, x17), their chunks pipelined as one stream: the
-  // second key's accumulators A2/A3 and splat T2 (registers left free by head_dim < 128).
-  bool pairs = false;
-  V A2{0}, A3{0}, T2{0};
-  V T2v{0};  // the second key's splat in the value loop (T2 when 0)
+  std::function<void(uint32_t c, uint32_t s, V dst)> load;
+  std::vector<V> pool;  // registers the loads may rotate over (>= 3)
 };
 
 // Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
 // chunk c's MAC issues at step c + la. Two writes to one register wait for the first
-// one's latency (in-order writes), so the groups of a chunk are spaced d steps apart
-// (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
-// `fillers[i]` (independent work) is emitted after the loads of step i + 1, spreading
-// short dependency chains over the steps instead of stalling in-order issue.
-void emit_chunks(Builder&, const BlockSpec& s, const std::vector<V>& regs, const std::function<void()>& after_first_loads,
-                 const std::function<void(uint32_t c, V reg)>& mac,
-                 const std::vector<std::function<void()>>& fillers = {}, uint32_t nv = 0, int64_t flush_at = -1) {
-  const uint32_t C = nv ? nv : s.C, ng = s.groups, pool = uint32_t(regs.size());
+// one's latency (in-order writes), so the groups of a chunk are spaced d <= 2 steps
+// apart (d*groups + 1 registers); with too few registers d = 0 (the writes serialise).
+void emit_chunks(Builder&, const BlockSpec& s, const std::function<void()>& after_first_loads,
+                 const std::function<void(uint32_t c, V reg)>& mac) {
+  const uint32_t C = s.C, ng = s.groups, pool = uint32_t(s.pool.size());
   uint32_t d = 0;
-  for (uint32_t dd = 1; dd <= s.max_d; ++dd)
+  for (uint32_t dd = 1; dd <= 2; ++dd)
     if (ng * dd + 1 <= pool) d = dd;
   const uint32_t la = std::max(d * ng, std::min(pool - 1, 2u));
   const uint32_t nreg = la + 1;
   const uint32_t steps = C + la;
-  size_t next_filler = 0;
   for (uint32_t i = 0; i < steps; ++i) {
     for (uint32_t g = 0; g < ng; ++g) {
       const int64_t c = d ? int64_t(i) - int64_t(d * g) : int64_t(i);
-      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c) % s.C, g, regs[size_t(c) % nreg], uint32_t(c) < s.C ? X{13} : X{17});
+      if (c >= 0 && c < int64_t(C)) s.load(uint32_t(c), g, s.pool[size_t(c) % nreg]);
     }
     if (i == 0) after_first_loads();
-    if (i >= 1 && next_filler < fillers.size()) fillers[next_filler++]();
     int64_t c = int64_t(i) - int64_t(la);
-    if (c == flush_at)  // the fillers must all precede this chunk's MAC
-      while (next_filler < fillers.size()) fillers[next_filler++]();
-    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), regs[size_t(c) % nreg]);
+    if (c >= 0 && c < int64_t(C)) mac(uint32_t(c), s.pool[size_t(c) % nreg]);
   }
-  while (next_filler < fillers.size()) fillers[next_filler++]();
-}
-
-void emit_softmax(Builder& b, const BlockSpec& s);
-
-// emit_block with two keys per iteration: ceil(nk/2) iterations; an odd block's last
-// pair repeats its last key (x17 = min(x13 + stride, last row)), whose lane nk is masked
-// to -big after the score loop (p = 0 in the value loop). Uses x9, x13, x16..x18.
-void emit_block_pairs(Builder& b, const BlockSpec& s) {
-  const uint32_t C = s.C;
-  const int64_t ks = s.key_stride;
-  auto insert = [&](V t) {
-    b.op("vsplat", {IV, X{9}});
-    b.op("vcmpeq.i32", {MK, LANE, IV});
-    b.op("vsel", {SV, t, SV, MK});
-    b.op("addi", {X{9}, X{9}, 1});
-  };
-  auto first_keys = [&](X row0) {
-    b.op("addi", {X{13}, row0, 0});
-    b.op("addi", {X{17}, row0, ks});
-    b.op("min", {X{17}, X{17}, X{16}});
-  };
-  auto next_keys = [&] {
-    b.op("addi", {X{13}, X{13}, 2 * ks});
-    b.op("addi", {X{17}, X{13}, ks});
-    b.op("min", {X{17}, X{17}, X{16}});
-  };
-  // x18 = ceil(nk / 2); x16 = last K row.
-  b.op("addi", {X{18}, X{8}, 1});
-  b.op("srli", {X{18}, X{18}, 1});
-  b.op("addi", {X{16}, X{8}, -1});
-  b.op("muli", {X{16}, X{16}, ks});
-  b.op("add", {X{16}, X{16}, X{10}});
-  if (s.before_scores) s.before_scores();
-  b.op("vsplat.f32", {SV, F32{kNegBig}});
-  for (V a : {A0, A1, s.A2, s.A3}) b.op("vsplati", {a, int64_t(0)});
-  b.li(X{9}, -2);
-  first_keys(X{10});
-  b.loop(X{18}, [&] {
-    emit_chunks(
-        b, s, s.pool,
-        [&] {
-          b.op("vadd.f32", {T, A0, A1});
-          b.op("vsplati", {A0, int64_t(0)});
-          b.op("vsplati", {A1, int64_t(0)});
-        },
-        [&](uint32_t v, V reg) {
-          const uint32_t c = v % C;
-          const V acc = v < C ? (c % 2 ? A1 : A0) : (c % 2 ? s.A3 : s.A2);
-          b.op("vmac.f16", {acc, reg, Q(c)}, s.mac_pred);
-          if (v == 1) b.op("vredsum.f32", {T, T});
-          if (v == C) b.op("vredsum.f32", {s.T2, s.T2});
-        },
-        {[] {}, [] {}, [&] { b.op("vadd.f32", {s.T2, s.A2, s.A3}); }, [&] { b.op("vsplati", {s.A2, int64_t(0)}); },
-         [&] { b.op("vsplati", {s.A3, int64_t(0)}); }},
-        2 * C, C);
-    insert(T);
-    insert(s.T2);
-    next_keys();
-  });
-  b.op("vadd.f32", {T, A0, A1});
-  b.op("vadd.f32", {s.T2, s.A2, s.A3});
-  b.op("vredsum.f32", {T, T});
-  b.op("vredsum.f32", {s.T2, s.T2});
-  insert(T);
-  insert(s.T2);
-  // lanes >= nk (the repeated key of an odd block, and the absent ones) -> -big
-  b.op("vsplat.f32", {TMP, F32{kNegBig}});
-  b.op("vsplat", {IV, X{8}});
-  b.op("vcmplt.i32", {MK, LANE, IV});
-  b.op("vsel", {SV, SV, TMP, MK});
-  if (s.causal) {  // lanes (keys) beyond this PE's row: score -> -big
-    b.op("vcmplt.i32", {MK, RV, LANE});
-    b.op("vsel", {SV, TMP, SV, MK});
-  }
-  emit_softmax(b, s);
-  // ---- values: both keys' splats are made in the first steps of the stream ----
-  const V t2v = s.T2v.n ? s.T2v : s.T2;
-  b.li(X{9}, 0);
-  b.op("vsplati", {TMP, int64_t(0)});
-  b.op("sub", {X{16}, X{16}, X{10}});
-  b.op("add", {X{16}, X{16}, X{12}});  // last V row
-  first_keys(X{12});
-  b.loop(X{18}, [&] {
-    emit_chunks(
-        b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
-        [&](uint32_t v, V reg) { b.op("vmac.f16", {ACC(v % C), reg, v < C ? T : t2v}, s.mac_pred); },
-        {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {T, P16, TMP, MK}); },
-         [&] { b.op("vredsum.i32", {T, T}); }, [&] { b.op("addi", {X{9}, X{9}, 1}); },
-         [&] { b.op("vsplat", {IV, X{9}}); }, [&] { b.op("vcmpeq.i32", {MK, LANE, IV}); },
-         [&] { b.op("vsel", {t2v, P16, TMP, MK}); }, [&] { b.op("vredsum.i32", {t2v, t2v}); },
-         [&] { b.op("addi", {X{9}, X{9}, 1}); }},
-        2 * C, C);
-    next_keys();
-  });
-}
-
-void emit_softmax(Builder& b, const BlockSpec& s) {
-  const uint32_t C = s.C;
-  if (s.before_rescale) s.before_rescale();
-  // ---- online softmax over the block (lanes = keys) ----
-  b.op("vsplat.f32", {TMP, F32{s.scale}});
-  b.op("vmul.f32", {SV, SV, TMP});
-  b.op("vredmax.f32", {KR[0], SV});
-  b.op("vmax.f32", {KR[1], M, KR[0]});  // new running max
-  b.op("vsub.f32", {KR[2], M, KR[1]});
-  b.op("vexp.f32", {A0, KR[2]});        // rescale of the old state
-  b.op("vsub.f32", {KR[2], SV, KR[1]});
-  b.op("vexp.f32", {A1, KR[2]});        // p of the block's keys (0 for masked lanes)
-  b.op("vredsum.f32", {T, A1});
-  b.op("vmul.f32", {L, L, A0});
-  b.op("vadd.f32", {L, L, T});
-  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), A0});
-  b.op("vcvt.f16.f32", {P16, A1});
-  b.op("vmov", {M, KR[1]});
 }
 
 // One block of nk (x8, 1..16) keys whose first K row is at x10 and V row at x12:
 // scores into lanes, online-softmax update, V accumulation. Uses x9, x13.
 void emit_block(Builder& b, const BlockSpec& s) {
-  if (s.pairs) return emit_block_pairs(b, s);
   const uint32_t C = s.C;
   auto insert_prev = [&] {
     b.op("vsplat", {IV, X{9}});
     b.op("vcmpeq.i32", {MK, LANE, IV});
-    if (s.causal && !s.mask_per_block) {  // key (block-relative x9) beyond this PE's row: score -> -big
-      b.op("vsplat.f32", {TMP, F32{kNegBig}});
-      b.op("vcmplt.i32", {TMP2, RV, IV});
-      b.op("vsel", {T, TMP, T, TMP2});
-    }
     b.op("vsel", {SV, T, SV, MK});
   };
   // ---- scores: key j's partial sums reduce while key j+1 loads and MACs ----
-  if (s.before_scores) s.before_scores();
   b.op("vsplat.f32", {SV, F32{kNegBig}});
   b.op("vsplati", {A0, int64_t(0)});
   b.op("vsplati", {A1, int64_t(0)});
@@ -216,7 +76,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("addi", {X{13}, X{10}, 0});
   b.loop(X{8}, [&] {
     emit_chunks(
-        b, s, s.pool,
+        b, s,
         [&] {
           b.op("vadd.f32", {T, A0, A1});
           b.op("vsplati", {A0, int64_t(0)});
@@ -233,46 +93,33 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("vadd.f32", {T, A0, A1});
   b.op("vredsum.f32", {T, T});
   insert_prev();
-  if (s.causal && s.mask_per_block) {  // lanes (keys) beyond this PE's row: score -> -big
-    b.op("vcmplt.i32", {MK, RV, LANE});
-    b.op("vsplat.f32", {TMP, F32{kNegBig}});
-    b.op("vsel", {SV, TMP, SV, MK});
-  }
-  emit_softmax(b, s);
-  // ---- values: p_j (fp16) spread over the lanes, MAC the V row ----
-  // Key j's splat (SV, free after the softmax) is made while key j-1 MACs: one non-zero
-  // lane summed gives every lane p_j's fp16 bits.
-  if (!s.prefetch_splat) {
-    b.li(X{9}, 0);
-    b.op("addi", {X{13}, X{12}, 0});
-    b.op("vsplati", {TMP, int64_t(0)});
-    b.loop(X{8}, [&] {
-      b.op("vsplat", {IV, X{9}});
-      b.op("vcmpeq.i32", {MK, LANE, IV});
-      b.op("vsel", {T, P16, TMP, MK});
-      emit_chunks(
-          b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vredsum.i32", {T, T}); },
-          [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
-      b.op("addi", {X{9}, X{9}, 1});
-      b.op("addi", {X{13}, X{13}, s.key_stride});
-    });
-    return;
-  }
+  // ---- online softmax over the block (lanes = keys) ----
+  b.op("vsplat.f32", {TMP, F32{s.scale}});
+  b.op("vmul.f32", {SV, SV, TMP});
+  b.op("vredmax.f32", {KR[0], SV});
+  b.op("vmax.f32", {KR[1], M, KR[0]});  // new running max
+  b.op("vsub.f32", {KR[2], M, KR[1]});
+  b.op("vexp.f32", {A0, KR[2]});        // rescale of the old state
+  b.op("vsub.f32", {KR[2], SV, KR[1]});
+  b.op("vexp.f32", {A1, KR[2]});        // p of the block's keys (0 for masked lanes)
+  b.op("vredsum.f32", {T, A1});
+  b.op("vmul.f32", {L, L, A0});
+  b.op("vadd.f32", {L, L, T});
+  for (uint32_t c = 0; c < C; ++c) b.op("vmul.f32", {ACC(c), ACC(c), A0});
+  b.op("vcvt.f16.f32", {P16, A1});
+  b.op("vmov", {M, KR[1]});
+  // ---- values: p_j (fp16) spread over the lanes (one non-zero lane summed), MAC the V row ----
   b.li(X{9}, 0);
   b.op("addi", {X{13}, X{12}, 0});
   b.op("vsplati", {TMP, int64_t(0)});
-  b.op("vsplat", {IV, X{9}});
-  b.op("vcmpeq.i32", {MK, LANE, IV});
-  b.op("vsel", {SV, P16, TMP, MK});
-  b.op("vredsum.i32", {SV, SV});
   b.loop(X{8}, [&] {
-    b.op("vmov", {T, SV});
-    b.op("addi", {X{9}, X{9}, 1});
+    b.op("vsplat", {IV, X{9}});
+    b.op("vcmpeq.i32", {MK, LANE, IV});
+    b.op("vsel", {T, P16, TMP, MK});
     emit_chunks(
-        b, s, s.pool_v.empty() ? s.pool : s.pool_v, [&] { b.op("vsplat", {IV, X{9}}); },
-        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); },
-        {[&] { b.op("vcmpeq.i32", {MK, LANE, IV}); }, [&] { b.op("vsel", {SV, P16, TMP, MK}); },
-         [&] { b.op("vredsum.i32", {SV, SV}); }});
+        b, s, [&] { b.op("vredsum.i32", {T, T}); },
+        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+    b.op("addi", {X{9}, X{9}, 1});
     b.op("addi", {X{13}, X{13}, s.key_stride});
   });
 }
@@ -430,8 +277,8 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   bs.key_stride = hd2;
   bs.mac_pred = P{7};
   bs.groups = G;
-  bs.pool = {KR[0], KR[1], KR[2], RV, TMP2};  // RV, TMP2: free in decode (no causal mask)
-  bs.load = [&](uint32_t c, uint32_t s, V dst, X) {
+  bs.pool = {KR[0], KR[1], KR[2], SPARE[0], SPARE[1]};
+  bs.load = [&](uint32_t c, uint32_t s, V dst) {
     // PE e = s*KV + g reads slot + g*P + key*hd2: base x13 - s*KV*P (>= 0 by the pad).
     b.op("oscatter.h", {dst, Mem{X{13}, int64_t(32 * c) - int64_t(s) * KV * P_}, X{11}}, P{uint8_t(1 + s)});
   };
@@ -477,20 +324,14 @@ KernelCost cost_attention_decode(const sim::Config&, const DecodeAttnArgs& a, ui
 
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a) {
   check_heads("attention_ocm", a.q_heads, a.kv_heads, a.head_dim);
-  const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, S = a.seq, hd2 = a.head_dim * 2, C = a.head_dim / 16;
+  const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, S = a.seq, hd2 = a.head_dim * 2, CH = a.head_dim / 32;
   const uint32_t npe = cfg.npe();
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
-  // Tiling rule.
-  const uint32_t R = std::min(S, npe / G);
-  // GP = 4 fills the array (prefill 2 passes, tower 4); the groups' broadcasts to one
-  // register need free registers to be spaced (emit_chunks): LRM parking below provides
-  // them at head_dim 128 (measured on qc-u, head-major: prefill S=128 79k -> 41k cycles).
-  const uint32_t GP = std::min({KV, npe / (G * R), 4u, a.max_groups ? a.max_groups : 6u});
-  // LRM parking (see the pools below) when the free registers cannot space 4 groups.
-  const bool swap = 4 + (a.causal ? 0 : 1) + 2 * (8 - C) < 2 * GP + 1 && cfg.lrm_bytes >= 2 * 8 * 64;
-  constexpr uint32_t kLrmQ = 0, kLrmAcc = 8 * 64;
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
+  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5).
+  const uint32_t R = std::min(S, npe / G);
+  const uint32_t GP = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;
@@ -539,18 +380,270 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   };
   if (!q_direct) qb = a.scratch_ocm, qrs = hd2, qhs = S * hd2;
   if (!o_direct) ob = a.scratch_ocm, ors = hd2, ohs = S * hd2;
-  if (!q_direct) stage_q(passes[0]);
 
+  // ---- registers ----
+  // Each 64-byte chunk c of a row holds dims 32c + 2i (low half) and 32c + 2i + 1 (high
+  // half) in lane i: q as loaded (QR, its low halves the even dims) and shifted right
+  // by 16 (QS, the odd dims); the output accumulates the even dims in AE, the odd in AO.
+  uint8_t next_reg = 0;
+  auto take = [&] { return V{next_reg++}; };
+  std::vector<V> QR, QS, AE, AO;
+  for (uint32_t c = 0; c < CH; ++c) QR.push_back(take()), QS.push_back(take());
+  for (uint32_t c = 0; c < CH; ++c) AE.push_back(take()), AO.push_back(take());
+  const V M_ = take(), L_ = take(), SV_ = take(), P16_ = take(), LANE_ = take();
+  const V RV_ = a.causal ? take() : V{0};
+  std::vector<V> free_regs;
+  while (next_reg < 32) free_regs.push_back(take());
+  // With few free registers, q is parked in LRM during the value loop and the
+  // accumulators during the score loop, each loop using the other's registers, and
+  // each block is one scheduled region. With enough registers the regions are software
+  // pipelined instead: block b's values run in one region with block b+1's scores and
+  // softmax (disjoint register pools), so neither phase's start-up or tail is exposed.
+  const uint32_t park_bytes = 2 * 2 * CH * 64, mask_bytes = kJ * 64;
+  const bool swap = free_regs.size() < 12 && cfg.lrm_bytes >= park_bytes;
+  const bool pipelined = free_regs.size() >= 16;
+  const bool lrm_masks = cfg.lrm_bytes >= mask_bytes + (swap ? park_bytes : 0);
+  const uint32_t kLrmQ = lrm_masks ? mask_bytes : 0, kLrmAcc = kLrmQ + 2 * CH * 64;
+  if (!a.causal && lrm_masks) free_regs.insert(free_regs.begin(), LANE_);  // only the prologue needs it
+  // The block's scores (pipelined: copied, as the next block's scores refill SV while
+  // this block's softmax runs) and three softmax temporaries, apart from the pools.
+  auto take_free = [&] {
+    V r = free_regs.back();
+    free_regs.pop_back();
+    return r;
+  };
+  const V SVP_ = pipelined ? take_free() : SV_;
+  const std::vector<V> tmp = pipelined ? std::vector<V>{take_free(), take_free(), take_free()}
+                                        : std::vector<V>(free_regs.end() - 3, free_regs.end());
+
+  struct Pools {
+    std::vector<V> kr, ks, acc, t, mk;  // chunk loads, their shifted copies, per-key registers
+    uint32_t nkr = 0, nks = 0;          // rotation counters
+  };
+  auto make_pools = [&](std::vector<V> regs, bool scores) {
+    Pools p;
+    auto grab = [&](std::vector<V>& dst, size_t n) {
+      for (size_t k = 0; k < n && !regs.empty(); ++k) dst.push_back(regs.front()), regs.erase(regs.begin());
+    };
+    const bool wide = regs.size() >= 14;
+    grab(p.acc, wide ? 3 : 2);
+    if (scores) {
+      grab(p.t, wide ? 2 : 1);
+      grab(p.mk, (wide ? 2 : 1) + (lrm_masks ? 0 : 1));  // without LRM masks: mk[last] is the lane index splat
+    }
+    const size_t nks = std::max<size_t>(1, regs.size() / 4);
+    grab(p.ks, nks);
+    p.kr = regs;
+    if (p.kr.empty() || p.ks.empty() || p.acc.size() < 2) fail("attention_ocm: internal: too few registers");
+    return p;
+  };
+  std::vector<V> regs_s = free_regs, regs_v = free_regs;
+  if (swap) {
+    regs_s.insert(regs_s.end(), AE.begin(), AE.end()), regs_s.insert(regs_s.end(), AO.begin(), AO.end());
+    regs_v.insert(regs_v.end(), QR.begin(), QR.end()), regs_v.insert(regs_v.end(), QS.begin(), QS.end());
+  }
+  if (pipelined) {  // the value pool first, the score pool (with the softmax temporaries) last
+    const size_t nv = free_regs.size() * 9 / 19;
+    regs_v.assign(free_regs.begin(), free_regs.begin() + nv);
+    regs_s.assign(free_regs.begin() + nv, free_regs.end());
+  }
+  Pools ps = make_pools(regs_s, true), pv = make_pools(regs_v, false);
+  // A pipelined pass's first scores and last values run alone: they take both pools.
+  std::vector<V> regs_all = regs_s;
+  if (pipelined) regs_all.insert(regs_all.end(), regs_v.begin(), regs_v.end());
+  Pools ps_all = make_pools(regs_all, true), pv_all = make_pools(regs_all, false);
+
+  const int64_t ks = a.kv_row_stride;
+  // One chunk of a key row (base register x10 or x12) in the PEs of every group: one
+  // predicated 64-byte broadcast per group into one register, then its odd dims shifted.
+  auto load_chunk = [&](Pools& p, X base, uint32_t key, uint32_t c, V& raw, V& odd) {
+    raw = p.kr[p.nkr++ % p.kr.size()];
+    odd = p.ks[p.nks++ % p.ks.size()];
+    for (uint32_t g = 0; g < GP; ++g)
+      b.op("obcast", {raw, Mem{base, int64_t(key) * ks + int64_t(g) * hd2 + 64 * c}}, P{uint8_t(1 + g)});
+    b.op("vshr", {odd, raw, int64_t(16)});
+  };
+  const P mac{7};
+
+  // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
+  // (lanes >= nk stay -big).
+  auto emit_scores = [&](uint32_t nk, Pools& ps) {
+    b.op("vsplat.f32", {SV_, F32{kNegBig}});
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vld", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
+        b.op("vld", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
+      }
+    for (uint32_t j = 0; j < nk; ++j) {
+      const V acc = ps.acc[j % ps.acc.size()];
+      b.op("vsplati", {acc, int64_t(0)});
+      for (uint32_t c = 0; c < CH; ++c) {
+        V raw, odd;
+        load_chunk(ps, X{10}, j, c, raw, odd);
+        b.op("vmac.f16", {acc, raw, QR[c]}, mac);
+        b.op("vmac.f16", {acc, odd, QS[c]}, mac);
+      }
+      const V t = ps.t[j % ps.t.size()];
+      b.op("vredsum.f32", {t, acc});
+      V mk;
+      if (lrm_masks) {
+        mk = ps.mk[j % ps.mk.size()];
+        b.op("vld", {mk, Mem{X{0}, int64_t(64 * j)}});
+      } else {
+        mk = ps.mk[0];
+        b.op("vsplati", {ps.mk.back(), int64_t(j)});
+        b.op("vcmpeq.i32", {mk, LANE_, ps.mk.back()});
+      }
+      b.op("vsel", {SV_, t, SV_, mk});
+    }
+    b.op("addi", {X{10}, X{10}, int64_t(kJ) * ks});
+    if (a.causal) {  // lanes (keys) beyond this PE's row: score -> -big; RV moves to the next block
+      b.op("vsplat.f32", {ps.t[0], F32{kNegBig}});
+      b.op("vcmplt.i32", {ps.mk[0], RV_, LANE_});
+      b.op("vsel", {SV_, ps.t[0], SV_, ps.mk[0]});
+      b.op("vsplati", {ps.acc[0], int64_t(kJ)});
+      b.op("vsub.i32", {RV_, RV_, ps.acc[0]});
+    }
+  };
+  // The online-softmax update of a block whose scores are in sv (lanes >= its keys -big):
+  // running max and sum, the accumulators rescaled, p (fp16) in P16.
+  auto emit_softmax = [&](V sv) {
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+    b.op("vsplat.f32", {tmp[0], F32{a.scale}});
+    b.op("vmul.f32", {sv, sv, tmp[0]});
+    b.op("vredmax.f32", {tmp[1], sv});
+    b.op("vmax.f32", {tmp[2], M_, tmp[1]});  // new running max
+    b.op("vsub.f32", {tmp[1], M_, tmp[2]});
+    b.op("vexp.f32", {tmp[0], tmp[1]});      // rescale of the old state
+    b.op("vsub.f32", {sv, sv, tmp[2]});
+    b.op("vmov", {M_, tmp[2]});
+    b.op("vexp.f32", {sv, sv});              // p of the block's keys (0 for masked lanes)
+    b.op("vredsum.f32", {tmp[1], sv});
+    b.op("vmul.f32", {L_, L_, tmp[0]});
+    b.op("vadd.f32", {L_, L_, tmp[1]});
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
+      b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
+    }
+    b.op("vcvt.f16.f32", {P16_, sv});
+  };
+  // Values of a block of nk keys (V rows from x12, advanced 16 rows): p_j (fp16, lane j
+  // of p16) in every lane, MAC the V row.
+  auto emit_values = [&](uint32_t nk, V p16, Pools& pv) {
+    for (uint32_t j = 0; j < nk; ++j) {
+      const V pj = pv.acc[j % pv.acc.size()];
+      b.op("vdup", {pj, p16, int64_t(j)});
+      for (uint32_t c = 0; c < CH; ++c) {
+        V raw, odd;
+        load_chunk(pv, X{12}, j, c, raw, odd);
+        b.op("vmac.f16", {AE[c], raw, pj}, mac);
+        b.op("vmac.f16", {AO[c], odd, pj}, mac);
+      }
+    }
+    b.op("addi", {X{12}, X{12}, int64_t(kJ) * ks});
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+  };
+  // A block routine, one scheduled region: pipelined, the softmax and values of the
+  // previous block (np keys, 0: none) and the scores of this one (nk keys, 0: none);
+  // else one whole block (np = nk).
+  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
+    const uint32_t begin = b.pc();
+    if (!pipelined) {  // one block: scores, softmax, values
+      emit_scores(nk, ps);
+      emit_softmax(SV_);
+      emit_values(nk, P16_, pv);
+    } else {  // the previous block's softmax and values beside this block's scores
+      if (np && nk) b.op("vmov", {SVP_, SV_});
+      if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_, nk ? pv : pv_all);
+      if (nk) emit_scores(nk, np ? ps : ps_all);
+    }
+    schedule_region(b, begin, cfg);
+    b.op("jalr", {X{0}, X{14}, 0});
+  };
+  std::vector<std::pair<std::pair<uint32_t, uint32_t>, Label>> block_fns;  // ((np, nk), routine)
+  auto call_block = [&](uint32_t np, uint32_t nk) {
+    auto it = std::find_if(block_fns.begin(), block_fns.end(), [&](const auto& f) { return f.first == std::pair{np, nk}; });
+    if (it == block_fns.end()) it = block_fns.insert(block_fns.end(), {{np, nk}, b.label()});
+    b.op("jal", {X{14}, it->second});
+  };
+  // The blocks of a pass of nkeys keys: 16-key blocks, then a tail.
+  auto emit_pass_blocks = [&](uint32_t nkeys) {
+    const uint32_t nfull = nkeys / kJ, tail = nkeys % kJ;
+    auto repeat = [&](uint32_t n, const std::function<void()>& body) {
+      if (n == 0) return;
+      b.li(X{8}, n);
+      Label again = b.label();
+      b.bind(again);
+      body();
+      b.op("addi", {X{8}, X{8}, -1});
+      b.op("bne", {X{8}, X{0}, again});
+    };
+    if (!pipelined) {
+      repeat(nfull, [&] { call_block(kJ, kJ); });
+      if (tail) call_block(tail, tail);
+      return;
+    }
+    const uint32_t first = nfull ? kJ : tail;
+    call_block(0, first);
+    if (nfull) repeat(nfull - 1, [&] { call_block(kJ, kJ); });
+    if (nfull && tail) call_block(kJ, tail);
+    call_block(tail ? tail : kJ, 0);
+  };
+
+  // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
   b.li(X{11}, qrs);
   b.li(X{30}, ors);
-  b.li(X{15}, kJ);
-  b.op("vlaneid", {LANE});
-  Label pass_fn = b.label(), end = b.label();
+  b.op("vlaneid", {LANE_});
+  if (lrm_masks)
+    for (uint32_t j = 0; j < kJ; ++j) {
+      b.op("vsplati", {tmp[0], int64_t(j)});
+      b.op("vcmpeq.i32", {tmp[1], LANE_, tmp[0]});
+      b.op("vst", {tmp[1], Mem{X{0}, int64_t(64 * j)}});
+    }
+  // The first q copy and the last output copy would be exposed on the DMA port (read and
+  // write, ocm_dma_bytes a cycle): they go through the array port instead, one head and
+  // 64-byte chunk at a time (rows to PEs [0, rows), PEs to rows).
+  auto array_copy = [&](const Pass& p, bool to_head_major) {
+    b.li(X{9}, p.nrows);
+    b.op("pset.range", {P{6}, X{0}, X{9}});
+    b.li(X{16}, to_head_major ? a.q_row_stride : hd2);
+    b.li(X{17}, to_head_major ? hd2 : a.out_row_stride);
+    const uint32_t src = to_head_major ? a.q_ocm : a.scratch_ocm, dst = to_head_major ? a.scratch_ocm : a.out_ocm;
+    const uint32_t src_rs = to_head_major ? a.q_row_stride : hd2, dst_rs = to_head_major ? hd2 : a.out_row_stride;
+    const uint32_t src_hs = to_head_major ? a.q_head_stride : S * hd2, dst_hs = to_head_major ? S * hd2 : a.out_head_stride;
+    std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (head, chunk)
+    for (uint32_t h = p.g0 * G; h < (p.g0 + p.ng) * G; ++h)
+      for (uint32_t c = 0; c < CH; ++c) pieces.push_back({h, c});
+    const size_t nt = free_regs.size();
+    for (size_t k0 = 0; k0 < pieces.size(); k0 += nt) {
+      const size_t k1 = std::min(pieces.size(), k0 + nt);
+      for (size_t k = k0; k < k1; ++k) {
+        auto [h, c] = pieces[k];
+        b.li(X{13}, src + p.r0 * src_rs + h * src_hs + 64 * c);
+        b.op("oscatter", {free_regs[k - k0], Mem{X{13}, 0}, X{16}}, P{6});
+      }
+      for (size_t k = k0; k < k1; ++k) {
+        auto [h, c] = pieces[k];
+        b.li(X{13}, dst + p.r0 * dst_rs + h * dst_hs + 64 * c);
+        b.op("ogather", {free_regs[k - k0], Mem{X{13}, 0}, X{17}}, P{6});
+      }
+    }
+  };
+  Label init_fn = b.label(), fini_fn = b.label(), end = b.label();
   for (size_t pi = 0; pi < passes.size(); ++pi) {
     const Pass& p = passes[pi];
     const uint32_t h0 = p.g0 * G;
     if (!q_direct) {
-      b.op("dma.wait", {chq});
+      if (pi == 0) array_copy(p, true);
+      else b.op("dma.wait", {chq});
       if (pi + 1 < passes.size()) stage_q(passes[pi + 1]);
     }
     for (uint32_t gl = 0; gl < GP; ++gl) {
@@ -563,124 +656,91 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.op("pset.range", {P{7}, X{0}, X{20}});
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
-    b.li(X{22}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
-    b.li(X{23}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
+    b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
+    b.li(X{12}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
     b.li(X{24}, p.nrows);
     b.li(X{25}, p.r0 + a.kv_offset);
-    b.li(X{26}, a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
     b.li(X{27}, p.ng * G);
-    b.op("jal", {X{14}, pass_fn});
-    if (!o_direct) stage_out(p);
+    b.op("jal", {X{14}, init_fn});
+    emit_pass_blocks(a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
+    b.op("jal", {X{14}, fini_fn});
+    if (!o_direct) {
+      if (pi + 1 < passes.size()) stage_out(p);
+      else array_copy(p, false);
+    }
   }
-  if (!o_direct) b.op("dma.wait", {cho});
+  if (!o_direct && passes.size() > 1) b.op("dma.wait", {cho});
   b.op("jal", {X{0}, end});
 
-  // ---- one pass (registers above) ----
-  b.bind(pass_fn);
+  // ---- pass start: q of the pass's rows and heads, the state ----
   auto per_sub = [&](const std::function<void(uint32_t)>& body) {
     for (uint32_t sub = 0; sub < GP * G; ++sub) {
       Label skip = b.label();
       b.li(X{13}, sub);
       b.op("bge", {X{13}, X{27}, skip});
       b.li(X{9}, int64_t(sub) * R);
-      b.op("add", {X{10}, X{9}, X{24}});
-      b.op("pset.range", {P{6}, X{9}, X{10}});
+      b.op("add", {X{15}, X{9}, X{24}});
+      b.op("pset.range", {P{6}, X{9}, X{15}});
       body(sub);
       b.bind(skip);
     }
   };
+  b.bind(init_fn);
   per_sub([&](uint32_t sub) {
     const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
-    for (uint32_t c = 0; c < C; ++c) b.op("oscatter.h", {Q(c), Mem{X{20}, off + 32 * c}, X{11}}, P{6});
+    for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
     if (a.causal) {  // RV = absolute row of the PE
-      b.op("vpeid", {RV}, P{6});
+      b.op("vpeid", {RV_}, P{6});
       b.op("addi", {X{13}, X{25}, -int64_t(sub) * R});
-      b.op("vsplat", {TMP, X{13}});
-      b.op("vadd.i32", {RV, RV, TMP}, P{6});
+      b.op("vsplat", {tmp[0], X{13}});
+      b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
     }
   });
-  init_state(b, C);
+  for (uint32_t c = 0; c < CH; ++c) {
+    b.op("vshr", {QS[c], QR[c], int64_t(16)});
+    b.op("vsplati", {AE[c], int64_t(0)});
+    b.op("vsplati", {AO[c], int64_t(0)});
+  }
+  b.op("vsplat.f32", {M_, F32{kNegBig}});
+  b.op("vsplati", {L_, int64_t(0)});
   if (swap)
-    for (uint32_t c = 0; c < C; ++c) b.op("vst", {Q(c), Mem{X{0}, int64_t(kLrmQ + 64 * c)}});
-  BlockSpec bs;
-  bs.C = C;
-  bs.scale = a.scale;
-  bs.causal = a.causal;
-  bs.key_stride = a.kv_row_stride;
-  bs.mac_pred = P{7};
-  bs.groups = GP;
-  // The groups' broadcasts to one register must be spaced by its latency (WAW): the
-  // more registers the loops rotate over, the further apart (emit_chunks). TMP2 is free
-  // (the causal mask goes once per block); head_dim < 128 leaves Q(C..7), ACC(C..7)
-  // unused; with few registers Q is parked in LRM during the value loop and ACC during
-  // the score loop, each loop rotating over the other's registers.
-  bs.mask_per_block = true;
-  bs.prefetch_splat = true;
-  bs.pool = {KR[0], KR[1], KR[2], TMP2};
-  if (!a.causal) bs.pool.push_back(RV);
-  std::vector<V> spare;
-  for (uint32_t c = C; c < 8; ++c) spare.insert(spare.end(), {Q(c), ACC(c)});
-  if (!swap && spare.size() >= 3 && bs.pool.size() + spare.size() - 3 >= 2 * GP + 1) {
-    bs.pairs = true;
-    bs.A2 = spare.back(), spare.pop_back();
-    bs.A3 = spare.back(), spare.pop_back();
-    bs.T2 = spare.back(), spare.pop_back();
-  }
-  bs.pool.insert(bs.pool.end(), spare.begin(), spare.end());
-  bs.pool_v = bs.pool;
-  bs.max_d = 3;
-  if (swap) {
-    // Two keys per iteration with the parked registers: A2, A3, T2 from ACC in the score
-    // loop, the value loop's second splat from Q.
-    const bool pairs = C >= 4;
-    for (uint32_t c = 0; c < C - (pairs ? 3 : 0); ++c) bs.pool.push_back(ACC(c));
-    bs.pool.push_back(P16);
-    for (uint32_t c = 0; c < C - (pairs ? 1 : 0); ++c) bs.pool_v.push_back(Q(c));
-    bs.pool_v.insert(bs.pool_v.end(), {A0, A1});
-    if (pairs) {
-      bs.pairs = true;
-      bs.A2 = ACC(C - 1), bs.A3 = ACC(C - 2), bs.T2 = ACC(C - 3), bs.T2v = Q(C - 1);
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vst", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
+      b.op("vst", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
+      b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+      b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
     }
-    bs.before_scores = [&] {
-      for (uint32_t c = 0; c < C; ++c) b.op("vst", {ACC(c), Mem{X{0}, int64_t(kLrmAcc + 64 * c)}});
-      for (uint32_t c = 0; c < C; ++c) b.op("vld", {Q(c), Mem{X{0}, int64_t(kLrmQ + 64 * c)}});
-    };
-    bs.before_rescale = [&] {
-      for (uint32_t c = 0; c < C; ++c) b.op("vld", {ACC(c), Mem{X{0}, int64_t(kLrmAcc + 64 * c)}});
-    };
+  b.op("jalr", {X{0}, X{14}, 0});
+
+  // ---- pass end: out = acc / l in fp16, even and odd dims interleaved back ----
+  b.bind(fini_fn);
+  if (swap)
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+      b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+    }
+  b.op("vrcp.f32", {tmp[0], L_});
+  for (uint32_t c = 0; c < CH; ++c) {
+    b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
+    b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
+    b.op("vcvt.f16.f32", {AE[c], AE[c]});
+    b.op("vcvt.f16.f32", {AO[c], AO[c]});
+    b.op("vshl", {AO[c], AO[c], int64_t(16)});
+    b.op("vor", {AE[c], AE[c], AO[c]});
   }
-  bs.load = [&](uint32_t c, uint32_t gl, V dst, X base) {
-    b.op("obcast.h", {dst, Mem{base, int64_t(gl) * hd2 + 32 * c}}, P{uint8_t(1 + gl)});
-  };
-  b.li(X{3}, 0);
-  b.op("addi", {X{28}, X{22}, 0});
-  b.op("addi", {X{29}, X{23}, 0});
-  Label blocks = b.label(), blocks_end = b.label();
-  b.bind(blocks);
-  b.op("bge", {X{3}, X{26}, blocks_end});
-  b.op("sub", {X{8}, X{26}, X{3}});
-  b.op("min", {X{8}, X{8}, X{15}});
-  b.op("addi", {X{10}, X{28}, 0});
-  b.op("addi", {X{12}, X{29}, 0});
-  emit_block(b, bs);
-  if (a.causal) {
-    b.op("vsplati", {TMP, int64_t(kJ)});
-    b.op("vsub.i32", {RV, RV, TMP});
-  }
-  b.op("add", {X{3}, X{3}, X{15}});
-  b.op("addi", {X{28}, X{28}, int64_t(kJ) * a.kv_row_stride});
-  b.op("addi", {X{29}, X{29}, int64_t(kJ) * a.kv_row_stride});
-  b.op("jal", {X{0}, blocks});
-  b.bind(blocks_end);
-  normalise(b, C);
   per_sub([&](uint32_t sub) {
     const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
-    for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {ACC(c), Mem{X{21}, off + 32 * c}, X{30}}, P{6});
+    for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
   });
   b.op("jalr", {X{0}, X{14}, 0});
 
+  for (auto& [n, l] : block_fns) {
+    b.bind(l);
+    emit_block_fn(n.first, n.second);
+  }
   b.bind(end);
 }
+
 
 KernelCost cost_attention_ocm(const sim::Config&, const OcmAttnArgs& a) {
   KernelCost c;

@@ -29,27 +29,24 @@
 // [seq][kv_heads*head_dim] (row stride kv_row_stride, heads head_dim*2 apart), out like
 // q. Mapping: a pass holds R query rows x GP kv groups; PE e = sub*R + il with
 // sub = gl*G + s (query head h0 + sub, kv head g0 + gl): the PEs of one kv group are
-// contiguous, so each key/value row reaches them with one predicated broadcast per 16
-// dims (obcast, 1 port cycle) — no scatter traffic in the key loop. Keys go in blocks
-// of 16 into lanes exactly as in decode; causal rows mask keys j > row.
-// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), 4) (the groups'
-// broadcasts to one register must be spaced by its latency, which takes free registers:
-// when head_dim leaves too few, q is parked in LRM [0, 512) during the value loop and
-// the accumulator in LRM [512, 1024) during the score loop, each loop rotating its loads
-// over the other's registers; the causal mask is applied once per 16-key block). When
-// head_dim <= 64 leaves spare registers, the key loops take two keys per iteration as one
-// pipelined stream (an odd block repeats its last key, its lane masked), so the groups'
-// broadcasts of one key overlap the other key's (tower S=256: 125k -> 93k cycles staged);
-// with LRM parking the pair's extra registers come from the parked ones (prefill S=128:
-// 49k -> 44k cycles staged).
+// contiguous, so each key/value row reaches them with one predicated broadcast per 64
+// bytes (obcast: dims 2i and 2i+1 in lane i; `vshr` brings the odd dims to the low
+// halves that vmac.f16 reads; q is held as loaded and shifted, the output as even- and
+// odd-dim accumulators). Keys go in blocks of 16, fully unrolled: scores into lanes
+// (one-hot lane masks in LRM [0, 1024)), the online softmax, p_j spread by vdup; each
+// block routine is one straight-line region reordered by the list scheduler
+// (kernels/schedule.h). With head_dim 64 the regions are software pipelined (a block's
+// softmax and values beside the next block's scores); with head_dim 128, q and the
+// accumulators are parked in LRM in turn so each phase has registers to rotate over.
+// Causal rows mask keys j > row once per block.
+// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), 5) (predicates
+// p1..p5).
 // q must be readable by one stride per head group: a head-major q (head stride >=
-// R * row stride) is used in place; otherwise (row-major) the kernel first DMAs q
-// OCM->OCM into head-major scratch [q_heads][seq][head_dim] and writes out head-major
-// there, then DMAs it back, per pass and overlapped with the other passes (channel 0
-// copies pass p+1's q while pass p computes, channel 1 copies pass p's output back while
-// pass p+1 computes; the first copy in and the last copy out are exposed, ~q bytes /
-// passes / ocm_dma_bytes cycles each: a producer that writes q head-major avoids them;
-// scratch_bytes >= q_heads*seq*head_dim*2).
+// R * row stride) is used in place; otherwise (row-major) q is copied into head-major
+// scratch [q_heads][seq][head_dim] and the output written there and copied back, per
+// pass: the first q copy and the last output copy through the array port (oscatter /
+// ogather, 512 B/cycle), the others by DMA overlapped with the other passes' compute
+// (scratch_bytes >= q_heads*seq*head_dim*2).
 #pragma once
 #include <cstdint>
 

@@ -115,6 +115,14 @@ void Builder::descriptor(uint32_t smem, uint32_t src, uint32_t dst, uint32_t row
   }
 }
 
+std::span<uint64_t> Builder::words_from(uint32_t begin) {
+  for (const Fixup& fx : fixups_)
+    if (fx.pc >= begin) fail("kernel builder: a label is used at pc {} inside a region to reorder (from pc {})", fx.pc, begin);
+  for (int64_t l : labels_)
+    if (l > int64_t(begin) && l < int64_t(pc())) fail("kernel builder: a label is bound at pc {} inside a region to reorder", l);
+  return std::span<uint64_t>(prog_.words).subspan(begin);
+}
+
 isa::Program Builder::finish() {
   for (const Fixup& fx : fixups_) {
     int64_t target = labels_.at(fx.label);

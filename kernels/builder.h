@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -57,6 +58,10 @@ class Builder {
   void descriptor(uint32_t smem, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows = 1,
                   uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
                   uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0);
+
+  // The words from `begin` to the end, for a pass that reorders them in place
+  // (kernels/schedule.h): no label may be used or bound inside them.
+  std::span<uint64_t> words_from(uint32_t begin);
 
   // Resolves labels and returns the program (the builder is empty afterwards).
   isa::Program finish();

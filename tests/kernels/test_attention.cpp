@@ -189,6 +189,8 @@ struct OcmShape {
   bool causal, head_major;  // q/out head-major (direct) or row-major (staged)
   float q_std = 1.0f, k_std = 1.5f;  // of the random q and k (scores std ~ q_std * k_std)
   uint32_t kv_offset = 0;            // keys before query row 0 (a prefill chunk after cached tokens)
+  uint32_t pe_side = 0;              // pe_rows = pe_cols, with 4 MiB of OCM (0: the preset's)
+  uint32_t lrm_bytes = 0;            // 0: the preset's
 };
 
 struct OcmRun {
@@ -196,8 +198,15 @@ struct OcmRun {
   uint64_t cycles = 0;
 };
 
+sim::Config ocm_config(const OcmShape& s) {
+  std::vector<std::string> sets;
+  if (s.pe_side) sets = {"pe_rows=" + std::to_string(s.pe_side), "pe_cols=" + std::to_string(s.pe_side), "ocm_bytes=4MiB"};
+  if (s.lrm_bytes) sets.push_back("lrm_bytes=" + std::to_string(s.lrm_bytes));
+  return sim::Config::make(s.preset, sets);
+}
+
 OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
-  sim::Config cfg = sim::Config::make(s.preset, {});
+  sim::Config cfg = ocm_config(s);
   const uint32_t H = s.q_heads, KV = s.kv_heads, hd = s.head_dim, hd2 = hd * 2, S = s.seq, NK = s.kv_offset + S;
   OcmAttnArgs a;
   a.q_heads = H;
@@ -267,8 +276,9 @@ TEST_P(OcmShapes, MatchesChainAttention) {
   EXPECT_TRUE(g.pass()) << "cos " << g.cosine << " max_abs " << g.max_abs << " bound " << g.bound;
   OcmRun t = run_ocm(s, true);
   EXPECT_EQ(t.cycles, r.cycles) << "timing-only must give the functional cycle count";
-  std::printf("attention %s %u/%u x %u S %u after %u keys %s %s: cos %.7f max_abs %.3g (bound %.3g), %llu cycles\n",
-              s.preset, s.q_heads, s.kv_heads, s.head_dim, s.seq, s.kv_offset, s.causal ? "causal" : "full",
+  const sim::Config cfg = ocm_config(s);
+  std::printf("attention %s %ux%u LRM %u: %u/%u x %u S %u after %u keys %s %s: cos %.7f max_abs %.3g (bound %.3g), %llu cycles\n",
+              s.preset, unsigned(cfg.pe_rows), unsigned(cfg.pe_cols), unsigned(cfg.lrm_bytes), s.q_heads, s.kv_heads, s.head_dim, s.seq, s.kv_offset, s.causal ? "causal" : "full",
               s.head_major ? "head-major" : "row-major",
               g.cosine, g.max_abs, g.bound, (unsigned long long)r.cycles);
 }
@@ -285,7 +295,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"qc-u", 4, 4, 64, 203, false, true},
                                            // after cached keys (issue 18): a chunk at an offset
                                            OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 29},
-                                           OcmShape{"qc-u", 4, 2, 128, 20, true, false, 1.0f, 1.5f, 147}));
+                                           OcmShape{"qc-u", 4, 2, 128, 20, true, false, 1.0f, 1.5f, 147},
+                                           // other arrays (8x8, 16x16, 64x64): other tilings, group counts and
+                                           // register plans; a small LRM (no one-hot masks, no parking)
+                                           OcmShape{"mini", 16, 16, 64, 67, false, false, 1.0f, 1.5f, 0, 8},
+                                           OcmShape{"mini", 16, 8, 128, 45, true, false, 1.0f, 1.5f, 19, 8},
+                                           OcmShape{"mini", 8, 4, 128, 33, true, true, 1.0f, 1.5f, 0, 16},
+                                           OcmShape{"mini", 16, 16, 64, 100, false, true, 1.0f, 1.5f, 0, 16},
+                                           OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 64},
+                                           OcmShape{"mini", 16, 8, 128, 29, true, false, 1.0f, 1.5f, 7, 8, 2048},
+                                           OcmShape{"mini", 4, 4, 64, 35, false, false, 1.0f, 1.5f, 0, 8, 1024},
+                                           OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512}));
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the
 // width (std 0.12 at width 1024: q and k of std 0.12 * sqrt(1024) = 3.84, |q| up to ~19,
