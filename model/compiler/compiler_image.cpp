@@ -17,8 +17,8 @@
 //   VEC     norm weights and biases of the block or layer being run
 // plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
-// Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or 3 Dv / Iv * N when
-// its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
+// Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
+// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
 // the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
@@ -554,11 +554,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   // 1. Resident plan (every activation in OCM, regions below) when its regions fit
   //    ocm_bytes, spending spare OCM in this order of preference:
   //      tower MLP rows per chunk rcv = N (one fc1/fc2 pass per block) if BIG can
-  //      grow to N x Iv, else rcv = 3 Dv N / Iv (the fc1 output reuses the qkv space);
+  //      grow to N x Iv, else the fewest balanced chunks of at most 3 Dv N / Iv rows
+  //      (the fc1 output reuses the qkv space);
   //      prefill gate|up GEMM calls of J packed chunks of kGateUpChunk columns each,
   //      J the largest power of two dividing I / cw (and whose packings are
   //      contiguous in DDR) for which TMP can hold [S][2 cw J].
-  //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 192, J = 1; 8 MiB: rcv = 256, J = 4.
+  //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 128, J = 1; 8 MiB: rcv = 256, J = 4.
   //    The GEMMs' DMA buffers take all DMA channels, or 2 when only that makes the plan
   //    fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
   // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
@@ -619,7 +620,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   auto kv_stage = [&](uint32_t g) -> uint64_t {
     return off ? 2 * detail::OcmAlloc::footprint(uint64_t(off + S) * g * d.hd * 2) : 0;
   };
-  const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
+  // The fewest chunks of at most 3 Dv N / Iv rows, balanced: each chunk re-streams the
+  // fc1 and fc2 weights, and a short last chunk would wait on them (192 + 64 rows at
+  // 256 patches: its GEMMs DDR-bound; 128 + 128 keeps both MAC-bound).
+  const uint32_t rcv_max = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
+  const uint32_t rcv_fit = N ? (N + (N + rcv_max - 1) / rcv_max - 1) / ((N + rcv_max - 1) / rcv_max) : 1;
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
   uint64_t rGEMM = 0;
