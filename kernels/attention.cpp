@@ -480,9 +480,12 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
-  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5).
+  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5), the groups
+  // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
   const uint32_t R = std::min(S, npe / G);
-  const uint32_t GP = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
+  const uint32_t gp_max = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
+  const uint32_t group_passes = (KV + gp_max - 1) / gp_max;
+  const uint32_t GP = (KV + group_passes - 1) / group_passes;
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;
