@@ -708,8 +708,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // A block routine, one scheduled region: pipelined, the softmax and values of the
   // previous block (np keys, 0: none) and the scores of this one (nk keys, 0: none);
   // else one whole block (np = nk).
-  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
-    const uint32_t begin = b.pc();
+  auto emit_block_body = [&](uint32_t np, uint32_t nk) {
     if (!pipelined) {  // one block: scores, softmax, values
       emit_scores(nk, ps);
       emit_softmax(SV_);
@@ -719,6 +718,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_, nk ? pv : pv_all);
       if (nk) emit_scores(nk, np ? ps : ps_all);
     }
+  };
+  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
+    const uint32_t begin = b.pc();
+    emit_block_body(np, nk);
     schedule_region(b, begin, cfg);
     b.op("jalr", {X{0}, X{14}, 0});
   };
@@ -728,28 +731,38 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     if (it == block_fns.end()) it = block_fns.insert(block_fns.end(), {{np, nk}, b.label()});
     b.op("jal", {X{14}, it->second});
   };
-  // The blocks of a pass of nkeys keys: 16-key blocks, then a tail.
-  auto emit_pass_blocks = [&](uint32_t nkeys) {
+  // The block routines of a pass of nkeys keys (16-key blocks, then a tail), as (np, nk).
+  auto pass_calls = [&](uint32_t nkeys) {
     const uint32_t nfull = nkeys / kJ, tail = nkeys % kJ;
-    auto repeat = [&](uint32_t n, const std::function<void()>& body) {
-      if (n == 0) return;
-      b.li(X{8}, n);
-      Label again = b.label();
-      b.bind(again);
-      body();
-      b.op("addi", {X{8}, X{8}, -1});
-      b.op("bne", {X{8}, X{0}, again});
-    };
+    std::vector<std::pair<uint32_t, uint32_t>> calls;
     if (!pipelined) {
-      repeat(nfull, [&] { call_block(kJ, kJ); });
-      if (tail) call_block(tail, tail);
-      return;
+      calls.assign(nfull, {kJ, kJ});
+      if (tail) calls.push_back({tail, tail});
+      return calls;
     }
-    const uint32_t first = nfull ? kJ : tail;
-    call_block(0, first);
-    if (nfull) repeat(nfull - 1, [&] { call_block(kJ, kJ); });
-    if (nfull && tail) call_block(kJ, tail);
-    call_block(tail ? tail : kJ, 0);
+    calls.push_back({0, nfull ? kJ : tail});
+    for (uint32_t k = 1; k < nfull; ++k) calls.push_back({kJ, kJ});
+    if (nfull && tail) calls.push_back({kJ, tail});
+    calls.push_back({tail ? tail : kJ, 0});
+    return calls;
+  };
+  // The middle calls of a pass (runs of the same routine in a counted loop).
+  auto emit_calls = [&](const std::vector<std::pair<uint32_t, uint32_t>>& calls, size_t from, size_t to) {
+    for (size_t k = from; k < to;) {
+      size_t n = 1;
+      while (k + n < to && calls[k + n] == calls[k]) ++n;
+      if (n == 1) {
+        call_block(calls[k].first, calls[k].second);
+      } else {
+        b.li(X{8}, n);
+        Label again = b.label();
+        b.bind(again);
+        call_block(calls[k].first, calls[k].second);
+        b.op("addi", {X{8}, X{8}, -1});
+        b.op("bne", {X{8}, X{0}, again});
+      }
+      k += n;
+    }
   };
 
   // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
@@ -791,15 +804,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       }
     }
   };
-  Label init_fn = b.label(), fini_fn = b.label(), end = b.label();
-  for (size_t pi = 0; pi < passes.size(); ++pi) {
-    const Pass& p = passes[pi];
+  Label end = b.label();
+  // Pass start (inline): predicates, bases, q of the pass's rows and heads, the state.
+  auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    if (!q_direct) {
-      if (pi == 0) array_copy(p, true);
-      else b.op("dma.wait", {chq});
-      if (pi + 1 < passes.size()) stage_q(passes[pi + 1]);
-    }
     for (uint32_t gl = 0; gl < GP; ++gl) {
       uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
       b.li(X{20}, lo);
@@ -812,81 +820,99 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
     b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
     b.li(X{12}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
-    b.li(X{24}, p.nrows);
-    b.li(X{25}, p.r0 + a.kv_offset);
-    b.li(X{27}, p.ng * G);
-    b.op("jal", {X{14}, init_fn});
-    emit_pass_blocks(a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
-    b.op("jal", {X{14}, fini_fn});
-    if (!o_direct) {
-      if (pi + 1 < passes.size()) stage_out(p);
-      else array_copy(p, false);
+  };
+  // The sub-groups of a pass, each its PEs in p6 (x9, x15 = its PE range).
+  auto per_sub = [&](const Pass& p, const std::function<void(uint32_t)>& body) {
+    for (uint32_t sub = 0; sub < p.ng * G; ++sub) {
+      b.li(X{9}, int64_t(sub) * R);
+      b.li(X{15}, int64_t(sub) * R + p.nrows);
+      b.op("pset.range", {P{6}, X{9}, X{15}});
+      body(sub);
     }
+  };
+  auto emit_init = [&](const Pass& p) {
+    per_sub(p, [&](uint32_t sub) {
+      const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
+      for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
+      if (a.causal) {  // RV = absolute row of the PE
+        b.op("vpeid", {RV_}, P{6});
+        b.li(X{13}, int64_t(p.r0 + a.kv_offset) - int64_t(sub) * R);
+        b.op("vsplat", {tmp[0], X{13}});
+        b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
+      }
+    });
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vshr", {QS[c], QR[c], int64_t(16)});
+      b.op("vsplati", {AE[c], int64_t(0)});
+      b.op("vsplati", {AO[c], int64_t(0)});
+    }
+    b.op("vsplat.f32", {M_, F32{kNegBig}});
+    b.op("vsplati", {L_, int64_t(0)});
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vst", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
+        b.op("vst", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
+        b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+  };
+  // Pass end (inline): out = acc / l in fp16, even and odd dims interleaved back.
+  auto emit_fini = [&](const Pass& p) {
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+    b.op("vrcp.f32", {tmp[0], L_});
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
+      b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
+      b.op("vcvt.f16.f32", {AE[c], AE[c]});
+      b.op("vcvt.f16.f32", {AO[c], AO[c]});
+      b.op("vshl", {AO[c], AO[c], int64_t(16)});
+      b.op("vor", {AE[c], AE[c], AO[c]});
+    }
+    per_sub(p, [&](uint32_t sub) {
+      const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
+      for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
+    });
+  };
+  // Passes: the last block routine and end of one pass, the start and first block
+  // routine of the next are one scheduled region (the next pass's broadcasts start while
+  // this one's output is written; its q and the output never overlap k, v or each other).
+  std::vector<std::pair<uint32_t, uint32_t>> prev_calls;
+  for (size_t pi = 0; pi <= passes.size(); ++pi) {
+    const bool last = pi == passes.size();
+    const Pass* p = last ? nullptr : &passes[pi];
+    if (p && !q_direct) {
+      if (pi == 0) array_copy(*p, true);
+      else b.op("dma.wait", {chq});
+    }
+    const std::vector<std::pair<uint32_t, uint32_t>> calls =
+        p ? pass_calls(a.kv_offset + (a.causal ? std::min(S, p->r0 + p->nrows) : S)) : prev_calls;
+    const size_t head = p && pipelined ? 1 : 0;
+    const uint32_t begin = b.pc();
+    if (pi > 0) {
+      emit_block_body(prev_calls.back().first, prev_calls.back().second);
+      emit_fini(passes[pi - 1]);
+    }
+    if (p) {
+      emit_setup(*p);
+      emit_init(*p);
+      if (head) emit_block_body(calls[0].first, calls[0].second);
+    }
+    schedule_region(b, begin, cfg, true);
+    if (pi > 0 && !o_direct) {
+      if (!last) stage_out(passes[pi - 1]);
+      else array_copy(passes[pi - 1], false);
+    }
+    if (last) break;
+    if (!q_direct && pi + 1 < passes.size()) stage_q(passes[pi + 1]);
+    emit_calls(calls, head, calls.size() - 1);
+    prev_calls = calls;
   }
   if (!o_direct && passes.size() > 1) b.op("dma.wait", {cho});
   b.op("jal", {X{0}, end});
-
-  // ---- pass start: q of the pass's rows and heads, the state ----
-  auto per_sub = [&](const std::function<void(uint32_t)>& body) {
-    for (uint32_t sub = 0; sub < GP * G; ++sub) {
-      Label skip = b.label();
-      b.li(X{13}, sub);
-      b.op("bge", {X{13}, X{27}, skip});
-      b.li(X{9}, int64_t(sub) * R);
-      b.op("add", {X{15}, X{9}, X{24}});
-      b.op("pset.range", {P{6}, X{9}, X{15}});
-      body(sub);
-      b.bind(skip);
-    }
-  };
-  b.bind(init_fn);
-  per_sub([&](uint32_t sub) {
-    const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
-    for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
-    if (a.causal) {  // RV = absolute row of the PE
-      b.op("vpeid", {RV_}, P{6});
-      b.op("addi", {X{13}, X{25}, -int64_t(sub) * R});
-      b.op("vsplat", {tmp[0], X{13}});
-      b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
-    }
-  });
-  for (uint32_t c = 0; c < CH; ++c) {
-    b.op("vshr", {QS[c], QR[c], int64_t(16)});
-    b.op("vsplati", {AE[c], int64_t(0)});
-    b.op("vsplati", {AO[c], int64_t(0)});
-  }
-  b.op("vsplat.f32", {M_, F32{kNegBig}});
-  b.op("vsplati", {L_, int64_t(0)});
-  if (swap)
-    for (uint32_t c = 0; c < CH; ++c) {
-      b.op("vst", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
-      b.op("vst", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
-      b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
-      b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
-    }
-  b.op("jalr", {X{0}, X{14}, 0});
-
-  // ---- pass end: out = acc / l in fp16, even and odd dims interleaved back ----
-  b.bind(fini_fn);
-  if (swap)
-    for (uint32_t c = 0; c < CH; ++c) {
-      b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
-      b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
-    }
-  b.op("vrcp.f32", {tmp[0], L_});
-  for (uint32_t c = 0; c < CH; ++c) {
-    b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
-    b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
-    b.op("vcvt.f16.f32", {AE[c], AE[c]});
-    b.op("vcvt.f16.f32", {AO[c], AO[c]});
-    b.op("vshl", {AO[c], AO[c], int64_t(16)});
-    b.op("vor", {AE[c], AE[c], AO[c]});
-  }
-  per_sub([&](uint32_t sub) {
-    const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
-    for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
-  });
-  b.op("jalr", {X{0}, X{14}, 0});
 
   for (auto& [n, l] : block_fns) {
     b.bind(l);
