@@ -258,15 +258,18 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   // starts early, then NS x 16) gives each split kb = ceil(v / NS) consecutive keys.
   uint32_t log2ns = 0;
   while ((1u << log2ns) < NS) ++log2ns;
-  // Keys of the next round from `left` (x1 - next key) and the cap: all of them up to 16,
-  // else at most the cap and 16 fewer than left, so the last round (its compute exposed
-  // after the last byte) is a short one.
+  // Keys of the next round from those left (x1 - next) and the cap: all of them when at
+  // most 16 + NS - 1 are left (the last round: short, its compute is exposed after the
+  // last byte), else at most the cap and 16 fewer than left, a multiple of NS (whole
+  // split blocks: a second, short descriptor would be queued behind the next round's).
   auto round_keys = [&](X v, X next, X cap, X tmp) {
     Label keep = b.label();
     b.op("sub", {v, X{1}, next});
-    b.op("addi", {tmp, v, -int64_t(kJ)});
+    b.op("addi", {tmp, v, -int64_t(kJ + NS - 1)});
     b.op("bge", {X{0}, tmp, keep});
+    b.op("addi", {tmp, v, -int64_t(kJ)});
     b.op("min", {v, tmp, cap});
+    b.op("andi", {v, v, -int64_t(NS)});
     b.bind(keep);
   };
   auto round_shape = [&](X v, X kb) {
