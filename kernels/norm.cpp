@@ -429,9 +429,26 @@ void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   const uint32_t xs = a.x_stride ? a.x_stride : width, ys = a.y_stride ? a.y_stride : width;
   if (a.rows == 0 || a.heads == 0 || a.head_dim == 0)
     fail("head_norm: rows {}, heads {}, head_dim {} must be positive", a.rows, a.heads, a.head_dim);
-  if (xs != width || ys != width)
-    fail("head_norm: rows must be dense (stride {} B = heads {} x head_dim {} x 2), got x stride {} B, y stride {} B",
-         width, a.heads, a.head_dim, xs, ys);
+  if (xs < width || ys < width)
+    fail("head_norm: row strides x {} B / y {} B are shorter than a row of heads {} x head_dim {} x 2 = {} B", xs, ys,
+         a.heads, a.head_dim, width);
+  if (xs != width || ys != width) {  // strided rows: one rows-mapping norm per head
+    for (uint32_t h = 0; h < a.heads; ++h) {
+      NormArgs n;
+      n.kind = NormKind::rms;
+      n.rows = a.rows;
+      n.dim = a.head_dim;
+      n.x_ocm = a.x_ocm + h * a.head_dim * 2;
+      n.x_stride = xs;
+      n.y_ocm = a.y_ocm + h * a.head_dim * 2;
+      n.y_stride = ys;
+      n.w_ocm = a.w_ocm;
+      n.eps = a.eps;
+      n.mapping = NormMapping::rows;
+      emit_norm(b, cfg, n);
+    }
+    return;
+  }
   NormArgs n;
   n.kind = NormKind::rms;
   n.rows = a.rows * a.heads;

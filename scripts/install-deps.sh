@@ -10,6 +10,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build pkg-config git
   libsystemc-dev libboost-dev libfmt-dev libhdf5-dev libcli11-dev
   nlohmann-json3-dev libstb-dev libicu-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libedit-dev  # line editing and history at `gpnpu chat`'s prompt
   python3 python3-torch python3-numpy python3-h5py python3-matplotlib
   chromium  # headless, for the report page test (tests/report, label report)
   fonts-noto-cjk  # CJK glyphs for answer text on the report page (report.cjk_answer checks them)

@@ -1,10 +1,15 @@
 // `gpnpu chat`: a conversation with Qwen3-VL on the simulated GPNPU (docs/chat.md),
-// interactive (a `you>` prompt, plain line input) or scripted (--script FILE). Input
+// interactive (a `you>` prompt; on a terminal with line editing and a history kept in
+// the cache directory, libedit) or scripted (--script FILE). Input
 // lines: a question, or `image: FILE` (attaches the image to the next question); `#`
 // starts a comment line in a script; `/quit` or end of input ends the conversation.
 #include <fmt/format.h>
 
+#include <editline/readline.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -29,6 +34,41 @@ ModelConfig config_of(const std::string& spec) {
   if (spec.ends_with(".safetensors") && std::filesystem::is_regular_file(spec)) return QuantBundle(spec).config();
   return model_config_from_spec(spec);
 }
+
+// The interactive prompt: on a terminal, libedit's readline (editing, the arrow keys
+// through the history, which persists in `history_file`); otherwise plain lines, so
+// that piped input works as it did. False at end of input.
+class Prompt {
+ public:
+  explicit Prompt(std::string history_file) : tty_(::isatty(0) && ::isatty(1)), file_(std::move(history_file)) {
+    if (!tty_) return;
+    using_history();
+    stifle_history(1000);
+    if (!file_.empty()) read_history(file_.c_str());  // absent on first use: nothing to read
+  }
+  ~Prompt() {
+    if (tty_ && !file_.empty()) write_history(file_.c_str());  // best effort: a read-only cache loses only history
+  }
+  bool read(const char* prompt, std::string& line) {
+    if (!tty_) {
+      std::printf("%s", prompt);
+      std::fflush(stdout);
+      return bool(std::getline(std::cin, line));
+    }
+    std::fflush(stdout);
+    char* got = readline(prompt);
+    if (!got) return false;
+    line = got;
+    std::free(got);
+    if (!line.empty() && line != last_) add_history(line.c_str());
+    last_ = line;
+    return true;
+  }
+
+ private:
+  bool tty_;
+  std::string file_, last_;
+};
 
 std::string trim(const std::string& s) {
   const size_t a = s.find_first_not_of(" \t\r"), b = s.find_last_not_of(" \t\r");
@@ -215,10 +255,13 @@ void add_chat_command(CLI::App& app) {
     } else {
       std::printf("Type a question; 'image: FILE' attaches an image to the next one; /quit ends.\n");
       std::string line, image;
+      std::error_code ec;
+      const std::string dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+      Prompt prompt(std::filesystem::create_directories(dir, ec) || std::filesystem::is_directory(dir, ec)
+                        ? (std::filesystem::path(dir) / "chat_history").string()
+                        : "");
       while (true) {
-        std::printf("you> ");
-        std::fflush(stdout);
-        if (!std::getline(std::cin, line)) break;
+        if (!prompt.read("you> ", line)) break;
         line = trim(line);
         if (line == "/quit" || line == "/exit") break;
         if (line.empty()) continue;

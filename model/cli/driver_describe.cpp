@@ -349,7 +349,12 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
     dec_total += s.cycles;
     dec_ddr += s.ddr_bytes;
   }
-  j["programs"] = {{"image", {{"instructions", r.image_instructions}, {"cycles", r.image_cycles}, {"ddr_bytes", r.image_ddr_bytes}}},
+  json image_runs = json::array();
+  for (const ImageRunRecord& ir : r.image_runs)
+    image_runs.push_back({{"kind", ir.kind}, {"plan", ir.plan}, {"instructions", ir.instructions},
+                          {"cycles", ir.cycles}, {"ddr_bytes", ir.ddr_bytes}});
+  j["programs"] = {{"image", {{"instructions", r.image_instructions}, {"cycles", r.image_cycles}, {"ddr_bytes", r.image_ddr_bytes},
+                              {"runs", image_runs}}},
                    {"decode", {{"instructions", r.decode_instructions}, {"cycles_per_step", dec_cycles}, {"ddr_bytes_per_step", dec_bytes}}}};
   const size_t nsteps = dec_cycles.size();
   const double ms = total / (ghz * 1e6);

@@ -17,8 +17,8 @@
 //   VEC     norm weights and biases of the block or layer being run
 // plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
-// Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or 3 Dv / Iv * N when
-// its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
+// Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
+// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
 // the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
@@ -352,12 +352,13 @@ struct ImageKernels {
     em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
   }
   void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t w,
-                 float eps) {
+                 float eps, uint32_t stride = 0) {
     HeadNormArgs n;
     n.rows = rows;
     n.heads = heads;
     n.head_dim = hd;
     n.x_ocm = n.y_ocm = x;
+    n.x_stride = n.y_stride = stride;
     n.w_ocm = w;
     n.eps = eps;
     lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
@@ -553,17 +554,25 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   // 1. Resident plan (every activation in OCM, regions below) when its regions fit
   //    ocm_bytes, spending spare OCM in this order of preference:
   //      tower MLP rows per chunk rcv = N (one fc1/fc2 pass per block) if BIG can
-  //      grow to N x Iv, else rcv = 3 Dv N / Iv (the fc1 output reuses the qkv space);
+  //      grow to N x Iv, else the fewest balanced chunks of at most 3 Dv N / Iv rows
+  //      (the fc1 output reuses the qkv space);
   //      prefill gate|up GEMM calls of J packed chunks of kGateUpChunk columns each,
   //      J the largest power of two dividing I / cw (and whose packings are
   //      contiguous in DDR) for which TMP can hold [S][2 cw J].
-  //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 192, J = 1; 8 MiB: rcv = 256, J = 4.
+  //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 128, J = 1; 8 MiB: rcv = 256, J = 4.
+  //    The GEMMs' DMA buffers take all DMA channels, or 2 when only that makes the plan
+  //    fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
   // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
-  uint64_t rGEMM = 0;
-  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                      {d.H, d.I}})
-    rGEMM = std::max<uint64_t>(rGEMM, gemm_scratch_bytes(cfg_, n, k));
+  auto gemm_buffers = [&](uint32_t channels) {
+    sim::Config gcfg = cfg_;
+    gcfg.dma_channels = int(channels);
+    uint64_t r = 0;
+    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                        {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                        {d.H, d.I}})
+      r = std::max<uint64_t>(r, gemm_scratch_bytes(gcfg, n, k));
+    return r;
+  };
   // Largest J whose chunk packings are contiguous (no padding between them).
   uint32_t jmax = 1;
   for (uint32_t j = 2; j <= nchunks; j *= 2) {
@@ -594,24 +603,39 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
     r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, uint64_t(rcv) * d.Iv,
-                 uint64_t(S) * (d.qkv_n + d.nkv * d.hd), uint64_t(S) * d.I, uint64_t(S) * d.nq * d.hd, d.V}) * 2;
-    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * (d.nq + d.nkv) * d.hd,
+                 uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
+    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
                           uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min);
     r.rROPE = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     return r;
   };
-  const uint64_t fixed = footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), rGEMM}) +
-                         f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
+  auto fixed_with = [&](uint64_t gemm_bytes) {
+    return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
+           f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
+  };
   const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
   auto kv_stage = [&](uint32_t g) -> uint64_t {
     return off ? 2 * detail::OcmAlloc::footprint(uint64_t(off + S) * g * d.hd * 2) : 0;
   };
-  const uint32_t rcv_fit = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
+  // The fewest chunks of at most 3 Dv N / Iv rows, balanced: each chunk re-streams the
+  // fc1 and fc2 weights, and a short last chunk would wait on them (192 + 64 rows at
+  // 256 patches: its GEMMs DDR-bound; 128 + 128 keeps both MAC-bound).
+  const uint32_t rcv_max = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
+  const uint32_t rcv_fit = N ? (N + (N + rcv_max - 1) / rcv_max - 1) / ((N + rcv_max - 1) / rcv_max) : 1;
   std::optional<Resident> res;
-  if (!forced)
+  uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
+  uint64_t rGEMM = 0;
+  std::vector<uint32_t> channel_options{gemm_channels};
+  for (uint32_t ch : {2u, 1u})
+    if (ch < gemm_channels) channel_options.push_back(ch);
+  for (uint32_t ch : channel_options) {
+    if (forced || res) break;
+    gemm_channels = ch;
+    rGEMM = gemm_buffers(ch);
+    const uint64_t fixed = fixed_with(rGEMM);
     for (uint32_t rcv : {N, rcv_fit}) {
       for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
         Resident r = resident_plan(rcv, J);
@@ -619,6 +643,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
       }
       if (res) break;
     }
+  }
   auto plan_only = [](const char* plan) {
     CompiledProgram o;
     o.plan = plan;
@@ -646,6 +671,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   ImageKernels k(b, out.calls, cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
+  k.gcfg.dma_channels = int(gemm_channels);
+  const std::string channels_note =
+      gemm_channels < uint32_t(cfg_.dma_channels)
+          ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit)", gemm_channels, cfg_.dma_channels)
+          : "";
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
   detail::Emitter& em = k.em;
@@ -759,7 +789,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   if (!s.prefill) {
     b.op("halt");
     out.program = b.finish();
-    out.plan = fmt::format("resident: tower MLP rows per chunk {}", rcv);
+    out.plan = fmt::format("resident: tower MLP rows per chunk {}{}", rcv, channels_note);
     return out;
   }
 
@@ -775,9 +805,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
   em.copy("load_rope_sin", iio_.trope_ddr + opt_.max_seq * d.hd * 4, ocm(ROPE + S * d.hd * 4), S * d.hd * 4);
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
-  // Dense q | k in TMP; dense v in BIG after the qkv rows (the attention staging
-  // reuses the qkv rows, dead once split).
-  const uint32_t Q = TMP, K = TMP + S * qd, Vv = BIG + S * d.qkv_n * 2;
+  // q, k and v stay in the qkv rows (BIG, row stride qkv_n * 2): the per-head norms,
+  // the rotary, the cache write and the attention read them there; the attention's
+  // head-major staging goes to TMP.
+  const uint32_t qkvs = d.qkv_n * 2, Q = BIG, K = BIG + qd, Vv = BIG + qd + kd;
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
@@ -788,18 +819,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
-    // Dense q, k and v (the per-head norms want dense rows): three strided OCM copies.
-    em.copy(L + ".split_q", ocm(BIG), ocm(Q), qd, S, d.qkv_n * 2, qd);
-    em.copy(L + ".split_k", ocm(BIG + qd), ocm(K), kd, S, d.qkv_n * 2, kd);
-    em.copy(L + ".split_v", ocm(BIG + qd + kd), ocm(Vv), kd, S, d.qkv_n * 2, kd);
-    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps);
-    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps);
-    rope(L + ".q_rope", S, d.nq, d.hd, Q, qd);
-    rope(L + ".k_rope", S, d.nkv, d.hd, K, kd);
-    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, kd, ddr_.bus(layer_name(i, "kcache")),
+    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
+    rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
+    rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
+    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, qkvs, ddr_.bus(layer_name(i, "kcache")),
                ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
     if (!off) {
-      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qd, K, Vv, kd, XN, qd, BIG, rBIG);
+      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qkvs, K, Vv, qkvs, XN, qd, TMP, rTMP);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
       const uint32_t hd2 = d.hd * 2, G = d.nq / d.nkv, kc = ddr_.bus(layer_name(i, "kcache")),
@@ -811,8 +838,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
                 opt_.max_seq * hd2, hd2);
         em.copy(A + ".load_v", vcc + g0 * opt_.max_seq * hd2, ocm(VC), hd2, off + S, hd2, ng * hd2, ng,
                 opt_.max_seq * hd2, hd2);
-        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qd, hd2, KC, VC, ng * hd2,
-                    XN + g0 * G * hd2, qd, hd2, BIG, rBIG, 0, off);
+        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qkvs, hd2, KC, VC, ng * hd2,
+                    XN + g0 * G * hd2, qd, hd2, TMP, rTMP, 0, off);
       }
     }
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
@@ -853,7 +880,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}", rcv, J);
+  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}{}", rcv, J, channels_note);
   return out;
 }
 

@@ -536,8 +536,18 @@ DescribeResult describe(const DescribeOptions& o) {
   say(o, fmt::format("compiling the image program ({} tokens, {}x{} patches) and the decode program for {} ...", S,
                      in.grid_h, in.grid_w, o.machine.preset));
   Compiler comp(mc, cfg, copt);
-  CompiledProgram img = comp.image_program(shape), dec = comp.decode_program();
-  r.image_instructions = img.program.words.size();
+  // The image program runs as two runs (issue 18, docs/chat.md): vision (the tower; its
+  // image and DeepStack rows left in DDR) and prefill (the whole prompt, the image rows
+  // spliced in, ending in the LM head), as a conversation's first turn runs them.
+  ImageShape vshape = shape, pshape = shape;
+  vshape.prefill = false;
+  pshape.vision = false;
+  const CompiledProgram vis = comp.image_program(vshape), pre = comp.image_program(pshape), dec = comp.decode_program();
+  const std::pair<const char*, const CompiledProgram*> image_runs[] = {{"vision", &vis}, {"prefill", &pre}};
+  for (const auto& [kind, prog] : image_runs) {
+    r.image_runs.push_back({kind, prog->plan, prog->program.words.size()});
+    r.image_instructions += prog->program.words.size();
+  }
   r.decode_instructions = dec.program.words.size();
 
   Session dev(comp, o.timing_only);
@@ -564,7 +574,8 @@ DescribeResult describe(const DescribeOptions& o) {
     co.on_tensor = large_values_hook(chain_large);
     chain = std::make_unique<Chain>(mc, *weights, co);
   }
-  dev.write_prompt(ids, pos, in.patches);
+  dev.write_patches(in.patches);
+  dev.write_prompt(ids, pos);
   r.wall_setup = since(t_start);
 
   // Progress during the long image program: every block / layer / stage that closes,
@@ -573,19 +584,22 @@ DescribeResult describe(const DescribeOptions& o) {
   // close to their floors) and the time left at that rate.
   std::map<std::string, double> floor_of;
   double floor_total = 0, floor_done = 0;
-  for (const KernelCall& c : img.calls) {
-    const double f = kernels::floor_cycles(cfg, c.cost, !c.int8);
-    floor_of[c.mark] += f;
-    floor_total += f;
-  }
+  for (const auto& [kind, prog] : image_runs)
+    for (const KernelCall& c : prog->calls) {
+      const double f = kernels::floor_cycles(cfg, c.cost, !c.int8);
+      floor_of[c.mark] += f;
+      floor_total += f;
+    }
   auto last_note = Clock::now();
   const auto t_img = Clock::now();
   struct ResetHook {  // the hook refers to this frame: never leave it behind (errors included)
     sim::Sequencer& seq;
     ~ResetHook() { seq.on_mark_end = nullptr; }
   } reset_hook{dev.sequencer()};
+  const CompiledProgram* running = nullptr;  // the image run in progress
+  sim::Cycles run_start = 0;                 // its first cycle, counted from the vision run's
   dev.sequencer().on_mark_end = [&](uint32_t mark, sim::Cycles end) {
-    const std::string& name = img.program.names.at(mark);
+    const std::string& name = running->program.names.at(mark);
     if (auto it = floor_of.find(name); it != floor_of.end()) floor_done += it->second;
     if (name.find('.') != std::string::npos) return;
     bool stage = name == "vision_tower" || name == "prefill" || name == "head";
@@ -593,7 +607,7 @@ DescribeResult describe(const DescribeOptions& o) {
     last_note = Clock::now();
     const double share = floor_total > 0 ? floor_done / floor_total : 0, t = since(t_img);
     say(o, fmt::format("  image program: {} done at {:.1f} M cycles ({:.1f} s; {:.0f}% of the program by its kernels' "
-                       "floors{})", name, end / 1e6, t, 100 * share,
+                       "floors{})", name, (run_start + end) / 1e6, t, 100 * share,
                        share > 0.02 && share < 1 ? fmt::format(", about {:.0f} s left", t * (1 - share) / share) : ""));
   };
 
@@ -648,8 +662,8 @@ DescribeResult describe(const DescribeOptions& o) {
   };
 
   // The image program, the chain's prefill beside it.
-  say(o, fmt::format("running the image program ({} instructions){} ...", img.program.words.size(),
-                     o.timing_only ? ", timing only" : ""));
+  say(o, fmt::format("running the image program: a vision run ({} instructions) and a prefill run ({}){} ...",
+                     vis.program.words.size(), pre.program.words.size(), o.timing_only ? ", timing only" : ""));
   std::future<std::vector<float>> chain_logits;
   sim::Stats::F16Event nonfinite;
   if (chain)
@@ -659,18 +673,31 @@ DescribeResult describe(const DescribeOptions& o) {
   StepRecord s0;
   s0.step = -1;
   s0.pos = S - 1;
-  {
-    const sim::Stats& st = dev.run(img);
-    s0.cycles = st.total[sim::Stat::cycles];
-    s0.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
-    s0.counters = st.total;
-    r.image_cycles = s0.cycles;
-    r.image_ddr_bytes = s0.ddr_bytes;
-    record_energy(st, cfg, s0, &r.image_power_w);
-    collect(st, img, cfg, "image", {"vision_tower", "prefill", "head"}, true, 0, r);
-    if (!o.timing_only) collect_numerics(st, img, "image", r);
-    nonfinite = st.first_nonfinite;
+  s0.peak_w = NAN;
+  for (size_t k = 0; k < std::size(image_runs); ++k) {
+    running = image_runs[k].second;
+    const sim::Stats& st = dev.run(*running);
+    ImageRunRecord& ir = r.image_runs[k];
+    ir.cycles = st.total[sim::Stat::cycles];
+    ir.ddr_bytes = st.total[sim::Stat::ddr_bytes_read] + st.total[sim::Stat::ddr_bytes_written];
+    run_start += ir.cycles;
+    s0.cycles += ir.cycles;
+    s0.ddr_bytes += ir.ddr_bytes;
+    s0.counters.add_diff(st.total, {});
+    // Energy and power of the two runs, their windows one after the other.
+    StepRecord e;
+    std::vector<double> watts;
+    record_energy(st, cfg, e, &watts);
+    s0.energy += e.energy;
+    if (!(e.peak_w <= s0.peak_w)) s0.peak_w = e.peak_w;
+    r.image_power_w.insert(r.image_power_w.end(), watts.begin(), watts.end());
+    collect(st, *running, cfg, "image", {"vision_tower", "prefill", "head"}, true, 0, r);
+    if (!o.timing_only) collect_numerics(st, *running, "image", r);
+    if (!nonfinite.set) nonfinite = st.first_nonfinite;
+    if (k == 0) dev.write_prompt(ids, pos);  // the vision run used scalar memory too
   }
+  r.image_cycles = s0.cycles;
+  r.image_ddr_bytes = s0.ddr_bytes;
   dev.sequencer().on_mark_end = nullptr;
   if (o.timing_only) {
     s0.cache_expected = S;

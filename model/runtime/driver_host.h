@@ -6,7 +6,11 @@
 //  - Inputs: the image is preprocessed (model/inputs/image.h, fixed size), the question is put
 //    in the chat template and tokenised (model/inputs/prompt.h, model/inputs/tokenizer.h), M-RoPE
 //    positions come from get_rope_index (mrope_positions). The compiler builds the image
-//    program for exactly that prompt and grid and the decode program once.
+//    program for exactly that prompt and grid, as two programs (a conversation's first
+//    turn, docs/chat.md): vision (the tower: pixels -> image and DeepStack rows in DDR)
+//    and prefill (the whole prompt in one run, the image rows spliced in, the LM head);
+//    and the decode program once. "The image program" below is those two runs, one after
+//    the other: its step record, stages and calls are theirs together.
 //  - Functional runs: the host writes the weights, the folded image constants, the
 //    pixel patches, the token ids and the rotary tables, runs the image program, takes
 //    the argmax of its logits, then runs the decode program once per token with the
@@ -122,12 +126,20 @@ struct Answer {
   std::string text;
 };
 
+// One of the image program's runs (vision, then prefill: docs/chat.md).
+struct ImageRunRecord {
+  std::string kind, plan;  // vision | prefill; the compiler's OCM plan
+  uint64_t instructions = 0, cycles = 0, ddr_bytes = 0;
+};
+
 struct DescribeResult {
   std::string model_name, bundle_path;
   int prompt_tokens = 0, image_tokens = 0, image_start = 0, grid_h = 0, grid_w = 0;
   int width = 0, height = 0;  // the size the image was resized to (from --size, or chosen by --size auto)
   std::string png;  // the image as the model saw it
+  // The image program: its two runs' sums, and each run.
   uint64_t image_instructions = 0, decode_instructions = 0, image_cycles = 0, image_ddr_bytes = 0;
+  std::vector<ImageRunRecord> image_runs;
   std::vector<StepRecord> steps;
   std::vector<StageRecord> stages;
   std::vector<CallRecord> calls;  // the image program's and the first decode step's

@@ -134,10 +134,15 @@ std::map<std::string, Entry> measure() {
     opt.max_seq = 512;
     model::Compiler c(mc, cfg, opt);
     model::ImageShape s{16, 16, 128, 4};
-    m[std::string(name) + ".image_program"] = run_timing(cfg, c.image_program(s).program, [&] {
-      std::vector<int> ids(128, 1000);
-      sim::Platform::get().write_smem(c.image_io().ids_smem, ids.data(), 512);
-    });
+    // The image program, and its vision and prefill runs as describe and chat run them.
+    model::ImageShape vision = s, prefill = s;
+    vision.prefill = false;
+    prefill.vision = false;
+    for (auto [suffix, shape] : {std::pair{".image_program", s}, {".vision_program", vision}, {".prefill_program.128", prefill}})
+      m[std::string(name) + suffix] = run_timing(cfg, c.image_program(shape).program, [&] {
+        std::vector<int> ids(128, 1000);
+        sim::Platform::get().write_smem(c.image_io().ids_smem, ids.data(), 512);
+      });
     m[std::string(name) + ".decode_program.140"] = run_timing(cfg, c.decode_program().program, [&] {
       uint32_t args[3] = {0, 139, 140};
       sim::Platform::get().write_smem(c.decode_io().token_smem, args, 12);

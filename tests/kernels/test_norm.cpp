@@ -163,17 +163,19 @@ TEST(Norm, NegativeControlCorruptedOutputFailsTheGate) {
   EXPECT_FALSE(passes(gate(bad, r.ref)));
 }
 
-// Per-head RMSNorm (q_norm / k_norm) against ops::rmsnorm_heads.
+// Per-head RMSNorm (q_norm / k_norm) against ops::rmsnorm_heads, dense rows or rows
+// `pad` bytes apart beyond their heads (q or k inside the prefill's q|k|v rows): the
+// bytes between the rows must stay as they were.
 struct HeadShape {
   const char* preset;
-  uint32_t rows, heads, head_dim;
+  uint32_t rows, heads, head_dim, pad = 0;
 };
 class HeadNormShapes : public ::testing::TestWithParam<HeadShape> {};
 
 TEST_P(HeadNormShapes, MatchesChainOp) {
   const HeadShape s = GetParam();
   sim::Config cfg = sim::Config::make(s.preset, {});
-  const uint32_t width = s.heads * s.head_dim;
+  const uint32_t width = s.heads * s.head_dim, stride = width * 2 + s.pad;
   std::vector<float> x = random_vector(size_t(s.rows) * width, 5 + width, 2.0f);
   for (float& v : x) v = round_f16(v);
   std::vector<float> w = random_vector(s.head_dim, 6, 0.3f);
@@ -184,17 +186,27 @@ TEST_P(HeadNormShapes, MatchesChainOp) {
   a.head_dim = s.head_dim;
   a.x_ocm = 0;
   a.y_ocm = 0;
-  a.w_ocm = up64(s.rows * width * 2 + 64);
+  a.x_stride = a.y_stride = s.pad ? stride : 0;
+  a.w_ocm = up64(s.rows * stride + 64);
   Builder b;
   emit_head_norm(b, cfg, a);
   b.op("halt");
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, false);
-  write_ocm_f16(a.x_ocm, x);
+  const std::vector<float> sentinel(size_t(s.rows) * stride / 2, 7.0f);
+  write_ocm_f16(0, sentinel);
+  for (uint32_t r = 0; r < s.rows; ++r)
+    write_ocm_f16(r * stride, std::vector<float>(x.begin() + size_t(r) * width, x.begin() + size_t(r + 1) * width));
   write_ocm_f16(a.w_ocm, w);
   uint64_t cycles = p.run(prog).total[sim::Stat::cycles];
-  std::vector<float> y = read_ocm_f16(a.y_ocm, x.size());
+  const std::vector<float> all = read_ocm_f16(0, sentinel.size());
+  std::vector<float> y;
+  for (uint32_t r = 0; r < s.rows; ++r) {
+    y.insert(y.end(), all.begin() + size_t(r) * stride / 2, all.begin() + size_t(r) * stride / 2 + width);
+    for (uint32_t e = width; e < stride / 2; ++e)
+      EXPECT_EQ(all[size_t(r) * stride / 2 + e], 7.0f) << "row " << r << ": the pad between rows was written";
+  }
   std::vector<float> ref = x;
   model::ops::rmsnorm_heads(ref, int(s.heads), int(s.head_dim), w, a.eps);
   Gate g = gate(y, ref);
@@ -202,20 +214,22 @@ TEST_P(HeadNormShapes, MatchesChainOp) {
   EXPECT_EQ(g.violations, 0u) << "max |y - ref| " << g.max_abs;
   p.configure(cfg, true);
   EXPECT_EQ(p.run(prog).total[sim::Stat::cycles], cycles);
-  std::printf("%s head_norm rows %u heads %u head_dim %u: cosine %.7f max_abs %.3g cycles %llu\n", s.preset, s.rows,
-              s.heads, s.head_dim, g.cosine, g.max_abs, (unsigned long long)cycles);
+  std::printf("%s head_norm rows %u heads %u head_dim %u pad %u: cosine %.7f max_abs %.3g cycles %llu\n", s.preset,
+              s.rows, s.heads, s.head_dim, s.pad, g.cosine, g.max_abs, (unsigned long long)cycles);
 }
 INSTANTIATE_TEST_SUITE_P(Heads, HeadNormShapes,
                          ::testing::Values(HeadShape{"mini", 1, 16, 128}, HeadShape{"mini", 3, 5, 80},
-                                           HeadShape{"mini", 2, 4, 24}, HeadShape{"qc-u", 7, 16, 128}));
+                                           HeadShape{"mini", 2, 4, 24}, HeadShape{"qc-u", 7, 16, 128},
+                                           HeadShape{"mini", 3, 4, 128, 2 * 4 * 128 * 2},   // q of q|k|v rows
+                                           HeadShape{"qc-u", 20, 2, 64, 96}));
 
-TEST(HeadNorm, RejectsStridedRows) {
+TEST(HeadNorm, RejectsRowStridesShorterThanTheRow) {
   sim::Config cfg = sim::Config::make("mini", {});
   HeadNormArgs a;
   a.rows = 2;
   a.heads = 4;
   a.head_dim = 32;
-  a.x_stride = 4 * 32 * 2 + 64;
+  a.x_stride = a.y_stride = 4 * 32 * 2 - 64;
   Builder b;
   EXPECT_THROW(emit_head_norm(b, cfg, a), Error);
 }

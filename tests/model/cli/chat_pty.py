@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """`gpnpu chat` driven through a pseudo-terminal (issue 18): type two questions, read two
-answers, quit. Usage: chat_pty.py GPNPU [--negative-control]
+answers, recall the second question with the up arrow (the prompt's history) and read
+its answer, quit. Usage: chat_pty.py GPNPU [--negative-control]
 
 Passes (exit 0) when both answers come back with their gates passed and /quit ends the
 session with exit code 0. With --negative-control the session runs with
@@ -63,6 +64,14 @@ def ask(question):
 
 first = ask("What can you do?")
 second = ask("Tell me more.")
+if not negative:
+    # The history: the up arrow brings back the last question, Enter asks it again.
+    read_until(rb"you> ")
+    os.write(fd, b"\x1b[A")
+    read_until(rb"Tell me more\.")
+    os.write(fd, b"\n")
+    third = read_until(rb"\[turn 3:[^\]]*\]")
+    print("the up arrow recalled 'Tell me more.' and turn 3 answered it")
 read_until(rb"you> ")
 os.write(fd, b"/quit\n")
 _, status = os.waitpid(pid, 0)

@@ -98,20 +98,31 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
   EXPECT_GT(j["energy"]["image"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["decode_per_token"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["tokens_per_j"].get<double>(), 0.0);
+  // The image program is a vision run and a prefill run (issue 18): each reported, the
+  // step's cycles their sum.
+  const nlohmann::json& runs = j["programs"]["image"]["runs"];
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0]["kind"], "vision");
+  EXPECT_EQ(runs[1]["kind"], "prefill");
+  EXPECT_EQ(runs[0]["cycles"].get<uint64_t>() + runs[1]["cycles"].get<uint64_t>(), r.steps[0].cycles);
+  EXPECT_EQ(runs[0]["instructions"].get<uint64_t>() + runs[1]["instructions"].get<uint64_t>(),
+            j["programs"]["image"]["instructions"].get<uint64_t>());
 }
 
-// Another machine point (issue 13): a 16x16 array on 1 MiB of OCM (the streamed image
-// plan; the LM head's GEMV and the embedding table end in a narrow tile): the
-// image program and three decode steps pass every gate against the chain and the
-// PyTorch W4A16 golden, token for token.
-TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
+// Other machine points (issue 13): the image program (its vision and prefill runs) and
+// the decode steps pass every gate against the chain and the PyTorch W4A16 golden,
+// token for token.
+void matches_the_goldens_on(const std::vector<std::string>& sets, int tokens, const std::string& plan) {
   DescribeOptions o = golden_options();
-  o.machine.sets = {"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"};
-  o.tokens = 4;
+  o.machine.sets = sets;
+  o.tokens = tokens;
   DescribeResult r = describe(o);
   for (const std::string& f : r.failures) ADD_FAILURE() << f;
+  ASSERT_EQ(r.image_runs.size(), 2u);
+  const std::string plans = r.image_runs[0].plan + " / " + r.image_runs[1].plan;  // vision / prefill
+  EXPECT_NE(plans.find(plan), std::string::npos) << plans;
   EXPECT_TRUE(r.ok);
-  ASSERT_EQ(r.steps.size(), 4u);
+  ASSERT_EQ(r.steps.size(), size_t(tokens));
   for (const StepRecord& s : r.steps) {
     EXPECT_TRUE(s.ok) << "step " << s.step;
     ASSERT_TRUE(s.golden_cosine.has_value()) << "step " << s.step;
@@ -119,7 +130,21 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
   }
   ASSERT_TRUE(r.reference_w4a16.has_value());
   EXPECT_EQ(std::vector<int>(r.device.ids.begin(), r.device.ids.end()),
-            std::vector<int>(r.reference_w4a16->ids.begin(), r.reference_w4a16->ids.begin() + 4));
+            std::vector<int>(r.reference_w4a16->ids.begin(), r.reference_w4a16->ids.begin() + tokens));
+}
+
+// A 16x16 array on 1 MiB of OCM: the vision run on the streamed plan (the prefill run
+// alone fits the resident one); the LM head's GEMV and the embedding table end in a
+// narrow tile.
+TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
+  matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"}, 4, "streamed");
+}
+
+// A 64x64 array (4,096 PEs) on 2 MiB: the vision run on the resident plan with its GEMM
+// DMA buffers on 2 of the 4 channels (a 64 B-per-PE unit is 256 KiB there: with all four
+// it does not fit).
+TEST(Describe, TinyMatchesTheGoldensOn64x64With2MiB) {
+  matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"}, 2, "GEMM DMA channels 2 (of 4");
 }
 
 // Every negative control must fail a gate, at the step where it bites.
