@@ -20,7 +20,7 @@ V Q(uint32_t c) { return V{uint8_t(c)}; }        // q, head_dim/16 registers (fp
 V ACC(uint32_t c) { return V{uint8_t(8 + c)}; }  // fp32 output accumulator
 const V KR[3] = {V{16}, V{17}, V{18}};           // rotating k/v chunk registers
 const V A0{19}, A1{20}, T{21}, SV{22}, M{23}, L{24}, LANE{25}, IV{26}, MK{27}, P16{28}, TMP{30};
-const V SPARE[2] = {V{29}, V{31}};  // free: more chunk registers
+const V SPL{29}, SPARE{31};  // SPL: the PE's key split
 
 // The decode kernel's block of keys (emit_block below).
 struct BlockSpec {
@@ -33,6 +33,10 @@ struct BlockSpec {
   uint32_t groups = 1;
   std::function<void(uint32_t c, uint32_t s, V dst)> load;
   std::vector<V> pool;  // registers the loads may rotate over (>= 3)
+  // After the scores are in the lanes: mask some (the keys a PE's split does not have);
+  // before each key's value MACs: set value_pred (x9 = the key in the block).
+  std::function<void()> mask_scores, before_value_key;
+  P value_pred{0};
 };
 
 // Software pipeline of one key's chunks: group s of chunk c loads at step c + d*s and
@@ -93,6 +97,7 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("vadd.f32", {T, A0, A1});
   b.op("vredsum.f32", {T, T});
   insert_prev();
+  if (s.mask_scores) s.mask_scores();
   // ---- online softmax over the block (lanes = keys) ----
   b.op("vsplat.f32", {TMP, F32{s.scale}});
   b.op("vmul.f32", {SV, SV, TMP});
@@ -113,12 +118,13 @@ void emit_block(Builder& b, const BlockSpec& s) {
   b.op("addi", {X{13}, X{12}, 0});
   b.op("vsplati", {TMP, int64_t(0)});
   b.loop(X{8}, [&] {
+    if (s.before_value_key) s.before_value_key();
     b.op("vsplat", {IV, X{9}});
     b.op("vcmpeq.i32", {MK, LANE, IV});
     b.op("vsel", {T, P16, TMP, MK});
     emit_chunks(
         b, s, [&] { b.op("vredsum.i32", {T, T}); },
-        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.mac_pred); });
+        [&](uint32_t c, V reg) { b.op("vmac.f16", {ACC(c), reg, T}, s.value_pred.n ? s.value_pred : s.mac_pred); });
     b.op("addi", {X{9}, X{9}, 1});
     b.op("addi", {X{13}, X{13}, s.key_stride});
   });
@@ -140,6 +146,32 @@ void normalise(Builder& b, uint32_t C) {
 void check_heads(const char* what, uint32_t qh, uint32_t kvh, uint32_t hd) {
   if (qh == 0 || kvh == 0 || qh % kvh) fail("{}: q heads {} must be a positive multiple of kv heads {}", what, qh, kvh);
   if (hd == 0 || hd % 32 || hd > 128) fail("{}: head_dim {} must be a multiple of 32, at most 128", what, hd);
+}
+
+// Key splits of the decode kernel (flash decoding): NS groups of q_heads PEs, each with a
+// block of 16 keys a round and its own softmax state, merged at the end. As many as the
+// PEs allow (at most 4: then the array keeps up with a 128 GB/s port), fewer when their
+// DMA slots would take more than a sixth of the OCM.
+struct DecodeLayout {
+  uint32_t ns = 1;                // splits
+  uint32_t pad = 0;               // before the slots: the scatter bases of the G PE groups stay >= 0
+  uint32_t slot = 0;              // one round's K and V: [split][kv head][16 keys][head_dim], K then V
+  uint32_t merge = 0;             // the splits' state for the merge: (C + 2) x NS x H x 64 bytes
+  uint32_t bytes() const { return pad + 2 * slot + merge; }
+};
+DecodeLayout decode_layout(const sim::Config& cfg, const DecodeAttnArgs& a) {
+  const uint32_t H = std::max(a.q_heads, 1u), KV = std::max(a.kv_heads, 1u), G = std::max(H / KV, 1u);
+  const uint32_t P_ = kJ * a.head_dim * 2, C = a.head_dim / 16;
+  DecodeLayout l;
+  // G <= 4 with splits: p5 is the split predicates' temporary.
+  for (l.ns = G > 4 ? 1 : std::max(1u, std::min(4u, cfg.npe() / H));; l.ns /= 2) {
+    const uint32_t need_base = (G - 1) * l.ns * KV * P_;
+    l.pad = a.scratch_ocm >= need_base ? 0 : need_base - a.scratch_ocm;
+    l.slot = 2 * l.ns * KV * P_;
+    l.merge = l.ns > 1 ? (C + 2) * l.ns * H * 64 : 0;
+    if (l.ns == 1 || l.bytes() <= cfg.ocm_bytes / 6) break;
+  }
+  return l;
 }
 
 }  // namespace
@@ -180,12 +212,8 @@ KernelCost cost_kv_write(const sim::Config&, const KvWriteArgs& a) {
 
 // ================================ decode ================================
 
-uint32_t attention_decode_scratch_bytes(const sim::Config&, const DecodeAttnArgs& a) {
-  const uint32_t G = a.q_heads / std::max(a.kv_heads, 1u);
-  const uint32_t SB = a.kv_heads * kJ * a.head_dim * 2;  // one slot of K (or V)
-  const uint32_t need_base = (G - 1) * SB;              // scatter bases of PE group s >= 0
-  const uint32_t pad = a.scratch_ocm >= need_base ? 0 : need_base - a.scratch_ocm;
-  return pad + 4 * SB;
+uint32_t attention_decode_scratch_bytes(const sim::Config& cfg, const DecodeAttnArgs& a) {
+  return decode_layout(cfg, a).bytes();
 }
 
 void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnArgs& a) {
@@ -193,13 +221,17 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, hd2 = a.head_dim * 2, C = a.head_dim / 16;
   if (H > cfg.npe()) fail("attention_decode: {} query heads need {} PEs, the array has {}", H, H, cfg.npe());
   if (G > 5) fail("attention_decode: GQA group {} > 5 (one predicate per group member)", G);
-  const uint32_t P_ = kJ * hd2, SB = KV * P_;
-  const uint32_t need = attention_decode_scratch_bytes(cfg, a);
-  if (need > a.scratch_bytes)
-    fail("attention_decode: needs {} bytes of OCM scratch (2 slots x K,V x {} heads x {} keys x {} B), has {}", need, KV, kJ, hd2, a.scratch_bytes);
-  const uint32_t base = a.scratch_ocm + (need - 4 * SB);
-  auto kslot = [&](uint32_t s) { return base + s * SB; };
-  auto vslot = [&](uint32_t s) { return base + (2 + s) * SB; };
+  const DecodeLayout lay = decode_layout(cfg, a);
+  const uint32_t NS = lay.ns, P_ = kJ * hd2, SB = KV * P_, R = NS * kJ;  // R: keys a round
+  if (lay.bytes() > a.scratch_bytes)
+    fail("attention_decode: needs {} bytes of OCM scratch (2 slots x K,V x {} splits x {} heads x {} keys x {} B, merge {}), has {}",
+         lay.bytes(), NS, KV, kJ, hd2, lay.merge, a.scratch_bytes);
+  // PE e = s*NS*KV + sp*KV + g: query head g*G + s, split sp (its keys at sp*SB + g*P in the slot).
+  const uint32_t base = a.scratch_ocm + lay.pad;
+  auto kslot = [&](uint32_t s) { return base + s * lay.slot; };
+  auto vslot = [&](uint32_t s) { return base + s * lay.slot + NS * SB; };
+  const uint32_t merge = base + 2 * lay.slot;
+  auto pe = [&](uint32_t s, uint32_t sp, uint32_t g) { return s * NS * KV + sp * KV + g; };
   const uint32_t nch = uint32_t(cfg.dma_channels);
   auto chK = [&](uint32_t s) { return Chan{uint8_t((2 * s) % nch)}; };
   auto chV = [&](uint32_t s) { return Chan{uint8_t((2 * s + 1) % nch)}; };
@@ -207,9 +239,11 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   auto dV = [&](uint32_t s) { return a.smem + (2 * s + 1) * 64; };
 
   // ---- prologue ----
+  // Round descriptors: planes = kv heads, rows = splits (16 keys each); the source,
+  // destination, row bytes and rows are set per round (a short last block: a second start).
   for (uint32_t s = 0; s < 2; ++s) {
-    b.descriptor(dK(s), 0, sim::ocm_addr(kslot(s)), 0, 1, 0, 0, KV, a.max_seq * hd2, P_);
-    b.descriptor(dV(s), 0, sim::ocm_addr(vslot(s)), 0, 1, 0, 0, KV, a.max_seq * hd2, P_);
+    b.descriptor(dK(s), 0, 0, P_, 1, P_, SB, KV, a.max_seq * hd2, P_);
+    b.descriptor(dV(s), 0, 0, P_, 1, P_, SB, KV, a.max_seq * hd2, P_);
   }
   b.op("lw", {X{1}, Mem{X{0}, a.len_smem}});
   b.li(X{2}, 0);  // next key to fetch
@@ -217,57 +251,113 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   b.li(X{4}, a.k_cache_ddr);
   b.li(X{5}, a.v_cache_ddr);
   b.li(X{11}, P_);
-  b.li(X{15}, kJ);
+  b.li(X{15}, kJ);  // keys of the next round to fetch
+  b.li(X{29}, kJ);  // and to consume
   b.li(X{16}, hd2);
+  // A round of v keys (at most x15: 16 in the first round, so that the first compute
+  // starts early, then NS x 16) gives each split kb = ceil(v / NS) consecutive keys.
+  uint32_t log2ns = 0;
+  while ((1u << log2ns) < NS) ++log2ns;
+  // Keys of the next round from those left (x1 - next) and the cap: all of them when at
+  // most 16 + NS - 1 are left (the last round: short, its compute is exposed after the
+  // last byte), else at most the cap and 16 fewer than left, a multiple of NS (whole
+  // split blocks: a second, short descriptor would be queued behind the next round's).
+  auto round_keys = [&](X v, X next, X cap, X tmp) {
+    Label keep = b.label();
+    b.op("sub", {v, X{1}, next});
+    b.op("addi", {tmp, v, -int64_t(kJ + NS - 1)});
+    b.op("bge", {X{0}, tmp, keep});
+    b.op("addi", {tmp, v, -int64_t(kJ)});
+    b.op("min", {v, tmp, cap});
+    b.op("andi", {v, v, -int64_t(NS)});
+    b.bind(keep);
+  };
+  auto round_shape = [&](X v, X kb) {
+    b.op("addi", {kb, v, int64_t(NS - 1)});
+    b.op("srli", {kb, kb, int64_t(log2ns)});
+  };
   auto issue = [&](uint32_t s) {
     Label skip = b.label();
     b.op("bge", {X{2}, X{1}, skip});
-    b.op("sub", {X{17}, X{1}, X{2}});
-    b.op("min", {X{17}, X{17}, X{15}});
-    b.op("mul", {X{18}, X{17}, X{16}});  // row bytes of this block: only the valid keys
-    b.op("sw", {X{4}, Mem{X{0}, dK(s)}});
-    b.op("sw", {X{18}, Mem{X{0}, dK(s) + 8}});
-    b.li(X{19}, dK(s));
-    b.op("dma.start", {chK(s), X{19}});
-    b.op("sw", {X{5}, Mem{X{0}, dV(s)}});
-    b.op("sw", {X{18}, Mem{X{0}, dV(s) + 8}});
-    b.li(X{19}, dV(s));
-    b.op("dma.start", {chV(s), X{19}});
-    b.op("addi", {X{4}, X{4}, int64_t(P_)});
-    b.op("addi", {X{5}, X{5}, int64_t(P_)});
-    b.op("add", {X{2}, X{2}, X{15}});
+    round_keys(X{17}, X{2}, X{15}, X{23});
+    b.li(X{15}, R);
+    round_shape(X{17}, X{19});
+    b.op("divu", {X{18}, X{17}, X{19}});  // splits with kb keys
+    b.op("mul", {X{21}, X{18}, X{19}});
+    b.op("sub", {X{22}, X{17}, X{21}});   // keys of the next split (< kb)
+    b.op("mul", {X{19}, X{19}, X{16}});   // kb rows in bytes
+    for (uint32_t kv = 0; kv < 2; ++kv) {  // K, V
+      const uint32_t d = kv ? dV(s) : dK(s), dst = kv ? vslot(s) : kslot(s);
+      const X src{uint8_t(kv ? 5 : 4)};
+      const Chan ch = kv ? chV(s) : chK(s);
+      Label nf = b.label(), nt = b.label();
+      b.op("beq", {X{18}, X{0}, nf});
+      b.op("sw", {src, Mem{X{0}, d}});
+      b.li(X{20}, sim::ocm_addr(dst));
+      b.op("sw", {X{20}, Mem{X{0}, d + 4}});
+      b.op("sw", {X{19}, Mem{X{0}, d + 8}});
+      b.op("sw", {X{18}, Mem{X{0}, d + 12}});
+      b.op("sw", {X{19}, Mem{X{0}, d + 16}});
+      b.li(X{20}, d);
+      b.op("dma.start", {ch, X{20}});
+      b.bind(nf);
+      b.op("beq", {X{22}, X{0}, nt});
+      b.op("mul", {X{21}, X{18}, X{19}});
+      b.op("add", {X{20}, src, X{21}});
+      b.op("sw", {X{20}, Mem{X{0}, d}});
+      b.op("muli", {X{21}, X{18}, SB});
+      b.li(X{20}, sim::ocm_addr(dst));
+      b.op("add", {X{20}, X{20}, X{21}});
+      b.op("sw", {X{20}, Mem{X{0}, d + 4}});
+      b.op("mul", {X{20}, X{22}, X{16}});
+      b.op("sw", {X{20}, Mem{X{0}, d + 8}});
+      b.li(X{20}, 1);
+      b.op("sw", {X{20}, Mem{X{0}, d + 12}});
+      b.li(X{20}, d);
+      b.op("dma.start", {ch, X{20}});
+      b.bind(nt);
+    }
+    b.op("mul", {X{18}, X{17}, X{16}});
+    b.op("add", {X{4}, X{4}, X{18}});
+    b.op("add", {X{5}, X{5}, X{18}});
+    b.op("add", {X{2}, X{2}, X{17}});
     b.bind(skip);
   };
   issue(0);
   issue(1);
   for (uint32_t s = 0; s < G; ++s) {
-    b.li(X{20}, s * KV);
-    b.li(X{21}, (s + 1) * KV);
+    b.li(X{20}, pe(s, 0, 0));
+    b.li(X{21}, pe(s + 1, 0, 0));
     b.op("pset.range", {P{uint8_t(1 + s)}, X{20}, X{21}});
   }
-  b.li(X{20}, H);
+  b.li(X{20}, H * NS);
   b.op("pset.range", {P{7}, X{0}, X{20}});
-  // q: PE e = s*KV + g gets head g*G + s (one PE per broadcast).
-  b.li(X{20}, a.q_ocm);
-  b.li(X{21}, 0);
-  b.li(X{22}, G);
-  b.li(X{23}, KV);
-  auto per_pe = [&](const std::function<void()>& body) {
-    b.loop(X{22}, [&] {
-      b.op("addi", {X{24}, X{20}, 0});
-      b.loop(X{23}, [&] {
-        b.op("addi", {X{25}, X{21}, 1});
-        b.op("pset.range", {P{6}, X{21}, X{25}});
-        body();
-        b.op("addi", {X{24}, X{24}, int64_t(G) * hd2});
-        b.op("addi", {X{21}, X{21}, 1});
-      });
-      b.op("addi", {X{20}, X{20}, hd2});
-    });
+  // q: PE (s, sp, g) gets head g*G + s (one PE per broadcast); SPL = sp.
+  auto per_pe = [&](uint32_t nsplits, const std::function<void()>& body) {
+    for (uint32_t s = 0; s < G; ++s)
+      for (uint32_t sp = 0; sp < nsplits; ++sp) {
+        b.li(X{24}, a.q_ocm + s * hd2);  // head g*G + s for g = 0
+        b.li(X{21}, pe(s, sp, 0));
+        b.li(X{23}, KV);
+        b.loop(X{23}, [&] {
+          b.op("addi", {X{25}, X{21}, 1});
+          b.op("pset.range", {P{6}, X{21}, X{25}});
+          body();
+          b.op("addi", {X{24}, X{24}, int64_t(G) * hd2});
+          b.op("addi", {X{21}, X{21}, 1});
+        });
+      }
   };
-  per_pe([&] {
+  per_pe(NS, [&] {
     for (uint32_t c = 0; c < C; ++c) b.op("obcast.h", {Q(c), Mem{X{24}, 32 * c}}, P{6});
   });
+  for (uint32_t s = 0; s < G; ++s)
+    for (uint32_t sp = 0; sp < NS; ++sp) {
+      b.li(X{20}, pe(s, sp, 0));
+      b.li(X{21}, pe(s, sp + 1, 0));
+      b.op("pset.range", {P{6}, X{20}, X{21}});
+      b.op("vsplati", {SPL, int64_t(sp)}, P{6});
+    }
   init_state(b, C);
   b.op("vlaneid", {LANE});
 
@@ -277,11 +367,38 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   bs.key_stride = hd2;
   bs.mac_pred = P{7};
   bs.groups = G;
-  bs.pool = {KR[0], KR[1], KR[2], SPARE[0], SPARE[1]};
+  bs.pool = {KR[0], KR[1], KR[2], SPARE};
   bs.load = [&](uint32_t c, uint32_t s, V dst) {
-    // PE e = s*KV + g reads slot + g*P + key*hd2: base x13 - s*KV*P (>= 0 by the pad).
-    b.op("oscatter.h", {dst, Mem{X{13}, int64_t(32 * c) - int64_t(s) * KV * P_}, X{11}}, P{uint8_t(1 + s)});
+    // PE (s, sp, g) reads slot + sp*SB + g*P + key*hd2: base x13 - s*NS*SB (>= 0 by the pad).
+    b.op("oscatter.h", {dst, Mem{X{13}, int64_t(32 * c) - int64_t(s) * NS * SB}, X{11}}, P{uint8_t(1 + s)});
   };
+  if (NS > 1) {
+    // Keys a split does not have this round (x7 keys, x6 = kb a split): lanes >= x7 - kb*sp.
+    bs.mask_scores = [&] {
+      b.op("vsplat", {IV, X{6}});
+      b.op("vmul.i32", {IV, IV, SPL});
+      b.op("vsplat", {MK, X{7}});
+      b.op("vsub.i32", {IV, MK, IV});
+      b.op("vcmplt.i32", {MK, LANE, IV});
+      b.op("vsplat.f32", {TMP, F32{kNegBig}});
+      b.op("vsel", {SV, SV, TMP, MK});
+    };
+    // Value MACs of key x9 only in the splits that have it: sp < ceil((x7 - x9) / kb).
+    bs.value_pred = P{6};
+    bs.before_value_key = [&] {
+      b.op("sub", {X{27}, X{7}, X{9}});
+      b.op("add", {X{27}, X{27}, X{6}});
+      b.op("addi", {X{27}, X{27}, -1});
+      b.op("divu", {X{27}, X{27}, X{6}});
+      b.op("muli", {X{27}, X{27}, KV});
+      for (uint32_t s = 0; s < G; ++s) {
+        if (s) b.op("addi", {X{27}, X{27}, int64_t(NS) * KV});
+        b.li(X{28}, pe(s, 0, 0));
+        b.op("pset.range", {P{uint8_t(s ? 5 : 6)}, X{28}, X{27}});
+        if (s) b.op("por", {P{6}, P{6}, P{5}});
+      }
+    };
+  }
 
   // ---- main loop: slot 0, slot 1, ... ----
   Label round = b.label(), done = b.label(), block = b.label();
@@ -292,10 +409,12 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
     b.op("dma.wait", {chV(s)});
     b.li(X{10}, kslot(s));
     b.li(X{12}, vslot(s));
-    b.op("sub", {X{8}, X{1}, X{3}});
-    b.op("min", {X{8}, X{8}, X{15}});
+    round_keys(X{7}, X{3}, X{29}, X{24});
+    b.li(X{29}, R);
+    round_shape(X{7}, X{6});           // keys of split 0 (the most)
+    b.op("addi", {X{8}, X{6}, 0});
     b.op("jal", {X{14}, block});
-    b.op("add", {X{3}, X{3}, X{15}});
+    b.op("add", {X{3}, X{3}, X{7}});
     issue(s);
   }
   b.op("jal", {X{0}, round});
@@ -303,13 +422,48 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
   emit_block(b, bs);
   b.op("jalr", {X{0}, X{14}, 0});
 
-  // ---- epilogue: normalise, one gather per PE ----
+  // ---- epilogue: merge the splits into split 0, normalise, one gather per PE ----
   b.bind(done);
+  if (NS > 1) {
+    std::vector<V> state = {M, L};
+    for (uint32_t c = 0; c < C; ++c) state.push_back(ACC(c));
+    const V M2 = KR[0], L2 = KR[1], MN = KR[2], E1 = A0, E2 = A1;
+    const V A2[8] = {T, SV, IV, MK, P16, TMP, SPL, SPARE};
+    b.li(X{11}, 64);
+    for (size_t r = 0; r < state.size(); ++r) {  // every PE's state at merge + (r*NS*H + e)*64
+      b.li(X{13}, merge + r * NS * H * 64);
+      b.op("ogather", {state[r], Mem{X{13}, 0}, X{11}}, P{7});
+    }
+    // split 0's PEs: (s, 0, g) for every s
+    for (uint32_t s = 0; s < G; ++s) {
+      b.li(X{20}, pe(s, 0, 0));
+      b.li(X{21}, pe(s, 1, 0));
+      b.op("pset.range", {P{uint8_t(s ? 5 : 6)}, X{20}, X{21}});
+      if (s) b.op("por", {P{6}, P{6}, P{5}});
+    }
+    for (uint32_t sp = 1; sp < NS; ++sp) {
+      for (size_t r = 0; r < state.size(); ++r) {
+        b.li(X{13}, merge + r * NS * H * 64 + sp * KV * 64);
+        b.op("oscatter", {r == 0 ? M2 : r == 1 ? L2 : A2[r - 2], Mem{X{13}, 0}, X{11}}, P{6});
+      }
+      // (only in split 0's PEs: the others' temporaries hold no state)
+      b.op("vmax.f32", {MN, M, M2}, P{6});
+      b.op("vsub.f32", {E1, M, MN}, P{6});
+      b.op("vexp.f32", {E1, E1}, P{6});
+      b.op("vsub.f32", {E2, M2, MN}, P{6});
+      b.op("vexp.f32", {E2, E2}, P{6});
+      b.op("vmul.f32", {L, L, E1}, P{6});
+      b.op("vmla.f32", {L, L2, E2}, P{6});
+      for (uint32_t c = 0; c < C; ++c) {
+        b.op("vmul.f32", {ACC(c), ACC(c), E1}, P{6});
+        b.op("vmla.f32", {ACC(c), A2[c], E2}, P{6});
+      }
+      b.op("vmov", {M, MN}, P{6});
+    }
+  }
   normalise(b, C);
-  b.li(X{20}, a.out_ocm);
-  b.li(X{21}, 0);
-  per_pe([&] {
-    for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {ACC(c), Mem{X{24}, 32 * c}, X{0}}, P{6});
+  per_pe(1, [&] {
+    for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {ACC(c), Mem{X{24}, int64_t(a.out_ocm) - int64_t(a.q_ocm) + 32 * c}, X{0}}, P{6});
   });
 }
 
@@ -329,9 +483,12 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
-  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5).
+  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5), the groups
+  // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
   const uint32_t R = std::min(S, npe / G);
-  const uint32_t GP = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
+  const uint32_t gp_max = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
+  const uint32_t group_passes = (KV + gp_max - 1) / gp_max;
+  const uint32_t GP = (KV + group_passes - 1) / group_passes;
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;
@@ -554,8 +711,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // A block routine, one scheduled region: pipelined, the softmax and values of the
   // previous block (np keys, 0: none) and the scores of this one (nk keys, 0: none);
   // else one whole block (np = nk).
-  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
-    const uint32_t begin = b.pc();
+  auto emit_block_body = [&](uint32_t np, uint32_t nk) {
     if (!pipelined) {  // one block: scores, softmax, values
       emit_scores(nk, ps);
       emit_softmax(SV_);
@@ -565,6 +721,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       if (np) emit_softmax(nk ? SVP_ : SV_), emit_values(np, P16_, nk ? pv : pv_all);
       if (nk) emit_scores(nk, np ? ps : ps_all);
     }
+  };
+  auto emit_block_fn = [&](uint32_t np, uint32_t nk) {
+    const uint32_t begin = b.pc();
+    emit_block_body(np, nk);
     schedule_region(b, begin, cfg);
     b.op("jalr", {X{0}, X{14}, 0});
   };
@@ -574,28 +734,38 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     if (it == block_fns.end()) it = block_fns.insert(block_fns.end(), {{np, nk}, b.label()});
     b.op("jal", {X{14}, it->second});
   };
-  // The blocks of a pass of nkeys keys: 16-key blocks, then a tail.
-  auto emit_pass_blocks = [&](uint32_t nkeys) {
+  // The block routines of a pass of nkeys keys (16-key blocks, then a tail), as (np, nk).
+  auto pass_calls = [&](uint32_t nkeys) {
     const uint32_t nfull = nkeys / kJ, tail = nkeys % kJ;
-    auto repeat = [&](uint32_t n, const std::function<void()>& body) {
-      if (n == 0) return;
-      b.li(X{8}, n);
-      Label again = b.label();
-      b.bind(again);
-      body();
-      b.op("addi", {X{8}, X{8}, -1});
-      b.op("bne", {X{8}, X{0}, again});
-    };
+    std::vector<std::pair<uint32_t, uint32_t>> calls;
     if (!pipelined) {
-      repeat(nfull, [&] { call_block(kJ, kJ); });
-      if (tail) call_block(tail, tail);
-      return;
+      calls.assign(nfull, {kJ, kJ});
+      if (tail) calls.push_back({tail, tail});
+      return calls;
     }
-    const uint32_t first = nfull ? kJ : tail;
-    call_block(0, first);
-    if (nfull) repeat(nfull - 1, [&] { call_block(kJ, kJ); });
-    if (nfull && tail) call_block(kJ, tail);
-    call_block(tail ? tail : kJ, 0);
+    calls.push_back({0, nfull ? kJ : tail});
+    for (uint32_t k = 1; k < nfull; ++k) calls.push_back({kJ, kJ});
+    if (nfull && tail) calls.push_back({kJ, tail});
+    calls.push_back({tail ? tail : kJ, 0});
+    return calls;
+  };
+  // The middle calls of a pass (runs of the same routine in a counted loop).
+  auto emit_calls = [&](const std::vector<std::pair<uint32_t, uint32_t>>& calls, size_t from, size_t to) {
+    for (size_t k = from; k < to;) {
+      size_t n = 1;
+      while (k + n < to && calls[k + n] == calls[k]) ++n;
+      if (n == 1) {
+        call_block(calls[k].first, calls[k].second);
+      } else {
+        b.li(X{8}, n);
+        Label again = b.label();
+        b.bind(again);
+        call_block(calls[k].first, calls[k].second);
+        b.op("addi", {X{8}, X{8}, -1});
+        b.op("bne", {X{8}, X{0}, again});
+      }
+      k += n;
+    }
   };
 
   // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
@@ -637,15 +807,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       }
     }
   };
-  Label init_fn = b.label(), fini_fn = b.label(), end = b.label();
-  for (size_t pi = 0; pi < passes.size(); ++pi) {
-    const Pass& p = passes[pi];
+  Label end = b.label();
+  // Pass start (inline): predicates, bases, q of the pass's rows and heads, the state.
+  auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    if (!q_direct) {
-      if (pi == 0) array_copy(p, true);
-      else b.op("dma.wait", {chq});
-      if (pi + 1 < passes.size()) stage_q(passes[pi + 1]);
-    }
     for (uint32_t gl = 0; gl < GP; ++gl) {
       uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
       b.li(X{20}, lo);
@@ -658,81 +823,99 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
     b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
     b.li(X{12}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
-    b.li(X{24}, p.nrows);
-    b.li(X{25}, p.r0 + a.kv_offset);
-    b.li(X{27}, p.ng * G);
-    b.op("jal", {X{14}, init_fn});
-    emit_pass_blocks(a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S));
-    b.op("jal", {X{14}, fini_fn});
-    if (!o_direct) {
-      if (pi + 1 < passes.size()) stage_out(p);
-      else array_copy(p, false);
+  };
+  // The sub-groups of a pass, each its PEs in p6 (x9, x15 = its PE range).
+  auto per_sub = [&](const Pass& p, const std::function<void(uint32_t)>& body) {
+    for (uint32_t sub = 0; sub < p.ng * G; ++sub) {
+      b.li(X{9}, int64_t(sub) * R);
+      b.li(X{15}, int64_t(sub) * R + p.nrows);
+      b.op("pset.range", {P{6}, X{9}, X{15}});
+      body(sub);
     }
+  };
+  auto emit_init = [&](const Pass& p) {
+    per_sub(p, [&](uint32_t sub) {
+      const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
+      for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
+      if (a.causal) {  // RV = absolute row of the PE
+        b.op("vpeid", {RV_}, P{6});
+        b.li(X{13}, int64_t(p.r0 + a.kv_offset) - int64_t(sub) * R);
+        b.op("vsplat", {tmp[0], X{13}});
+        b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
+      }
+    });
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vshr", {QS[c], QR[c], int64_t(16)});
+      b.op("vsplati", {AE[c], int64_t(0)});
+      b.op("vsplati", {AO[c], int64_t(0)});
+    }
+    b.op("vsplat.f32", {M_, F32{kNegBig}});
+    b.op("vsplati", {L_, int64_t(0)});
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vst", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
+        b.op("vst", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
+        b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+  };
+  // Pass end (inline): out = acc / l in fp16, even and odd dims interleaved back.
+  auto emit_fini = [&](const Pass& p) {
+    if (swap)
+      for (uint32_t c = 0; c < CH; ++c) {
+        b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
+        b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
+      }
+    b.op("vrcp.f32", {tmp[0], L_});
+    for (uint32_t c = 0; c < CH; ++c) {
+      b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
+      b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
+      b.op("vcvt.f16.f32", {AE[c], AE[c]});
+      b.op("vcvt.f16.f32", {AO[c], AO[c]});
+      b.op("vshl", {AO[c], AO[c], int64_t(16)});
+      b.op("vor", {AE[c], AE[c], AO[c]});
+    }
+    per_sub(p, [&](uint32_t sub) {
+      const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
+      for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
+    });
+  };
+  // Passes: the last block routine and end of one pass, the start and first block
+  // routine of the next are one scheduled region (the next pass's broadcasts start while
+  // this one's output is written; its q and the output never overlap k, v or each other).
+  std::vector<std::pair<uint32_t, uint32_t>> prev_calls;
+  for (size_t pi = 0; pi <= passes.size(); ++pi) {
+    const bool last = pi == passes.size();
+    const Pass* p = last ? nullptr : &passes[pi];
+    if (p && !q_direct) {
+      if (pi == 0) array_copy(*p, true);
+      else b.op("dma.wait", {chq});
+    }
+    const std::vector<std::pair<uint32_t, uint32_t>> calls =
+        p ? pass_calls(a.kv_offset + (a.causal ? std::min(S, p->r0 + p->nrows) : S)) : prev_calls;
+    const size_t head = p && pipelined ? 1 : 0;
+    const uint32_t begin = b.pc();
+    if (pi > 0) {
+      emit_block_body(prev_calls.back().first, prev_calls.back().second);
+      emit_fini(passes[pi - 1]);
+    }
+    if (p) {
+      emit_setup(*p);
+      emit_init(*p);
+      if (head) emit_block_body(calls[0].first, calls[0].second);
+    }
+    schedule_region(b, begin, cfg, true);
+    if (pi > 0 && !o_direct) {
+      if (!last) stage_out(passes[pi - 1]);
+      else array_copy(passes[pi - 1], false);
+    }
+    if (last) break;
+    if (!q_direct && pi + 1 < passes.size()) stage_q(passes[pi + 1]);
+    emit_calls(calls, head, calls.size() - 1);
+    prev_calls = calls;
   }
   if (!o_direct && passes.size() > 1) b.op("dma.wait", {cho});
   b.op("jal", {X{0}, end});
-
-  // ---- pass start: q of the pass's rows and heads, the state ----
-  auto per_sub = [&](const std::function<void(uint32_t)>& body) {
-    for (uint32_t sub = 0; sub < GP * G; ++sub) {
-      Label skip = b.label();
-      b.li(X{13}, sub);
-      b.op("bge", {X{13}, X{27}, skip});
-      b.li(X{9}, int64_t(sub) * R);
-      b.op("add", {X{15}, X{9}, X{24}});
-      b.op("pset.range", {P{6}, X{9}, X{15}});
-      body(sub);
-      b.bind(skip);
-    }
-  };
-  b.bind(init_fn);
-  per_sub([&](uint32_t sub) {
-    const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
-    for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
-    if (a.causal) {  // RV = absolute row of the PE
-      b.op("vpeid", {RV_}, P{6});
-      b.op("addi", {X{13}, X{25}, -int64_t(sub) * R});
-      b.op("vsplat", {tmp[0], X{13}});
-      b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
-    }
-  });
-  for (uint32_t c = 0; c < CH; ++c) {
-    b.op("vshr", {QS[c], QR[c], int64_t(16)});
-    b.op("vsplati", {AE[c], int64_t(0)});
-    b.op("vsplati", {AO[c], int64_t(0)});
-  }
-  b.op("vsplat.f32", {M_, F32{kNegBig}});
-  b.op("vsplati", {L_, int64_t(0)});
-  if (swap)
-    for (uint32_t c = 0; c < CH; ++c) {
-      b.op("vst", {QR[c], Mem{X{0}, int64_t(kLrmQ + 128 * c)}});
-      b.op("vst", {QS[c], Mem{X{0}, int64_t(kLrmQ + 128 * c + 64)}});
-      b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
-      b.op("vst", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
-    }
-  b.op("jalr", {X{0}, X{14}, 0});
-
-  // ---- pass end: out = acc / l in fp16, even and odd dims interleaved back ----
-  b.bind(fini_fn);
-  if (swap)
-    for (uint32_t c = 0; c < CH; ++c) {
-      b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
-      b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
-    }
-  b.op("vrcp.f32", {tmp[0], L_});
-  for (uint32_t c = 0; c < CH; ++c) {
-    b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
-    b.op("vmul.f32", {AO[c], AO[c], tmp[0]});
-    b.op("vcvt.f16.f32", {AE[c], AE[c]});
-    b.op("vcvt.f16.f32", {AO[c], AO[c]});
-    b.op("vshl", {AO[c], AO[c], int64_t(16)});
-    b.op("vor", {AE[c], AE[c], AO[c]});
-  }
-  per_sub([&](uint32_t sub) {
-    const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
-    for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
-  });
-  b.op("jalr", {X{0}, X{14}, 0});
 
   for (auto& [n, l] : block_fns) {
     b.bind(l);

@@ -12,17 +12,23 @@
 // One query row q [q_heads*head_dim] fp16 in OCM against L cached keys (the new one
 // included, already appended). L is read at run time from a scalar-memory word
 // (len_smem), so one compiled decode program serves every step.
-// Mapping: PE e = s*kv_heads + g owns query head g*G + s (G = q_heads/kv_heads); its
-// lanes take 16 dims (head_dim/16 registers of q and of the fp32 accumulator).
-// The cache streams DDR -> OCM in blocks of J = 16 keys per kv head (K on one DMA
-// channel, V on another, two slots double-buffered, so OCM use does not grow with L).
-// Per key a PE scatters its kv head's row from the slot and MACs it against q; the 16
-// scores of a block land in the 16 lanes; the block updates the running max / sum
-// (flash style, exp on the SFU), rescales the accumulator once, then each key's
-// probability (rounded to fp16) is spread over the lanes and MACs the V row in.
-// Tiling rule: J = 16 (lanes); scratch = 2 slots x (K + V) x kv_heads x J x head_dim x 2
-// bytes (+ a pad so that the scatter bases of the G PE groups stay >= 0).
-// Only the L valid keys are read from DDR (the last block's DMA is shortened).
+// Mapping (flash decoding): NS key splits (at most 4; as many as the PEs and a sixth of
+// the OCM allow; 1 when G > 4); PE e = s*NS*kv_heads + sp*kv_heads + g owns query head
+// g*G + s for split sp; its lanes take 16 dims (head_dim/16 registers of q and of the
+// fp32 accumulator). The cache streams DDR -> OCM in rounds (K on one DMA channel, V on
+// another, two slots double-buffered): a round of v keys (16 in the first round, then up
+// to NS x 16; the last one short) gives each split kb = ceil(v / NS) consecutive keys,
+// read exactly (one 3-D descriptor for the whole split blocks, a second start for the
+// short one). Per key a PE scatters its kv head's row from its split's block and MACs it
+// against q; the scores land in lanes (keys a split lacks: -big), the block updates the
+// PE's running max / sum (exp on the SFU), rescales its accumulator, then each key's
+// probability (fp16) is spread over the lanes and MACs the V row in (value MACs
+// predicated to the splits that have the key). At the end split 0's PEs merge the
+// others' max / sum / accumulators through OCM.
+// Tiling rule: scratch = pad + 2 slots x (K + V) x NS x kv_heads x 16 keys x head_dim x 2
+// bytes + the merge area ((head_dim/16 + 2) x NS x q_heads x 64 bytes when NS > 1); the
+// pad keeps the scatter bases of the G PE groups >= 0.
+// Only the L valid keys are read from DDR.
 //
 // ---- OCM attention (emit_attention_ocm): prefill (causal) and tower (full) ----------
 // q [seq][q_heads*head_dim] at q_ocm with row stride / head stride (bytes), k and v
@@ -39,8 +45,8 @@
 // softmax and values beside the next block's scores); with head_dim 128, q and the
 // accumulators are parked in LRM in turn so each phase has registers to rotate over.
 // Causal rows mask keys j > row once per block.
-// Tiling rule: R = min(seq, npe / G), GP = min(kv_heads, npe / (G*R), 5) (predicates
-// p1..p5).
+// Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
+// of at most min(npe / (G*R), 5) groups (predicates p1..p5).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) q is copied into head-major
 // scratch [q_heads][seq][head_dim] and the output written there and copied back, per

@@ -17,7 +17,7 @@ struct Scheduled {
   uint64_t cycles = 0;
 };
 
-Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, const sim::Config& cfg) {
+Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, const sim::Config& cfg, bool ocm_disjoint) {
   const size_t n = words.size();
   const sim::Timing timing(cfg);
   std::vector<isa::Insn> in(n);
@@ -30,8 +30,10 @@ Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, cons
   };
   std::vector<int64_t> last_write(isa::kNumRegs, -1);
   std::vector<std::vector<uint32_t>> readers(isa::kNumRegs);
-  int64_t last_store = -1;
-  std::vector<uint32_t> loads_since_store;
+  struct Space {  // one memory (LRM or OCM): its last store and the loads since
+    int64_t last_store = -1;
+    std::vector<uint32_t> loads;
+  } lrm, ocm;
   for (uint32_t i = 0; i < n; ++i) {
     in[i] = isa::decode(words[i], begin + i);
     const isa::Unit u = in[i].info->unit;
@@ -51,17 +53,20 @@ Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, cons
       readers[r].clear();
       last_write[r] = i;
     }
-    const bool mem = u == isa::Unit::lrm || u == isa::Unit::ocm_bc || u == isa::Unit::ocm_rd || u == isa::Unit::ocm_wr;
-    const bool store = u == isa::Unit::ocm_wr || (u == isa::Unit::lrm && in[i].info->ops[0].access == 0);
-    if (mem) {
-      if (last_store >= 0) edge(uint32_t(last_store), i);
-      if (store) {
-        for (uint32_t j : loads_since_store) edge(j, i);
-        loads_since_store.clear();
-        last_store = i;
-      } else {
-        loads_since_store.push_back(i);
-      }
+    const bool is_lrm = u == isa::Unit::lrm;
+    if (!is_lrm && u != isa::Unit::ocm_bc && u != isa::Unit::ocm_rd && u != isa::Unit::ocm_wr) continue;
+    Space& m = is_lrm ? lrm : ocm;
+    const bool loads_free = !is_lrm && ocm_disjoint;
+    const bool store = u == isa::Unit::ocm_wr || (is_lrm && in[i].info->ops[0].access == 0);
+    if (store) {
+      if (m.last_store >= 0) edge(uint32_t(m.last_store), i);
+      if (!loads_free)
+        for (uint32_t j : m.loads) edge(j, i);
+      m.loads.clear();
+      m.last_store = i;
+    } else {
+      if (m.last_store >= 0 && !loads_free) edge(uint32_t(m.last_store), i);
+      m.loads.push_back(i);
     }
   }
   // Longest latency path to the end of the region (the priority).
@@ -105,7 +110,7 @@ Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, cons
 
 }  // namespace
 
-uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg) {
+uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg, bool ocm_disjoint) {
   std::span<uint64_t> span = b.words_from(begin);
   std::vector<uint64_t> words(span.begin(), span.end());
   // One kernel shape is emitted many times per program (every layer): the schedule of a
@@ -113,6 +118,7 @@ uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg) {
   std::vector<uint64_t> key = words;
   for (int u = 0; u < isa::kNumUnits; ++u) key.push_back(uint64_t(cfg.lat(isa::Unit(u))) << 32 | cfg.occ(isa::Unit(u)));
   key.push_back(uint64_t(cfg.ocm_port_bytes) << 32 | cfg.npe());
+  key.push_back(ocm_disjoint);
   static std::mutex mu;
   static std::map<std::vector<uint64_t>, Scheduled> cache;
   Scheduled s;
@@ -122,7 +128,7 @@ uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg) {
     if (it != cache.end()) s = it->second;
   }
   if (s.order.empty() && !words.empty()) {
-    s = list_schedule(words, begin, cfg);
+    s = list_schedule(words, begin, cfg, ocm_disjoint);
     std::lock_guard<std::mutex> lock(mu);
     if (cache.size() > 256) cache.clear();
     cache.emplace(std::move(key), s);

@@ -1,8 +1,8 @@
 // A list scheduler for straight-line kernel code: it reorders the instructions of a
 // region (no labels, branches or DMA inside) so that in-order issue stalls less, keeping
 // every dependency of the emitted order: registers (read after write, write after read
-// and after write; predicates included) and memory (an LRM or OCM store stays ordered
-// with every LRM/OCM access around it). Values are therefore exactly those of the
+// and after write; predicates included) and memory (an LRM store stays ordered with
+// every LRM access around it, an OCM store with every OCM access). Values are therefore exactly those of the
 // emitted order; only the cycles change.
 //
 // It simulates the issue rule of docs/architecture.md ("Issue"; sim::Timing::cost_of
@@ -20,6 +20,9 @@ namespace gpnpu::kernels {
 
 // Reorders the builder's words from `begin` to its end; returns the cycles the region
 // takes from its first issue to its last result (registers ready at the start).
-uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg);
+// `ocm_disjoint`: the caller guarantees that no OCM load of the region reads bytes an
+// OCM store of the region writes, so OCM loads and stores need not stay ordered (stores
+// among themselves and every LRM access still do).
+uint64_t schedule_region(Builder& b, uint32_t begin, const sim::Config& cfg, bool ocm_disjoint = false);
 
 }  // namespace gpnpu::kernels

@@ -155,7 +155,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, DecodeShapes,
                          ::testing::Values(DecodeShape{"mini", 4, 2, 64, 64, {5, 16, 37}},
                                            DecodeShape{"mini", 2, 2, 128, 48, {1, 33}},
                                            DecodeShape{"mini", 8, 2, 32, 40, {23}},
-                                           DecodeShape{"qc-u", 16, 8, 128, 256, {140, 141}}));
+                                           DecodeShape{"qc-u", 16, 8, 128, 256, {140, 141}},
+                                           // the tiny model's heads on qc-u: 4 key splits, rounds of 16 and 64 keys
+                                           DecodeShape{"qc-u", 4, 2, 32, 300, {1, 17, 33, 80, 81, 95, 96, 97, 150, 299}}));
 
 TEST(AttentionDecode, NegativeControlWrongKvHeadFailsTheGate) {
   DecodeShape s{"mini", 4, 2, 64, 64, {37}};
