@@ -557,9 +557,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // pipelined instead: block b's values run in one region with block b+1's scores and
   // softmax (disjoint register pools), so neither phase's start-up or tail is exposed.
   const uint32_t park_bytes = 2 * 2 * CH * 64, mask_bytes = kJ * 64;
-  const bool swap = free_regs.size() < 12 && cfg.lrm_bytes >= park_bytes;
+  const uint32_t lrm = a.lrm_bytes ? std::min(a.lrm_bytes, uint32_t(cfg.lrm_bytes)) : uint32_t(cfg.lrm_bytes);
+  const bool swap = free_regs.size() < 12 && lrm >= park_bytes;
   const bool pipelined = free_regs.size() >= 16;
-  const bool lrm_masks = cfg.lrm_bytes >= mask_bytes + (swap ? park_bytes : 0);
+  const bool lrm_masks = lrm >= mask_bytes + (swap ? park_bytes : 0);
   const uint32_t kLrmQ = lrm_masks ? mask_bytes : 0, kLrmAcc = kLrmQ + 2 * CH * 64;
   if (!a.causal && lrm_masks) free_regs.insert(free_regs.begin(), LANE_);  // only the prologue needs it
   // The block's scores (pipelined: copied, as the next block's scores refill SV while

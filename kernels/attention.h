@@ -101,6 +101,10 @@ struct OcmAttnArgs {
   // and v hold kv_offset + seq rows, query row i sits at key kv_offset + i (causal: it
   // sees keys [0, kv_offset + i]; full: all of them).
   uint32_t kv_offset = 0;
+  // LRM [0, lrm_bytes) is the kernel's (one-hot lane masks, q and accumulator parking);
+  // the rest stays untouched (0: all of it). The image program gives 1,024 B: above that
+  // a GEMM may hold the next GEMM's first tile (kernels/gemm.h, gemm_handoff).
+  uint32_t lrm_bytes = 0;
 };
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);
 KernelCost cost_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);
