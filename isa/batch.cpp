@@ -85,6 +85,22 @@ bool Batch::take(ArchState& s, const Insn& in) {
   return true;
 }
 
+// vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
+// until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
+void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
+  const Insn& in = *e.in;
+  const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
+  if (cached_ != in.b) {
+    lanes::mac_f16_operand(fb_, b, size_t(hi - lo) * kLanes);
+    cached_ = in.b;
+  }
+  uint32_t* a = s.vreg(in.a);
+  const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
+  if (e.kind == Kind::mac_bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
+  const uint32_t* c = s.vreg(in.c);
+  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
+}
+
 void Batch::flush(ArchState& s) {
   if (entries_.empty()) return;
   uint32_t x[kXregs];
@@ -94,18 +110,21 @@ void Batch::flush(ArchState& s) {
   for (uint32_t lo = 0; lo < s.npe; lo += kBlockPes) {
     const uint32_t hi = std::min(s.npe, lo + kBlockPes);
     Window block(s, lo, hi);
+    cached_ = -1;
     for (Entry& e : entries_) {
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
           for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
-          break;
+          if (cached_ == e.reg) cached_ = -1;
+          continue;
         }
-        case Kind::mac_bcast:
-          lanes::mac_f16_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, s.vreg(e.in->b) + size_t(lo) * kLanes, e.lanes,
-                               size_t(hi - lo) * kLanes);
-          break;
+        case Kind::mac_bcast: mac(s, e, lo, hi); break;
         case Kind::exec:
+          if (e.in->exec == &sem_vmac_f16) {
+            mac(s, e, lo, hi);
+            break;
+          }
           if (e.xs >= 0) std::copy(xs_[size_t(e.xs)].begin(), xs_[size_t(e.xs)].end(), s.x);
           s.pc = e.pc;
           s.f16_first_to = &e.first;
@@ -113,6 +132,8 @@ void Batch::flush(ArchState& s) {
           s.f16_first_to = nullptr;
           break;
       }
+      for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
+        if (e.in->dst[k] == kRegV + cached_) cached_ = -1;
     }
   }
   std::copy(std::begin(x), std::end(x), s.x);

@@ -51,7 +51,12 @@ struct Batch {
     ArchState::F16First first;
   };
   void push_fill(ArchState& s, int r);
+  void mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi);
   std::vector<Entry> entries_;
+  // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
+  // a matrix tile times several activations); cached_ is that register, or -1.
+  uint32_t fb_[kBlockPes * kLanes];
+  int cached_ = -1;
   std::vector<std::array<uint32_t, kXregs>> xs_;
 };
 
