@@ -180,6 +180,29 @@ GPNPU_AVX2 void mac_f16_bcast_avx2(uint32_t* a, const uint32_t* b, const uint32_
   }
 }
 
+GPNPU_AVX2 void mac_f16_operand_avx2(uint32_t* fb, const uint32_t* b, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) store8(fb + k, f16_lo_to_f32(b + k));
+  for (const float* t = f16_table(); k < n; ++k) {  // as the hardware conversion: NaNs quiet
+    const uint32_t x = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
+    fb[k] = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffff) ? x | 0x400000u : x;
+  }
+}
+
+GPNPU_AVX2 void mac_f16_cvt_avx2(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
+  size_t k = 0;  // fb first in the product, as b in mac_f16_avx2: a NaN operand's payload wins the same way
+  for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(fb + k), f16_lo_to_f32(c + k))));
+  if (k < n) mac_f16_cvt_scalar(a + k, fb + k, c + k, n - k);
+}
+
+GPNPU_AVX2 void mac_f16_cvt_bcast_avx2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n) {
+  const __m256 c0 = f16_lo_to_f32(c16), c1 = f16_lo_to_f32(c16 + 8);
+  for (size_t k = 0; k + 16 <= n; k += 16) {
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(fb + k), c0)));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(fb + k + 8), c1)));
+  }
+}
+
 GPNPU_AVX2 void mla_f32_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(b + k), load8(c + k))));
@@ -308,6 +331,22 @@ void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, s
   }
 }
 
+void mac_f16_cvt_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
+  const float* t = f16_table();
+  for (size_t k = 0; k < n; ++k) {
+    float prod = std::bit_cast<float>(fb[k]) * t[c[k] & 0xffff];
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
+void mac_f16_cvt_bcast_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n) {
+  const float* t = f16_table();
+  for (size_t k = 0; k < n; ++k) {
+    float prod = std::bit_cast<float>(fb[k]) * t[c16[k % 16] & 0xffff];
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c[k]);
@@ -389,6 +428,27 @@ void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n
   if (have_avx2()) return mac_f16_bcast_avx2(a, b, c16, n);
 #endif
   mac_f16_bcast_scalar(a, b, c16, n);
+}
+
+void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mac_f16_operand_avx2(fb, b, n);
+#endif
+  cvt_f32_f16_scalar(fb, b, n);
+}
+
+void mac_f16_cvt(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mac_f16_cvt_avx2(a, fb, c, n);  // AVX-512 CPUs have AVX2 and F16C too
+#endif
+  mac_f16_cvt_scalar(a, fb, c, n);
+}
+
+void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mac_f16_cvt_bcast_avx2(a, fb, c16, n);
+#endif
+  mac_f16_cvt_bcast_scalar(a, fb, c16, n);
 }
 
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {

@@ -19,6 +19,14 @@ void mac_f16(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 // mac_f16 with c the same 16 lanes in every PE: c16[k % 16] (n a multiple of 16).
 void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 
+// mac_f16 and mac_f16_bcast with vb already converted by mac_f16_operand (isa/batch.h
+// converts a register once for the vmac.f16s of a block that read it). Bit-identical to
+// mac_f16 / mac_f16_bcast: the operand is converted as their bodies convert it (the
+// hardware conversion quiets a signalling NaN, and a product's NaN depends on that).
+void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n);
+void mac_f16_cvt(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
+void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
+
 // a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 
@@ -51,6 +59,8 @@ void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
 void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0);
 void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r);
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
+void mac_f16_cvt_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
+void mac_f16_cvt_bcast_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();
 bool have_avx2();  // and F16C

@@ -13,25 +13,30 @@ namespace gpnpu::isa {
 namespace {
 
 // Elementwise helpers: va[k] = f(vb[k]) and va[k] = f(vb[k], vc[k]).
-template <typename F>
+// kInt: integer and bit operations, run PE by PE (for_lanes_int in isa/semantics.h).
+template <bool kInt = true, typename F>
 void map1(ArchState& s, const Insn& i, F&& f) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t* b = s.vreg(i.b);
-  for_lanes(s, i, [&](size_t k) { a[k] = f(b[k]); });
+  auto g = [&](size_t k) { return f(b[k]); };
+  if constexpr (kInt) for_lanes_int(s, i, a, g);
+  else for_lanes(s, i, a, g);
 }
-template <typename F>
+template <bool kInt = true, typename F>
 void map2(ArchState& s, const Insn& i, F&& f) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  for_lanes(s, i, [&](size_t k) { a[k] = f(b[k], c[k]); });
+  auto g = [&](size_t k) { return f(b[k], c[k]); };
+  if constexpr (kInt) for_lanes_int(s, i, a, g);
+  else for_lanes(s, i, a, g);
 }
 template <typename F>
 void mapf1(ArchState& s, const Insn& i, F&& f) {
-  map1(s, i, [&](uint32_t b) { return as_u32(f(as_f32(b))); });
+  map1<false>(s, i, [&](uint32_t b) { return as_u32(f(as_f32(b))); });
 }
 template <typename F>
 void mapf2(ArchState& s, const Insn& i, F&& f) {
-  map2(s, i, [&](uint32_t b, uint32_t c) { return as_u32(f(as_f32(b), as_f32(c))); });
+  map2<false>(s, i, [&](uint32_t b, uint32_t c) { return as_u32(f(as_f32(b), as_f32(c))); });
 }
 // Per-PE transform through a 16-lane temporary, safe when va aliases a source.
 template <typename F>
@@ -62,12 +67,12 @@ SEM(vmov) { map1(s, i, [](uint32_t b) { return b; }); }
 SEM(vsplat) {
   uint32_t v = X(s, i.b);
   uint32_t* a = s.vreg(i.a);
-  for_lanes(s, i, [&](size_t k) { a[k] = v; });
+  for_lanes_int(s, i, a, [&](size_t) { return v; });
 }
 SEM(vsplati) {
   uint32_t v = uint32_t(i.imm);
   uint32_t* a = s.vreg(i.a);
-  for_lanes(s, i, [&](size_t k) { a[k] = v; });
+  for_lanes_int(s, i, a, [&](size_t) { return v; });
 }
 SEM(vsplat_f32) { sem_vsplati(s, i); }
 SEM(vadd_i32) { map2(s, i, [](uint32_t b, uint32_t c) { return b + c; }); }
@@ -89,15 +94,15 @@ SEM(vcmpeq_i32) { map2(s, i, [](uint32_t b, uint32_t c) { return b == c ? 0xffff
 SEM(vsel) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c), *d = s.vreg(i.d);
-  for_lanes(s, i, [&](size_t k) { a[k] = d[k] ? b[k] : c[k]; });
+  for_lanes_int(s, i, a, [&](size_t k) { return d[k] ? b[k] : c[k]; });
 }
 SEM(vlaneid) {
   uint32_t* a = s.vreg(i.a);
-  for_lanes(s, i, [&](size_t k) { a[k] = uint32_t(k % kLanes); });
+  for_lanes_int(s, i, a, [&](size_t k) { return uint32_t(k % kLanes); });
 }
 SEM(vpeid) {
   uint32_t* a = s.vreg(i.a);
-  for_lanes(s, i, [&](size_t k) { a[k] = uint32_t(k / kLanes); });
+  for_lanes_int(s, i, a, [&](size_t k) { return uint32_t(k / kLanes); });
 }
 SEM(vunpack_u4) {
   check_sel(i, 8);
@@ -138,7 +143,8 @@ namespace {
 template <typename F>
 void convert_f16(ArchState& s, uint32_t per_pe, F&& f) {
   F16Range chunk[kSplitChunks];
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) { f(e0, e1, chunk[split_chunk(s.npe, e0)]); });
+  const uint32_t lo = s.win_lo, n = s.win_hi - lo;
+  split_window(s, [&](uint32_t e0, uint32_t e1) { f(e0, e1, chunk[n ? split_chunk(n, e0 - lo) : 0]); });
   for (uint32_t j = 1; j < kSplitChunks; ++j) chunk[0].merge(chunk[j]);
   s.note_f16(chunk[0], per_pe);
 }
@@ -183,15 +189,15 @@ SEM(vcvt_f16_f32) {
     }
   });
 }
-SEM(vcvt_f32_i32) { map1(s, i, [](uint32_t b) { return as_u32(float(int32_t(b))); }); }
-SEM(vcvt_i32_f32) { map1(s, i, [](uint32_t b) { return f32_to_i32_sat(as_f32(b)); }); }
+SEM(vcvt_f32_i32) { map1<false>(s, i, [](uint32_t b) { return as_u32(float(int32_t(b))); }); }
+SEM(vcvt_i32_f32) { map1<false>(s, i, [](uint32_t b) { return f32_to_i32_sat(as_f32(b)); }); }
 
 namespace {
 template <bool kF16>
 void dequant4(ArchState& s, const Insn& i) {
   check_sel(i, 8);
   // Each PE reads its own codes and meta before it writes: va may alias vb or vc.
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+  split_window(s, [&](uint32_t e0, uint32_t e1) {
     lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), e0, e1, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
   });
 }
@@ -203,7 +209,7 @@ SEM(vdq4_f16) { dequant4<true>(s, i); }
 SEM(vmac_f16) {
   uint32_t* a = s.vreg(i.a);
   if (s.lazy >> i.c & 1)  // vc is a lazy broadcast (unpredicated; isa/execute.h)
-    return split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    return split_window(s, [&](uint32_t e0, uint32_t e1) {
       lanes::mac_f16_bcast(a + size_t(e0) * kLanes, s.vreg(i.b) + size_t(e0) * kLanes, s.lazy_lanes[i.c],
                            size_t(e1 - e0) * kLanes);
     });
@@ -213,9 +219,7 @@ SEM(vmac_f16) {
 SEM(vmac_i8) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
-  for_lanes(s, i, [&](size_t k) {
-    a[k] += uint32_t(int32_t(int8_t(b[k])) * int32_t(int8_t(c[k])));
-  });
+  for_lanes_int(s, i, a, [&](size_t k) { return a[k] + uint32_t(int32_t(int8_t(b[k])) * int32_t(int8_t(c[k]))); });
 }
 
 SEM(vexp) { mapf1(s, i, [](float b) { return std::exp(b); }); }

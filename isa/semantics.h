@@ -1,7 +1,9 @@
 // The vocabulary of the semantics functions: one small function per instruction,
 // named sem_<ident> after its table row, written with the helpers below.
 #pragma once
+#include <algorithm>
 #include <bit>
+#include <cstring>
 #include <cstdint>
 
 #include "isa/fp16.h"
@@ -27,19 +29,22 @@ inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 
 // Apply `f(k, n)` to every run of consecutive lanes [k, k + n) of the PEs enabled by
 // the instruction's predicate, so that vectorised loops see long contiguous ranges.
-// Large arrays run in chunks on two threads (lane_pool.h): `f` may write only the
-// lanes it is given.
+// Only the PEs of the state's window [win_lo, win_hi) are visited (all of them but
+// while a batch runs block by block, isa/batch.h). Large arrays run in chunks on two
+// threads (lane_pool.h): `f` may write only the lanes it is given.
 template <typename F>
 inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
+  const uint32_t lo = s.win_lo, hi = s.win_hi;
   if (s.predicate_contiguous(i.p)) {  // p0, or one run of PEs (the predicate's summary): no scan
-    if (!s.pred_count[i.p]) return;
-    const uint32_t b = s.pred_first[i.p];
-    return split_pes(s.pred_count[i.p], [&](uint32_t e0, uint32_t e1) {
+    const uint32_t b = std::max(s.pred_first[i.p], lo), e = std::min(s.pred_first[i.p] + s.pred_count[i.p], hi);
+    if (b >= e) return;
+    return split_pes(e - b, [&](uint32_t e0, uint32_t e1) {
       f(size_t(b + e0) * kLanes, size_t(e1 - e0) * kLanes);
     });
   }
   const uint8_t* pr = s.predicate(i.p);
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+  split_pes(hi - lo, [&](uint32_t e0, uint32_t e1) {
+    e0 += lo, e1 += lo;
     for (uint32_t e = e0; e < e1;) {
       if (!pr[e]) {
         ++e;
@@ -53,32 +58,54 @@ inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
   });
 }
 
-// Apply `f(k)` to every lane of every PE enabled by the instruction's predicate; `f`
-// receives the flat index (pe * 16 + lane) into each register so one loop serves all
-// operands. `f` may write only lane k.
+// Write a[k] = f(k) to every lane of every PE enabled by the instruction's predicate;
+// `f` receives the flat index (pe * 16 + lane) into each register so one loop serves
+// all operands, and may read any operand's lane k (a may alias them).
 template <typename F>
-inline void for_lanes(ArchState& s, const Insn& i, F&& f) {
+inline void for_lanes(ArchState& s, const Insn& i, uint32_t* a, F&& f) {
   for_lane_runs(s, i, [&](size_t k0, size_t n) {
-    for (size_t k = k0, end = k0 + n; k < end; ++k) f(k);
+    for (size_t k = k0, end = k0 + n; k < end; ++k) a[k] = f(k);
+  });
+}
+// The same, PE by PE through a 16-lane temporary: a loop of constant length that
+// vectorises without alias checks, much faster on predicates that enable scattered PEs.
+// Only for integer and bit operations: std::fmax and the like may round a signed zero
+// differently where the compiler vectorises them, and the definitions must not change.
+template <typename F>
+inline void for_lanes_int(ArchState& s, const Insn& i, uint32_t* a, F&& f) {
+  for_lane_runs(s, i, [&](size_t k0, size_t n) {
+    for (size_t e = k0, end = k0 + n; e < end; e += kLanes) {
+      uint32_t t[kLanes];
+      for (size_t l = 0; l < kLanes; ++l) t[l] = f(e + l);
+      std::memcpy(a + e, t, sizeof t);
+    }
   });
 }
 
-// Apply `f(pe)` to every PE enabled by the predicate; `f` may write only that PE's
-// lanes and LRM (the PEs run in chunks on two threads on large arrays).
+// Apply `f(pe)` to every PE enabled by the predicate (in the window, as above); `f` may
+// write only that PE's lanes and LRM (the PEs run in chunks on two threads on large arrays).
 template <typename F>
 inline void for_pes(ArchState& s, const Insn& i, F&& f) {
+  const uint32_t lo = s.win_lo, hi = s.win_hi;
   if (s.predicate_contiguous(i.p)) {  // as in for_lane_runs
-    if (!s.pred_count[i.p]) return;
-    const uint32_t b = s.pred_first[i.p];
-    return split_pes(s.pred_count[i.p], [&](uint32_t e0, uint32_t e1) {
-      for (uint32_t e = b + e0; e < b + e1; ++e) f(e);
+    const uint32_t b = std::max(s.pred_first[i.p], lo), e = std::min(s.pred_first[i.p] + s.pred_count[i.p], hi);
+    if (b >= e) return;
+    return split_pes(e - b, [&](uint32_t e0, uint32_t e1) {
+      for (uint32_t k = b + e0; k < b + e1; ++k) f(k);
     });
   }
   const uint8_t* pr = s.predicate(i.p);
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
-    for (uint32_t e = e0; e < e1; ++e)
+  split_pes(hi - lo, [&](uint32_t e0, uint32_t e1) {
+    for (uint32_t e = lo + e0; e < lo + e1; ++e)
       if (pr[e]) f(e);
   });
+}
+
+// split_pes over the window's PEs: f(e0, e1) with absolute PE indices.
+template <typename F>
+inline void split_window(const ArchState& s, F&& f) {
+  const uint32_t lo = s.win_lo;
+  split_pes(s.win_hi - lo, [&](uint32_t e0, uint32_t e1) { f(lo + e0, lo + e1); });
 }
 
 // The same in PE order on one thread: for writes into shared memory (OCM), where a

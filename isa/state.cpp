@@ -15,8 +15,10 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       v(size_t(kVregs) * shape_.npe() * kLanes, 0),
       pred(size_t(kPregs) * shape_.npe(), 0),
       lrm_bytes(lrm_bytes_),
-      lrm(size_t(shape_.npe()) * lrm_bytes_, 0),
-      ocm(ocm_) {
+      lrm_stride(lrm_bytes_ + 64),
+      lrm(size_t(shape_.npe()) * lrm_stride, 0),
+      ocm(ocm_),
+      win_hi(npe) {
   clear_predicates();
 }
 
@@ -44,8 +46,9 @@ void ArchState::materialise(int r) {
 }
 
 void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {
-  if (r.first >= 0 && !f16_first.set)
-    f16_first = {true, pc, uint32_t(r.first / per_pe), uint32_t(r.first % per_pe), r.first_value};
+  F16First& first = f16_first_to ? *f16_first_to : f16_first;
+  if (r.first >= 0 && !first.set)
+    first = {true, pc, uint32_t(r.first / per_pe), uint32_t(r.first % per_pe), r.first_value};
   F16Range m = r;
   m.first = -1;
   f16.merge(m);
@@ -75,7 +78,9 @@ uint64_t ArchState::digest() const {
   h = digest_bytes(smem.data(), smem.size(), h);
   h = digest_bytes(v.data(), v.size() * sizeof(uint32_t), h);
   h = digest_bytes(pred.data(), pred.size(), h);
-  h = digest_bytes(lrm.data(), lrm.size(), h);
+  std::vector<uint8_t> packed(size_t(npe) * lrm_bytes);  // the PEs' LRM without the padding
+  for (uint32_t e = 0; e < npe; ++e) std::memcpy(&packed[size_t(e) * lrm_bytes], lrm_of(e), lrm_bytes);
+  h = digest_bytes(packed.data(), packed.size(), h);
   return digest_bytes(ocm.data(), ocm.size(), h);
 }
 

@@ -4,7 +4,11 @@
 // pes * 16 lanes: vector register r of PE e, lane l is v[(r * npe + e) * 16 + l].
 // OCM storage belongs to the platform (sim/) and is lent to the state as a span.
 #pragma once
+#include <sys/mman.h>
+
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <span>
 #include <string>
 #include <vector>
@@ -20,6 +24,34 @@ constexpr int kXregs = 32;
 constexpr int kPregs = 8;
 constexpr int kLoopDepth = 4;     // nested hardware loops
 constexpr int kDmaDescWords = 9;  // words of a DMA descriptor in scalar memory
+
+// An allocator for the large per-PE arrays (register file, LRM): buffers of 1 MiB and
+// more are aligned to 2 MiB and asked for transparent huge pages, so that an array
+// instruction's 1,024 PEs take a few TLB entries instead of one per 4 KiB page.
+template <typename T>
+struct HugeAlloc {
+  using value_type = T;
+  HugeAlloc() = default;
+  template <typename U>
+  HugeAlloc(const HugeAlloc<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = n * sizeof(T);
+    if (bytes < (1u << 20)) return static_cast<T*>(::operator new(bytes));
+    constexpr size_t kHuge = size_t(2) << 20;
+    void* p = std::aligned_alloc(kHuge, (bytes + kHuge - 1) / kHuge * kHuge);
+    if (!p) throw std::bad_alloc();
+    madvise(p, bytes, MADV_HUGEPAGE);
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t n) {
+    if (n * sizeof(T) < (1u << 20)) ::operator delete(p);
+    else std::free(p);
+  }
+  template <typename U>
+  bool operator==(const HugeAlloc<U>&) const { return true; }
+};
+
+struct Batch;  // isa/batch.h
 
 struct ArrayShape {
   uint32_t rows = 32, cols = 32;
@@ -58,7 +90,7 @@ struct ArchState {
   // PE array
   ArrayShape shape;
   uint32_t npe;
-  std::vector<uint32_t> v;      // [reg][pe][lane]
+  std::vector<uint32_t, HugeAlloc<uint32_t>> v;  // [reg][pe][lane]
   std::vector<uint8_t> pred;    // [preg][pe], 0 or 1; p0 is all ones
   // Summary of each predicate, kept by summarise_predicate() whenever pred[p] changes:
   // active PEs, and the first and last active PE (first = npe when none). The timing
@@ -70,11 +102,21 @@ struct ArchState {
   // Whether predicate p's active PEs are one contiguous run [first, last] (or none).
   bool predicate_contiguous(int p) const { return pred_count[p] == 0 || pred_last[p] - pred_first[p] + 1 == pred_count[p]; }
   uint32_t lrm_bytes;
-  std::vector<uint8_t> lrm;     // [pe][lrm_bytes]
+  // Bytes from one PE's LRM to the next: lrm_bytes and one cache line, so that the PEs'
+  // bytes at one address (what a vld reads) fall in different cache sets; with a
+  // power-of-two stride all 1,024 share one set and every vld missed the L1 and L2.
+  uint32_t lrm_stride;
+  std::vector<uint8_t, HugeAlloc<uint8_t>> lrm;  // [pe][lrm_stride], of which the first lrm_bytes are the PE's LRM
   std::span<uint8_t> ocm;
 
   // false in --timing-only runs: memory instructions check addresses but move no data
   bool functional = true;
+
+  // The PEs [win_lo, win_hi) that the array semantics visit (isa/semantics.h): every PE,
+  // except while a batch of deferred array instructions runs one block of PEs at a time
+  // (isa/batch.h; `batch` is set by the sequencer for the run, null otherwise).
+  uint32_t win_lo = 0, win_hi = 0;
+  Batch* batch = nullptr;
 
   // Lazy broadcasts, a speed-up invisible to programs (isa/execute.h): with
   // lazy_broadcast on, an unpredicated obcast/obcast.h leaves its 16 lanes in
@@ -100,6 +142,7 @@ struct ArchState {
   };
   F16Range f16;
   F16First f16_first;
+  F16First* f16_first_to = nullptr;  // where note_f16 records the first instead (a batch's entry)
   bool f16_saturate = false;
   void note_f16(const F16Range& r, uint32_t per_pe);  // merges r; indices are pe * per_pe + element
 
@@ -110,7 +153,8 @@ struct ArchState {
 
   uint32_t* vreg(int r) { return &v[size_t(r) * npe * kLanes]; }
   const uint8_t* predicate(int p) const { return &pred[size_t(p) * npe]; }
-  uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_bytes]; }
+  uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_stride]; }
+  const uint8_t* lrm_of(uint32_t pe) const { return &lrm[size_t(pe) * lrm_stride]; }
 
   // A 64-bit digest of the architectural state (scalar and vector registers, predicates,
   // scalar memory, LRM and OCM) for bit-identity checks of whole runs (sim/platform.h).

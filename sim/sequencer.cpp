@@ -246,9 +246,14 @@ void Sequencer::execute_loop() {
   st.f16 = {};
   st.f16_first = {};
   st.f16_saturate = cfg.fp16_overflow == "saturate";
+  // PE-block batches likewise (isa/batch.h): run before the lazy broadcasts are written out.
+  isa::Batch batch;
+  st.batch = st.lazy_broadcast ? &batch : nullptr;
   struct WriteOut {
     isa::ArchState& st;
     ~WriteOut() {
+      if (st.batch) st.batch->flush(st);
+      st.batch = nullptr;
       st.materialise_all();
       st.lazy_broadcast = false;
     }

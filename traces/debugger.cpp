@@ -367,7 +367,7 @@ class Dbg {
     } else if (space == "lrm") {
       check(s.lrm_bytes);
       if (pe >= s.npe) fail("PE {} does not exist (the array has {} PEs)", pe, s.npe);
-      std::copy_n(&s.lrm[size_t(pe) * s.lrm_bytes + addr], n, b.begin());
+      std::copy_n(s.lrm_of(pe) + addr, n, b.begin());
     } else {
       fail("unknown memory '{}' (ocm, lrm, smem, ddr)", space);
     }

@@ -370,7 +370,7 @@ void InsnTracer::writes_of(const sim::IssueEvent& e, uint32_t pe, std::vector<Tr
         if (!pr[pe_i]) continue;
         if (u == isa::Unit::lrm) {
           if (uint64_t(addr) + w.bytes <= s.lrm_bytes)
-            h = hash_bytes(h, &s.lrm[size_t(pe_i) * s.lrm_bytes + addr], w.bytes);
+            h = hash_bytes(h, s.lrm_of(pe_i) + addr, w.bytes);
         } else {
           uint64_t a = uint64_t(addr) + uint64_t(pe_i) * w.stride;
           if (a + w.bytes <= s.ocm.size()) h = hash_bytes(h, &s.ocm[a], w.bytes);

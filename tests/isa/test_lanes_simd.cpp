@@ -39,6 +39,51 @@ TEST(LanesSimd, MacF16MatchesTheScalarDefinitionBitForBit) {
   }
 }
 
+// isa/batch.h converts vb once (mac_f16_operand) for the vmac.f16s that share it: the same
+// bits as mac_f16 / mac_f16_bcast, on the body this CPU runs and on the scalar bodies, for
+// fp16 bit patterns of every class (signalling and quiet NaNs in either operand). Not
+// pinned, here or in MacF16MatchesTheScalarDefinitionBitForBit: which payload a product of
+// two NaNs keeps (x86 returns the first operand's, and the compiler may swap the operands
+// of a product), so lanes where both are NaN are left out.
+TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
+  std::mt19937 rng(11);
+  const size_t n = 16 * 64;
+  std::vector<uint32_t> b(n), c(n), a(n), fb(n), fbs(n);
+  for (size_t k = 0; k < n; ++k) {
+    b[k] = rng();
+    c[k] = rng();
+    a[k] = rng() % 8 == 0 ? 0x7fc00001u + (rng() & 0xff) : std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -20));
+  }
+  for (size_t k = 0; k < 16; ++k) b[k] = 0x7c01 + uint32_t(k) * 0x40, c[16 + k] = 0xfe01 + uint32_t(k);  // NaNs: sNaN, qNaN
+  auto nan16 = [](uint32_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); };
+  for (size_t k = 0; k < n; ++k)
+    if (nan16(b[k]) && nan16(c[k])) c[k] ^= 0x4000;  // c no longer a NaN
+  for (size_t k = 0; k < 16; ++k)  // the broadcast operand c[16..31] meets every b
+    for (size_t j = k; j < n; j += 16)
+      if (nan16(b[j]) && nan16(c[16 + k])) b[j] ^= 0x4000;
+  mac_f16_operand(fb.data(), b.data(), n);
+  cvt_f32_f16_scalar(fbs.data(), b.data(), n);
+  std::vector<uint32_t> x = a, y = a;
+  mac_f16(x.data(), b.data(), c.data(), n);
+  mac_f16_cvt(y.data(), fb.data(), c.data(), n);
+  EXPECT_EQ(x, y);
+  x = a, y = a;
+  mac_f16_scalar(x.data(), b.data(), c.data(), n);
+  mac_f16_cvt_scalar(y.data(), fbs.data(), c.data(), n);
+  EXPECT_EQ(x, y);
+  x = a, y = a;
+  mac_f16_bcast(x.data(), b.data(), c.data() + 16, n);
+  mac_f16_cvt_bcast(y.data(), fb.data(), c.data() + 16, n);
+  EXPECT_EQ(x, y);
+  x = a, y = a;
+  mac_f16_bcast_scalar(x.data(), b.data(), c.data() + 16, n);
+  mac_f16_cvt_bcast_scalar(y.data(), fbs.data(), c.data() + 16, n);
+  EXPECT_EQ(x, y);
+  y = a;  // negative control: the product must use vb (a stale conversion is seen)
+  mac_f16_cvt(y.data(), fbs.data() + 16, c.data(), n - 16);
+  EXPECT_NE(std::vector<uint32_t>(x.begin(), x.end() - 16), std::vector<uint32_t>(y.begin(), y.end() - 16));
+}
+
 // Random fp32 bit patterns of every class but NaN (inf, subnormal, huge, tiny).
 uint32_t random_f32(std::mt19937& rng) {
   uint32_t x = rng();

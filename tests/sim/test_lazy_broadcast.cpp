@@ -1,9 +1,14 @@
-// Lazy broadcasts (isa/execute.h) are invisible: a program that broadcasts into
-// registers and then uses them every way (vmac.f16's broadcast operand, other
-// arithmetic, predicated writes, LRM stores, OCM gathers, overwrites, a second
-// broadcast over a lazy one) leaves bit-identical registers and OCM whether it runs
-// lazily (no trace hook) or eagerly (a trace hook turns laziness off), and the same
-// cycles. Negative control: the comparison sees a one-lane difference.
+// Lazy broadcasts (isa/execute.h) and PE-block batches (isa/batch.h) are invisible: a
+// program that broadcasts into registers and then uses them every way (vmac.f16's
+// broadcast operand, vcvt.f32.f16 of a broadcast, other arithmetic, predicated writes,
+// LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
+// deferred array instructions between scalar ones (LRM loads and splats from scalar
+// registers that change within the run, a predicate over scattered PEs, fp16
+// conversions that overflow in two instructions, the later one at a lower PE) leaves
+// bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
+// whether it runs lazily and batched (no trace hook) or eagerly instruction by
+// instruction (a trace hook turns both off). Negative control: the comparison sees a
+// one-lane difference.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -47,13 +52,45 @@ const char* kProgram = R"(
     ogather v6, 0(x12), x3
     ogather v10, 0(x13), x3
     obcast v13, 0xa40(x0)
+    obcast.h v14, 0xa80(x0)
+    vcvt.f32.f16 v14, v14
+    obcast.h v15, 0xac0(x0)
+    vcvt.f32.f16 v16, v15
+    vmac.f16 v16, v1, v15
+    li   x20, 3
+    li   x21, 40
+    pset.cols p2, x20, x21
+    li   x6, 0
+    li   x7, 5
+    loop x7, Lbody
+    vld  v17, 0(x6)
+    vsplat v18, x6
+    vadd.i32 v17, v17, v18 @p2
+    vst  v17, 512(x6)
+    vld.h v19, 256(x6)
+    addi x6, x6, 64
+Lbody:
+    li   x22, 0x7f000000
+    vsplat v20, x22
+    vsplat v21, x0
+    li   x23, 700
+    li   x24, 1024
+    pset.range p3, x23, x24
+    vsplat v21, x22 @p3
+    vcvt.f16.f32 v22, v21
+    vpack.f16 v23, v20, v20
+    vmul.f32 v24, v17, v14
+    mark.begin "after"
+    mark.end "after"
     halt
 )";
 
 struct Result {
   std::vector<uint32_t> v;
-  std::vector<uint8_t> ocm;
+  std::vector<uint8_t> lrm, ocm;
   uint64_t cycles;
+  std::string first_nonfinite;
+  uint64_t overflow;
 };
 
 Result run(bool hooks) {
@@ -66,9 +103,15 @@ Result run(bool hooks) {
   isa::Program prog = isa::assemble(kProgram, "lazy.s");
   if (hooks) p.sequencer().on_issue = [](const IssueEvent&) {};
   Result r;
-  r.cycles = p.run(prog).total[Stat::cycles];
+  const Stats& st = p.run(prog);
+  r.cycles = st.total[Stat::cycles];
+  r.overflow = st.total[Stat::f16_overflow];
+  r.first_nonfinite = fmt::format("{} pe {} element {} value {}", st.first_nonfinite.where, st.first_nonfinite.pe,
+                                  st.first_nonfinite.element, st.first_nonfinite.value);
   p.sequencer().on_issue = nullptr;
-  r.v = p.state().v;
+  r.v.assign(p.state().v.begin(), p.state().v.end());
+  for (uint32_t e = 0; e < p.state().npe; ++e)
+    r.lrm.insert(r.lrm.end(), p.state().lrm_of(e), p.state().lrm_of(e) + p.state().lrm_bytes);
   r.ocm.resize(0x50000);
   p.ocm().read(0, r.ocm.data(), r.ocm.size());
   return r;
@@ -82,6 +125,11 @@ TEST(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
   for (size_t k = 0; k < lazy.v.size(); ++k) diff += lazy.v[k] != eager.v[k];
   EXPECT_EQ(diff, 0u);
   EXPECT_TRUE(lazy.ocm == eager.ocm);
+  EXPECT_TRUE(lazy.lrm == eager.lrm);
+  EXPECT_EQ(lazy.overflow, eager.overflow);
+  EXPECT_GT(lazy.overflow, 0u);
+  EXPECT_EQ(lazy.first_nonfinite, eager.first_nonfinite);
+  EXPECT_NE(lazy.first_nonfinite.find("vcvt.f16.f32"), std::string::npos) << lazy.first_nonfinite;
   // The program did something: v3 accumulated, v13 (broadcast last) holds its row everywhere.
   const uint32_t npe = Platform::get().state().npe;
   const uint32_t* v13 = &lazy.v[size_t(13) * npe * 16];

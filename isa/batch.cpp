@@ -1,0 +1,148 @@
+// PE-block batches (isa/batch.h).
+#include "isa/batch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "isa/lanes_simd.h"
+#include "isa/semantics.h"
+
+namespace gpnpu::isa {
+
+bool batchable(const Insn& in) {
+  const Unit u = in.info->unit;
+  if (u == Unit::lrm) return true;
+  return (unit_info(u).flags & kCompute) && in.exec != &sem_vmovn && in.exec != &sem_vext;
+}
+
+namespace {
+
+// Whether `in` reads or writes what a deferred instruction writes or reads: the array's
+// registers, predicates or LRM, or the numerics (marks, halt). An unpredicated obcast
+// only replaces a lazy broadcast's lanes (isa/execute.h) and touches no register.
+bool touches_array(const Insn& in) {
+  const Unit u = in.info->unit;
+  if (u == Unit::scalar || u == Unit::smem || u == Unit::branch || u == Unit::dma) return false;
+  return !(in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h));
+}
+
+bool reads_scalar(const Insn& in) {
+  for (int k = 0; k < in.nsrc; ++k)
+    if (in.src[k] < kRegV) return true;
+  return false;
+}
+
+bool is_vreg(uint8_t id) { return id >= kRegV && id < kRegV + kVregs; }
+
+// Sets the window for the scope and restores the whole array's when it ends.
+struct Window {
+  ArchState& s;
+  Window(ArchState& s_, uint32_t lo, uint32_t hi) : s(s_) { s.win_lo = lo, s.win_hi = hi; }
+  ~Window() { s.win_lo = 0, s.win_hi = s.npe; }
+};
+
+}  // namespace
+
+void Batch::push_fill(ArchState& s, int r) {
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::fill;
+  e.reg = uint8_t(r);
+  std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
+  s.lazy &= ~(1u << r);
+}
+
+bool Batch::take(ArchState& s, const Insn& in) {
+  if (!batchable(in)) {
+    if (!entries_.empty() && touches_array(in)) flush(s);
+    return false;
+  }
+  if (entries_.size() >= kMaxEntries) flush(s);
+  {
+    Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
+    in.exec(s, in);
+  }
+  if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
+    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
+    for (int k = 0; k < in.nsrc; ++k) {
+      const uint8_t id = in.src[k];
+      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && !(mac && id - kRegV == in.c)) push_fill(s, id - kRegV);
+    }
+    for (int k = 0; k < in.ndst; ++k) {
+      const uint8_t id = in.dst[k];
+      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1)) push_fill(s, id - kRegV);
+    }
+  }
+  Entry& e = entries_.emplace_back();
+  e.in = &in;
+  e.pc = s.pc;
+  if (in.exec == &sem_vmac_f16 && (s.lazy >> in.c & 1)) {  // vc is a lazy broadcast: read its lanes now
+    e.kind = Kind::mac_bcast;
+    std::memcpy(e.lanes, s.lazy_lanes[in.c], sizeof e.lanes);
+  } else if (reads_scalar(in)) {
+    e.xs = int32_t(xs_.size());
+    std::copy(std::begin(s.x), std::end(s.x), xs_.emplace_back().begin());
+  }
+  return true;
+}
+
+// vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
+// until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
+void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
+  const Insn& in = *e.in;
+  const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
+  if (cached_ != in.b) {
+    lanes::mac_f16_operand(fb_, b, size_t(hi - lo) * kLanes);
+    cached_ = in.b;
+  }
+  uint32_t* a = s.vreg(in.a);
+  const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
+  if (e.kind == Kind::mac_bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
+  const uint32_t* c = s.vreg(in.c);
+  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
+}
+
+void Batch::flush(ArchState& s) {
+  if (entries_.empty()) return;
+  uint32_t x[kXregs];
+  std::copy(std::begin(s.x), std::end(s.x), x);
+  const uint32_t pc = s.pc, lazy = s.lazy;
+  s.lazy = 0;  // the deferred instructions read their own lanes (fill, mac_bcast)
+  for (uint32_t lo = 0; lo < s.npe; lo += kBlockPes) {
+    const uint32_t hi = std::min(s.npe, lo + kBlockPes);
+    Window block(s, lo, hi);
+    cached_ = -1;
+    for (Entry& e : entries_) {
+      switch (e.kind) {
+        case Kind::fill: {
+          uint32_t* v = s.vreg(e.reg);
+          for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
+          if (cached_ == e.reg) cached_ = -1;
+          continue;
+        }
+        case Kind::mac_bcast: mac(s, e, lo, hi); break;
+        case Kind::exec:
+          if (e.in->exec == &sem_vmac_f16) {
+            mac(s, e, lo, hi);
+            break;
+          }
+          if (e.xs >= 0) std::copy(xs_[size_t(e.xs)].begin(), xs_[size_t(e.xs)].end(), s.x);
+          s.pc = e.pc;
+          s.f16_first_to = &e.first;
+          e.in->exec(s, *e.in);
+          s.f16_first_to = nullptr;
+          break;
+      }
+      for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
+        if (e.in->dst[k] == kRegV + cached_) cached_ = -1;
+    }
+  }
+  std::copy(std::begin(x), std::end(x), s.x);
+  s.pc = pc;
+  s.lazy = lazy;
+  for (const Entry& e : entries_)  // the first non-finite fp16 in program order
+    if (e.first.set && !s.f16_first.set) s.f16_first = e.first;
+  entries_.clear();
+  xs_.clear();
+}
+
+}  // namespace gpnpu::isa

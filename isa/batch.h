@@ -1,0 +1,66 @@
+// PE-block batches: a speed-up of functional runs, invisible to programs. One array
+// instruction streams whole registers (1,024 PEs x 64 bytes = 64 KiB each) through a
+// 2 MiB register file that does not stay in the L2 cache. Most array instructions touch
+// only their own PE's registers and LRM, so a straight run of them gives the same
+// result when it executes one block of PEs at a time (every instruction of the run on
+// PEs 0..63, then every one on 64..127, ...), and a block's registers stay in the L1
+// and L2 caches across the run.
+//
+// While the sequencer sets ArchState::batch (functional runs without trace hooks),
+// isa::execute() defers such instructions ("batchable": every kCompute instruction but
+// vmovn and vext, and the LRM loads and stores) into the batch, with what they read
+// of the rest of the state at issue time: the scalar registers (a copy, when they read
+// one) and the lanes of a lazy broadcast (isa/execute.h). Any other instruction that
+// touches the array, its predicates or the numerics (OCM forms, pset.*, vmovn, vext,
+// marks, halt) first runs the batch (flush); scalar, branch, scalar-memory and DMA
+// instructions do not (DMA moves only DDR and OCM). Each deferred instruction's checks
+// (LRM range, element group, lane number) run at issue, on an empty window, so errors
+// name the right instruction and cycle. The fp16 numerics (ArchState::f16) are sums and
+// maxima, and the first non-finite conversion is kept per deferred instruction and
+// taken in program order, so they equal an instruction-by-instruction run; tests/sim
+// (test_lazy_broadcast.cpp) compares both ways bit for bit.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "isa/state.h"
+
+namespace gpnpu::isa {
+
+struct Batch {
+  static constexpr uint32_t kBlockPes = 64;      // PEs per block: 4 KiB of each register
+  static constexpr size_t kMaxEntries = 512;     // a longer run is flushed in parts
+
+  // Defers `in` (true), or runs the batch first when `in` needs the array state up to
+  // date (false: the caller then executes `in`).
+  bool take(ArchState& s, const Insn& in);
+  // Runs every deferred instruction, block by block; the batch is then empty.
+  void flush(ArchState& s);
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  enum class Kind : uint8_t { exec, fill, mac_bcast };
+  struct Entry {
+    const Insn* in = nullptr;
+    Kind kind = Kind::exec;
+    uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
+    int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
+    uint32_t pc = 0;
+    uint32_t lanes[kLanes];   // fill, mac_bcast: the broadcast lanes
+    ArchState::F16First first;
+  };
+  void push_fill(ArchState& s, int r);
+  void mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi);
+  std::vector<Entry> entries_;
+  // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
+  // a matrix tile times several activations); cached_ is that register, or -1.
+  uint32_t fb_[kBlockPes * kLanes];
+  int cached_ = -1;
+  std::vector<std::array<uint32_t, kXregs>> xs_;
+};
+
+// Whether `in` may be deferred into a batch (see above).
+bool batchable(const Insn& in);
+
+}  // namespace gpnpu::isa
