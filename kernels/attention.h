@@ -44,7 +44,8 @@
 // (kernels/schedule.h). With head_dim 64 the regions are software pipelined (a block's
 // softmax and values beside the next block's scores); with head_dim 128, q and the
 // accumulators are parked in LRM in turn so each phase has registers to rotate over.
-// Causal rows mask keys j > row once per block.
+// Causal rows mask keys j > row once per block. The output must not overlap k or v (a
+// pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
 // of at most min(npe / (G*R), 5) groups (predicates p1..p5).
 // q must be readable by one stride per head group: a head-major q (head stride >=
