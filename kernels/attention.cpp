@@ -556,14 +556,12 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // each block is one scheduled region. With enough registers the regions are software
   // pipelined instead: block b's values run in one region with block b+1's scores and
   // softmax (disjoint register pools), so neither phase's start-up or tail is exposed.
-  // LRM: at most [0, 1024) (the compiler keeps the kernels between two GEMMs there, the
-  // rest may hold the next GEMM's first tile): the parking first, then the one-hot masks.
-  const uint32_t lrm = std::min<uint32_t>(uint32_t(cfg.lrm_bytes), 1024);
   const uint32_t park_bytes = 2 * 2 * CH * 64, mask_bytes = kJ * 64;
+  const uint32_t lrm = a.lrm_bytes ? std::min(a.lrm_bytes, uint32_t(cfg.lrm_bytes)) : uint32_t(cfg.lrm_bytes);
   const bool swap = free_regs.size() < 12 && lrm >= park_bytes;
   const bool pipelined = free_regs.size() >= 16;
   const bool lrm_masks = lrm >= mask_bytes + (swap ? park_bytes : 0);
-  const uint32_t kLrmQ = 0, kLrmAcc = 2 * CH * 64, kLrmMask = swap ? park_bytes : 0;
+  const uint32_t kLrmQ = lrm_masks ? mask_bytes : 0, kLrmAcc = kLrmQ + 2 * CH * 64;
   if (!a.causal && lrm_masks) free_regs.insert(free_regs.begin(), LANE_);  // only the prologue needs it
   // The block's scores (pipelined: copied, as the next block's scores refill SV while
   // this block's softmax runs) and three softmax temporaries, apart from the pools.
@@ -648,7 +646,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       V mk;
       if (lrm_masks) {
         mk = ps.mk[j % ps.mk.size()];
-        b.op("vld", {mk, Mem{X{0}, int64_t(kLrmMask + 64 * j)}});
+        b.op("vld", {mk, Mem{X{0}, int64_t(64 * j)}});
       } else {
         mk = ps.mk[0];
         b.op("vsplati", {ps.mk.back(), int64_t(j)});
@@ -771,7 +769,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     }
   };
 
-  // ---- prologue: one-hot lane masks in LRM ----
+  // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
   b.li(X{11}, qrs);
   b.li(X{30}, ors);
   b.op("vlaneid", {LANE_});
@@ -779,7 +777,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     for (uint32_t j = 0; j < kJ; ++j) {
       b.op("vsplati", {tmp[0], int64_t(j)});
       b.op("vcmpeq.i32", {tmp[1], LANE_, tmp[0]});
-      b.op("vst", {tmp[1], Mem{X{0}, int64_t(kLrmMask + 64 * j)}});
+      b.op("vst", {tmp[1], Mem{X{0}, int64_t(64 * j)}});
     }
   // The first q copy and the last output copy would be exposed on the DMA port (read and
   // write, ocm_dma_bytes a cycle): they go through the array port instead, one head and

@@ -43,8 +43,8 @@
 // block routine is one straight-line region reordered by the list scheduler
 // (kernels/schedule.h). With head_dim 64 the regions are software pipelined (a block's
 // softmax and values beside the next block's scores); with head_dim 128, q and the
-// accumulators are parked in LRM in turn so each phase has registers to rotate over.
-// LRM used: [0, 1024) at most (parking, then masks).
+// accumulators are parked in LRM in turn so each phase has registers to rotate over
+// (LRM [0, lrm_bytes) only: masks, then the parking when both fit).
 // Causal rows mask keys j > row once per block. The output must not overlap k or v (a
 // pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
@@ -103,6 +103,10 @@ struct OcmAttnArgs {
   // and v hold kv_offset + seq rows, query row i sits at key kv_offset + i (causal: it
   // sees keys [0, kv_offset + i]; full: all of them).
   uint32_t kv_offset = 0;
+  // LRM [0, lrm_bytes) is the kernel's (one-hot lane masks, q and accumulator parking);
+  // the rest stays untouched (0: all of it). The image program gives 1,024 B: above that
+  // a GEMM may hold the next GEMM's first tile (kernels/gemm.h, gemm_handoff).
+  uint32_t lrm_bytes = 0;
 };
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);
 KernelCost cost_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);

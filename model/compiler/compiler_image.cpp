@@ -418,7 +418,8 @@ struct ImageKernels {
     at.smem = kSmem;
     at.max_groups = max_groups;
     at.kv_offset = kv_offset;
-    lrm_since = std::max(lrm_since, kLrmShared);  // q and accumulator parking
+    at.lrm_bytes = kLrmShared;  // lane masks, q and accumulator parking
+    lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
   void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,

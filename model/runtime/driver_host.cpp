@@ -574,8 +574,7 @@ DescribeResult describe(const DescribeOptions& o) {
     co.on_tensor = large_values_hook(chain_large);
     chain = std::make_unique<Chain>(mc, *weights, co);
   }
-  dev.write_patches(in.patches);
-  dev.write_prompt(ids, pos);
+  dev.write_patches(in.patches);  // the prompt's ids and rotary tables: after the vision run
   r.wall_setup = since(t_start);
 
   // Progress during the long image program: every block / layer / stage that closes,
@@ -694,7 +693,7 @@ DescribeResult describe(const DescribeOptions& o) {
     collect(st, *running, cfg, "image", {"vision_tower", "prefill", "head"}, true, 0, r);
     if (!o.timing_only) collect_numerics(st, *running, "image", r);
     if (!nonfinite.set) nonfinite = st.first_nonfinite;
-    if (k == 0) dev.write_prompt(ids, pos);  // the vision run used scalar memory too
+    if (k == 0) dev.write_prompt(ids, pos);  // the prefill run's inputs
   }
   r.image_cycles = s0.cycles;
   r.image_ddr_bytes = s0.ddr_bytes;

@@ -193,6 +193,7 @@ struct OcmShape {
   uint32_t kv_offset = 0;            // keys before query row 0 (a prefill chunk after cached tokens)
   uint32_t pe_side = 0;              // pe_rows = pe_cols, with 4 MiB of OCM (0: the preset's)
   uint32_t lrm_bytes = 0;            // 0: the preset's
+  uint32_t q_pad = 0;                // row-major q: bytes after each q row (q inside q|k|v rows; out stays dense)
 };
 
 struct OcmRun {
@@ -220,12 +221,13 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
   a.scale = 1.0f / std::sqrt(float(hd));
   const uint32_t qbytes = H * S * hd2;
   a.q_ocm = 0;
-  a.out_ocm = up64(qbytes);
+  a.out_ocm = up64(qbytes + S * (s.head_major ? 0 : s.q_pad));
   if (s.head_major) {
     a.q_row_stride = a.out_row_stride = hd2;
     a.q_head_stride = a.out_head_stride = S * hd2;
   } else {
-    a.q_row_stride = a.out_row_stride = H * hd2;
+    a.q_row_stride = H * hd2 + s.q_pad;
+    a.out_row_stride = H * hd2;
     a.q_head_stride = a.out_head_stride = hd2;
   }
   a.kv_row_stride = KV * hd2 + 64;  // strided k/v rows
@@ -307,7 +309,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 64},
                                            OcmShape{"mini", 16, 8, 128, 29, true, false, 1.0f, 1.5f, 7, 8, 2048},
                                            OcmShape{"mini", 4, 4, 64, 35, false, false, 1.0f, 1.5f, 0, 8, 1024},
-                                           OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512}));
+                                           OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512},
+                                           // q in the prefill's q|k|v rows (row stride q + k + v), out dense
+                                           OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 8 * 256},
+                                           OcmShape{"qc-u", 16, 16, 64, 256, false, false, 1.0f, 1.5f, 0, 0, 0, 2 * 16 * 128},
+                                           OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 2 * 256}));
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the
 // width (std 0.12 at width 1024: q and k of std 0.12 * sqrt(1024) = 3.84, |q| up to ~19,
@@ -322,6 +328,60 @@ TEST(AttentionOcm, TowerShapeWithSharpScores) {
   EXPECT_GE(g.cosine, 0.99999) << "max_abs " << g.max_abs;
   EXPECT_TRUE(g.pass()) << "cos " << g.cosine << " max_abs " << g.max_abs << " bound " << g.bound;
   std::printf("attention qc-u tower, scores std ~15: cos %.8f max_abs %.3g (bound %.3g)\n", g.cosine, g.max_abs, g.bound);
+}
+
+// The image program gives the OCM attention LRM [0, 1,024): above it a GEMM may hold the
+// next GEMM's first tile (gemm_handoff). On the prefill shape (head_dim 128: q and the
+// accumulators are parked in LRM) the kernel must leave LRM [1,024, 4,096) as it was:
+// a sentinel stored there before the kernel, summed per PE after it, against the sum it
+// had. Negative control: without the budget the kernel uses that LRM and the sum changes.
+uint64_t lrm_above_budget_changes(uint32_t budget) {
+  sim::Config cfg = sim::Config::make("qc-u", {});
+  const uint32_t H = 16, KV = 8, hd = 128, hd2 = hd * 2, S = 128, lrm = uint32_t(cfg.lrm_bytes), from = 1024;
+  OcmAttnArgs a;
+  a.q_heads = H;
+  a.kv_heads = KV;
+  a.head_dim = hd;
+  a.seq = S;
+  a.causal = true;
+  a.scale = 1.0f / std::sqrt(float(hd));
+  a.q_row_stride = a.out_row_stride = H * hd2;
+  a.q_head_stride = a.out_head_stride = hd2;
+  a.kv_row_stride = KV * hd2;
+  a.out_ocm = up64(H * S * hd2);
+  a.k_ocm = up64(a.out_ocm + H * S * hd2);
+  a.v_ocm = up64(a.k_ocm + S * a.kv_row_stride);
+  a.scratch_ocm = up64(a.v_ocm + S * a.kv_row_stride);
+  a.scratch_bytes = H * S * hd2;
+  a.lrm_bytes = budget;
+  const uint32_t sums = up64(a.scratch_ocm + a.scratch_bytes);  // [npe][64 B] after the kernel
+  Builder b;
+  b.li(X{1}, 0x1234567);
+  b.op("vsplat", {V{0}, X{1}});
+  for (uint32_t off = from; off < lrm; off += 64) b.op("vst", {V{0}, Mem{X{0}, int64_t(off)}});
+  emit_attention_ocm(b, cfg, a);
+  b.op("vsplati", {V{1}, int64_t(0)});
+  for (uint32_t off = from; off < lrm; off += 64) {
+    b.op("vld", {V{0}, Mem{X{0}, int64_t(off)}});
+    b.op("vadd.i32", {V{1}, V{1}, V{0}});
+  }
+  b.li(X{1}, sums);
+  b.li(X{2}, 64);
+  b.op("ogather", {V{1}, Mem{X{1}, 0}, X{2}});
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  p.run(prog);
+  const uint32_t want = uint32_t(0x1234567u * ((lrm - from) / 64));
+  std::vector<uint32_t> got(size_t(cfg.npe()) * 16);
+  p.ocm().read(sums, got.data(), got.size() * 4);
+  return uint64_t(std::count_if(got.begin(), got.end(), [&](uint32_t v) { return v != want; }));
+}
+
+TEST(AttentionOcm, KeepsToItsLrmBudget) {
+  EXPECT_EQ(lrm_above_budget_changes(1024), 0u) << "lanes whose LRM above the budget changed";
+  EXPECT_GT(lrm_above_budget_changes(0), 0u) << "negative control: with all the LRM the kernel parks above 1,024";
 }
 
 TEST(AttentionOcm, NegativeControlNoCausalMaskFailsTheGate) {
