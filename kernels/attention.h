@@ -39,12 +39,14 @@
 // bytes (obcast: dims 2i and 2i+1 in lane i; `vshr` brings the odd dims to the low
 // halves that vmac.f16 reads; q is held as loaded and shifted, the output as even- and
 // odd-dim accumulators). Keys go in blocks of 16, fully unrolled: scores into lanes
-// (one-hot lane masks in LRM [0, 1024)), the online softmax, p_j spread by vdup; each
+// (one-hot lane masks from LRM when it has room), the online softmax, p_j spread by vdup; each
 // block routine is one straight-line region reordered by the list scheduler
 // (kernels/schedule.h). With head_dim 64 the regions are software pipelined (a block's
 // softmax and values beside the next block's scores); with head_dim 128, q and the
-// accumulators are parked in LRM in turn so each phase has registers to rotate over.
-// Causal rows mask keys j > row once per block.
+// accumulators are parked in LRM in turn so each phase has registers to rotate over
+// (LRM [0, lrm_bytes) only: masks, then the parking when both fit).
+// Causal rows mask keys j > row once per block. The output must not overlap k or v (a
+// pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
 // of at most min(npe / (G*R), 5) groups (predicates p1..p5).
 // q must be readable by one stride per head group: a head-major q (head stride >=
