@@ -651,7 +651,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     return o;
   };
   if (!res) return s.plan_only ? plan_only("streamed") : image_streamed(s);
-  if (s.plan_only) return plan_only("resident");
+  // (prefill_chunk_rows sizes chunks for the resident plan on at least 2 DMA channels: on
+  // one its GEMMs run slower than a shorter chunk would; on 2 they cost less than a chunk
+  // more, which reads every weight again.)
+  if (s.plan_only)
+    return plan_only(gemm_channels < std::min(2u, uint32_t(cfg_.dma_channels)) ? "resident, one GEMM DMA channel"
+                                                                               : "resident");
   const uint32_t rcv = res->rcv, J = res->J;
   const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
                  rVEC = res->rVEC;

@@ -13,11 +13,14 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
   const uint64_t room = cfg_.smem_bytes > iio_.ids_smem ? (cfg_.smem_bytes - iio_.ids_smem) / 4 : 0;
   rows = uint32_t(std::min<uint64_t>(rows, room));
   if (opt_.prefill_chunk) return std::max(1u, std::min(rows, opt_.prefill_chunk));
+  // Chunks of n rows for `rows` rows after `offset`: the last one sits at offset + rows - n
+  // and stages the most cached keys (offset + rows of them, as many for any n), so n fits
+  // every chunk when it fits there.
   auto resident = [&](uint32_t n) {
     ImageShape sh;
     sh.vision = false;
     sh.seq_len = int(n);
-    sh.cache_offset = offset;
+    sh.cache_offset = offset + rows - n;
     sh.image_rows = 0;
     sh.head = false;
     sh.plan_only = true;
@@ -30,7 +33,7 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
     (resident(mid) ? lo : hi) = mid;
   }
   // As few chunks as that takes, of even rows (each chunk reads every weight once: no
-  // short last chunk); a later chunk sits at a larger offset and may get fewer.
+  // short last chunk); the later chunks' calls find the same size.
   const uint32_t chunks = (rows + lo - 1) / lo;
   return (rows + chunks - 1) / chunks;
 }
