@@ -18,8 +18,8 @@
 // plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
 // Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
-// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space); the prefill MLP runs in column chunks of
-// the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
+// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space);
+// the prefill MLP runs in column chunks of the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
 #include <functional>
@@ -196,6 +196,20 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
 
 namespace {
 
+// The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
+// with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels) {
+  sim::Config g = cfg;
+  g.dma_channels = int(channels);
+  const uint32_t cw = gate_up_chunk(d.I);
+  uint64_t r = 0;
+  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                      {d.H, d.I}})
+    r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
+  return r;
+}
+
 // Mixed precision's OCM (kernels/f16cols.h): Xs of up to `rows` rows and the correction's
 // DMA buffers; none without fp16 channels.
 struct F16Regions {
@@ -228,7 +242,7 @@ struct ImageKernels {
   kernels::Builder& b;
   detail::Emitter em;
   const sim::Config& cfg;
-  sim::Config gcfg;  // the GEMMs' view of the machine (the streamed plan may use fewer DMA channels)
+  sim::Config gcfg;  // the GEMMs' view of the machine (either plan may give them fewer DMA channels)
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
   // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
@@ -561,19 +575,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   //      J the largest power of two dividing I / cw (and whose packings are
   //      contiguous in DDR) for which TMP can hold [S][2 cw J].
   //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 128, J = 1; 8 MiB: rcv = 256, J = 4.
-  //    The GEMMs' DMA buffers take all DMA channels, or 2 when only that makes the plan
-  //    fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
+  //    The GEMMs' DMA buffers take all DMA channels, or 2, or 1 when only that makes the
+  //    plan fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
   // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
-  auto gemm_buffers = [&](uint32_t channels) {
-    sim::Config gcfg = cfg_;
-    gcfg.dma_channels = int(channels);
-    uint64_t r = 0;
-    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                        {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                        {d.H, d.I}})
-      r = std::max<uint64_t>(r, gemm_scratch_bytes(gcfg, n, k));
-    return r;
-  };
   // Largest J whose chunk packings are contiguous (no padding between them).
   uint32_t jmax = 1;
   for (uint32_t j = 2; j <= nchunks; j *= 2) {
@@ -635,7 +639,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   for (uint32_t ch : channel_options) {
     if (forced || res) break;
     gemm_channels = ch;
-    rGEMM = gemm_buffers(ch);
+    rGEMM = gemm_buffer_bytes(cfg_, d, ch);
     const uint64_t fixed = fixed_with(rGEMM);
     for (uint32_t rcv : {N, rcv_fit}) {
       for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
@@ -944,12 +948,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   auto plan = [&](uint32_t channels) {
   Streamed p;
   p.channels = channels;
-  sim::Config gcfg = cfg_;
-  gcfg.dma_channels = int(channels);
-  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                      {d.H, d.I}})
-    p.rGEMM = std::max<uint64_t>(p.rGEMM, gemm_scratch_bytes(gcfg, n, k));
+  p.rGEMM = gemm_buffer_bytes(cfg_, d, channels);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
