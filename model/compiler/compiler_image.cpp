@@ -916,11 +916,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
 namespace {
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
+  uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // weight bytes streamed (the plan's main cost)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
-  std::function<std::vector<uint64_t>(uint32_t)> ta, tc, tb, mg, pa, pc, pb;
+  std::function<std::vector<uint64_t>(uint32_t)> ta, tc, mg, pa, pc;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;  // (kv heads, buffer sets)
   std::vector<uint64_t> hd;
   bool ok = false;
 };
@@ -959,7 +961,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
             uint64_t(r) * d.pd * 2};
   };
   // tower B: q head-major [g][N][hdv], k, v [N][g hdv], out head-major
-  p.tb = [&](uint32_t g) -> V64 { const uint64_t x = uint64_t(g) * N * hdv2; return {x, x, x, x}; };
+  p.tb = [&](uint32_t g, uint32_t sets) -> V64 {
+    const uint64_t x = uint64_t(g) * N * hdv2;
+    return sets == 2 ? V64{x, x, x, x, x, x, x, x} : V64{x, x, x, x};
+  };
   // tower C: attention rows / normed rows [r][Dv], proj/fc2 out [r][Dv], residual [r][Dv], fc1 [r][Iv]
   p.tc = [&](uint32_t r) -> V64 {
     return {uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2};
@@ -972,9 +977,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
             uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4};
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
-  p.pb = [&](uint32_t g) -> V64 {
+  p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
-    return {x, y, y, x};
+    return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
   };
   // prefill C: attention rows / normed rows, residual [r][H], o/gate-up/down out, MLP activation [r][I]
   p.pc = [&](uint32_t r) -> V64 {
@@ -990,8 +995,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   p.rpa = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); }) : 1;
   p.rpc = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); }) : 1;
-  p.gv = groups_per_call(d.hv, gcap, [&](uint32_t g) { return fits(p.tb(g)); });
-  p.gp = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pb(g)); });
+  // Attention phases: two buffer sets (the next group's q, k, v load while this group
+  // computes, its output stores while the next computes) when they fit, else one.
+  // Pipelined, a call takes the kv heads the kernel runs in one pass (npe / (G R), R =
+  // min(rows, npe / G) rows a pass; 1 from 512 rows on qc-u): more would only lengthen
+  // the first load and the last store, which are not overlapped.
+  const uint32_t npe = cfg_.npe();
+  auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows,
+                         const std::function<V64(uint32_t, uint32_t)>& sizes, uint32_t& sets) {
+    const uint32_t pass = std::max(1u, npe / (g_size * std::max(1u, std::min(rows, npe / g_size))));
+    for (sets = 2; sets >= 1; --sets) {
+      const uint32_t c = sets == 2 ? (gcap ? std::min(gcap, pass) : pass) : gcap;
+      if (uint32_t g = groups_per_call(heads, c, [&](uint32_t g) { return fits(sizes(g, sets)); })) return g;
+    }
+    sets = 1;
+    return 0u;
+  };
+  p.gv = attn_groups(d.hv, 1, N, p.tb, p.sv);
+  p.gp = attn_groups(d.nkv, G, S, p.pb, p.sp);
   p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
   if (p.ok) {
     auto ntiles = [](uint32_t total, uint32_t r) { return double((total + r - 1) / r); };
@@ -1017,8 +1038,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     uint64_t least = UINT64_MAX, fixed = 0;
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
-      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1)), sum_fp(q.mg(m4)),
-                                                sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1)), sum_fp(q.hd)});
+      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
+                                                sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1, 1)), sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
     }
     fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
@@ -1062,6 +1083,49 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     detail::Emitter& em = k.em;
     auto begin = [&](const std::string& n) { b.op("mark.begin", {Name{n}}); };
     auto end = [&](const std::string& n) { b.op("mark.end", {Name{n}}); };
+    // An attention phase over kv-head groups [g0, g0 + ng) of `total`, `per` a call.
+    // With two buffer sets it is a pipeline: group i+1's loads (q on channel 1, k and v
+    // on channel 2) start before group i's attention, group i's output is stored (channel
+    // 0 or 3 by set) while group i+1 computes; a set's output buffer is written again two
+    // groups later, after its store. With one set every copy is waited for.
+    // io(set buffers, g0, ng, load, chan): the loads (load) or the store on DMA channel
+    // chan (UINT32_MAX: waited for); attend(set buffers, g0, ng).
+    const uint32_t nch = uint32_t(cfg_.dma_channels), chq = 1 % nch, chkv = 2 % nch, cho[2] = {0, 3 % nch};
+    auto attention_phase = [&](uint32_t total, uint32_t per, uint32_t sets, const std::vector<uint32_t>& o,
+                               const std::function<void(const uint32_t*, uint32_t, uint32_t, bool, uint32_t)>& io,
+                               const std::function<void(const uint32_t*, uint32_t, uint32_t)>& attend) {
+      const auto groups = tiles_of(total, per);
+      auto set = [&](size_t i) { return o.data() + (i % sets) * 4; };
+      if (sets == 1) {
+        for (auto [g0, ng] : groups) {
+          io(set(0), g0, ng, true, UINT32_MAX);
+          attend(set(0), g0, ng);
+          io(set(0), g0, ng, false, UINT32_MAX);
+        }
+        return;
+      }
+      io(set(0), groups[0].first, groups[0].second, true, chq);
+      for (size_t i = 0; i < groups.size(); ++i) {
+        em.wait(chq);
+        em.wait(chkv);
+        if (i + 1 < groups.size()) io(set(i + 1), groups[i + 1].first, groups[i + 1].second, true, chq);
+        if (i >= 2) em.wait(cho[i % 2]);
+        attend(set(i), groups[i].first, groups[i].second);
+        io(set(i), groups[i].first, groups[i].second, false, cho[i % 2]);
+      }
+      em.wait(cho[0]);
+      em.wait(cho[1]);
+    };
+    // A copy waited for (chan UINT32_MAX) or started on DMA channel chan.
+    auto copy_on = [&](uint32_t chan, const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes,
+                       uint32_t rows, uint32_t src_stride, uint32_t dst_stride, uint32_t planes = 1,
+                       uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
+      if (chan == UINT32_MAX)
+        em.copy(mark, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride, dst_plane_stride);
+      else
+        em.copy_async(mark, chan, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
+                      dst_plane_stride);
+    };
 
     // ================= vision tower =================
     if (s.vision) {
@@ -1120,18 +1184,25 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
           }
         }
         {
-          const std::vector<uint32_t> o = phase(p.tb(p.gv));
-          const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
-          for (uint32_t g0 = 0; g0 < d.hv; g0 += p.gv) {
-            const uint32_t ng = std::min(p.gv, d.hv - g0);
-            const std::string A = fmt::format("{}.g{}", B, g0 / p.gv);
-            em.copy(A + ".load_q", vqkv + g0 * hdv2, ocm(Q), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2, N * hdv2);
-            em.copy(A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(K), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-            em.copy(A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(Vv), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-            k.attention(A + ".attention", ng, ng, d.hdv, N, false, Q, hdv2, N * hdv2, K, Vv, ng * hdv2, O, hdv2,
-                        N * hdv2, 0, 0, ng);
-            em.copy(A + ".store", ocm(O), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2, hdv2);
-          }
+          auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
+          auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+            const std::string A = name(g0);
+            const bool w = ch == UINT32_MAX;
+            if (!load)
+              return copy_on(ch, A + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2,
+                             hdv2);
+            copy_on(w ? ch : chq, A + ".load_q", vqkv + g0 * hdv2, ocm(u[0]), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2,
+                    N * hdv2);
+            copy_on(w ? ch : chkv, A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(u[1]), ng * hdv2, N, 3 * d.Dv * 2,
+                    ng * hdv2);
+            copy_on(w ? ch : chkv, A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(u[2]), ng * hdv2, N,
+                    3 * d.Dv * 2, ng * hdv2);
+          };
+          attention_phase(d.hv, p.gv, p.sv, phase(p.tb(p.gv, p.sv)), io,
+                          [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+                            k.attention(name(g0) + ".attention", ng, ng, d.hdv, N, false, u[0], hdv2, N * hdv2, u[1],
+                                        u[2], ng * hdv2, u[3], hdv2, N * hdv2, 0, 0, ng);
+                          });
         }
         {
           const std::vector<uint32_t> o = phase(p.tc(p.rvc));
@@ -1218,20 +1289,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       {
         // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of the
         // off cached tokens before them.
-        const std::vector<uint32_t> o = phase(p.pb(p.gp));
-        const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
-        for (uint32_t g0 = 0; g0 < d.nkv; g0 += p.gp) {
-          const uint32_t ng = std::min(p.gp, d.nkv - g0), nh = ng * G;
-          const std::string A = fmt::format("{}.g{}", L, g0 / p.gp);
-          em.copy(A + ".load_q", aq + g0 * G * hd2, ocm(Q), hd2, S, qd, hd2, nh, hd2, S * hd2);
-          em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(K), hd2, off + S, hd2, ng * hd2, ng,
-                  opt_.max_seq * hd2, hd2);
-          em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(Vv), hd2, off + S, hd2, ng * hd2, ng,
-                  opt_.max_seq * hd2, hd2);
-          k.attention(A + ".attention", nh, ng, d.hd, S, true, Q, hd2, S * hd2, K, Vv, ng * hd2, O, hd2, S * hd2, 0,
-                      0, ng, off);
-          em.copy(A + ".store", ocm(O), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
-        }
+        auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", L, g0 / p.gp); };
+        auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+          const std::string A = name(g0);
+          const bool w = ch == UINT32_MAX;
+          const uint32_t nh = ng * G;
+          if (!load)
+            return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
+          copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+          copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
+                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
+          copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
+                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
+        };
+        attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
+                        [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+                          k.attention(name(g0) + ".attention", ng * G, ng, d.hd, S, true, u[0], hd2, S * hd2, u[1],
+                                      u[2], ng * hd2, u[3], hd2, S * hd2, 0, 0, ng, off);
+                        });
       }
       {
         const std::vector<uint32_t> o = phase(p.pc(p.rpc));
@@ -1294,8 +1369,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
   out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases); kv "
-                         "heads per attention call tower {}, prefill {}; GEMM DMA channels {}",
-                         p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.gv, p.gp, p.channels);
+                         "heads per attention call tower {}, prefill {} ({}|{} buffer sets); GEMM DMA channels {}",
+                         p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.gv, p.gp, p.sv, p.sp, p.channels);
   return out;
 }
 

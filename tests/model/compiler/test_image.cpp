@@ -187,9 +187,9 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   const std::vector<Case> cases = {
       {"1MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 1; GEMM DMA channels 1 (of 4"},
       {"800KiB", {}, "tower 72|144, mergers 36, prefill 48|24 (qkv|MLP phases); kv heads per attention call tower 4, "
-                     "prefill 2; GEMM DMA channels 4"},
+                     "prefill 2 (2|2 buffer sets); GEMM DMA channels 4"},
       {"1MiB", small, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases); kv heads per attention call tower 1, "
-                      "prefill 1"},
+                      "prefill 1 (2|2 buffer sets)"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
   };
   std::map<std::string, uint64_t> cycles;
