@@ -21,6 +21,10 @@
 #include "model/checkpoint/config.h"
 #include "sim/machine/config.h"
 
+namespace gpnpu::kernels {
+class Builder;
+}
+
 namespace gpnpu::model {
 
 class QuantBundle;
@@ -194,8 +198,13 @@ class Compiler {
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
   // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
   void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
+  // The image program; with `into`, emitted into *into and its calls appended to *calls:
+  // image_program (the resident plan) then leaves out the halt and the finish (a resident
+  // tower before a streamed prefill), image_streamed finishes the program.
+  CompiledProgram image_program(const ImageShape& shape, kernels::Builder* into, std::vector<KernelCall>* calls) const;
   // The image program with activations streamed from DDR in row tiles (small OCM).
-  CompiledProgram image_streamed(const ImageShape& shape) const;
+  CompiledProgram image_streamed(const ImageShape& shape, kernels::Builder* into = nullptr,
+                                 std::vector<KernelCall>* calls = nullptr) const;
 
   ModelConfig model_;
   sim::Config cfg_;

@@ -550,7 +550,10 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 
 }  // namespace
 
-CompiledProgram Compiler::image_program(const ImageShape& s) const {
+CompiledProgram Compiler::image_program(const ImageShape& s) const { return image_program(s, nullptr, nullptr); }
+
+CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* into,
+                                        std::vector<KernelCall>* into_calls) const {
   if (!opt_.image) fail("compiler: built without the image path (CompileOptions::image = false)");
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
@@ -654,7 +657,26 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     o.plan = plan;
     return o;
   };
-  if (!res) return s.plan_only ? plan_only("streamed") : image_streamed(s);
+  if (!res && s.plan_only) return plan_only("streamed");
+  if (!res && s.vision && s.prefill && !forced && !into) {
+    // Placement per stage: the tower resident when it fits alone, the prefill streamed
+    // (they meet in DDR: act.img and the DeepStack rows).
+    ImageShape tower = s;
+    tower.prefill = tower.head = false;
+    tower.plan_only = true;
+    if (image_program(tower).plan.starts_with("resident")) {
+      tower.plan_only = false;
+      kernels::Builder b;
+      std::vector<KernelCall> calls;
+      const std::string tower_plan = image_program(tower, &b, &calls).plan;
+      ImageShape rest = s;
+      rest.vision = false;
+      CompiledProgram out = image_streamed(rest, &b, &calls);
+      out.plan = fmt::format("tower {}; prefill {}", tower_plan, out.plan);
+      return out;
+    }
+  }
+  if (!res) return image_streamed(s);
   // (prefill_chunk_rows sizes chunks for the resident plan on at least 2 DMA channels: on
   // one its GEMMs run slower than a shorter chunk would; on 2 they cost less than a chunk
   // more, which reads every weight again.)
@@ -676,9 +698,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const uint32_t KC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached keys") : 0;
   const uint32_t VC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached values") : 0;
 
-  kernels::Builder b;
+  kernels::Builder own;
+  kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
-  ImageKernels k(b, out.calls, cfg_, ddr_);
+  ImageKernels k(b, into ? *into_calls : out.calls, cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -797,8 +820,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     b.op("mark.end", {Name{"vision_tower"}});
   }  // s.vision
   if (!s.prefill) {
-    b.op("halt");
-    out.program = b.finish();
+    if (!into) {
+      b.op("halt");
+      out.program = b.finish();
+    }
     out.plan = fmt::format("resident: tower MLP rows per chunk {}{}", rcv, channels_note);
     return out;
   }
@@ -917,12 +942,14 @@ namespace {
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
+  uint32_t sva = 1, svc = 1, spa = 1, spc = 1;  // buffer sets of the row phases (2: pipelined copies)
   uint32_t channels = 0;  // DMA channels of the GEMMs
-  double cost = 0;        // weight bytes streamed (the plan's main cost)
+  double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
-  std::function<std::vector<uint64_t>(uint32_t)> ta, tc, mg, pa, pc;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;  // (kv heads, buffer sets)
+  std::function<std::vector<uint64_t>(uint32_t)> mg;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> ta, tc, pa, pc;  // (rows, buffer sets)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;          // (kv heads, buffer sets)
   std::vector<uint64_t> hd;
   bool ok = false;
 };
@@ -933,7 +960,8 @@ uint64_t sum_fp(const std::vector<uint64_t>& v) {
 }
 }  // namespace
 
-CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
+CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* into,
+                                         std::vector<KernelCall>* calls) const {
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
   const TextConfig& tc = model_.text;
@@ -955,46 +983,88 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
-  // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32, patches [r][pd]
-  p.ta = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.hdv * 4, uint64_t(r) * d.hdv * 4,
-            uint64_t(r) * d.pd * 2};
+  // Row phases with two buffer sets: the first `n` buffers again after the list.
+  auto sets_of = [](V64 v, size_t n, uint32_t sets) {
+    if (sets == 2) v.insert(v.end(), v.begin(), v.begin() + ptrdiff_t(n));
+    return v;
+  };
+  // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32 (x4 per set), patches [r][pd]
+  p.ta = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+    return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.hdv * 4,
+                    uint64_t(r) * d.hdv * 4, uint64_t(r) * d.pd * 2},
+                   4, sets);
   };
   // tower B: q head-major [g][N][hdv], k, v [N][g hdv], out head-major
   p.tb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * N * hdv2;
     return sets == 2 ? V64{x, x, x, x, x, x, x, x} : V64{x, x, x, x};
   };
-  // tower C: attention rows / normed rows [r][Dv], proj/fc2 out [r][Dv], residual [r][Dv], fc1 [r][Iv]
-  p.tc = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2};
+  // tower C: attention rows / normed rows [r][Dv], residual [r][Dv] (x2 per set), proj/fc2 out [r][Dv],
+  // fc1 [r][Iv]
+  p.tc = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+    return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2},
+                   2, sets);
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: rows / dense q [r][max(H, q)], qkv [r][qkv_n], dense k, v, cos, sin
-  p.pa = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd,
-            uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4};
+  // prefill A: rows / dense q [r][max(H, q)], cos, sin (x3 per set), qkv [r][qkv_n], dense k, v
+  p.pa = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+    return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4,
+                    uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd},
+                   3, sets);
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
   p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
   };
-  // prefill C: attention rows / normed rows, residual [r][H], o/gate-up/down out, MLP activation [r][I]
-  p.pc = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.H * 2, uint64_t(r) * std::max(2 * cw, d.H) * 2,
-            uint64_t(r) * d.I * 2};
+  // prefill C: attention rows / normed rows, residual [r][H] (x2 per set), o/gate-up/down out, MLP
+  // activation [r][I]
+  p.pc = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+    return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.H * 2,
+                    uint64_t(r) * std::max(2 * cw, d.H) * 2, uint64_t(r) * d.I * 2},
+                   2, sets);
   };
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
   // (a run without the tower or the prefill has no such tiles: 1 row, never used)
-  p.rva = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)); }) : 1;
-  p.rvc = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.tc(r)); }) : 1;
+  // A row phase's rows per tile and buffer sets, by a cost model of one tile: with one
+  // set max(MAC, weight DDR) cycles and then its activation copies; with two, the copies
+  // overlap the next tile (max(MAC, weight + activation DDR); one tile's copies stay
+  // exposed), on the fewer rows two sets leave.
+  const double peak = cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
+  auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
+  auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
+                       double wbytes, double act_row, uint32_t& sets, double times) {
+    sets = 1;
+    if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
+    double best = 0;
+    uint32_t best_r = 0;
+    for (uint32_t st : {1u, 2u}) {
+      const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, st)); });
+      if (!r) continue;
+      const double tiles = std::ceil(double(total) / r), mac = r * macs_row / peak, w = wbytes / bw,
+                   a = r * act_row / bw;
+      const double c = st == 1 ? tiles * (std::max(mac, w) + a) : tiles * std::max(mac, w + a) + a;
+      if (!best_r || c < best) best = c, best_r = r, sets = st;
+    }
+    p.cost += best * times;
+    return best_r;
+  };
+  // Measured at qc-u: the prefill's GEMMs (K = 2048 and 6144) run 6.5% slower on 2 DMA
+  // channels than on 4; the tower's (K = 1024 and 4096) as fast.
+  const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
+  const double depth = vc.depth, layers = tc.num_hidden_layers;
+  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), (4.0 * d.Dv + 4.0 * d.hdv) * 2, p.sva, depth);
+  p.rvc = row_phase(N, p.tc, double(d.Dv) * (d.Dv + 2.0 * d.Iv), wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv),
+                    3.0 * d.Dv * 2, p.svc, depth);
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
-  p.rpa = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); }) : 1;
-  p.rpc = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); }) : 1;
+  p.rpa = row_phase(S, p.pa, slow * d.qkv_n * d.H, wb(d.qkv_n, d.H), d.H * 2.0 + qd + 2.0 * kd + d.hd * 8.0, p.spa,
+                    layers);
+  p.rpc = row_phase(S, p.pc, slow * d.H * (d.nq * d.hd + 3.0 * d.I),
+                    wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I), double(qd) + 2.0 * d.H * 2, p.spc,
+                    layers);
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, a call takes the kv heads the kernel runs in one pass (npe / (G R), R =
@@ -1014,21 +1084,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   p.gv = attn_groups(d.hv, 1, N, p.tb, p.sv);
   p.gp = attn_groups(d.nkv, G, S, p.pb, p.sp);
   p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
-  if (p.ok) {
-    auto ntiles = [](uint32_t total, uint32_t r) { return double((total + r - 1) / r); };
-    auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
-    p.cost = ntiles(N, p.rva) * (wb(d.Dv, d.pd) / vc.depth + wb(3 * d.Dv, d.Dv)) * vc.depth +
-             ntiles(N, p.rvc) * (wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv)) * vc.depth +
-             ntiles(Nt, p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (vc.deepstack_visual_indexes.size() + 1) +
-             ntiles(S, p.rpa) * wb(d.qkv_n, d.H) * tc.num_hidden_layers +
-             ntiles(S, p.rpc) * (wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I)) *
-                 tc.num_hidden_layers;
-  }
+  // (the mergers: their weight passes, at the DDR rate)
+  if (p.ok && Nt)
+    p.cost += std::ceil(double(Nt) / p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
+              double(vc.deepstack_visual_indexes.size() + 1) / bw;
   return p;
   };
   // GEMM DMA channels: all of them, or 2 when the OCM their buffers give back saves
-  // weight passes (fewer row tiles): the plan with less weight traffic (2B at 1 and
-  // 2 MiB: 2 channels; fewer channels alone make the GEMMs slower).
+  // weight passes (fewer row tiles): the plan of fewer estimated cycles (2B at 1 and
+  // 2 MiB: 2 channels; fewer channels alone make the prefill's GEMMs slower).
   std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels))};
   if (cfg_.dma_channels > 2) cands.push_back(plan(2));
   Streamed p = cands[0];
@@ -1038,8 +1102,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     uint64_t least = UINT64_MAX, fixed = 0;
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
-      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
-                                                sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1, 1)), sum_fp(q.hd)});
+      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4, 1)), sum_fp(q.tc(r4, 1)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
+                                                sum_fp(q.pa(p4, 1)), sum_fp(q.pc(p4, 1)), sum_fp(q.pb(1, 1)), sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
     }
     fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
@@ -1118,13 +1182,62 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     };
     // A copy waited for (chan UINT32_MAX) or started on DMA channel chan.
     auto copy_on = [&](uint32_t chan, const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes,
-                       uint32_t rows, uint32_t src_stride, uint32_t dst_stride, uint32_t planes = 1,
+                       uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
                        uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
       if (chan == UINT32_MAX)
         em.copy(mark, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride, dst_plane_stride);
       else
         em.copy_async(mark, chan, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
                       dst_plane_stride);
+    };
+    // A row phase's tiles of `per` rows of `total`. With two buffer sets it is a
+    // pipeline: while tile t runs, tile t-1's stores (channel cs) and tile t+1's loads
+    // (channel ca, or cs for a buffer that is also stored from: it queues behind that
+    // buffer's store) are in flight. run() starts them before its long GEMMs: kick(0) the
+    // stores, kick(1) the loads (and the stores if not yet), so that they overlap MACs
+    // rather than short kernels, and each GEMM finds the DDR port blocked by at most one
+    // of them (the port serves a descriptor's runs in one go; a GEMM's weight stream has
+    // one tile of slack). A set is written again two tiles later, after the wait that
+    // begins the tile between. A channel holds two descriptors: load() puts at most two
+    // on ca and one on cs. With one set every copy is waited for.
+    // load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick), store(t, r0, rows,
+    // set, cs): channel UINT32_MAX: the copy is waited for.
+    const uint32_t ca = 2 % nch, cs = 3 % nch, kWait = UINT32_MAX;
+    using Kick = std::function<void(int)>;
+    auto row_phase = [&](uint32_t total, uint32_t per, uint32_t sets,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& load,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, const Kick&)>& run,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& store) {
+      const auto tiles = tiles_of(total, per);
+      const uint32_t n = uint32_t(tiles.size());
+      for (uint32_t t = 0; t < n; ++t) {
+        const auto [r0, rows] = tiles[t];
+        if (sets == 1) {
+          load(t, r0, rows, 0, kWait, kWait);
+          run(t, r0, rows, 0, [](int) {});
+          store(t, r0, rows, 0, kWait);
+          continue;
+        }
+        if (t == 0) load(0, r0, rows, 0, ca, cs);
+        em.wait(ca);
+        em.wait(cs);
+        int kicked = -1;
+        run(t, r0, rows, t % 2, [&](int part) {
+          if (kicked < 0 && t > 0) store(t - 1, tiles[t - 1].first, tiles[t - 1].second, (t - 1) % 2, cs);
+          if (kicked < 1 && part == 1 && t + 1 < n)
+            load(t + 1, tiles[t + 1].first, tiles[t + 1].second, (t + 1) % 2, ca, cs);
+          kicked = std::max(kicked, part);
+        });
+        if (kicked < 1) fail("compiler: internal: a pipelined row phase's tile did not start its copies");
+      }
+      if (sets == 2) {
+        store(n - 1, tiles[n - 1].first, tiles[n - 1].second, (n - 1) % 2, cs);
+        em.wait(cs);
+      }
+    };
+    // Buffer i of set u of a row phase whose first `n` buffers are doubled (sets_of).
+    auto buf = [](const std::vector<uint32_t>& o, size_t n, uint32_t u, size_t i) {
+      return u && i < n ? o[o.size() - n + i] : o[i];
     };
 
     // ================= vision tower =================
@@ -1159,29 +1272,40 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
         begin(B);
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
         if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
-        int t = 0;
         {
-          const std::vector<uint32_t> o = phase(p.ta(p.rva));
-          const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
-          for (auto [r0, rows] : tiles_of(N, p.rva)) {
-            const std::string T = fmt::format("{}.t{}", B, t++);
-            if (blk == 0) {
-              em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
-              k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
-              em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
-              k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
-              em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
-            } else {
-              em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), rows * d.Dv * 2);
-            }
-            k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
-            k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
-            em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), rows * d.hdv * 4);
-            em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), rows * d.hdv * 4);
-            k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
-            k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
-            em.copy(T + ".store_qkv", ocm(QKV), vqkv + r0 * 3 * d.Dv * 2, rows * 3 * d.Dv * 2);
-          }
+          // x, qkv, cos, sin per set; the patches (block 0, whose rows are made here) once.
+          const std::vector<uint32_t> o = phase(p.ta(p.rva, p.sva));
+          auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
+          row_phase(
+              N, p.rva, p.sva,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+                const std::string T = name(t);
+                if (blk) copy_on(cst, T + ".load", vh + r0 * d.Dv * 2, ocm(buf(o, 4, u, 0)), rows * d.Dv * 2);
+                copy_on(cl, T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(buf(o, 4, u, 2)), rows * d.hdv * 4);
+                copy_on(cl, T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(buf(o, 4, u, 3)), rows * d.hdv * 4);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+                const std::string T = name(t);
+                const uint32_t X = buf(o, 4, u, 0), QKV = buf(o, 4, u, 1), RC = buf(o, 4, u, 2),
+                               RS = buf(o, 4, u, 3), P = o[4];
+                if (blk == 0) {
+                  em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
+                  k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
+                  em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
+                  k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
+                  em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+                }
+                k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+                kick(1);
+                k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
+                       vv_qkvb);
+                k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
+                k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, 4, u, 1)), vqkv + r0 * 3 * d.Dv * 2,
+                        rows * 3 * d.Dv * 2);
+              });
         }
         {
           auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
@@ -1205,22 +1329,33 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
                           });
         }
         {
-          const std::vector<uint32_t> o = phase(p.tc(p.rvc));
-          const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
-          t = 0;
-          for (auto [r0, rows] : tiles_of(N, p.rvc)) {
-            const std::string T = fmt::format("{}.t{}", B, t++);
-            em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
+          // attention / normed rows and the residual rows per set; proj/fc2 out, fc1 out once.
+          const std::vector<uint32_t> o = phase(p.tc(p.rvc, p.svc));
+          const uint32_t Tt = o[2], F = o[3];
+          auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
+          row_phase(
+              N, p.rvc, p.svc,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+                copy_on(cl, name(t) + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(buf(o, 2, u, 0)), d.Dv * 2, rows,
+                        3 * d.Dv * 2, d.Dv * 2);
+                copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, 2, u, 1)), rows * d.Dv * 2);
+              },
+              [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
+            const std::string T = name(t);
+            const uint32_t X = buf(o, 2, u, 0), Hb = buf(o, 2, u, 1);
             k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
-            em.copy(T + ".load_residual", vh + r0 * d.Dv * 2, ocm(Hb), rows * d.Dv * 2);
             k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
             k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
+            kick(0);
             k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
             k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
+            kick(1);
             k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
             k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
-            em.copy(T + ".store", ocm(Hb), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
-          }
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store", ocm(buf(o, 2, u, 1)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+              });
         }
         end(B);
         const auto& taps = vc.deepstack_visual_indexes;
@@ -1247,12 +1382,22 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       begin(L);
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
-      int t = 0;
       {
-        const std::vector<uint32_t> o = phase(p.pa(p.rpa));
-        const uint32_t X = o[0], QKV = o[1], Kd = o[2], Vd = o[3], RC = o[4], RS = o[5];
-        for (auto [r0, rows] : tiles_of(S, p.rpa)) {
-          const std::string T = fmt::format("{}.t{}", L, t++);
+        // rows / dense q, cos, sin per set; q|k|v, dense k and v once.
+        const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
+        const uint32_t QKV = o[3], Kd = o[4], Vd = o[5];
+        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
+        row_phase(
+            S, p.rpa, p.spa,
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+              const std::string T = name(t);
+              if (i) copy_on(cst, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, 3, u, 0)), rows * d.H * 2);
+              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, 3, u, 1)), rows * d.hd * 4);
+              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, 3, u, 2)), rows * d.hd * 4);
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+          const std::string T = name(t);
+          const uint32_t X = buf(o, 3, u, 0), RC = buf(o, 3, u, 1), RS = buf(o, 3, u, 2);
           if (i == 0) {
             // Embeddings of the text rows, the image rows spliced in.
             auto [a, e] = image_rows(r0, rows);
@@ -1265,10 +1410,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
               em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
                       (e - a) * d.H * 2);
             em.copy(T + ".store", ocm(X), ah + r0 * d.H * 2, rows * d.H * 2);
-          } else {
-            em.copy(T + ".load", ah + r0 * d.H * 2, ocm(X), rows * d.H * 2);
           }
           k.norm(T + ".input_norm", NormKind::rms, rows, d.H, X, X, w_in, 0, teps);
+          kick(1);
           k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, d.qkv_n * 2, kNone);
           // Dense q (over the dead input rows), k and v: the per-head norms want dense rows.
           em.copy(T + ".split_q", ocm(QKV), ocm(X), qd, rows, d.qkv_n * 2, qd);
@@ -1276,15 +1420,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
           em.copy(T + ".split_v", ocm(QKV + qd + kd), ocm(Vd), kd, rows, d.qkv_n * 2, kd);
           k.head_norm(T + ".q_norm", rows, d.nq, d.hd, X, w_q, teps);
           k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, Kd, w_k, teps);
-          em.copy(T + ".load_rope", tcos + r0 * d.hd * 4, ocm(RC), rows * d.hd * 4);
-          em.copy(T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(RS), rows * d.hd * 4);
           k.rope(T + ".q_rope", rows, d.nq, d.hd, X, qd, RC, RS);
           k.rope(T + ".k_rope", rows, d.nkv, d.hd, Kd, kd, RC, RS);
           // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
           k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, Kd, Vd, kd, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
                      iio_.slot0_smem);
-          em.copy(T + ".store_q", ocm(X), aq + r0 * qd, rows * qd);
-        }
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+              copy_on(cst, name(t) + ".store_q", ocm(buf(o, 3, u, 0)), aq + r0 * qd, rows * qd);
+            });
       }
       {
         // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of the
@@ -1309,18 +1453,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
                         });
       }
       {
-        const std::vector<uint32_t> o = phase(p.pc(p.rpc));
-        const uint32_t X = o[0], Hb = o[1], GT = o[2], ACT = o[3];
-        t = 0;
-        for (auto [r0, rows] : tiles_of(S, p.rpc)) {
-          const std::string T = fmt::format("{}.t{}", L, t++);
-          em.copy(T + ".load_attn", aq + r0 * qd, ocm(X), rows * qd);
+        // attention / normed rows and the residual rows per set; GEMM outputs, MLP activation once.
+        const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
+        const uint32_t GT = o[2], ACT = o[3];
+        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
+        row_phase(
+            S, p.rpc, p.spc,
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+              copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, 2, u, 0)), rows * qd);
+              copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, 2, u, 1)), rows * d.H * 2);
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+          const std::string T = name(t);
+          const uint32_t X = buf(o, 2, u, 0), Hb = buf(o, 2, u, 1);
           k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
-          em.copy(T + ".load_residual", ah + r0 * d.H * 2, ocm(Hb), rows * d.H * 2);
           k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
           k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
+          kick(0);
           for (uint32_t c = 0; c < nchunks; ++c) {
             const std::string C = fmt::format("{}.mlp{}", T, c);
+            if (c == nchunks / 2) kick(1);
             k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
                    d.H * 2, GT, 2 * cw * 2, kNone);
             k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, GT, 2 * cw * 2, GT + cw * 2, 2 * cw * 2, ACT + c * cw * 2,
@@ -1335,8 +1487,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
             const uint32_t at = Hb + (a - r0) * d.H * 2;
             k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, GT, 0, at, 0);
           }
-          em.copy(T + ".store", ocm(Hb), ah + r0 * d.H * 2, rows * d.H * 2);
-        }
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+              copy_on(cst, name(t) + ".store", ocm(buf(o, 2, u, 1)), ah + r0 * d.H * 2, rows * d.H * 2);
+            });
       }
       end(L);
     }
@@ -1364,13 +1518,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     std::vector<KernelCall> calls;
     generate(scratch, calls, true);
   }
-  kernels::Builder b;
+  kernels::Builder own;
+  kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
+  if (calls) out.calls = std::move(*calls);
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
-  out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases); kv "
-                         "heads per attention call tower {}, prefill {} ({}|{} buffer sets); GEMM DMA channels {}",
-                         p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.gv, p.gp, p.sv, p.sp, p.channels);
+  if (s.vision && s.prefill)
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases; buffer "
+                           "sets tower {}|{}, prefill {}|{}); kv heads per attention call tower {}, prefill {} ({}|{} "
+                           "buffer sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.sva, p.svc, p.spa, p.spc, p.gv, p.gp, p.sv, p.sp,
+                           p.channels);
+  else if (s.vision)
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {} (qkv|MLP phases; buffer sets {}|{}); kv "
+                           "heads per attention call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, p.sva, p.svc, p.gv, p.sv, p.channels);
+  else
+    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases; buffer sets {}|{}); kv heads per "
+                           "attention call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rpa, p.rpc, p.spa, p.spc, p.gp, p.sp, p.channels);
   return out;
 }
 
