@@ -939,10 +939,22 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
 // up to a multiple of 4); kv heads per attention call 4, 2 or 1, the most that fit.
 // Every tile re-streams the phase's weights from DDR, so fewer tiles is faster.
 namespace {
+// How a streamed row phase moves its activations (image_streamed's row_phase): every copy
+// waited for (one buffer set); tile t+1's loads and tile t-1's stores in flight while tile t
+// runs (the loaded and stored buffers doubled); only the stores in flight, the loads waited
+// for at the tile's start (only the stored buffers doubled: more rows a tile).
+enum CopyMode : uint32_t { kWaited = 1, kPipelined = 2, kStoresBehind = 3 };
+const char* mode_name(uint32_t m) { return m == kPipelined ? "pipelined" : m == kStoresBehind ? "stores behind" : "waited"; }
+// A row phase's buffers list first those it stores (and may load), then those it only
+// loads, then its single ones: the buffers a copy mode doubles are the first `stored`
+// (kStoresBehind) or `copied` (kPipelined), repeated after the list.
+size_t doubled(uint32_t mode, size_t stored, size_t copied) {
+  return mode == kPipelined ? copied : mode == kStoresBehind ? stored : 0;
+}
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
-  uint32_t sva = 1, svc = 1, spa = 1, spc = 1;  // buffer sets of the row phases (2: pipelined copies)
+  uint32_t sva = 1, svc = 1, spa = 1, spc = 1;  // copy modes of the row phases (kWaited, kPipelined, kStoresBehind)
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
@@ -983,71 +995,76 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
-  // Row phases with two buffer sets: the first `n` buffers again after the list.
-  auto sets_of = [](V64 v, size_t n, uint32_t sets) {
-    if (sets == 2) v.insert(v.end(), v.begin(), v.begin() + ptrdiff_t(n));
+  // A row phase's buffers in a copy mode (doubled()).
+  auto sets_of = [](V64 v, uint32_t mode, size_t stored, size_t copied) {
+    const size_t n = doubled(mode, stored, copied);
+    v.insert(v.end(), v.begin(), v.begin() + ptrdiff_t(n));
     return v;
   };
-  // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32 (x4 per set), patches [r][pd]
-  p.ta = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
-    return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.hdv * 4,
+  // tower A: qkv [r][3Dv] (stored), x [r][Dv], cos, sin [r][hdv] fp32 (loaded), patches [r][pd]
+  p.ta = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.hdv * 4,
                     uint64_t(r) * d.hdv * 4, uint64_t(r) * d.pd * 2},
-                   4, sets);
+                   mode, 1, 4);
   };
   // tower B: q head-major [g][N][hdv], k, v [N][g hdv], out head-major
   p.tb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * N * hdv2;
     return sets == 2 ? V64{x, x, x, x, x, x, x, x} : V64{x, x, x, x};
   };
-  // tower C: attention rows / normed rows [r][Dv], residual [r][Dv] (x2 per set), proj/fc2 out [r][Dv],
-  // fc1 [r][Iv]
-  p.tc = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+  // tower C: residual [r][Dv] (loaded and stored), attention rows / normed rows [r][Dv] (loaded),
+  // proj/fc2 out [r][Dv], fc1 [r][Iv]
+  p.tc = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
     return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2},
-                   2, sets);
+                   mode, 1, 2);
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: rows / dense q [r][max(H, q)], cos, sin (x3 per set), qkv [r][qkv_n], dense k, v
-  p.pa = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
+  // prefill A: rows / dense q [r][max(H, q)] (loaded, q stored), cos, sin (loaded), qkv [r][qkv_n],
+  // dense k, v
+  p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
     return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4,
                     uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd},
-                   3, sets);
+                   mode, 1, 3);
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
   p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
   };
-  // prefill C: attention rows / normed rows, residual [r][H] (x2 per set), o/gate-up/down out, MLP
-  // activation [r][I]
-  p.pc = [&, sets_of](uint32_t r, uint32_t sets) -> V64 {
-    return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.H * 2,
+  // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows (loaded),
+  // o/gate-up/down out, MLP activation [r][I]
+  p.pc = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * d.H * 2, uint64_t(r) * std::max(d.H * 2, qd),
                     uint64_t(r) * std::max(2 * cw, d.H) * 2, uint64_t(r) * d.I * 2},
-                   2, sets);
+                   mode, 1, 2);
   };
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
   // (a run without the tower or the prefill has no such tiles: 1 row, never used)
-  // A row phase's rows per tile and buffer sets, by a cost model of one tile: with one
-  // set max(MAC, weight DDR) cycles and then its activation copies; with two, the copies
-  // overlap the next tile (max(MAC, weight + activation DDR); one tile's copies stay
-  // exposed), on the fewer rows two sets leave.
+  // A row phase's rows per tile and copy mode, by a cost model of one tile of r rows
+  // (MAC cycles m, weight DDR cycles w, load and store DDR cycles l and s): waited,
+  // max(m, w) + l + s; pipelined, max(m, w + l + s) (one tile's copies exposed);
+  // stores behind, max(m, w + s) + l (one tile's stores exposed); each on the most rows
+  // its buffers leave.
   const double peak = cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
-                       double wbytes, double act_row, uint32_t& sets, double times) {
-    sets = 1;
+                       double wbytes, double load_row, double store_row, uint32_t& mode, double times) {
+    mode = kWaited;
     if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
     double best = 0;
     uint32_t best_r = 0;
-    for (uint32_t st : {1u, 2u}) {
-      const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, st)); });
+    for (uint32_t md : {kWaited, kPipelined, kStoresBehind}) {
+      const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, md)); });
       if (!r) continue;
-      const double tiles = std::ceil(double(total) / r), mac = r * macs_row / peak, w = wbytes / bw,
-                   a = r * act_row / bw;
-      const double c = st == 1 ? tiles * (std::max(mac, w) + a) : tiles * std::max(mac, w + a) + a;
-      if (!best_r || c < best) best = c, best_r = r, sets = st;
+      const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
+                   l = r * load_row / bw, st = r * store_row / bw;
+      const double c = md == kWaited       ? tiles * (std::max(m, w) + l + st)
+                       : md == kPipelined ? tiles * std::max(m, w + l + st) + l + st
+                                          : tiles * (std::max(m, w + st) + l) + st;
+      if (!best_r || c < best) best = c, best_r = r, mode = md;
     }
     p.cost += best * times;
     return best_r;
@@ -1056,15 +1073,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
-  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), (4.0 * d.Dv + 4.0 * d.hdv) * 2, p.sva, depth);
+  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
+                    depth);
   p.rvc = row_phase(N, p.tc, double(d.Dv) * (d.Dv + 2.0 * d.Iv), wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv),
-                    3.0 * d.Dv * 2, p.svc, depth);
+                    4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
-  p.rpa = row_phase(S, p.pa, slow * d.qkv_n * d.H, wb(d.qkv_n, d.H), d.H * 2.0 + qd + 2.0 * kd + d.hd * 8.0, p.spa,
-                    layers);
+  // (the prefill's KV-cache write, waited for in every mode, counted with the loads)
+  p.rpa = row_phase(S, p.pa, slow * d.qkv_n * d.H, wb(d.qkv_n, d.H), d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd),
+                    p.spa, layers);
   p.rpc = row_phase(S, p.pc, slow * d.H * (d.nq * d.hd + 3.0 * d.I),
-                    wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I), double(qd) + 2.0 * d.H * 2, p.spc,
-                    layers);
+                    wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I), double(qd) + 2.0 * d.H,
+                    2.0 * d.H, p.spc, layers);
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, a call takes the kv heads the kernel runs in one pass (npe / (G R), R =
@@ -1190,21 +1209,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         em.copy_async(mark, chan, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
                       dst_plane_stride);
     };
-    // A row phase's tiles of `per` rows of `total`. With two buffer sets it is a
-    // pipeline: while tile t runs, tile t-1's stores (channel cs) and tile t+1's loads
-    // (channel ca, or cs for a buffer that is also stored from: it queues behind that
-    // buffer's store) are in flight. run() starts them before its long GEMMs: kick(0) the
-    // stores, kick(1) the loads (and the stores if not yet), so that they overlap MACs
-    // rather than short kernels, and each GEMM finds the DDR port blocked by at most one
-    // of them (the port serves a descriptor's runs in one go; a GEMM's weight stream has
-    // one tile of slack). A set is written again two tiles later, after the wait that
+    // A row phase's tiles of `per` rows of `total`, in a copy mode (CopyMode). Pipelined:
+    // while tile t runs, tile t-1's stores (channel cs) and tile t+1's loads (channel ca,
+    // or cs for a buffer that is also stored from: it queues behind that buffer's store)
+    // are in flight. run() starts them before its long GEMMs: kick(0) the stores, kick(1)
+    // the loads (and the stores if not yet), so that they overlap MACs rather than short
+    // kernels, and each GEMM finds the DDR port blocked by at most one of them (the port
+    // serves a descriptor's runs in one go; a GEMM's weight stream has one tile of slack).
+    // Stores behind: the same without the loads, which are waited for at the tile's
+    // start. A doubled buffer is written again two tiles later, after the wait that
     // begins the tile between. A channel holds two descriptors: load() puts at most two
-    // on ca and one on cs. With one set every copy is waited for.
-    // load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick), store(t, r0, rows,
-    // set, cs): channel UINT32_MAX: the copy is waited for.
+    // on ca and one on cs. load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick),
+    // store(t, r0, rows, set, cs): channel UINT32_MAX: the copy is waited for.
     const uint32_t ca = 2 % nch, cs = 3 % nch, kWait = UINT32_MAX;
     using Kick = std::function<void(int)>;
-    auto row_phase = [&](uint32_t total, uint32_t per, uint32_t sets,
+    auto row_phase = [&](uint32_t total, uint32_t per, uint32_t mode,
                          const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& load,
                          const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, const Kick&)>& run,
                          const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& store) {
@@ -1212,30 +1231,32 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const uint32_t n = uint32_t(tiles.size());
       for (uint32_t t = 0; t < n; ++t) {
         const auto [r0, rows] = tiles[t];
-        if (sets == 1) {
+        if (mode == kWaited) {
           load(t, r0, rows, 0, kWait, kWait);
           run(t, r0, rows, 0, [](int) {});
           store(t, r0, rows, 0, kWait);
           continue;
         }
-        if (t == 0) load(0, r0, rows, 0, ca, cs);
-        em.wait(ca);
+        const bool ahead = mode == kPipelined;
+        if (ahead && t == 0) load(0, r0, rows, 0, ca, cs);
+        if (ahead) em.wait(ca);
         em.wait(cs);
+        if (!ahead) load(t, r0, rows, t % 2, kWait, kWait);
         int kicked = -1;
         run(t, r0, rows, t % 2, [&](int part) {
           if (kicked < 0 && t > 0) store(t - 1, tiles[t - 1].first, tiles[t - 1].second, (t - 1) % 2, cs);
-          if (kicked < 1 && part == 1 && t + 1 < n)
+          if (ahead && kicked < 1 && part == 1 && t + 1 < n)
             load(t + 1, tiles[t + 1].first, tiles[t + 1].second, (t + 1) % 2, ca, cs);
           kicked = std::max(kicked, part);
         });
         if (kicked < 1) fail("compiler: internal: a pipelined row phase's tile did not start its copies");
       }
-      if (sets == 2) {
+      if (mode != kWaited) {
         store(n - 1, tiles[n - 1].first, tiles[n - 1].second, (n - 1) % 2, cs);
         em.wait(cs);
       }
     };
-    // Buffer i of set u of a row phase whose first `n` buffers are doubled (sets_of).
+    // Buffer i of set u of a row phase whose first `n` buffers are doubled (doubled()).
     auto buf = [](const std::vector<uint32_t>& o, size_t n, uint32_t u, size_t i) {
       return u && i < n ? o[o.size() - n + i] : o[i];
     };
@@ -1275,19 +1296,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         {
           // x, qkv, cos, sin per set; the patches (block 0, whose rows are made here) once.
           const std::vector<uint32_t> o = phase(p.ta(p.rva, p.sva));
+          const size_t nd = doubled(p.sva, 1, 4);
           auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
           row_phase(
               N, p.rva, p.sva,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
                 const std::string T = name(t);
-                if (blk) copy_on(cst, T + ".load", vh + r0 * d.Dv * 2, ocm(buf(o, 4, u, 0)), rows * d.Dv * 2);
-                copy_on(cl, T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(buf(o, 4, u, 2)), rows * d.hdv * 4);
-                copy_on(cl, T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(buf(o, 4, u, 3)), rows * d.hdv * 4);
+                if (blk) copy_on(cst, T + ".load", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 1)), rows * d.Dv * 2);
+                copy_on(cl, T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(buf(o, nd, u, 2)), rows * d.hdv * 4);
+                copy_on(cl, T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(buf(o, nd, u, 3)), rows * d.hdv * 4);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
                 const std::string T = name(t);
-                const uint32_t X = buf(o, 4, u, 0), QKV = buf(o, 4, u, 1), RC = buf(o, 4, u, 2),
-                               RS = buf(o, 4, u, 3), P = o[4];
+                const uint32_t QKV = buf(o, nd, u, 0), X = buf(o, nd, u, 1), RC = buf(o, nd, u, 2),
+                               RS = buf(o, nd, u, 3), P = o[4];
                 if (blk == 0) {
                   em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
                   k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
@@ -1303,7 +1325,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-                copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, 4, u, 1)), vqkv + r0 * 3 * d.Dv * 2,
+                copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, nd, u, 0)), vqkv + r0 * 3 * d.Dv * 2,
                         rows * 3 * d.Dv * 2);
               });
         }
@@ -1331,18 +1353,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         {
           // attention / normed rows and the residual rows per set; proj/fc2 out, fc1 out once.
           const std::vector<uint32_t> o = phase(p.tc(p.rvc, p.svc));
+          const size_t nd = doubled(p.svc, 1, 2);
           const uint32_t Tt = o[2], F = o[3];
           auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
           row_phase(
               N, p.rvc, p.svc,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
-                copy_on(cl, name(t) + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(buf(o, 2, u, 0)), d.Dv * 2, rows,
-                        3 * d.Dv * 2, d.Dv * 2);
-                copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, 2, u, 1)), rows * d.Dv * 2);
+                copy_on(cl, name(t) + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(buf(o, nd, u, 1)), d.Dv * 2,
+                        rows, 3 * d.Dv * 2, d.Dv * 2);
+                copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 0)), rows * d.Dv * 2);
               },
               [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
             const std::string T = name(t);
-            const uint32_t X = buf(o, 2, u, 0), Hb = buf(o, 2, u, 1);
+            const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
             k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
             k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
             k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
@@ -1354,7 +1377,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-                copy_on(cst, name(t) + ".store", ocm(buf(o, 2, u, 1)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+                copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
               });
         }
         end(B);
@@ -1385,19 +1408,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       {
         // rows / dense q, cos, sin per set; q|k|v, dense k and v once.
         const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
+        const size_t nd = doubled(p.spa, 1, 3);
         const uint32_t QKV = o[3], Kd = o[4], Vd = o[5];
         auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
         row_phase(
             S, p.rpa, p.spa,
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
               const std::string T = name(t);
-              if (i) copy_on(cst, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, 3, u, 0)), rows * d.H * 2);
-              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, 3, u, 1)), rows * d.hd * 4);
-              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, 3, u, 2)), rows * d.hd * 4);
+              if (i) copy_on(cst, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
+              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, nd, u, 1)), rows * d.hd * 4);
+              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, nd, u, 2)), rows * d.hd * 4);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
           const std::string T = name(t);
-          const uint32_t X = buf(o, 3, u, 0), RC = buf(o, 3, u, 1), RS = buf(o, 3, u, 2);
+          const uint32_t X = buf(o, nd, u, 0), RC = buf(o, nd, u, 1), RS = buf(o, nd, u, 2);
           if (i == 0) {
             // Embeddings of the text rows, the image rows spliced in.
             auto [a, e] = image_rows(r0, rows);
@@ -1427,7 +1451,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                      iio_.slot0_smem);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-              copy_on(cst, name(t) + ".store_q", ocm(buf(o, 3, u, 0)), aq + r0 * qd, rows * qd);
+              copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, rows * qd);
             });
       }
       {
@@ -1455,17 +1479,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       {
         // attention / normed rows and the residual rows per set; GEMM outputs, MLP activation once.
         const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
+        const size_t nd = doubled(p.spc, 1, 2);
         const uint32_t GT = o[2], ACT = o[3];
         auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
         row_phase(
             S, p.rpc, p.spc,
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
-              copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, 2, u, 0)), rows * qd);
-              copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, 2, u, 1)), rows * d.H * 2);
+              copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, nd, u, 1)), rows * qd);
+              copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
           const std::string T = name(t);
-          const uint32_t X = buf(o, 2, u, 0), Hb = buf(o, 2, u, 1);
+          const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
           k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
           k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
           k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
@@ -1489,7 +1514,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           }
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-              copy_on(cst, name(t) + ".store", ocm(buf(o, 2, u, 1)), ah + r0 * d.H * 2, rows * d.H * 2);
+              copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
             });
       }
       end(L);
@@ -1525,19 +1550,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
   if (s.vision && s.prefill)
-    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases; buffer "
-                           "sets tower {}|{}, prefill {}|{}); kv heads per attention call tower {}, prefill {} ({}|{} "
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases; copies "
+                           "tower {}|{}, prefill {}|{}); kv heads per attention call tower {}, prefill {} ({}|{} "
                            "buffer sets); GEMM DMA channels {}",
-                           p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.sva, p.svc, p.spa, p.spc, p.gv, p.gp, p.sv, p.sp,
-                           p.channels);
+                           p.rva, p.rvc, p.rm, p.rpa, p.rpc, mode_name(p.sva), mode_name(p.svc), mode_name(p.spa),
+                           mode_name(p.spc), p.gv, p.gp, p.sv, p.sp, p.channels);
   else if (s.vision)
-    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {} (qkv|MLP phases; buffer sets {}|{}); kv "
-                           "heads per attention call {} ({} buffer sets); GEMM DMA channels {}",
-                           p.rva, p.rvc, p.rm, p.sva, p.svc, p.gv, p.sv, p.channels);
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {} (qkv|MLP phases; copies {}|{}); kv heads "
+                           "per attention call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
   else
-    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases; buffer sets {}|{}); kv heads per "
-                           "attention call {} ({} buffer sets); GEMM DMA channels {}",
-                           p.rpa, p.rpc, p.spa, p.spc, p.gp, p.sp, p.channels);
+    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases; copies {}|{}); kv heads per attention "
+                           "call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rpa, p.rpc, mode_name(p.spa), mode_name(p.spc), p.gp, p.sp, p.channels);
   return out;
 }
 
