@@ -1086,22 +1086,44 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     2.0 * d.H, p.spc, layers);
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
-  // Pipelined, a call takes the kv heads the kernel runs in one pass (npe / (G R), R =
-  // min(rows, npe / G) rows a pass; 1 from 512 rows on qc-u): more would only lengthen
-  // the first load and the last store, which are not overlapped.
-  const uint32_t npe = cfg_.npe();
-  auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows,
+  // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' work in
+  // key steps (plan_attention_ocm; measured at qc-u, a key step of a pass costs about
+  // hd x (0.47 + 0.08 G) cycles: 35 in the tower, 80 in the prefill) plus the first
+  // load and the last store, which are not overlapped. More heads a call pay when their
+  // passes hold more rows x heads (N = 1200: 2 heads of 512 rows a pass, 1.5 passes a
+  // head instead of 2).
+  auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows,
                          const std::function<V64(uint32_t, uint32_t)>& sizes, uint32_t& sets) {
-    const uint32_t pass = std::max(1u, npe / (g_size * std::max(1u, std::min(rows, npe / g_size))));
+    if (!rows) return sets = 1;  // a run without the tower or the prefill: no such calls
     for (sets = 2; sets >= 1; --sets) {
-      const uint32_t c = sets == 2 ? (gcap ? std::min(gcap, pass) : pass) : gcap;
-      if (uint32_t g = groups_per_call(heads, c, [&](uint32_t g) { return fits(sizes(g, sets)); })) return g;
+      if (sets == 1 || gcap) {
+        if (uint32_t g = groups_per_call(heads, gcap, [&](uint32_t g) { return fits(sizes(g, sets)); })) return g;
+        continue;
+      }
+      uint32_t best = 0;
+      double best_c = 0;
+      for (uint32_t g : {1u, 2u, 4u}) {
+        if (g > heads || !fits(sizes(g, 2))) continue;
+        OcmAttnArgs at;
+        at.q_heads = g * g_size;
+        at.kv_heads = g;
+        at.head_dim = hd;
+        at.seq = rows;
+        at.causal = kv_rows != rows;  // the prefill (kv_rows = off + S)
+        at.kv_offset = kv_rows - rows;
+        const double calls = std::ceil(double(heads) / g),
+                     step = hd * (0.47 + 0.08 * g_size),
+                     io = double(g) * hd * 2 * (2.0 * g_size * rows + 2.0 * kv_rows) / bw;
+        const double c = calls * plan_attention_ocm(cfg_, at).work * step + io;
+        if (!best || c < best_c * 0.99) best = g, best_c = c;
+      }
+      if (best) return best;
     }
     sets = 1;
     return 0u;
   };
-  p.gv = attn_groups(d.hv, 1, N, p.tb, p.sv);
-  p.gp = attn_groups(d.nkv, G, S, p.pb, p.sp);
+  p.gv = attn_groups(d.hv, 1, N, d.hdv, N, p.tb, p.sv);
+  p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
   p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
   // (the mergers: their weight passes, at the DDR rate)
   if (p.ok && Nt)
