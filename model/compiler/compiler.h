@@ -131,8 +131,9 @@ struct CompileOptions {
   uint32_t max_patches = 1024;  // largest image (patches) the DDR input areas take
   // Test knobs of the image program (0: the OCM rule of compiler_image.cpp decides).
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
-  // image_tile_rows rows per tile and image_attn_groups kv heads per attention call.
-  uint32_t image_tile_rows = 0, image_attn_groups = 0;
+  // image_tile_rows rows per tile, image_attn_groups kv heads per attention call and
+  // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind).
+  uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
   // a gather and a correction call after it, and the image program's GEMMs run unchained.

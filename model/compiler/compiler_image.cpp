@@ -622,7 +622,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   };
-  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
+  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode;
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
   auto kv_stage = [&](uint32_t g) -> uint64_t {
@@ -1057,6 +1057,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     double best = 0;
     uint32_t best_r = 0;
     for (uint32_t md : {kWaited, kPipelined, kStoresBehind}) {
+      if (opt_.image_copy_mode && md != opt_.image_copy_mode) continue;
       const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, md)); });
       if (!r) continue;
       const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
