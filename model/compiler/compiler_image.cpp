@@ -2,7 +2,8 @@
 // and image splice, the prefill layers with DeepStack additions, and the LM head on
 // the last row. Two plans, chosen from the config by the OCM rule in image_program():
 // the resident plan below when its regions fit ocm_bytes (qc-u's 4 MiB and up), else
-// the streamed plan (image_streamed: activations in DDR, row tiles; see there).
+// the streamed plan (image_streamed: activations in DDR, row tiles; see there), or the
+// resident tower then the streamed prefill when the tower alone fits.
 //
 // Resident plan: activations stay in OCM in six regions reused phase by phase:
 //
@@ -933,11 +934,19 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
 //      the tile; prefill: gate|up chunks and SiLU into [rows][I], down), residual,
 //      DeepStack rows, store.
 // The mergers run per tile of merged rows; the head normalises the last row.
-// Tiling rule (image_streamed_plan): fixed OCM (vectors, norm/embed scratch, GEMM DMA
-// buffers), the rest W shared phase by phase; rows per tile for the tower, the
-// mergers and the prefill: the fewest tiles whose phase buffers fit W (rows rounded
-// up to a multiple of 4); kv heads per attention call 4, 2 or 1, the most that fit.
-// Every tile re-streams the phase's weights from DDR, so fewer tiles is faster.
+// Tiling rule (plan() below): fixed OCM (vectors, norm/embed scratch, GEMM DMA
+// buffers), the rest W shared phase by phase. Each row phase (A, C) takes a copy mode
+// (CopyMode: every copy waited for; pipelined, the next tile's loads and the last
+// tile's stores in flight while a tile runs; stores behind, only the stores in flight)
+// and, for it, the fewest tiles whose buffers fit W (rows rounded up to a multiple of
+// 4), the pair a cost model of one tile finds fastest (MAC cycles, the weights the tile
+// re-streams, its activation copies, overlapped or not). The attention phases (B) run
+// pipelined over two buffer sets when they fit (the next call's q, k, v load while
+// this call computes), kv heads a call by the kernel's work (plan_attention_ocm) and
+// the exposed first load and last store. The mergers: the fewest tiles that fit. GEMM
+// DMA channels: all, or 2 when the estimated cycles are fewer (bigger tiles). A
+// program with both stages whose tower fits the resident plan alone runs it resident
+// and only the prefill streamed (image_program).
 namespace {
 // How a streamed row phase moves its activations (image_streamed's row_phase): every copy
 // waited for (one buffer set); tile t+1's loads and tile t-1's stores in flight while tile t
@@ -1317,7 +1326,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
         if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
         {
-          // x, qkv, cos, sin per set; the patches (block 0, whose rows are made here) once.
+          // qkv (stored), x, cos, sin (loaded), as the copy mode doubles them; the patches
+          // (block 0, whose rows are made here) once.
           const std::vector<uint32_t> o = phase(p.ta(p.rva, p.sva));
           const size_t nd = doubled(p.sva, 1, 4);
           auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
@@ -1374,7 +1384,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         {
-          // attention / normed rows and the residual rows per set; proj/fc2 out, fc1 out once.
+          // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
+          // doubles them; proj/fc2 out, fc1 out once.
           const std::vector<uint32_t> o = phase(p.tc(p.rvc, p.svc));
           const size_t nd = doubled(p.svc, 1, 2);
           const uint32_t Tt = o[2], F = o[3];
@@ -1429,7 +1440,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       {
-        // rows / dense q, cos, sin per set; q|k|v, dense k and v once.
+        // rows / dense q (loaded, q stored), cos, sin (loaded), as the copy mode doubles them;
+        // q|k|v, dense k and v once.
         const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
         const size_t nd = doubled(p.spa, 1, 3);
         const uint32_t QKV = o[3], Kd = o[4], Vd = o[5];
@@ -1500,7 +1512,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         });
       }
       {
-        // attention / normed rows and the residual rows per set; GEMM outputs, MLP activation once.
+        // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
+        // doubles them; GEMM outputs, MLP activation once.
         const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
         const size_t nd = doubled(p.spc, 1, 2);
         const uint32_t GT = o[2], ACT = o[3];
