@@ -1041,11 +1041,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
   };
-  // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows (loaded),
-  // o/gate-up/down out, MLP activation [r][I]
+  // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows / down out
+  // (loaded), o out / MLP activation [r][I + cw] (each gate|up chunk's [r][2 cw] output
+  // lands at its own columns c cw, and its SiLU gate overwrites the gate half in place)
   p.pc = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
     return sets_of({uint64_t(r) * d.H * 2, uint64_t(r) * std::max(d.H * 2, qd),
-                    uint64_t(r) * std::max(2 * cw, d.H) * 2, uint64_t(r) * d.I * 2},
+                    uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
   };
   // head: the last row, logits, GEMV buffers (the rest)
@@ -1516,7 +1517,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         // doubles them; GEMM outputs, MLP activation once.
         const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
         const size_t nd = doubled(p.spc, 1, 2);
-        const uint32_t GT = o[2], ACT = o[3];
+        const uint32_t ACT = o[2], as = (d.I + cw) * 2;  // MLP activation and its row stride
         auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
         row_phase(
             S, p.rpc, p.spc,
@@ -1527,26 +1528,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
           const std::string T = name(t);
           const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
-          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
-          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, ACT, d.H * 2, kNone);
+          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, ACT, 0, Hb, 0);
           k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
           kick(0);
           for (uint32_t c = 0; c < nchunks; ++c) {
             const std::string C = fmt::format("{}.mlp{}", T, c);
             if (c == nchunks / 2) kick(1);
+            // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
+            const uint32_t at = ACT + c * cw * 2;
             k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
-                   d.H * 2, GT, 2 * cw * 2, kNone);
-            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, GT, 2 * cw * 2, GT + cw * 2, 2 * cw * 2, ACT + c * cw * 2,
-                 d.I * 2);
+                   d.H * 2, at, as, kNone);
+            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);
           }
-          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, d.I * 2, GT, d.H * 2, kNone);
-          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
+          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
           auto [a, e] = image_rows(r0, rows);
           if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(GT),
+            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
                     (e - a) * d.H * 2);
             const uint32_t at = Hb + (a - r0) * d.H * 2;
-            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, GT, 0, at, 0);
+            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, X, 0, at, 0);
           }
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
