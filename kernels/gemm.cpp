@@ -24,10 +24,18 @@ uint32_t lrm_need(uint32_t nblk, uint32_t s) { return 2 * (meta_lrm_bytes(nblk) 
 uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
   return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
 }
-uint32_t buffers_bytes(const GemmPlan& pl) { return unit_buffer(pl, 0) + (pl.channels - 1) * unit_buffer(pl, 1); }
-// OCM offset of channel c's unit data; DDR offset of unit u inside a tile.
-uint32_t unit_data(const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
-  return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
+// The channels' buffers sit where they sit in every call on the machine and scratch
+// region, so a call can start the next call's unit c on channel c as soon as its own
+// last unit there is consumed: channel 0 (the meta unit, whose size differs between
+// calls) at the region's start, channel c >= 1 (code units: npe * 64 B in every call) at
+// D - c code buffers from the region's end, D = cfg.dma_channels.
+uint32_t buffers_bytes(const sim::Config& cfg, const GemmPlan& pl) {
+  return unit_buffer(pl, 0) + uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1);
+}
+// OCM offset of channel c's unit data.
+uint32_t unit_data(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
+  if (c == 0) return a.scratch_ocm + kUnitPad;
+  return a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - c) * unit_buffer(pl, 1) + kUnitPad;
 }
 // One LRM buffer (meta, then the codes of the PE's k) and where a call's two sit.
 uint32_t lrm_buffer(const GemmPlan& pl) { return pl.meta_lrm + 64 / pl.split * pl.blocks; }
@@ -37,22 +45,23 @@ std::pair<uint32_t, uint32_t> lrm_buffers(const GemmPlan& pl, const GemmArgs& a)
 }
 // The DMA side's buffers, descriptors and weight range (shared by the kernel and the prefetch).
 void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
-  const uint32_t need = buffers_bytes(pl), C = pl.channels;
-  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + need > cfg.ocm_bytes)
-    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
-         need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
+  const uint32_t need = buffers_bytes(cfg, pl), C = pl.channels;
+  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + a.scratch_bytes > cfg.ocm_bytes)
+    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channel buffers, {} B each after the first), got {} "
+         "at {} (gemm_scratch_bytes)",
+         need, cfg.dma_channels, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
   if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
   if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
-// Starts units 0..C-1 of tile 0 (uses reg and x31).
-void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg) {
+// Starts units first..C-1 of tile 0 on channels first..C-1 (uses reg and x31).
+void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg, uint32_t first = 0) {
   const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
   check_dma(cfg, pl, a);
   const bool tail = pl.tail_at(0);
-  for (uint32_t c = 0; c < pl.channels; ++c) {
+  for (uint32_t c = first; c < pl.channels; ++c) {
     const uint32_t bytes = c == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
-    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(cfg, pl, a, c)), bytes);
     b.li(reg, a.smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, reg});
   }
@@ -143,8 +152,7 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 }
 
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
-  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
-  return buffers_bytes(p);
+  return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split));
 }
 
 std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg, uint32_t split) {
@@ -203,7 +211,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + 2 * a.n > ocm)
     fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
   check_dma(cfg, pl, a);
-  auto buf = [&](uint32_t c) { return unit_data(pl, a, c); };
+  auto buf = [&](uint32_t c) { return unit_data(cfg, pl, a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
   const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
 
@@ -312,6 +320,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow) {
     scatter_to(xFill, half, src, stride, dst, pair, narrow, B);
   };
+  // The next call's tile-0 units start as early as their channels allow: channel c's
+  // buffer (at the same place in every call) takes the next call's unit c as soon as
+  // this call's last unit on c is scattered, while this call fills its last tile; the
+  // channels this call does not use start at its last tile. Not when nothing is filled
+  // (one tile, handed off): then all start at the last tile.
+  const GemmPlan px = a.next ? plan_gemm(cfg, 0, a.next->n, a.next->k, a.next->split) : GemmPlan{};
+  const uint32_t early = a.next && !(pl.tiles == 1 && a.handed_off) ? std::min(C, px.channels) : 0;
+  auto start_next = [&](uint32_t c) {
+    if (c >= early) return;
+    const bool t0 = px.tail_at(0);
+    b.descriptor(a.next->smem + 64 * c, uint32_t(a.next->w_ddr + px.unit_offset(c, t0)),
+                 sim::ocm_addr(unit_data(cfg, px, *a.next, c)), c == 0 ? px.meta_of(t0) + px.code_of(t0) : px.code_of(t0));
+    b.li(xT3, a.next->smem + 64 * c);
+    b.op("dma.start", {Chan{uint8_t(c)}, xT3});
+  };
   // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
   // after it is the last one.
   auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
@@ -325,11 +348,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     if (u + C < U) {
       start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
-    } else if (!narrow) {
-      Label skip = b.label();
-      b.op("beq", {xMore, X{0}, skip});
+    } else if (narrow) {
+      start_next(c);
+    } else {
+      // The next tile's unit u % C, or (this was the last tile) the next call's unit c.
+      Label own = b.label(), end = b.label();
+      b.op("bne", {xMore, X{0}, own});
+      start_next(c);
+      b.op("jal", {X{0}, end});
+      b.bind(own);
       start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
-      b.bind(skip);
+      b.bind(end);
     }
   };
   // Units [u0, u1) of the tile after the current one (x23 tiles after the current one).
@@ -368,7 +397,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
   const X xMsN{30};
   auto fill_next_unit = [&](uint32_t u) {
-    const uint32_t c = u % pn.channels, Un = pn.units, base = unit_data(pn, *nx, c);
+    const uint32_t c = u % pn.channels, Un = pn.units, base = unit_data(cfg, pn, *nx, c);
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0) {
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
@@ -423,7 +452,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     Label skip = b.label();
     b.op("addi", {xT3, xT, -1});
     b.op("bne", {xT3, X{0}, skip});
-    prefetch_units(b, cfg, *a.next, xT3);
+    prefetch_units(b, cfg, *a.next, xT3, early);
     if (nx) {
       if (pn.split == 2 && S == 1) even_odd();  // nx's meta goes to PE pairs
       b.li(xMsN, 4 * pn.blocks / pn.split);

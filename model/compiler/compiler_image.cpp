@@ -437,8 +437,9 @@ struct ImageKernels {
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
   void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,
-                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem) {
+                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem, bool wait = true) {
     KvWriteArgs kv;
+    kv.wait = wait;
     kv.kv_heads = kvh;
     kv.head_dim = hd;
     kv.rows = rows;
@@ -834,9 +835,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
     k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, qkvs, ddr_.bus(layer_name(i, "kcache")),
-               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
+               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem, off != 0);
     if (!off) {
+      // The cache write overlaps the attention (k and v read in OCM); the MLP overwrites the rows.
       attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qkvs, K, Vv, qkvs, XN, qd, TMP, rTMP);
+      emit_kv_write_wait(b, cfg_);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
       const uint32_t hd2 = d.hd * 2, G = d.nq / d.nkv, kc = ddr_.bus(layer_name(i, "kcache")),
