@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "isa/error.h"
 #include "isa/fp16.h"
@@ -218,15 +219,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // ---- registers ----
   // x1 tiles left, x2 DDR base of the tile being filled, x3 tiles after it, x4/x5 LRM
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
-  // x9 npe, x10 X of the row group, x11 Y of the row group, x12-x14 routine temps,
-  // x16 loop count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P,
-  // x23 fills left, x24/x25 unit sizes (x15/x29 those of the narrow tile), x26 bias
-  // stride, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
+  // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
+  // x12-x14 routine temps, x16 loop count, x17 gather stride, x18 link, x19/x22/x28
+  // temps, x20 64, x21 4P, x23 fills left, x25 OCM source of the unit a routine part
+  // scatters, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
-  const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xNpe{9}, xAct{10}, xYg{11};
+  const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
-  const X xMetaSz{24}, xCodeSz{25}, xBs{26}, xSwap{27}, xT3{28}, xMetaSzT{15}, xCodeSzT{29};
+  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25};
   const bool tail = pl.tail_cols != 0;
 
   b.li(xT, pl.tiles);
@@ -237,18 +238,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.li(xY, a.y_ocm);
   b.li(xB, a.bias_ocm);
   b.li(xCols, a.n);
-  b.li(xNpe, npe);
   b.li(xGs, 2 / S);
   b.li(x64, 64);
   b.li(xMs, 4 * B / S);
   b.li(xFills, pl.tiles - 1);
-  b.li(xMetaSz, pl.meta_unit + pl.code_unit);
-  b.li(xCodeSz, pl.code_unit);
-  if (tail) {
-    b.li(xMetaSzT, pl.tail_meta_unit + pl.tail_code_unit);
-    b.li(xCodeSzT, pl.tail_code_unit);
-  }
-  b.li(xBs, bias_bytes / S);
   b.li(xSwap, lrm_p ^ lrm_q);
   b.op("vlaneid", {V{21}});
   b.op("vsplati", {V{20}, int64_t(0)});
@@ -285,7 +278,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u, bool narrow) {
     b.op("addi", {xT1, base, off});
     b.op("sw", {xT1, Mem{X{0}, desc(c)}});
-    b.op("sw", {u == 0 ? (narrow ? xMetaSzT : xMetaSz) : (narrow ? xCodeSzT : xCodeSz), Mem{X{0}, desc(c) + 8}});
+    b.li(xT3, u == 0 ? pl.meta_of(narrow) + pl.code_of(narrow) : pl.code_of(narrow));
+    b.op("sw", {xT3, Mem{X{0}, desc(c) + 8}});
     b.li(xT3, desc(c));
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
@@ -337,15 +331,18 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
   // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
   // after it is the last one.
-  auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
+  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (a
+  // routine scatters them, fill_in_loop).
+  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
-    if (u == 0) {
+    if (u == 0)
       for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2, narrow);
-      scatter(false, buf(c) + pl.meta_of(narrow), x64, pl.meta_lrm, false, narrow);
-    } else {
-      scatter(false, buf(c), x64, pl.meta_lrm + 64 * u, false, narrow);
-    }
+    if (!in_loop) scatter(false, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), x64, pl.meta_lrm + 64 * u, false, narrow);
+  };
+  // Restarts unit u's channel with its next unit.
+  auto restart = [&](uint32_t u, bool narrow, bool next_narrow) {
+    const uint32_t c = u % C;
     if (u + C < U) {
       start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
     } else if (narrow) {
@@ -360,6 +357,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
       b.bind(end);
     }
+  };
+  auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
+    take_unit(u, narrow, false);
+    restart(u, narrow, next_narrow);
   };
   // Units [u0, u1) of the tile after the current one (x23 tiles after the current one).
   auto fill_units = [&](uint32_t u0, uint32_t u1) {
@@ -396,16 +397,18 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   const X xMsN{30};
-  auto fill_next_unit = [&](uint32_t u) {
-    const uint32_t c = u % pn.channels, Un = pn.units, base = unit_data(cfg, pn, *nx, c);
+  auto take_next_unit = [&](uint32_t u, bool in_loop) {
+    const uint32_t c = u % pn.channels, base = unit_data(cfg, pn, *nx, c);
     b.op("dma.wait", {Chan{uint8_t(c)}});
-    if (u == 0) {
+    if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
         scatter_to(X{0}, true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2, false, pn.blocks);
-      scatter_to(X{0}, false, base + pn.meta_unit, x64, nx->lrm_p + pn.meta_lrm, false, false, pn.blocks);
-    } else {
-      scatter_to(X{0}, false, base, x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false, pn.blocks);
-    }
+    if (!in_loop)
+      scatter_to(X{0}, false, base + (u == 0 ? pn.meta_unit : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false,
+                 pn.blocks);
+  };
+  auto restart_next = [&](uint32_t u) {
+    const uint32_t c = u % pn.channels, Un = pn.units;
     if (u + pn.channels < Un) {
       start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, false)), pn.code_unit);
     } else if (pn.tiles > 1) {
@@ -414,6 +417,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       start_at(c, uint32_t(nx->w_ddr + pn.tile_bytes + pn.unit_offset(v, n1)),
                v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
+  };
+  auto fill_next_unit = [&](uint32_t u) {
+    take_next_unit(u, false);
+    restart_next(u);
   };
   auto next_fill_tile = [&] {
     b.op("addi", {xD, xD, int64_t(pl.tile_bytes)});
@@ -462,35 +469,147 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Predicates: p4 = PEs of valid columns, p1 = those that gather (even ones at split 2).
   if (S == 2) b.op("slli", {xT3, xCols, 1});
   else b.op("addi", {xT3, xCols, 0});
-  b.op("min", {xT3, xT3, xNpe});
+  b.li(xT2, npe);
+  b.op("min", {xT3, xT3, xT2});
   b.op("pset.range", {P{4}, X{0}, xT3});
   if (S == 2) b.op("pand", {P{1}, P{4}, P{2}});
   else b.op("pset.range", {P{1}, X{0}, xT3});
   if (a.bias != GemmBias::none) {
-    b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xBs}, P{4});
+    b.li(xT2, bias_bytes / S);
+    b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xT2}, P{4});
     if (a.bias == GemmBias::f16) b.op("vcvt.f32.f16", {V{20}, V{20}});
     b.op("vand", {V{20}, V{20}, V{21}});
     if (S == 2) b.op("vsplati", {V{20}, int64_t(0)}, P{3});
   }
+  // Fills inside the row groups' MAC loops. The next tile's units (in the last tile, nx's
+  // tile 0) are spread over the G row groups as above: units [(g-1)D/G, gD/G) are taken
+  // at the start of group g >= 1, the last ones after the last group. Of the units a
+  // group takes at its start, up to 3 have their codes scattered inside its first loop
+  // iterations (routine part A), in pieces of `piece` PEs (pset.range p4 and a predicated
+  // oscatter: ~4 cycles of the OCM port, between the broadcasts, in issue slots the loop
+  // leaves free), so the port time overlaps the MACs; their channels restart when A
+  // returns, then part B runs the rest of the loop and the epilogue. The others (and
+  // unit 0's meta) go through the port before the group.
+  const uint32_t iters = 8 / S * B;  // loop iterations of a row group
+  const uint32_t piece = std::max<uint32_t>(1, 4 * uint32_t(cfg.ocm_port_bytes) / 64);
+  auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? (pl.last_rows + 3) / 4 * 4 : pl.rows; };
+  // Pieces per iteration: the loop's free issue slots (occ.mac16 per vmac.f16, less the
+  // vmac, its broadcast, split 2's shift, and 11 for the next weights) / 4 instructions,
+  // at most one per 4 rows.
+  auto per_iter = [&](uint32_t rr) {
+    const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
+    return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
+  };
+  auto seg_iters = [&](uint32_t rr) { return ceil_div(ceil_div(npe, piece), std::max(1u, per_iter(rr))); };
+  auto in_loop_max = [&](uint32_t g) { return per_iter(rr_of(g)) >= 2 ? iters / seg_iters(rr_of(g)) : 0u; };
+  // The routine parts the groups call: (part, last routine, fill register) -> entry.
+  enum class Part { full, a, seg, b };
+  std::map<std::tuple<Part, bool, uint8_t>, Label> parts;
+  auto part_label = [&](Part part, bool lastr, uint8_t r) {
+    auto [it, fresh] = parts.try_emplace({part, lastr, r}, Label{0});
+    if (fresh) it->second = b.label();
+    return it->second;
+  };
+  // Units taken at the start of group g (none at g = 0).
+  auto quota = [&](uint32_t g, uint32_t units) -> std::pair<uint32_t, uint32_t> {
+    if (g == 0) return {0, 0};
+    return {(g - 1) * units / pl.groups, g * units / pl.groups};
+  };
+  // The routine of group g with units [u0, u1) taken: take (wait, meta; codes of the
+  // first ones), A, restarts, B. src(u), dst0: a unit's code bytes in OCM and the LRM
+  // address (from `base`) of the first unit A scatters.
+  auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
+                              int64_t dst0, auto restart_u) {
+    const uint32_t k = std::min(u1 - u0, in_loop_max(g)), ui = u1 - k;
+    for (uint32_t u = u0; u < u1; ++u) {
+      take(u, u >= ui);
+      if (u < ui) restart_u(u);
+    }
+    flush();
+    if (k == 0) {
+      b.op("jal", {xLink, full});
+      return;
+    }
+    // Unit by unit: its segment (the first also runs the prologue), then its channel
+    // restarts and its fill register goes to LRM (its last piece is done by then).
+    const bool lastr = g + 1 == pl.groups && two_routines;
+    for (uint32_t u = ui; u < u1; ++u) {
+      const uint8_t r = uint8_t((u - ui) % 2);
+      b.li(xSrc, src(u));
+      b.op("jal", {xLink, part_label(u == ui ? Part::a : Part::seg, lastr, r)});
+      restart_u(u);
+      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
+    }
+    b.li(xCnt, iters - k * seg_iters(rr_of(g)));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+  };
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
-    b.op("jal", {xLink, (g + 1 == pl.groups && two_routines) ? routine_last : routine_full});
-    // After row group g: the next tile's units [g*D/G, (g+1)*D/G), so the DMA has
-    // the most time and every unit is in LRM before the next tile starts.
-    const uint32_t u0 = g * U / pl.groups, u1 = (g + 1) * U / pl.groups;
+    const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
+    const auto [u0, u1] = quota(g, U);
+    const auto [n0, n1] = nx ? quota(g, pn.units) : std::pair<uint32_t, uint32_t>{0, 0};
+    if (u1 == u0 && n1 == n0) {
+      b.op("jal", {xLink, full});
+      continue;
+    }
+    Label end = b.label(), last = b.label();
+    b.op("beq", {xFills, X{0}, last});
     if (u1 > u0) {
+      auto own = [&](bool next_narrow) {
+        group_with_fills(
+            g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop); },
+            [&](uint32_t u) { return buf(u % C) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
+            [&](uint32_t u) { restart(u, false, next_narrow); });
+      };
+      if (tail) {
+        // Filling the narrow last tile (x23 = 1): its units go to its PEs only, before the
+        // group; filling the tile before it (x23 = 2): the restarts fetch the narrow tile.
+        Label narrow = b.label(), next_narrow = b.label();
+        b.li(xT3, 1);
+        b.op("beq", {xFills, xT3, narrow});
+        b.li(xT3, 2);
+        b.op("beq", {xFills, xT3, next_narrow});
+        own(false);
+        b.op("jal", {X{0}, end});
+        b.bind(next_narrow);
+        own(true);
+        b.op("jal", {X{0}, end});
+        b.bind(narrow);
+        for (uint32_t u = u0; u < u1; ++u) fill_unit(u, true, false);
+        flush();
+        b.op("jal", {xLink, full});
+      } else {
+        own(false);
+      }
+    } else {
+      b.op("jal", {xLink, full});
+    }
+    b.op("jal", {X{0}, end});
+    b.bind(last);
+    if (n1 > n0) {
+      group_with_fills(
+          g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
+          [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_unit : 0); }, X{0},
+          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); });
+    } else {
+      b.op("jal", {xLink, full});
+    }
+    b.bind(end);
+  }
+  {
+    // After the last group: the next tile's last units, or (last tile) nx's last ones.
+    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * pn.units / G : 0;
+    if (U > u0) {
       Label skip = b.label();
       b.op("beq", {xFills, X{0}, skip});
-      fill_units(u0, u1);
+      fill_units(u0, U);
       b.bind(skip);
     }
-    // Last tile (no fills of this call left): nx's tile 0, spread the same way.
-    const uint32_t n0 = nx ? g * pn.units / pl.groups : 0, n1 = nx ? (g + 1) * pn.units / pl.groups : 0;
-    if (n1 > n0) {
+    if (nx && pn.units > n0) {
       Label skip = b.label();
       b.op("bne", {xFills, X{0}, skip});
-      for (uint32_t u = n0; u < n1; ++u) fill_next_unit(u);
+      for (uint32_t u = n0; u < pn.units; ++u) fill_next_unit(u);
       flush();
       b.bind(skip);
     }
@@ -513,7 +632,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // ---- row-group routine: rr rows (a multiple of 4), the first `real` of them real ----
   // In: x10 = X of the group's row 0, x11 = Y of its row 0 at the tile's column 0,
   // x4 = LRM buffer. The loop runs once per group of 16 codes (8 per 128-block).
-  auto routine = [&](Label entry, uint32_t real) {
+  // Parts: full (as described above); a: the prologue and seg; seg: seg_iters iterations
+  // with per_iter fill pieces each into v22 + r (from OCM x25); b: x16 more iterations
+  // and the epilogue.
+  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r) {
     const uint32_t rr = (real + 3) / 4 * 4;
     auto rowoff = [&](uint32_t i) -> int64_t {
       uint32_t r = i % rr, grp = i / rr;
@@ -525,16 +647,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (S == 2) b.op("vshr", {V{uint8_t(28 + i % 4)}, V{uint8_t(28 + i % 4)}, int64_t(16)}, P{3});
     };
     b.bind(entry);
+    if (part == Part::full || part == Part::a) {
     b.op("addi", {xC, xCur, pl.meta_lrm});
     b.op("vld", {V{26}, Mem{xC, 0}});
     b.op("vld.h", {V{27}, Mem{xCur, 0}});
     b.li(xG, 1);
-    b.li(xCnt, 8 / S * B);
     for (uint32_t i = 0; i < 3; ++i) b.op(bcast, {V{uint8_t(28 + i)}, Mem{xAct, rowoff(i)}});
     b.op("vcvt.f32.f16", {V{27}, V{27}});
     for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
     odd_shift(0);
+    }
     // The next group's weights (codes at x12 + 8, meta of block (g+1) / groups per
     // block) are prepared between the vmacs: one extra per vmac slot when the group
     // has >= 12 rows, else two.
@@ -550,7 +673,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     };
     const bool spread = rr >= 12;
     const uint32_t jdq = spread ? 9 : std::min<uint32_t>(5, rr - 1);
-    b.loop(xCnt, [&] {
+    // A fill piece per 4 rows (the first per_iter of them): PEs [x9, x24) take their 64
+    // code bytes.
+    const uint32_t pieces_here = per_iter(rr);
+    auto piece_op = [&](uint32_t j) {
+      if (j / 4 >= pieces_here) return;
+      switch (j % 4) {
+        case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
+        case 1: b.op("oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, x64}, P{4}); break;
+        case 2: b.op("addi", {xLo, xLo, int64_t(piece)}); break;
+        default: b.op("addi", {xHi, xHi, int64_t(piece)}); break;
+      }
+    };
+    auto body = [&](bool pieces) {
       size_t next = 0;
       bool dq = false;
       for (uint32_t j = 0; j < rr; ++j) {
@@ -558,6 +693,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         b.op(bcast, {V{uint8_t(28 + (j + 3) % 4)}, Mem{xAct, rowoff(j + 3)}});
         odd_shift(j + 1);
         for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
+        if (pieces) piece_op(j);
         if (j >= jdq && next == extra.size() && !dq) {
           b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
           dq = true;
@@ -567,7 +703,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (!dq) b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
       b.op("vmov", {V{24}, V{25}});
       b.op("addi", {xAct, xAct, int64_t(32) * S});
-    });
+    };
+    if (part == Part::full) b.li(xCnt, iters);
+    if (part == Part::a || part == Part::seg) {
+      b.li(xLo, 0);
+      b.li(xHi, piece);
+      b.li(xCnt, seg_iters(rr));
+      b.loop(xCnt, [&] { body(true); });
+      b.op("jalr", {X{0}, xLink, 0});
+      return;
+    }
+    b.loop(xCnt, [&] { body(false); });
     // Epilogue, software-pipelined over the rows: lane sum, (split 2: + east half),
     // fp16, one value per column into Y.
     const uint32_t lag = S == 2 ? 8 : 4;
@@ -587,8 +733,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     b.op("jalr", {X{0}, xLink, 0});
   };
-  routine(routine_full, pl.rows);
-  if (two_routines) routine(routine_last, pl.last_rows);
+  routine(routine_full, pl.rows, Part::full, 0);
+  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0);
+  for (const auto& [key, entry] : parts)
+    routine(entry, std::get<1>(key) ? pl.last_rows : pl.rows, std::get<0>(key), std::get<2>(key));
   b.bind(done);
 }
 

@@ -151,7 +151,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Shape{"mini", 5, 37, 384, GemmBias::none, 0}, Shape{"mini", 35, 50, 256, GemmBias::f32, 0},
                       Shape{"mini", 16, 16, 128, GemmBias::f16, 0}, Shape{"mini", 19, 23, 768, GemmBias::f16, 2},
                       Shape{"mini", 9, 20, 4096, GemmBias::f32, 0}, Shape{"qc-u", 20, 1100, 384, GemmBias::f32, 0},
-                      Shape{"qc-u", 18, 600, 256, GemmBias::none, 2}));
+                      Shape{"qc-u", 18, 600, 256, GemmBias::none, 2},
+                      // 4 row groups of 16: the next tile's codes are scattered inside the MAC loops
+                      // (routine parts a, seg, b), a narrow last tile, a bias.
+                      Shape{"qc-u", 64, 2100, 1024, GemmBias::f16, 0}));
 
 TEST(Gemm, NegativeControlCorruptedOutputFailsTheGate) {
   sim::Config cfg = sim::Config::make("mini", {});
@@ -199,7 +202,7 @@ TEST(Gemm, PrefetchedMatchesAndSavesTheStart) {
 // (prefetched) gives the same numerics and the pair takes fewer cycles.
 TEST(Gemm, NextCallPrefetchedInTheLastTile) {
   for (Shape s : {Shape{"mini", 19, 23, 768, GemmBias::f16, 2}, Shape{"mini", 35, 50, 256, GemmBias::f32, 0},
-                  Shape{"qc-u", 20, 1100, 384, GemmBias::f32, 0}}) {
+                  Shape{"qc-u", 20, 1100, 384, GemmBias::f32, 0}, Shape{"qc-u", 48, 2048, 1024, GemmBias::none, 0}}) {
     sim::Config cfg = sim::Config::make(s.preset, {});
     GemmRun f = run_gemm(cfg, s.m, s.n, s.k, s.bias, 9, false, s.split, true, 500, true);
     Compare c = compare(f.y, f.ref);
