@@ -55,6 +55,33 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
   if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
+// Fill pieces inside a routine's MAC loop (emit_gemm_w4): PEs per piece (~4 cycles of
+// the OCM port), pieces per loop iteration at rr rows (the loop's free issue slots:
+// occ.mac16 per vmac.f16, less the vmac, its broadcast, split 2's shift and 11 for the
+// next weights, at 4 instructions a piece, at most one per 4 rows), and the iterations
+// one unit (npe x 64 B) takes.
+uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 4 * uint32_t(cfg.ocm_port_bytes) / 64); }
+uint32_t pieces_per_iter(const sim::Config& cfg, uint32_t S, uint32_t rr) {
+  const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
+  return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
+}
+uint32_t unit_iters(const sim::Config& cfg, uint32_t S, uint32_t rr) {
+  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg)), std::max(1u, pieces_per_iter(cfg, S, rr)));
+}
+// The most tile-0 units (the last ones) a call of plan pl can scatter during its first
+// row group of rr rows, one per unit_iters segment, each in LRM before the loop's look-
+// ahead load first reads it (unit d at iteration 8d - 1).
+uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+  if (!pieces_per_iter(cfg, pl.split, rr)) return 0;
+  const uint32_t seg = unit_iters(cfg, pl.split, rr), U = pl.units;
+  uint32_t best = 0;
+  for (uint32_t j = 1; j + 1 <= U; ++j) {
+    bool ok = true;
+    for (uint32_t s = 0; s < j && ok; ++s) ok = int64_t(s + 1) * seg <= 8 * int64_t(U - j + s) - 1;
+    if (ok) best = j;
+  }
+  return best;
+}
 // Starts units first..C-1 of tile 0 on channels first..C-1 (uses reg and x31).
 void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg, uint32_t first = 0) {
   const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
@@ -98,6 +125,20 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     }
   }
   next.handed_off = best >= 0;
+  next.handed_units = 0;
+  if (next.handed_off && prev.m && pn.tiles > 1) {
+    // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
+    // time) arrive while next's first row group computes, one unit more for the margin.
+    const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
+    const double rows = double(pm.groups - 1) * pm.rows + (pm.last_rows + 3) / 4 * 4;
+    const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
+    const double short_bytes = double(pn.tile_bytes) - last_tile * cfg.ddr_bytes_per_cycle();
+    if (short_bytes > 0) {
+      const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 2;
+      const uint32_t tail = std::min(want, max_stream_units(cfg, pn, kMaxRows));
+      if (tail) next.handed_units = pn.units - tail;
+    }
+  }
   return next.handed_off;
 }
 
@@ -387,6 +428,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // weight is known), then the channel restarts with nx's next unit (tile 0's u + C, or
   // tile 1's u % C).
   const GemmPlan pn = nx ? plan_gemm(cfg, 0, nx->n, nx->k, nx->split) : GemmPlan{};
+  const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;  // the ones this call scatters
   auto start_at = [&](uint32_t c, uint32_t src, uint32_t bytes) {
     const uint32_t d = nx->smem + 64 * c;
     b.li(xT1, src);
@@ -439,19 +481,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // written again because other kernels reuse the smem since. handed_off: tile 0 is in
   // LRM already and tile 1's first units are in flight.)
   const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
+  const bool two_routines = pl.last_rows != pl.rows;
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
   }
-  if (!a.handed_off) {
-    for (uint32_t u = 0; u < U; ++u) fill_unit(u, narrow0, narrow1);
+  // Handed off in part (GemmArgs::handed_units): the last units of tile 0 are scattered
+  // inside the first row group's loop when it can (stream0), else here.
+  const uint32_t hu = a.handed_off && a.handed_units ? a.handed_units : (a.handed_off ? U : 0);
+  const uint32_t rr0 = pl.groups == 1 && two_routines ? (pl.last_rows + 3) / 4 * 4 : pl.rows;
+  if (hu < U && a.handed_off && pl.tiles < 2) fail("gemm: internal: tile 0 handed off in part on a one-tile call");
+  const bool stream0 = a.handed_off && hu < U && U - hu <= max_stream_units(cfg, pl, rr0);
+  if (!stream0) {
+    for (uint32_t u = hu; u < U; ++u) fill_unit(u, narrow0, narrow1);
     flush();
   }
   next_fill_tile();
 
   // ---- tile loop ----
   Label tile_loop = b.label(), done = b.label(), routine_full = b.label(), routine_last = b.label();
-  const bool two_routines = pl.last_rows != pl.rows;
   b.bind(tile_loop);
   if (a.next) {
     // Last tile: every unit of this call is in LRM, so the DMA of the next call's tile 0
@@ -491,16 +539,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // returns, then part B runs the rest of the loop and the epilogue. The others (and
   // unit 0's meta) go through the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
-  const uint32_t piece = std::max<uint32_t>(1, 4 * uint32_t(cfg.ocm_port_bytes) / 64);
+  const uint32_t piece = piece_pes(cfg);
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? (pl.last_rows + 3) / 4 * 4 : pl.rows; };
-  // Pieces per iteration: the loop's free issue slots (occ.mac16 per vmac.f16, less the
-  // vmac, its broadcast, split 2's shift, and 11 for the next weights) / 4 instructions,
-  // at most one per 4 rows.
-  auto per_iter = [&](uint32_t rr) {
-    const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
-    return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
-  };
-  auto seg_iters = [&](uint32_t rr) { return ceil_div(ceil_div(npe, piece), std::max(1u, per_iter(rr))); };
+  auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, S, rr); };
+  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, S, rr); };
+  // (one piece per iteration, at split 2, takes so long that the channel's restart after
+  // the unit comes too late: the DMA falls behind; measured)
   auto in_loop_max = [&](uint32_t g) { return per_iter(rr_of(g)) >= 2 ? iters / seg_iters(rr_of(g)) : 0u; };
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, b };
@@ -548,7 +592,31 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
-    const auto [n0, n1] = nx ? quota(g, pn.units) : std::pair<uint32_t, uint32_t>{0, 0};
+    const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
+    if (g == 0 && stream0) {
+      // Tile 0 (x1 = tiles): its last units, one loop segment each, into the compute buffer.
+      Label normal = b.label(), gend = b.label();
+      const bool lastr = pl.groups == 1 && two_routines;
+      b.li(xT3, pl.tiles);
+      b.op("bne", {xT, xT3, normal});
+      for (uint32_t u = hu; u < U; ++u) {
+        const uint32_t c = u % C;
+        const uint8_t r = uint8_t((u - hu) % 2);
+        b.op("dma.wait", {Chan{uint8_t(c)}});
+        b.li(xSrc, buf(c));
+        b.op("jal", {xLink, part_label(u == hu ? Part::a : Part::seg, lastr, r)});
+        if (u + C < U) start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
+        else start_unit(c, xD, pl.unit_offset(u % C, narrow1), u % C, narrow1);  // x2: tile 1 by now
+        b.op("vst", {V{uint8_t(22 + r)}, Mem{xCur, int64_t(pl.meta_lrm) + 64 * int64_t(u)}});
+      }
+      b.li(xCnt, iters - (U - hu) * seg_iters(rr0));
+      b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+      b.op("jal", {X{0}, gend});
+      b.bind(normal);
+      b.op("jal", {xLink, full});
+      b.bind(gend);
+      continue;
+    }
     if (u1 == u0 && n1 == n0) {
       b.op("jal", {xLink, full});
       continue;
@@ -599,17 +667,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
-    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * pn.units / G : 0;
+    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * nx_units / G : 0;
     if (U > u0) {
       Label skip = b.label();
       b.op("beq", {xFills, X{0}, skip});
       fill_units(u0, U);
       b.bind(skip);
     }
-    if (nx && pn.units > n0) {
+    if (nx && nx_units > n0) {
       Label skip = b.label();
       b.op("bne", {xFills, X{0}, skip});
-      for (uint32_t u = n0; u < pn.units; ++u) fill_next_unit(u);
+      for (uint32_t u = n0; u < nx_units; ++u) fill_next_unit(u);
       flush();
       b.bind(skip);
     }

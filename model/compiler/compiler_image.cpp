@@ -273,6 +273,7 @@ struct ImageKernels {
   // The GEMM that was linked to the one before: its LRM placement.
   void take_handoff(GemmArgs& g, const std::string& mark) const {
     g.handed_off = handed.handed_off;
+    g.handed_units = handed.handed_units;
     g.lrm_p = handed.lrm_p;
     g.lrm_q = handed.lrm_q;
     if (g.handed_off && lrm_since > handed_reserved)
@@ -307,6 +308,7 @@ struct ImageKernels {
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
     GemmArgs g = base_args(w, n, k);
+    g.m = m;  // (gemm_handoff reads it)
     if (f16.on) {
     } else if (record) {
       record->emplace_back(w, n, k, lrm_since);
