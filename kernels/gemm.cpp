@@ -486,16 +486,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
   }
-  // Handed off in part (GemmArgs::handed_units): the last units of tile 0 are scattered
-  // inside the first row group's loop when it can (stream0), else here.
-  const uint32_t hu = a.handed_off && a.handed_units ? a.handed_units : (a.handed_off ? U : 0);
+  // A tile's last units can be scattered inside its own first row group's loop (one loop
+  // segment each, just before the loop reads them) instead of through the port before
+  // it: `ts` of them, those the other tiles would take after the previous tile's last
+  // group, when the loop has the issue slots (split 1) and the call has 2 tiles or more
+  // (not the narrow tile, whose units go to its PEs only). Tile 0: the units not handed
+  // off (GemmArgs::handed_units; when the prologue loads it, the same ts).
   const uint32_t rr0 = pl.groups == 1 && two_routines ? (pl.last_rows + 3) / 4 * 4 : pl.rows;
+  const uint32_t smax = pieces_per_iter(cfg, S, rr0) >= 2 ? max_stream_units(cfg, pl, rr0) : 0;
+  const uint32_t after_last = U - (pl.groups - 1) * U / pl.groups;
+  const uint32_t ts = pl.tiles >= 2 && after_last <= smax ? after_last : 0;
+  const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : ts) : a.handed_units ? a.handed_units : U;
   if (hu < U && a.handed_off && pl.tiles < 2) fail("gemm: internal: tile 0 handed off in part on a one-tile call");
-  const bool stream0 = a.handed_off && hu < U && U - hu <= max_stream_units(cfg, pl, rr0);
-  if (!stream0) {
-    for (uint32_t u = hu; u < U; ++u) fill_unit(u, narrow0, narrow1);
-    flush();
-  }
+  const uint32_t ts0 = U - hu <= max_stream_units(cfg, pl, rr0) ? U - hu : 0;  // streamed in tile 0
+  for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
+  flush();
   next_fill_tile();
 
   // ---- tile loop ----
@@ -587,32 +592,71 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xCnt, iters - k * seg_iters(rr_of(g)));
     b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
   };
+  // Group 0 of a tile whose units [u0, U) are on their way: each is scattered into the
+  // compute buffer in its own loop segment; the channel then restarts with its next unit
+  // (of this tile: x2 is the next tile's base by now), of the next tile (narrow when it
+  // is the last), or, in the last tile, of the next call (start_next).
+  auto stream_units = [&](uint32_t u0) {
+    const bool lastr = pl.groups == 1 && two_routines;
+    for (uint32_t u = u0; u < U; ++u) {
+      const uint32_t c = u % C;
+      const uint8_t r = uint8_t((u - u0) % 2);
+      b.op("dma.wait", {Chan{uint8_t(c)}});
+      b.li(xSrc, buf(c));
+      b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
+      if (u + C < U) {
+        start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
+      } else {
+        Label own = b.label(), wide = b.label(), end = b.label();
+        b.op("bne", {xFills, X{0}, own});
+        start_next(c);
+        b.op("jal", {X{0}, end});
+        b.bind(own);
+        if (tail) {
+          b.li(xT3, 1);
+          b.op("bne", {xFills, xT3, wide});
+          start_unit(c, xD, pl.unit_offset(u % C, true), u % C, true);
+          b.op("jal", {X{0}, end});
+        }
+        b.bind(wide);
+        start_unit(c, xD, pl.unit_offset(u % C, false), u % C, false);
+        b.bind(end);
+      }
+      b.op("vst", {V{uint8_t(22 + r)}, Mem{xCur, int64_t(pl.meta_lrm) + 64 * int64_t(u)}});
+    }
+    b.li(xCnt, iters - (U - u0) * seg_iters(rr0));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+  };
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
     const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
-    if (g == 0 && stream0) {
-      // Tile 0 (x1 = tiles): its last units, one loop segment each, into the compute buffer.
-      Label normal = b.label(), gend = b.label();
-      const bool lastr = pl.groups == 1 && two_routines;
-      b.li(xT3, pl.tiles);
-      b.op("bne", {xT, xT3, normal});
-      for (uint32_t u = hu; u < U; ++u) {
-        const uint32_t c = u % C;
-        const uint8_t r = uint8_t((u - hu) % 2);
-        b.op("dma.wait", {Chan{uint8_t(c)}});
-        b.li(xSrc, buf(c));
-        b.op("jal", {xLink, part_label(u == hu ? Part::a : Part::seg, lastr, r)});
-        if (u + C < U) start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
-        else start_unit(c, xD, pl.unit_offset(u % C, narrow1), u % C, narrow1);  // x2: tile 1 by now
-        b.op("vst", {V{uint8_t(22 + r)}, Mem{xCur, int64_t(pl.meta_lrm) + 64 * int64_t(u)}});
+    if (g == 0 && (ts0 || ts)) {
+      // Tile 0 (x1 = tiles) streams ts0 units, a later full tile ts.
+      Label plain = b.label(), gend = b.label(), first = b.label();
+      if (ts0 != ts) {
+        b.li(xT3, pl.tiles);
+        b.op("beq", {xT, xT3, first});
       }
-      b.li(xCnt, iters - (U - hu) * seg_iters(rr0));
-      b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
-      b.op("jal", {X{0}, gend});
-      b.bind(normal);
+      if (ts) {
+        if (tail) {
+          b.li(xT3, 1);
+          b.op("beq", {xT, xT3, plain});
+        }
+        stream_units(U - ts);
+        b.op("jal", {X{0}, gend});
+      } else {
+        b.op("jal", {X{0}, plain});
+      }
+      if (ts0 != ts) {
+        b.bind(first);
+        if (ts0) stream_units(U - ts0);
+        else b.op("jal", {xLink, full});
+        b.op("jal", {X{0}, gend});
+      }
+      b.bind(plain);
       b.op("jal", {xLink, full});
       b.bind(gend);
       continue;
@@ -668,7 +712,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
     const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * nx_units / G : 0;
-    if (U > u0) {
+    if (U > u0 && ts) {
+      // (streamed in the next tile's group 0, but into the narrow last tile)
+      if (tail) {
+        Label skip = b.label();
+        b.li(xT3, 1);
+        b.op("bne", {xFills, xT3, skip});
+        for (uint32_t u = u0; u < U; ++u) fill_unit(u, true, false);
+        flush();
+        b.bind(skip);
+      }
+    } else if (U > u0) {
       Label skip = b.label();
       b.op("beq", {xFills, X{0}, skip});
       fill_units(u0, U);
