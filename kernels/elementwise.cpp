@@ -368,7 +368,7 @@ void emit_elementwise(Builder& b, const sim::Config& cfg, const EwArgs& a) {
     }
   }
   b.li(X{20}, p.rows);
-  b.li(X{22}, p.R);
+  if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)
   b.li(X{1}, ceil_div(p.rows, p.R));
   b.loop(X{1}, [&] {
     b.op("min", {X{21}, X{20}, X{22}});
