@@ -55,12 +55,12 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
   if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
-// Fill pieces inside a routine's MAC loop (emit_gemm_w4): PEs per piece (~4 cycles of
-// the OCM port), pieces per loop iteration at rr rows (the loop's free issue slots:
-// occ.mac16 per vmac.f16, less the vmac, its broadcast, split 2's shift and 11 for the
-// next weights, at 4 instructions a piece, at most one per 4 rows), and the iterations
-// one unit (npe x 64 B) takes.
-uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 4 * uint32_t(cfg.ocm_port_bytes) / 64); }
+// Fill pieces inside a routine's MAC loop (emit_gemm_w4): PEs per piece (2 cycles of the
+// OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program), pieces per loop
+// iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
+// vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
+// piece, at most one per 4 rows), and the iterations one unit (npe x 64 B) takes.
+uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / 64); }
 uint32_t pieces_per_iter(const sim::Config& cfg, uint32_t S, uint32_t rr) {
   const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
@@ -128,13 +128,13 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   next.handed_units = 0;
   if (next.handed_off && prev.m && pn.tiles > 1) {
     // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
-    // time) arrive while next's first row group computes, one unit more for the margin.
+    // time) arrive while next's first row group computes (one unit more: measured best of 0 to 4).
     const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
     const double rows = double(pm.groups - 1) * pm.rows + (pm.last_rows + 3) / 4 * 4;
     const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
     const double short_bytes = double(pn.tile_bytes) - last_tile * cfg.ddr_bytes_per_cycle();
     if (short_bytes > 0) {
-      const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 2;
+      const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 1;
       const uint32_t tail = std::min(want, max_stream_units(cfg, pn, kMaxRows));
       if (tail) next.handed_units = pn.units - tail;
     }
@@ -536,13 +536,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   // Fills inside the row groups' MAC loops. The next tile's units (in the last tile, nx's
   // tile 0) are spread over the G row groups as above: units [(g-1)D/G, gD/G) are taken
-  // at the start of group g >= 1, the last ones after the last group. Of the units a
-  // group takes at its start, up to 3 have their codes scattered inside its first loop
-  // iterations (routine part A), in pieces of `piece` PEs (pset.range p4 and a predicated
-  // oscatter: ~4 cycles of the OCM port, between the broadcasts, in issue slots the loop
-  // leaves free), so the port time overlaps the MACs; their channels restart when A
-  // returns, then part B runs the rest of the loop and the epilogue. The others (and
-  // unit 0's meta) go through the port before the group.
+  // at the start of group g >= 1, the last ones after the last group (or, stream_units,
+  // inside the next tile's group 0). Of the units a group takes at its start, those its
+  // loop has iterations for have their codes scattered inside it, one loop segment each
+  // (routine parts a, seg, then b for the rest of the loop and the epilogue), in pieces
+  // of `piece` PEs (pset.range p4 and a predicated oscatter between the broadcasts, in
+  // issue slots the loop leaves free), so the port time overlaps the MACs; each unit's
+  // channel restarts as its segment returns. The others (and unit 0's meta) go through
+  // the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
   const uint32_t piece = piece_pes(cfg);
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? (pl.last_rows + 3) / 4 * 4 : pl.rows; };
