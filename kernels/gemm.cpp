@@ -496,7 +496,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const uint32_t smax = pieces_per_iter(cfg, S, rr0) >= 2 ? max_stream_units(cfg, pl, rr0) : 0;
   const uint32_t after_last = U - (pl.groups - 1) * U / pl.groups;
   const uint32_t ts = pl.tiles >= 2 && after_last <= smax ? after_last : 0;
-  const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : ts) : a.handed_units ? a.handed_units : U;
+  const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : smax) : a.handed_units ? a.handed_units : U;
   if (hu < U && a.handed_off && pl.tiles < 2) fail("gemm: internal: tile 0 handed off in part on a one-tile call");
   const uint32_t ts0 = U - hu <= max_stream_units(cfg, pl, rr0) ? U - hu : 0;  // streamed in tile 0
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);

@@ -495,6 +495,73 @@ void emit_norm(Builder& b, const sim::Config& cfg, const NormArgs& a) {
   emit_plan(b, cfg, a, p);
 }
 
+namespace {
+// Strided rows of heads (q or k inside the q|k|v rows): PE e = r * heads + h holds head h
+// of row r of a tile of npe / heads rows, its C = head_dim / 32 chunks in registers; per
+// row, one predicated scatter per chunk (stride head_dim * 2 across the row's PEs) and one
+// gather back. Each PE runs the rows mapping's arithmetic on its vector, in its order
+// (chunks alternating between the two accumulator slots), so y is the same.
+void emit_head_norm_rows_of_heads(Builder& b, const sim::Config& cfg, const HeadNormArgs& a, uint32_t xs, uint32_t ys) {
+  const uint32_t Hh = a.heads, hd2 = a.head_dim * 2, C = a.head_dim / kChunk, TR = cfg.npe() / Hh;
+  auto Xc = [](uint32_t c) { return V{uint8_t(12 + c)}; };  // raw x / y chunks: v12..v15
+  auto Wc = [](uint32_t c) { return V{uint8_t(16 + c)}; };  // raw w chunks: v16..v19
+  b.li(X{1}, (a.rows + TR - 1) / TR);
+  b.li(X{2}, a.rows);
+  b.li(X{4}, TR);
+  b.li(X{5}, a.x_ocm);
+  b.li(X{8}, a.y_ocm);
+  b.li(X{11}, hd2);
+  for (uint32_t c = 0; c < C; ++c) b.op("obcast", {Wc(c), Mem{X{0}, int64_t(a.w_ocm) + 64 * c}});
+  b.loop(X{1}, [&] {
+    b.op("min", {X{3}, X{2}, X{4}});
+    auto rows = [&](X base, int64_t stride, const char* m) {
+      b.li(X{9}, 0);
+      b.li(X{10}, Hh);
+      b.op("addi", {X{16}, base, 0});
+      b.loop(X{3}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        for (uint32_t c = 0; c < C; ++c) b.op(m, {Xc(c), Mem{X{16}, 64 * c}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, Hh});
+        b.op("addi", {X{10}, X{10}, Hh});
+        b.op("addi", {X{16}, X{16}, stride - int64_t(Hh) * hd2});
+      });
+    };
+    rows(X{5}, xs, "oscatter");
+    b.li(X{12}, Hh);
+    b.op("mul", {X{12}, X{12}, X{3}});
+    b.op("pset.range", {P{2}, X{0}, X{12}});  // the tile's rows x heads
+    zero_accs(b);
+    for (uint32_t c = 0; c < C; ++c) {
+      const int sl = int(c % 2);  // the rows mapping's slot of chunk c
+      b.op("vshr", {T(sl), Xc(c), int64_t(16)}, P{2});
+      b.op("vmac.f16", {A(sl, 0), Xc(c), Xc(c)}, P{2});
+      b.op("vmac.f16", {A(sl, 1), T(sl), T(sl)}, P{2});
+    }
+    Plan p;
+    reduce(b, p, 0);
+    NormArgs n;
+    n.dim = a.head_dim;
+    n.eps = a.eps;
+    inv_sqrt(b, n);
+    for (uint32_t c = 0; c < C; ++c) {
+      b.op("vunpack.f16", {L(0), Xc(c), int64_t(0)}, P{2});
+      b.op("vunpack.f16", {H(0), Xc(c), int64_t(1)}, P{2});
+      b.op("vunpack.f16", {WL(0), Wc(c), int64_t(0)}, P{2});
+      b.op("vunpack.f16", {WH(0), Wc(c), int64_t(1)}, P{2});
+      b.op("vmul.f32", {L(0), L(0), V{30}}, P{2});
+      b.op("vmul.f32", {H(0), H(0), V{30}}, P{2});
+      b.op("vmul.f32", {L(0), L(0), WL(0)}, P{2});
+      b.op("vmul.f32", {H(0), H(0), WH(0)}, P{2});
+      b.op("vpack.f16", {Xc(c), L(0), H(0)}, P{2});
+    }
+    rows(X{8}, ys, "ogather");
+    b.op("addi", {X{5}, X{5}, int64_t(TR) * xs});
+    b.op("addi", {X{8}, X{8}, int64_t(TR) * ys});
+    b.op("sub", {X{2}, X{2}, X{4}});
+  });
+}
+}  // namespace
+
 void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   const uint32_t width = a.heads * a.head_dim * 2;
   const uint32_t xs = a.x_stride ? a.x_stride : width, ys = a.y_stride ? a.y_stride : width;
@@ -503,6 +570,11 @@ void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   if (xs < width || ys < width)
     fail("head_norm: row strides x {} B / y {} B are shorter than a row of heads {} x head_dim {} x 2 = {} B", xs, ys,
          a.heads, a.head_dim, width);
+  const uint32_t C = a.head_dim / kChunk;
+  if ((xs != width || ys != width) && a.head_dim % kChunk == 0 && C <= 4 && a.heads <= cfg.npe()) {
+    emit_head_norm_rows_of_heads(b, cfg, a, xs, ys);
+    return;
+  }
   if (xs != width || ys != width) {  // strided rows: one rows-mapping norm per head
     for (uint32_t h = 0; h < a.heads; ++h) {
       NormArgs n;

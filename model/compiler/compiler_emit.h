@@ -174,10 +174,15 @@ class Emitter {
   }
 
   // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:
-  // planes x rows x row_bytes.
+  // planes x rows x row_bytes. copy_behind: started on channel 0 and not waited for; the
+  // caller emits copy_wait() before the destination is read (or a source overwritten).
+  void copy_behind(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
+    copy(mark, src, dst, bytes, 1, 0, 0, 1, 0, 0, false);
+  }
+  void copy_wait() { b_.op("dma.wait", {kernels::Chan{0}}); }
   void copy(const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows = 1,
             uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1, uint32_t src_plane_stride = 0,
-            uint32_t dst_plane_stride = 0) {
+            uint32_t dst_plane_stride = 0, bool wait = true) {
     kernels::KernelCost c;
     uint64_t bytes = uint64_t(row_bytes) * rows * planes;
     bool src_ddr = src < sim::kOcmRegion.base, dst_ddr = dst < sim::kOcmRegion.base;
@@ -188,7 +193,7 @@ class Emitter {
                     dst_stride ? dst_stride : row_bytes, planes, src_plane_stride, dst_plane_stride);
       b_.li(X{1}, kSmemCopy);
       b_.op("dma.start", {Chan{0}, X{1}});
-      b_.op("dma.wait", {Chan{0}});
+      if (wait) copy_wait();
     });
   }
 
