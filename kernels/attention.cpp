@@ -182,8 +182,9 @@ void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
   if (a.kv_heads == 0 || a.head_dim == 0 || a.rows == 0) fail("kv_write: kv_heads, head_dim and rows must be positive");
   if (a.row_stride < a.kv_heads * a.head_dim * 2) fail("kv_write: row stride {} < {} heads x {} fp16", a.row_stride, a.kv_heads, a.head_dim);
   const uint32_t hd2 = a.head_dim * 2;
-  const uint32_t nch = uint32_t(cfg.dma_channels);
-  const uint8_t chK = 0, chV = uint8_t(1 % nch);
+  // Channels 2 and 3: the OCM attention stages q and its output on channels 0 and 1
+  // (a dma.wait there would also wait for a cache write still in flight).
+  const uint8_t chK = uint8_t(2 % cfg.dma_channels), chV = uint8_t(3 % cfg.dma_channels);
   // One 3-D descriptor per tensor: planes = kv heads, rows = new rows.
   b.descriptor(a.smem, sim::ocm_addr(a.k_ocm), 0, hd2, a.rows, a.row_stride, hd2, a.kv_heads, hd2, a.max_seq * hd2);
   b.descriptor(a.smem + 64, sim::ocm_addr(a.v_ocm), 0, hd2, a.rows, a.row_stride, hd2, a.kv_heads, hd2, a.max_seq * hd2);
@@ -199,9 +200,13 @@ void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
   b.op("dma.start", {Chan{chK}, X{3}});
   b.li(X{3}, a.smem + 64);
   b.op("dma.start", {Chan{chV}, X{3}});
-  // The attention that follows reads the new slot from DDR: finish here.
-  b.op("dma.wait", {Chan{chK}});
-  b.op("dma.wait", {Chan{chV}});
+  // The decode attention that follows reads the new slot from DDR: finish here.
+  if (a.wait) emit_kv_write_wait(b, cfg);
+}
+
+void emit_kv_write_wait(Builder& b, const sim::Config& cfg) {
+  b.op("dma.wait", {Chan{uint8_t(2 % cfg.dma_channels)}});
+  b.op("dma.wait", {Chan{uint8_t(3 % cfg.dma_channels)}});
 }
 
 KernelCost cost_kv_write(const sim::Config&, const KvWriteArgs& a) {

@@ -71,8 +71,13 @@ struct KvWriteArgs {
   uint32_t max_seq = 0;                           // slots per head
   uint32_t pos_smem = 0;                          // scalar-memory word: first slot written
   uint32_t smem = 0;                              // 128 bytes for two descriptors
+  // false: the kernel returns with the two DMAs in flight; the caller emits
+  // emit_kv_write_wait before anything overwrites the rows or reads the new slots (the
+  // prefill's OCM attention reads k and v in OCM, so the write overlaps it).
+  bool wait = true;
 };
 void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a);
+void emit_kv_write_wait(Builder& b, const sim::Config& cfg);
 KernelCost cost_kv_write(const sim::Config& cfg, const KvWriteArgs& a);
 
 struct DecodeAttnArgs {

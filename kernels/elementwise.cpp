@@ -46,6 +46,9 @@ struct Plan {
   uint32_t as = 0, bs = 0, os = 0;  // row strides
   uint32_t nchunks = 0, P = 0, nfull = 0, rem = 0, step = 0;
   bool tail = false;
+  // Rows mapping in H parts: the row's chunks in H equal parts, part h of row r on PE
+  // r * H + h (R = npe / H rows per tile), so short tiles keep more PEs busy.
+  uint32_t H = 1, R = 0;
 };
 
 bool dense(const EwArgs& a) {
@@ -78,6 +81,21 @@ Plan make_plan(const sim::Config& cfg, const EwArgs& a, bool spread) {
     p.nfull = p.n / kChunk;
     p.tail = p.n % kChunk != 0;
     p.step = 64;
+    // Parts (p3..p6): as many as the PEs a tile of rows leaves idle allow, dividing the
+    // chunks, the array's columns and the strides, each part's first address inside OCM
+    // (PE i = r H + h reads row r at base_h + i * stride / H, base_h = row 0 + h part -
+    // h stride / H); not with a tail chunk, nor bias_add (its bias goes by column).
+    auto fits = [&](uint32_t h2) {
+      if (p.nfull % h2 || cfg.pe_cols % h2 || uint64_t(a.rows) * h2 > npe) return false;
+      for (auto [off, st] : {std::pair{a.a_ocm, p.as}, {a.b_ocm, p.bs}, {a.out_ocm, p.os}}) {
+        if (st % h2) return false;
+        if (int64_t(off) + int64_t(h2 - 1) * (int64_t(p.nfull / h2) * 64 - st / h2) < 0) return false;
+      }
+      return true;
+    };
+    while (!p.tail && a.op != EwOp::bias_add && p.H < 4 && fits(p.H * 2)) p.H *= 2;
+    p.nfull /= p.H;
+    p.R = npe / p.H;
   }
   return p;
 }
@@ -106,12 +124,19 @@ void emit_masks(Builder& b, V base, uint32_t n) {
 void emit_step(Builder& b, const EwArgs& a, const Plan& p, int k, bool tail) {
   const P pr = (tail && p.spread) ? P{2} : P{1};
   const int64_t st = p.step;
+  // Part h (rows mapping in parts): PE r H + h reads row r at chunk h nfull, through its
+  // own predicate p3 + h (x8/x9/x11 are the strides / H); one part: every active PE (pr).
+  auto parts = [&](auto f) {
+    for (uint32_t h = 0; h < p.H; ++h) f(p.H > 1 ? P{uint8_t(3 + h)} : pr, [&](uint32_t stride) {
+      return int64_t(h) * p.nfull * 64 - int64_t(h) * (stride / p.H);
+    });
+  };
   for (int s = 0; s < k; ++s) {
-    b.op("oscatter", {RA(s), Mem{X{5}, st * s}, X{8}}, pr);
+    parts([&](P ph, auto off) { b.op("oscatter", {RA(s), Mem{X{5}, st * s + off(p.as)}, X{8}}, ph); });
     if (a.op == EwOp::bias_add && !p.spread)
       b.op("obcast", {RB(s), Mem{X{6}, 64 * s}});
     else if (has_b(a.op))
-      b.op("oscatter", {RB(s), Mem{X{6}, st * s}, X{9}}, pr);
+      parts([&](P ph, auto off) { b.op("oscatter", {RB(s), Mem{X{6}, st * s + off(p.bs)}, X{9}}, ph); });
   }
   if (tail) b.op("oscatter", {V{16}, Mem{X{7}, 0}, X{11}}, pr);
   for (int s = 0; s < k; ++s) {
@@ -186,7 +211,8 @@ void emit_step(Builder& b, const EwArgs& a, const Plan& p, int k, bool tail) {
     b.op("vand", {V{16}, V{16}, V{27}}, pr);
     b.op("vor", {RA(0), RA(0), V{16}}, pr);
   }
-  for (int s = 0; s < k; ++s) b.op("ogather", {RA(s), Mem{X{7}, st * s}, X{11}}, pr);
+  for (int s = 0; s < k; ++s)
+    parts([&](P ph, auto off) { b.op("ogather", {RA(s), Mem{X{7}, st * s + off(p.os)}, X{11}}, ph); });
   b.op("addi", {X{5}, X{5}, st * k});
   if (has_b(a.op)) b.op("addi", {X{6}, X{6}, st * k});
   b.op("addi", {X{7}, X{7}, st * k});
@@ -245,8 +271,8 @@ double ew_estimate_cycles(const sim::Config& cfg, const EwArgs& a, EwMapping m) 
     return p.rows * (steps * std::max(comp, ops * p.P * 64 / port) + lat);
   }
   double total = 0;
-  for (uint32_t r = 0; r < p.rows; r += npe) {
-    const uint32_t act = std::min(npe, p.rows - r);
+  for (uint32_t r = 0; r < p.rows; r += p.R) {
+    const uint32_t act = std::min(p.R, p.rows - r) * p.H;
     total += (p.nfull + (p.tail ? 1 : 0)) * std::max(comp, ops * act * 64 / port) + lat;
   }
   return total;
@@ -321,19 +347,42 @@ void emit_elementwise(Builder& b, const sim::Config& cfg, const EwArgs& a) {
     b.op("vsplati", {V{0}, int64_t(p.nfull) * kChunk});
     emit_masks(b, V{0}, p.n);
   }
+  // Tiles of R rows (npe without parts). Parts: p7 = PEs of column h mod H (p3 + h, built
+  // once), each tile's p1 = its H x rows PEs and p3 + h = p1 & its columns.
+  if (p.H > 1) {
+    b.li(X{8}, p.as / p.H);
+    b.li(X{9}, p.bs / p.H);
+    b.li(X{11}, p.os / p.H);
+    for (uint32_t h = 0; h < p.H; ++h) {
+      const P ph{uint8_t(3 + h)};
+      b.op("pset.range", {ph, X{0}, X{0}});
+      b.li(X{23}, h);
+      b.li(X{24}, h + 1);
+      b.li(X{21}, cfg.pe_cols / p.H);
+      b.loop(X{21}, [&] {
+        b.op("pset.cols", {P{7}, X{23}, X{24}});
+        b.op("por", {ph, ph, P{7}});
+        b.op("addi", {X{23}, X{23}, int64_t(p.H)});
+        b.op("addi", {X{24}, X{24}, int64_t(p.H)});
+      });
+    }
+  }
   b.li(X{20}, p.rows);
-  b.li(X{1}, ceil_div(p.rows, npe));
+  if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)
+  b.li(X{1}, ceil_div(p.rows, p.R));
   b.loop(X{1}, [&] {
     b.op("min", {X{21}, X{20}, X{22}});
+    if (p.H > 1) b.op("muli", {X{21}, X{21}, int64_t(p.H)});
     b.op("pset.range", {P{1}, X{0}, X{21}});
+    for (uint32_t h = 0; h < p.H && p.H > 1; ++h) b.op("pand", {P{uint8_t(3 + h)}, P{uint8_t(3 + h)}, P{1}});
     emit_row(b, a, p);
-    b.li(X{21}, npe * p.as);
+    b.li(X{21}, p.R * p.as);
     b.op("add", {X{16}, X{16}, X{21}});
     if (a.op != EwOp::bias_add) {
-      b.li(X{21}, npe * p.bs);
+      b.li(X{21}, p.R * p.bs);
       b.op("add", {X{17}, X{17}, X{21}});
     }
-    b.li(X{21}, npe * p.os);
+    b.li(X{21}, p.R * p.os);
     b.op("add", {X{18}, X{18}, X{21}});
     b.op("sub", {X{20}, X{20}, X{22}});
   });

@@ -19,7 +19,11 @@
 //            (stride = cols*2) and the op is not bias_add, all rows are one flat row of
 //            rows*cols elements. For decode (rows = 1) and dense tensors.
 //  - rows:   PE r owns row r of a tile of npe rows and walks it chunk by chunk; the
-//            bias is broadcast. For many short, strided rows.
+//            bias is broadcast. For many short, strided rows. When a tile of rows
+//            leaves PEs idle (rows <= npe / 2) and the row is whole chunks, the row is
+//            cut in H = 2 or 4 equal parts (not bias_add): part h of row r on PE
+//            h * npe / H + r, each part scattered and gathered through its own
+//            predicate (p3..p6): the 128-row SiLU gates of the prefill on 512 PEs.
 // Rule (automatic): spread when the tensors flatten (always best: every PE busy, one
 // pass per npe chunks); otherwise (strided rows, bias_add) the mapping with the lower
 // ew_estimate_cycles(), a per-step model: max(compute occupancy, port bytes) + latency.
@@ -27,7 +31,7 @@
 // cols need not be a multiple of 32 (the tail chunk is written back read-modify-write:
 // bytes past the row end keep their value), rows need not be a multiple of npe. The
 // kernel READS up to 62 B past the end of the last row of each operand: they must lie
-// inside OCM. Resources: x1..x31, v0..v31, p1..p2, 2 hardware-loop levels; no LRM.
+// inside OCM. Resources: x1..x31, v0..v31, p1..p6, 2 hardware-loop levels; no LRM.
 #pragma once
 #include <cstdint>
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <map>
 
 #include "isa/error.h"
 #include "isa/fp16.h"
@@ -24,10 +25,18 @@ uint32_t lrm_need(uint32_t nblk, uint32_t s) { return 2 * (meta_lrm_bytes(nblk) 
 uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
   return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
 }
-uint32_t buffers_bytes(const GemmPlan& pl) { return unit_buffer(pl, 0) + (pl.channels - 1) * unit_buffer(pl, 1); }
-// OCM offset of channel c's unit data; DDR offset of unit u inside a tile.
-uint32_t unit_data(const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
-  return a.scratch_ocm + (c ? unit_buffer(pl, 0) + (c - 1) * unit_buffer(pl, 1) : 0) + kUnitPad;
+// The channels' buffers sit where they sit in every call on the machine and scratch
+// region, so a call can start the next call's unit c on channel c as soon as its own
+// last unit there is consumed: channel 0 (the meta unit, whose size differs between
+// calls) at the region's start, channel c >= 1 (code units: npe * 64 B in every call) at
+// D - c code buffers from the region's end, D = cfg.dma_channels.
+uint32_t buffers_bytes(const sim::Config& cfg, const GemmPlan& pl) {
+  return unit_buffer(pl, 0) + uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1);
+}
+// OCM offset of channel c's unit data.
+uint32_t unit_data(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
+  if (c == 0) return a.scratch_ocm + kUnitPad;
+  return a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - c) * unit_buffer(pl, 1) + kUnitPad;
 }
 // One LRM buffer (meta, then the codes of the PE's k) and where a call's two sit.
 uint32_t lrm_buffer(const GemmPlan& pl) { return pl.meta_lrm + 64 / pl.split * pl.blocks; }
@@ -37,22 +46,50 @@ std::pair<uint32_t, uint32_t> lrm_buffers(const GemmPlan& pl, const GemmArgs& a)
 }
 // The DMA side's buffers, descriptors and weight range (shared by the kernel and the prefetch).
 void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
-  const uint32_t need = buffers_bytes(pl), C = pl.channels;
-  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + need > cfg.ocm_bytes)
-    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channels x {} B), got {} at {} (gemm_scratch_bytes)",
-         need, C, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
+  const uint32_t need = buffers_bytes(cfg, pl), C = pl.channels;
+  if (need > a.scratch_bytes || uint64_t(a.scratch_ocm) + a.scratch_bytes > cfg.ocm_bytes)
+    fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channel buffers, {} B each after the first), got {} "
+         "at {} (gemm_scratch_bytes)",
+         need, cfg.dma_channels, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
   if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
   if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
-// Starts units 0..C-1 of tile 0 (uses reg and x31).
-void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg) {
+// Fill pieces inside a routine's MAC loop (emit_gemm_w4): PEs per piece (2 cycles of the
+// OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program), pieces per loop
+// iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
+// vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
+// piece, at most one per 4 rows), and the iterations one unit (npe x 64 B) takes.
+uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / 64); }
+uint32_t pieces_per_iter(const sim::Config& cfg, uint32_t S, uint32_t rr) {
+  const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
+  return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
+}
+uint32_t unit_iters(const sim::Config& cfg, uint32_t S, uint32_t rr) {
+  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg)), std::max(1u, pieces_per_iter(cfg, S, rr)));
+}
+// The most tile-0 units (the last ones) a call of plan pl can scatter during its first
+// row group of rr rows, one per unit_iters segment, each in LRM before the loop's look-
+// ahead load first reads it (unit d at iteration 8d - 1).
+uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+  if (!pieces_per_iter(cfg, pl.split, rr)) return 0;
+  const uint32_t seg = unit_iters(cfg, pl.split, rr), U = pl.units;
+  uint32_t best = 0;
+  for (uint32_t j = 1; j + 1 <= U; ++j) {
+    bool ok = true;
+    for (uint32_t s = 0; s < j && ok; ++s) ok = int64_t(s + 1) * seg <= 8 * int64_t(U - j + s) - 1;
+    if (ok) best = j;
+  }
+  return best;
+}
+// Starts units first..C-1 of tile 0 on channels first..C-1 (uses reg and x31).
+void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg, uint32_t first = 0) {
   const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
   check_dma(cfg, pl, a);
   const bool tail = pl.tail_at(0);
-  for (uint32_t c = 0; c < pl.channels; ++c) {
+  for (uint32_t c = first; c < pl.channels; ++c) {
     const uint32_t bytes = c == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
-    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(pl, a, c)), bytes);
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(cfg, pl, a, c)), bytes);
     b.li(reg, a.smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, reg});
   }
@@ -88,6 +125,20 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     }
   }
   next.handed_off = best >= 0;
+  next.handed_units = 0;
+  if (next.handed_off && prev.m && pn.tiles > 1) {
+    // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
+    // time) arrive while next's first row group computes (one unit more: measured best of 0 to 4).
+    const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
+    const double rows = double(pm.groups - 1) * pm.rows + (pm.last_rows + 3) / 4 * 4;
+    const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
+    const double short_bytes = double(pn.tile_bytes) - last_tile * cfg.ddr_bytes_per_cycle();
+    if (short_bytes > 0) {
+      const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 1;
+      const uint32_t tail = std::min(want, max_stream_units(cfg, pn, kMaxRows));
+      if (tail) next.handed_units = pn.units - tail;
+    }
+  }
   return next.handed_off;
 }
 
@@ -143,8 +194,7 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 }
 
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
-  GemmPlan p = plan_gemm(cfg, 0, n, k, split);
-  return buffers_bytes(p);
+  return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split));
 }
 
 std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg, uint32_t split) {
@@ -203,22 +253,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + 2 * a.n > ocm)
     fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
   check_dma(cfg, pl, a);
-  auto buf = [&](uint32_t c) { return unit_data(pl, a, c); };
+  auto buf = [&](uint32_t c) { return unit_data(cfg, pl, a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
   const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
 
   // ---- registers ----
   // x1 tiles left, x2 DDR base of the tile being filled, x3 tiles after it, x4/x5 LRM
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
-  // x9 npe, x10 X of the row group, x11 Y of the row group, x12-x14 routine temps,
-  // x16 loop count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P,
-  // x23 fills left, x24/x25 unit sizes (x15/x29 those of the narrow tile), x26 bias
-  // stride, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
+  // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
+  // x12-x14 routine temps, x16 loop count, x17 gather stride, x18 link, x19/x22/x28
+  // temps, x20 64, x21 4P, x23 fills left, x25 OCM source of the unit a routine part
+  // scatters, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
-  const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xNpe{9}, xAct{10}, xYg{11};
+  const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
-  const X xMetaSz{24}, xCodeSz{25}, xBs{26}, xSwap{27}, xT3{28}, xMetaSzT{15}, xCodeSzT{29};
+  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25};
   const bool tail = pl.tail_cols != 0;
 
   b.li(xT, pl.tiles);
@@ -229,18 +279,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.li(xY, a.y_ocm);
   b.li(xB, a.bias_ocm);
   b.li(xCols, a.n);
-  b.li(xNpe, npe);
   b.li(xGs, 2 / S);
   b.li(x64, 64);
   b.li(xMs, 4 * B / S);
   b.li(xFills, pl.tiles - 1);
-  b.li(xMetaSz, pl.meta_unit + pl.code_unit);
-  b.li(xCodeSz, pl.code_unit);
-  if (tail) {
-    b.li(xMetaSzT, pl.tail_meta_unit + pl.tail_code_unit);
-    b.li(xCodeSzT, pl.tail_code_unit);
-  }
-  b.li(xBs, bias_bytes / S);
   b.li(xSwap, lrm_p ^ lrm_q);
   b.op("vlaneid", {V{21}});
   b.op("vsplati", {V{20}, int64_t(0)});
@@ -277,7 +319,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u, bool narrow) {
     b.op("addi", {xT1, base, off});
     b.op("sw", {xT1, Mem{X{0}, desc(c)}});
-    b.op("sw", {u == 0 ? (narrow ? xMetaSzT : xMetaSz) : (narrow ? xCodeSzT : xCodeSz), Mem{X{0}, desc(c) + 8}});
+    b.li(xT3, u == 0 ? pl.meta_of(narrow) + pl.code_of(narrow) : pl.code_of(narrow));
+    b.op("sw", {xT3, Mem{X{0}, desc(c) + 8}});
     b.li(xT3, desc(c));
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
@@ -312,25 +355,53 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow) {
     scatter_to(xFill, half, src, stride, dst, pair, narrow, B);
   };
+  // The next call's tile-0 units start as early as their channels allow: channel c's
+  // buffer (at the same place in every call) takes the next call's unit c as soon as
+  // this call's last unit on c is scattered, while this call fills its last tile; the
+  // channels this call does not use start at its last tile. Not when nothing is filled
+  // (one tile, handed off): then all start at the last tile.
+  const GemmPlan px = a.next ? plan_gemm(cfg, 0, a.next->n, a.next->k, a.next->split) : GemmPlan{};
+  const uint32_t early = a.next && !(pl.tiles == 1 && a.handed_off) ? std::min(C, px.channels) : 0;
+  auto start_next = [&](uint32_t c) {
+    if (c >= early) return;
+    const bool t0 = px.tail_at(0);
+    b.descriptor(a.next->smem + 64 * c, uint32_t(a.next->w_ddr + px.unit_offset(c, t0)),
+                 sim::ocm_addr(unit_data(cfg, px, *a.next, c)), c == 0 ? px.meta_of(t0) + px.code_of(t0) : px.code_of(t0));
+    b.li(xT3, a.next->smem + 64 * c);
+    b.op("dma.start", {Chan{uint8_t(c)}, xT3});
+  };
   // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
   // after it is the last one.
-  auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
+  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (a
+  // routine scatters them, fill_in_loop).
+  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
-    if (u == 0) {
+    if (u == 0)
       for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2, narrow);
-      scatter(false, buf(c) + pl.meta_of(narrow), x64, pl.meta_lrm, false, narrow);
-    } else {
-      scatter(false, buf(c), x64, pl.meta_lrm + 64 * u, false, narrow);
-    }
+    if (!in_loop) scatter(false, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), x64, pl.meta_lrm + 64 * u, false, narrow);
+  };
+  // Restarts unit u's channel with its next unit.
+  auto restart = [&](uint32_t u, bool narrow, bool next_narrow) {
+    const uint32_t c = u % C;
     if (u + C < U) {
       start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
-    } else if (!narrow) {
-      Label skip = b.label();
-      b.op("beq", {xMore, X{0}, skip});
+    } else if (narrow) {
+      start_next(c);
+    } else {
+      // The next tile's unit u % C, or (this was the last tile) the next call's unit c.
+      Label own = b.label(), end = b.label();
+      b.op("bne", {xMore, X{0}, own});
+      start_next(c);
+      b.op("jal", {X{0}, end});
+      b.bind(own);
       start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
-      b.bind(skip);
+      b.bind(end);
     }
+  };
+  auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
+    take_unit(u, narrow, false);
+    restart(u, narrow, next_narrow);
   };
   // Units [u0, u1) of the tile after the current one (x23 tiles after the current one).
   auto fill_units = [&](uint32_t u0, uint32_t u1) {
@@ -357,6 +428,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // weight is known), then the channel restarts with nx's next unit (tile 0's u + C, or
   // tile 1's u % C).
   const GemmPlan pn = nx ? plan_gemm(cfg, 0, nx->n, nx->k, nx->split) : GemmPlan{};
+  const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;  // the ones this call scatters
   auto start_at = [&](uint32_t c, uint32_t src, uint32_t bytes) {
     const uint32_t d = nx->smem + 64 * c;
     b.li(xT1, src);
@@ -367,16 +439,18 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   const X xMsN{30};
-  auto fill_next_unit = [&](uint32_t u) {
-    const uint32_t c = u % pn.channels, Un = pn.units, base = unit_data(pn, *nx, c);
+  auto take_next_unit = [&](uint32_t u, bool in_loop) {
+    const uint32_t c = u % pn.channels, base = unit_data(cfg, pn, *nx, c);
     b.op("dma.wait", {Chan{uint8_t(c)}});
-    if (u == 0) {
+    if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
         scatter_to(X{0}, true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2, false, pn.blocks);
-      scatter_to(X{0}, false, base + pn.meta_unit, x64, nx->lrm_p + pn.meta_lrm, false, false, pn.blocks);
-    } else {
-      scatter_to(X{0}, false, base, x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false, pn.blocks);
-    }
+    if (!in_loop)
+      scatter_to(X{0}, false, base + (u == 0 ? pn.meta_unit : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false,
+                 pn.blocks);
+  };
+  auto restart_next = [&](uint32_t u) {
+    const uint32_t c = u % pn.channels, Un = pn.units;
     if (u + pn.channels < Un) {
       start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, false)), pn.code_unit);
     } else if (pn.tiles > 1) {
@@ -385,6 +459,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       start_at(c, uint32_t(nx->w_ddr + pn.tile_bytes + pn.unit_offset(v, n1)),
                v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
+  };
+  auto fill_next_unit = [&](uint32_t u) {
+    take_next_unit(u, false);
+    restart_next(u);
   };
   auto next_fill_tile = [&] {
     b.op("addi", {xD, xD, int64_t(pl.tile_bytes)});
@@ -403,19 +481,30 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // written again because other kernels reuse the smem since. handed_off: tile 0 is in
   // LRM already and tile 1's first units are in flight.)
   const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
+  const bool two_routines = pl.last_rows != pl.rows;
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
   }
-  if (!a.handed_off) {
-    for (uint32_t u = 0; u < U; ++u) fill_unit(u, narrow0, narrow1);
-    flush();
-  }
+  // A tile's last units can be scattered inside its own first row group's loop (one loop
+  // segment each, just before the loop reads them) instead of through the port before
+  // it: `ts` of them, those the other tiles would take after the previous tile's last
+  // group, when the loop has the issue slots (split 1) and the call has 2 tiles or more
+  // (not the narrow tile, whose units go to its PEs only). Tile 0: the units not handed
+  // off (GemmArgs::handed_units; when the prologue loads it, the same ts).
+  const uint32_t rr0 = pl.groups == 1 && two_routines ? (pl.last_rows + 3) / 4 * 4 : pl.rows;
+  const uint32_t smax = pieces_per_iter(cfg, S, rr0) >= 2 ? max_stream_units(cfg, pl, rr0) : 0;
+  const uint32_t after_last = U - (pl.groups - 1) * U / pl.groups;
+  const uint32_t ts = pl.tiles >= 2 && after_last <= smax ? after_last : 0;
+  const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : smax) : a.handed_units ? a.handed_units : U;
+  if (hu < U && a.handed_off && pl.tiles < 2) fail("gemm: internal: tile 0 handed off in part on a one-tile call");
+  const uint32_t ts0 = U - hu <= max_stream_units(cfg, pl, rr0) ? U - hu : 0;  // streamed in tile 0
+  for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
+  flush();
   next_fill_tile();
 
   // ---- tile loop ----
   Label tile_loop = b.label(), done = b.label(), routine_full = b.label(), routine_last = b.label();
-  const bool two_routines = pl.last_rows != pl.rows;
   b.bind(tile_loop);
   if (a.next) {
     // Last tile: every unit of this call is in LRM, so the DMA of the next call's tile 0
@@ -423,7 +512,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     Label skip = b.label();
     b.op("addi", {xT3, xT, -1});
     b.op("bne", {xT3, X{0}, skip});
-    prefetch_units(b, cfg, *a.next, xT3);
+    prefetch_units(b, cfg, *a.next, xT3, early);
     if (nx) {
       if (pn.split == 2 && S == 1) even_odd();  // nx's meta goes to PE pairs
       b.li(xMsN, 4 * pn.blocks / pn.split);
@@ -433,35 +522,217 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Predicates: p4 = PEs of valid columns, p1 = those that gather (even ones at split 2).
   if (S == 2) b.op("slli", {xT3, xCols, 1});
   else b.op("addi", {xT3, xCols, 0});
-  b.op("min", {xT3, xT3, xNpe});
+  b.li(xT2, npe);
+  b.op("min", {xT3, xT3, xT2});
   b.op("pset.range", {P{4}, X{0}, xT3});
   if (S == 2) b.op("pand", {P{1}, P{4}, P{2}});
   else b.op("pset.range", {P{1}, X{0}, xT3});
   if (a.bias != GemmBias::none) {
-    b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xBs}, P{4});
+    b.li(xT2, bias_bytes / S);
+    b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xT2}, P{4});
     if (a.bias == GemmBias::f16) b.op("vcvt.f32.f16", {V{20}, V{20}});
     b.op("vand", {V{20}, V{20}, V{21}});
     if (S == 2) b.op("vsplati", {V{20}, int64_t(0)}, P{3});
   }
+  // Fills inside the row groups' MAC loops. The next tile's units (in the last tile, nx's
+  // tile 0) are spread over the G row groups as above: units [(g-1)D/G, gD/G) are taken
+  // at the start of group g >= 1, the last ones after the last group (or, stream_units,
+  // inside the next tile's group 0). Of the units a group takes at its start, those its
+  // loop has iterations for have their codes scattered inside it, one loop segment each
+  // (routine parts a, seg, then b for the rest of the loop and the epilogue), in pieces
+  // of `piece` PEs (pset.range p4 and a predicated oscatter between the broadcasts, in
+  // issue slots the loop leaves free), so the port time overlaps the MACs; each unit's
+  // channel restarts as its segment returns. The others (and unit 0's meta) go through
+  // the port before the group.
+  const uint32_t iters = 8 / S * B;  // loop iterations of a row group
+  const uint32_t piece = piece_pes(cfg);
+  auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? (pl.last_rows + 3) / 4 * 4 : pl.rows; };
+  auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, S, rr); };
+  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, S, rr); };
+  // (one piece per iteration, at split 2, takes so long that the channel's restart after
+  // the unit comes too late: the DMA falls behind; measured)
+  auto in_loop_max = [&](uint32_t g) { return per_iter(rr_of(g)) >= 2 ? iters / seg_iters(rr_of(g)) : 0u; };
+  // The routine parts the groups call: (part, last routine, fill register) -> entry.
+  enum class Part { full, a, seg, b };
+  std::map<std::tuple<Part, bool, uint8_t>, Label> parts;
+  auto part_label = [&](Part part, bool lastr, uint8_t r) {
+    auto [it, fresh] = parts.try_emplace({part, lastr, r}, Label{0});
+    if (fresh) it->second = b.label();
+    return it->second;
+  };
+  // Units taken at the start of group g (none at g = 0).
+  auto quota = [&](uint32_t g, uint32_t units) -> std::pair<uint32_t, uint32_t> {
+    if (g == 0) return {0, 0};
+    return {(g - 1) * units / pl.groups, g * units / pl.groups};
+  };
+  // The routine of group g with units [u0, u1) taken: take (wait, meta; codes of the
+  // first ones), A, restarts, B. src(u), dst0: a unit's code bytes in OCM and the LRM
+  // address (from `base`) of the first unit A scatters.
+  auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
+                              int64_t dst0, auto restart_u) {
+    const uint32_t k = std::min(u1 - u0, in_loop_max(g)), ui = u1 - k;
+    for (uint32_t u = u0; u < u1; ++u) {
+      take(u, u >= ui);
+      if (u < ui) restart_u(u);
+    }
+    flush();
+    if (k == 0) {
+      b.op("jal", {xLink, full});
+      return;
+    }
+    // Unit by unit: its segment (the first also runs the prologue), then its channel
+    // restarts and its fill register goes to LRM (its last piece is done by then).
+    const bool lastr = g + 1 == pl.groups && two_routines;
+    for (uint32_t u = ui; u < u1; ++u) {
+      const uint8_t r = uint8_t((u - ui) % 2);
+      b.li(xSrc, src(u));
+      b.op("jal", {xLink, part_label(u == ui ? Part::a : Part::seg, lastr, r)});
+      restart_u(u);
+      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
+    }
+    b.li(xCnt, iters - k * seg_iters(rr_of(g)));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+  };
+  // Group 0 of a tile whose units [u0, U) are on their way: each is scattered into the
+  // compute buffer in its own loop segment; the channel then restarts with its next unit
+  // (of this tile: x2 is the next tile's base by now), of the next tile (narrow when it
+  // is the last), or, in the last tile, of the next call (start_next).
+  auto stream_units = [&](uint32_t u0) {
+    const bool lastr = pl.groups == 1 && two_routines;
+    for (uint32_t u = u0; u < U; ++u) {
+      const uint32_t c = u % C;
+      const uint8_t r = uint8_t((u - u0) % 2);
+      b.op("dma.wait", {Chan{uint8_t(c)}});
+      b.li(xSrc, buf(c));
+      b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
+      if (u + C < U) {
+        start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
+      } else {
+        Label own = b.label(), wide = b.label(), end = b.label();
+        b.op("bne", {xFills, X{0}, own});
+        start_next(c);
+        b.op("jal", {X{0}, end});
+        b.bind(own);
+        if (tail) {
+          b.li(xT3, 1);
+          b.op("bne", {xFills, xT3, wide});
+          start_unit(c, xD, pl.unit_offset(u % C, true), u % C, true);
+          b.op("jal", {X{0}, end});
+        }
+        b.bind(wide);
+        start_unit(c, xD, pl.unit_offset(u % C, false), u % C, false);
+        b.bind(end);
+      }
+      b.op("vst", {V{uint8_t(22 + r)}, Mem{xCur, int64_t(pl.meta_lrm) + 64 * int64_t(u)}});
+    }
+    b.li(xCnt, iters - (U - u0) * seg_iters(rr0));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+  };
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
-    b.op("jal", {xLink, (g + 1 == pl.groups && two_routines) ? routine_last : routine_full});
-    // After row group g: the next tile's units [g*D/G, (g+1)*D/G), so the DMA has
-    // the most time and every unit is in LRM before the next tile starts.
-    const uint32_t u0 = g * U / pl.groups, u1 = (g + 1) * U / pl.groups;
+    const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
+    const auto [u0, u1] = quota(g, U);
+    const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
+    if (g == 0 && (ts0 || ts)) {
+      // Tile 0 (x1 = tiles) streams ts0 units, a later full tile ts.
+      Label plain = b.label(), gend = b.label(), first = b.label();
+      if (ts0 != ts) {
+        b.li(xT3, pl.tiles);
+        b.op("beq", {xT, xT3, first});
+      }
+      if (ts) {
+        if (tail) {
+          b.li(xT3, 1);
+          b.op("beq", {xT, xT3, plain});
+        }
+        stream_units(U - ts);
+        b.op("jal", {X{0}, gend});
+      } else {
+        b.op("jal", {X{0}, plain});
+      }
+      if (ts0 != ts) {
+        b.bind(first);
+        if (ts0) stream_units(U - ts0);
+        else b.op("jal", {xLink, full});
+        b.op("jal", {X{0}, gend});
+      }
+      b.bind(plain);
+      b.op("jal", {xLink, full});
+      b.bind(gend);
+      continue;
+    }
+    if (u1 == u0 && n1 == n0) {
+      b.op("jal", {xLink, full});
+      continue;
+    }
+    Label end = b.label(), last = b.label();
+    b.op("beq", {xFills, X{0}, last});
     if (u1 > u0) {
+      auto own = [&](bool next_narrow) {
+        group_with_fills(
+            g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop); },
+            [&](uint32_t u) { return buf(u % C) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
+            [&](uint32_t u) { restart(u, false, next_narrow); });
+      };
+      if (tail) {
+        // Filling the narrow last tile (x23 = 1): its units go to its PEs only, before the
+        // group; filling the tile before it (x23 = 2): the restarts fetch the narrow tile.
+        Label narrow = b.label(), next_narrow = b.label();
+        b.li(xT3, 1);
+        b.op("beq", {xFills, xT3, narrow});
+        b.li(xT3, 2);
+        b.op("beq", {xFills, xT3, next_narrow});
+        own(false);
+        b.op("jal", {X{0}, end});
+        b.bind(next_narrow);
+        own(true);
+        b.op("jal", {X{0}, end});
+        b.bind(narrow);
+        for (uint32_t u = u0; u < u1; ++u) fill_unit(u, true, false);
+        flush();
+        b.op("jal", {xLink, full});
+      } else {
+        own(false);
+      }
+    } else {
+      b.op("jal", {xLink, full});
+    }
+    b.op("jal", {X{0}, end});
+    b.bind(last);
+    if (n1 > n0) {
+      group_with_fills(
+          g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
+          [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_unit : 0); }, X{0},
+          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); });
+    } else {
+      b.op("jal", {xLink, full});
+    }
+    b.bind(end);
+  }
+  {
+    // After the last group: the next tile's last units, or (last tile) nx's last ones.
+    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * nx_units / G : 0;
+    if (U > u0 && ts) {
+      // (streamed in the next tile's group 0, but into the narrow last tile)
+      if (tail) {
+        Label skip = b.label();
+        b.li(xT3, 1);
+        b.op("bne", {xFills, xT3, skip});
+        for (uint32_t u = u0; u < U; ++u) fill_unit(u, true, false);
+        flush();
+        b.bind(skip);
+      }
+    } else if (U > u0) {
       Label skip = b.label();
       b.op("beq", {xFills, X{0}, skip});
-      fill_units(u0, u1);
+      fill_units(u0, U);
       b.bind(skip);
     }
-    // Last tile (no fills of this call left): nx's tile 0, spread the same way.
-    const uint32_t n0 = nx ? g * pn.units / pl.groups : 0, n1 = nx ? (g + 1) * pn.units / pl.groups : 0;
-    if (n1 > n0) {
+    if (nx && nx_units > n0) {
       Label skip = b.label();
       b.op("bne", {xFills, X{0}, skip});
-      for (uint32_t u = n0; u < n1; ++u) fill_next_unit(u);
+      for (uint32_t u = n0; u < nx_units; ++u) fill_next_unit(u);
       flush();
       b.bind(skip);
     }
@@ -484,7 +755,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // ---- row-group routine: rr rows (a multiple of 4), the first `real` of them real ----
   // In: x10 = X of the group's row 0, x11 = Y of its row 0 at the tile's column 0,
   // x4 = LRM buffer. The loop runs once per group of 16 codes (8 per 128-block).
-  auto routine = [&](Label entry, uint32_t real) {
+  // Parts: full (as described above); a: the prologue and seg; seg: seg_iters iterations
+  // with per_iter fill pieces each into v22 + r (from OCM x25); b: x16 more iterations
+  // and the epilogue.
+  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r) {
     const uint32_t rr = (real + 3) / 4 * 4;
     auto rowoff = [&](uint32_t i) -> int64_t {
       uint32_t r = i % rr, grp = i / rr;
@@ -496,16 +770,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (S == 2) b.op("vshr", {V{uint8_t(28 + i % 4)}, V{uint8_t(28 + i % 4)}, int64_t(16)}, P{3});
     };
     b.bind(entry);
+    if (part == Part::full || part == Part::a) {
     b.op("addi", {xC, xCur, pl.meta_lrm});
     b.op("vld", {V{26}, Mem{xC, 0}});
     b.op("vld.h", {V{27}, Mem{xCur, 0}});
     b.li(xG, 1);
-    b.li(xCnt, 8 / S * B);
     for (uint32_t i = 0; i < 3; ++i) b.op(bcast, {V{uint8_t(28 + i)}, Mem{xAct, rowoff(i)}});
     b.op("vcvt.f32.f16", {V{27}, V{27}});
     for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
     odd_shift(0);
+    }
     // The next group's weights (codes at x12 + 8, meta of block (g+1) / groups per
     // block) are prepared between the vmacs: one extra per vmac slot when the group
     // has >= 12 rows, else two.
@@ -521,7 +796,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     };
     const bool spread = rr >= 12;
     const uint32_t jdq = spread ? 9 : std::min<uint32_t>(5, rr - 1);
-    b.loop(xCnt, [&] {
+    // A fill piece per 4 rows (the first per_iter of them): PEs [x9, x24) take their 64
+    // code bytes.
+    const uint32_t pieces_here = per_iter(rr);
+    auto piece_op = [&](uint32_t j) {
+      if (j / 4 >= pieces_here) return;
+      switch (j % 4) {
+        case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
+        case 1: b.op("oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, x64}, P{4}); break;
+        case 2: b.op("addi", {xLo, xLo, int64_t(piece)}); break;
+        default: b.op("addi", {xHi, xHi, int64_t(piece)}); break;
+      }
+    };
+    auto body = [&](bool pieces) {
       size_t next = 0;
       bool dq = false;
       for (uint32_t j = 0; j < rr; ++j) {
@@ -529,6 +816,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         b.op(bcast, {V{uint8_t(28 + (j + 3) % 4)}, Mem{xAct, rowoff(j + 3)}});
         odd_shift(j + 1);
         for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
+        if (pieces) piece_op(j);
         if (j >= jdq && next == extra.size() && !dq) {
           b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
           dq = true;
@@ -538,7 +826,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (!dq) b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
       b.op("vmov", {V{24}, V{25}});
       b.op("addi", {xAct, xAct, int64_t(32) * S});
-    });
+    };
+    if (part == Part::full) b.li(xCnt, iters);
+    if (part == Part::a || part == Part::seg) {
+      b.li(xLo, 0);
+      b.li(xHi, piece);
+      b.li(xCnt, seg_iters(rr));
+      b.loop(xCnt, [&] { body(true); });
+      b.op("jalr", {X{0}, xLink, 0});
+      return;
+    }
+    b.loop(xCnt, [&] { body(false); });
     // Epilogue, software-pipelined over the rows: lane sum, (split 2: + east half),
     // fp16, one value per column into Y.
     const uint32_t lag = S == 2 ? 8 : 4;
@@ -558,8 +856,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     b.op("jalr", {X{0}, xLink, 0});
   };
-  routine(routine_full, pl.rows);
-  if (two_routines) routine(routine_last, pl.last_rows);
+  routine(routine_full, pl.rows, Part::full, 0);
+  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0);
+  for (const auto& [key, entry] : parts)
+    routine(entry, std::get<1>(key) ? pl.last_rows : pl.rows, std::get<0>(key), std::get<2>(key));
   b.bind(done);
 }
 

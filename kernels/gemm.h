@@ -94,6 +94,10 @@ struct GemmArgs {
   // tile and started tile 1's first units (implies prefetched); set by gemm_handoff.
   bool handed_off = false;
   uint32_t lrm_p = 0, lrm_q = 0;
+  // handed_off: the previous call scattered tile 0's units [0, handed_units) (0: all) and
+  // started the others on their channels; this call scatters those during its first row
+  // group (set by gemm_handoff).
+  uint32_t handed_units = 0;
 };
 
 // The static plan of one call (everything the emitter derives from cfg and shapes).
@@ -145,7 +149,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
 // its MACs, instead of next loading it before its first MAC. Of the placements that fit,
 // the one leaving next's own last tile nearest an end of LRM (room for the call after
 // it). Returns false (next.handed_off = false) when none fits or next's tile 0 is
-// narrow. qc-u, 2B image program: 99.27 M -> 89.10 M cycles (the norms and OCM
+// narrow. When next's tile 0 takes longer to stream than prev's last tile computes
+// (prev.m must be set), prev hands off only its first units and next scatters the last
+// ones inside its first row group's MAC loop (GemmArgs::handed_units), just before its
+// loop reads them. qc-u, 2B image program: 99.27 M -> 89.10 M cycles (the norms and OCM
 // attention between two GEMMs held to LRM [0, 1024)).
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved);
 

@@ -45,7 +45,30 @@ struct Plan {
   uint32_t step = 0;     // bytes from one step to the next (64 rows, P*64 split)
   bool cache = false;    // x kept in LRM between passes
   uint32_t x_stride = 0, y_stride = 0;
+  // Rows mapping in H parts (as the element-wise kernels): part h of row r (chunks
+  // [h nfull, (h+1) nfull)) on PE r H + h through predicate p3 + h, R = npe / H rows per
+  // tile; the H partial sums of a row meet through the OCM scratch.
+  uint32_t H = 1, R = 0;
 };
+
+// Parts of the rows mapping: the most (1, 2 or 4) that a tile of rows leaves PEs for,
+// dividing the whole chunks, the array's columns and the strides, with the scratch for
+// the partial sums and every part's first address inside OCM.
+uint32_t norm_parts(const sim::Config& cfg, const NormArgs& a, uint32_t x_stride, uint32_t y_stride) {
+  const uint32_t nfull = a.dim / kChunk, npe = cfg.npe();
+  auto fits = [&](uint32_t h2) {
+    if (a.dim % kChunk || nfull % h2 || cfg.pe_cols % h2 || uint64_t(a.rows) * h2 > npe) return false;
+    if (a.scratch_bytes < ceil_div(npe, 16) * 64 || a.scratch_ocm < 4 * (h2 - 1)) return false;
+    for (auto [off, st] : {std::pair{a.x_ocm, x_stride}, {a.y_ocm, y_stride}}) {
+      if (st % h2) return false;
+      if (int64_t(off) + int64_t(h2 - 1) * (int64_t(nfull / h2) * 64 - st / h2) < 0) return false;
+    }
+    return true;
+  };
+  uint32_t H = 1;
+  while (H < 4 && fits(H * 2)) H *= 2;
+  return H;
+}
 
 // The LRM bytes the kernel may use.
 uint64_t lrm_limit(const sim::Config& cfg, const NormArgs& a) {
@@ -60,10 +83,12 @@ Plan make_plan(const sim::Config& cfg, const NormArgs& a, bool split) {
   p.y_stride = a.y_stride ? a.y_stride : a.dim * 2;
   const uint32_t npe = cfg.npe();
   if (!split) {
-    p.nfull = a.dim / kChunk;
+    p.H = norm_parts(cfg, a, p.x_stride, p.y_stride);
+    p.R = npe / p.H;
+    p.nfull = a.dim / kChunk / p.H;
     p.tail = a.dim % kChunk != 0;
     p.step = 64;
-    p.cache = uint64_t(p.nchunks) * 64 <= lrm_limit(cfg, a);
+    p.cache = uint64_t(ceil_div(p.nchunks, p.H)) * 64 <= lrm_limit(cfg, a);
   } else {
     p.P = std::min(npe, p.nchunks);
     const uint32_t c = ceil_div(p.nchunks, p.P);
@@ -140,13 +165,21 @@ void steps(Builder& b, const Plan& p, const std::function<void(int, bool)>& body
   if (p.tail) body(1, true);
 }
 
+// Part h's predicate and its address offset for a row stride (x8 / x9 hold stride / H):
+// PE r H + h reads row r at chunk h nfull.
+P part_pred(const Plan& p, uint32_t h, P pr) { return p.H > 1 ? P{uint8_t(3 + h)} : pr; }
+int64_t part_off(const Plan& p, uint32_t h, uint32_t stride) {
+  return int64_t(h) * p.nfull * 64 - int64_t(h) * (stride / p.H);
+}
+
 // Loads raw x of k slots: from LRM (cached) or OCM.
 void load_x(Builder& b, const Plan& p, int k, P pr, bool from_lrm) {
   for (int s = 0; s < k; ++s) {
     if (from_lrm)
       b.op("vld", {R(s), Mem{X{10}, 64 * s}}, pr);
     else
-      b.op("oscatter", {R(s), Mem{X{5}, int64_t(p.step) * s}, X{8}}, pr);
+      for (uint32_t h = 0; h < p.H; ++h)
+        b.op("oscatter", {R(s), Mem{X{5}, int64_t(p.step) * s + part_off(p, h, p.x_stride)}, X{8}}, part_pred(p, h, pr));
   }
 }
 
@@ -179,6 +212,19 @@ void reduce(Builder& b, const Plan& p, uint32_t scratch) {
   b.op("vadd.f32", {V{22}, V{22}, V{23}});
   b.op("vadd.f32", {V{0}, V{0}, V{22}});
   b.op("vredsum.f32", {V{0}, V{0}});
+  if (p.H > 1) {
+    // Every PE of a row's group reads the group's H partials (v1..v4) from the scratch
+    // and adds them in one order: (t0 + t1) + (t2 + t3).
+    b.op("ogather.w1", {V{0}, Mem{X{23}, 0}, X{24}}, P{1});
+    for (uint32_t h = 0; h < p.H; ++h)
+      for (uint32_t j = 0; j < p.H; ++j)
+        b.op("oscatter.w1", {V{uint8_t(1 + j)}, Mem{X{23}, 4 * (int64_t(j) - int64_t(h))}, X{24}}, P{uint8_t(3 + h)});
+    b.op("vadd.f32", {V{0}, V{1}, V{2}});
+    if (p.H == 4) {
+      b.op("vadd.f32", {V{3}, V{3}, V{4}});
+      b.op("vadd.f32", {V{0}, V{0}, V{3}});
+    }
+  }
   if (!p.split) return;
   b.op("ogather.w1", {V{0}, Mem{X{23}, 0}, X{24}}, P{3});
   const uint32_t nb = ceil_div(p.P, 16);
@@ -264,8 +310,11 @@ void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
         b.op("oscatter", {W(s), Mem{X{7}, int64_t(p.step) * s}, X{9}}, pr);
         if (ln) b.op("oscatter", {B(s), Mem{X{15}, int64_t(p.step) * s}, X{9}}, pr);
       } else {
-        b.op("obcast", {W(s), Mem{X{7}, 64 * s}});
-        if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s}});
+        for (uint32_t h = 0; h < p.H; ++h) {
+          const int64_t o = int64_t(h) * p.nfull * 64;
+          b.op("obcast", {W(s), Mem{X{7}, 64 * s + o}}, part_pred(p, h, P{0}));
+          if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s + o}}, part_pred(p, h, P{0}));
+        }
       }
     }
     if (tail) b.op("oscatter", {T(0), Mem{X{6}, 0}, X{9}}, pr);  // y bytes to keep
@@ -303,7 +352,9 @@ void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
       b.op("vand", {T(0), T(0), V{27}}, pr);
       b.op("vor", {R(0), R(0), T(0)}, pr);
     }
-    for (int s = 0; s < k; ++s) b.op("ogather", {R(s), Mem{X{6}, int64_t(p.step) * s}, X{9}}, pr);
+    for (int s = 0; s < k; ++s)
+      for (uint32_t h = 0; h < p.H; ++h)
+        b.op("ogather", {R(s), Mem{X{6}, int64_t(p.step) * s + part_off(p, h, p.y_stride)}, X{9}}, part_pred(p, h, pr));
     advance(b, p, k, !p.cache, true, true, p.cache, ln);
   });
 }
@@ -317,22 +368,39 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
   b.li(X{24}, 4);
   if (a.kind == NormKind::layer) b.op("vsplati", {V{28}, 0x3c00});  // fp16 1.0 in the low half
   if (!p.split) {
-    // Tiles of npe rows; PE r owns row r of the tile.
-    b.li(X{8}, p.x_stride);
-    b.li(X{9}, p.y_stride);
+    // Tiles of R rows (npe without parts); PE r owns row r of the tile (parts: PEs r H + h).
+    b.li(X{8}, p.x_stride / p.H);
+    b.li(X{9}, p.y_stride / p.H);
     if (p.tail) {
       b.op("vsplati", {V{2}, int64_t(p.nfull) * kChunk});
       emit_masks(b, V{2}, a.dim);
     }
+    for (uint32_t h = 0; h < p.H && p.H > 1; ++h) {
+      // p3 + h = the PEs of the columns h mod H (p7 a temp).
+      const P ph{uint8_t(3 + h)};
+      b.op("pset.range", {ph, X{0}, X{0}});
+      b.li(X{25}, h);
+      b.li(X{26}, h + 1);
+      b.li(X{21}, cfg.pe_cols / p.H);
+      b.loop(X{21}, [&] {
+        b.op("pset.cols", {P{7}, X{25}, X{26}});
+        b.op("por", {ph, ph, P{7}});
+        b.op("addi", {X{25}, X{25}, int64_t(p.H)});
+        b.op("addi", {X{26}, X{26}, int64_t(p.H)});
+      });
+    }
     b.li(X{20}, a.rows);
-    b.li(X{1}, ceil_div(a.rows, npe));
+    if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)
+    b.li(X{1}, ceil_div(a.rows, p.R));
     b.loop(X{1}, [&] {
       b.op("min", {X{21}, X{20}, X{22}});
-      b.op("pset.range", {P{1}, X{0}, X{21}});  // rows of this tile
+      if (p.H > 1) b.op("muli", {X{21}, X{21}, int64_t(p.H)});
+      b.op("pset.range", {P{1}, X{0}, X{21}});  // the PEs of this tile's rows
+      for (uint32_t h = 0; h < p.H && p.H > 1; ++h) b.op("pand", {P{uint8_t(3 + h)}, P{uint8_t(3 + h)}, P{1}});
       emit_row_body(b, a, p);
-      b.li(X{21}, npe * p.x_stride);
+      b.li(X{21}, p.R * p.x_stride);
       b.op("add", {X{16}, X{16}, X{21}});
-      b.li(X{21}, npe * p.y_stride);
+      b.li(X{21}, p.R * p.y_stride);
       b.op("add", {X{17}, X{17}, X{21}});
       b.op("sub", {X{20}, X{20}, X{22}});
     });
@@ -385,12 +453,15 @@ double norm_estimate_cycles(const sim::Config& cfg, const NormArgs& a, NormMappi
     const double per_pass = (ln ? 45 : 27) + (ln ? 3 : 2) * P * 64 / port;
     return double(a.rows) * ((ln ? 225 : 150) + c * per_pass);
   }
-  const bool cache = uint64_t(nchunks) * 64 <= lrm_limit(cfg, a);
+  const uint32_t H = norm_parts(cfg, a, a.x_stride ? a.x_stride : a.dim * 2, a.y_stride ? a.y_stride : a.dim * 2);
+  const bool cache = uint64_t(ceil_div(nchunks, H)) * 64 <= lrm_limit(cfg, a);
   const double reads = cache ? 1 : (ln ? 3 : 2);
   double total = 0;
-  for (uint32_t r = 0; r < a.rows; r += npe) {
-    const uint32_t active = std::min(npe, a.rows - r);
-    total += nchunks * ((ln ? 72 : 40) + (reads + 1) * active * 64 / port) + (ln ? 90 : 60);
+  for (uint32_t r = 0; r < a.rows; r += npe / H) {
+    const uint32_t active = std::min(npe / H, a.rows - r) * H;
+    // (a part costs 16 cycles more per chunk: its own scatters, broadcasts and gathers)
+    total += ceil_div(nchunks, H) * ((ln ? 72 : 40) + (H > 1 ? 16.0 * H : 0) + (reads + 1) * active * 64 / port) +
+             (ln ? 90 : 60);
   }
   return total;
 }
@@ -424,6 +495,73 @@ void emit_norm(Builder& b, const sim::Config& cfg, const NormArgs& a) {
   emit_plan(b, cfg, a, p);
 }
 
+namespace {
+// Strided rows of heads (q or k inside the q|k|v rows): PE e = r * heads + h holds head h
+// of row r of a tile of npe / heads rows, its C = head_dim / 32 chunks in registers; per
+// row, one predicated scatter per chunk (stride head_dim * 2 across the row's PEs) and one
+// gather back. Each PE runs the rows mapping's arithmetic on its vector, in its order
+// (chunks alternating between the two accumulator slots), so y is the same.
+void emit_head_norm_rows_of_heads(Builder& b, const sim::Config& cfg, const HeadNormArgs& a, uint32_t xs, uint32_t ys) {
+  const uint32_t Hh = a.heads, hd2 = a.head_dim * 2, C = a.head_dim / kChunk, TR = cfg.npe() / Hh;
+  auto Xc = [](uint32_t c) { return V{uint8_t(12 + c)}; };  // raw x / y chunks: v12..v15
+  auto Wc = [](uint32_t c) { return V{uint8_t(16 + c)}; };  // raw w chunks: v16..v19
+  b.li(X{1}, (a.rows + TR - 1) / TR);
+  b.li(X{2}, a.rows);
+  b.li(X{4}, TR);
+  b.li(X{5}, a.x_ocm);
+  b.li(X{8}, a.y_ocm);
+  b.li(X{11}, hd2);
+  for (uint32_t c = 0; c < C; ++c) b.op("obcast", {Wc(c), Mem{X{0}, int64_t(a.w_ocm) + 64 * c}});
+  b.loop(X{1}, [&] {
+    b.op("min", {X{3}, X{2}, X{4}});
+    auto rows = [&](X base, int64_t stride, const char* m) {
+      b.li(X{9}, 0);
+      b.li(X{10}, Hh);
+      b.op("addi", {X{16}, base, 0});
+      b.loop(X{3}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        for (uint32_t c = 0; c < C; ++c) b.op(m, {Xc(c), Mem{X{16}, 64 * c}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, Hh});
+        b.op("addi", {X{10}, X{10}, Hh});
+        b.op("addi", {X{16}, X{16}, stride - int64_t(Hh) * hd2});
+      });
+    };
+    rows(X{5}, xs, "oscatter");
+    b.li(X{12}, Hh);
+    b.op("mul", {X{12}, X{12}, X{3}});
+    b.op("pset.range", {P{2}, X{0}, X{12}});  // the tile's rows x heads
+    zero_accs(b);
+    for (uint32_t c = 0; c < C; ++c) {
+      const int sl = int(c % 2);  // the rows mapping's slot of chunk c
+      b.op("vshr", {T(sl), Xc(c), int64_t(16)}, P{2});
+      b.op("vmac.f16", {A(sl, 0), Xc(c), Xc(c)}, P{2});
+      b.op("vmac.f16", {A(sl, 1), T(sl), T(sl)}, P{2});
+    }
+    Plan p;
+    reduce(b, p, 0);
+    NormArgs n;
+    n.dim = a.head_dim;
+    n.eps = a.eps;
+    inv_sqrt(b, n);
+    for (uint32_t c = 0; c < C; ++c) {
+      b.op("vunpack.f16", {L(0), Xc(c), int64_t(0)}, P{2});
+      b.op("vunpack.f16", {H(0), Xc(c), int64_t(1)}, P{2});
+      b.op("vunpack.f16", {WL(0), Wc(c), int64_t(0)}, P{2});
+      b.op("vunpack.f16", {WH(0), Wc(c), int64_t(1)}, P{2});
+      b.op("vmul.f32", {L(0), L(0), V{30}}, P{2});
+      b.op("vmul.f32", {H(0), H(0), V{30}}, P{2});
+      b.op("vmul.f32", {L(0), L(0), WL(0)}, P{2});
+      b.op("vmul.f32", {H(0), H(0), WH(0)}, P{2});
+      b.op("vpack.f16", {Xc(c), L(0), H(0)}, P{2});
+    }
+    rows(X{8}, ys, "ogather");
+    b.op("addi", {X{5}, X{5}, int64_t(TR) * xs});
+    b.op("addi", {X{8}, X{8}, int64_t(TR) * ys});
+    b.op("sub", {X{2}, X{2}, X{4}});
+  });
+}
+}  // namespace
+
 void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   const uint32_t width = a.heads * a.head_dim * 2;
   const uint32_t xs = a.x_stride ? a.x_stride : width, ys = a.y_stride ? a.y_stride : width;
@@ -432,6 +570,11 @@ void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   if (xs < width || ys < width)
     fail("head_norm: row strides x {} B / y {} B are shorter than a row of heads {} x head_dim {} x 2 = {} B", xs, ys,
          a.heads, a.head_dim, width);
+  const uint32_t C = a.head_dim / kChunk;
+  if ((xs != width || ys != width) && a.head_dim % kChunk == 0 && C <= 4 && a.heads <= cfg.npe()) {
+    emit_head_norm_rows_of_heads(b, cfg, a, xs, ys);
+    return;
+  }
   if (xs != width || ys != width) {  // strided rows: one rows-mapping norm per head
     for (uint32_t h = 0; h < a.heads; ++h) {
       NormArgs n;

@@ -18,7 +18,12 @@
 //  - rows:  PE r owns row r of a tile of npe rows (oscatter with the row stride); a
 //           PE walks its row chunk by chunk; w and b are broadcast (obcast). The row
 //           is cached in LRM after the first pass when ceil(dim/32)*64 <= lrm_bytes,
-//           otherwise every pass re-reads it from OCM.
+//           otherwise every pass re-reads it from OCM. When a tile of rows leaves PEs
+//           idle (rows <= npe / 2), the row is whole chunks and the OCM scratch is
+//           given, the row is cut in H = 2 or 4 parts: part h of row r on PE r*H + h
+//           (predicates p3..p6, by column), whose H partial sums meet through the
+//           scratch (every PE of the row adds them in one order): the 128-row norms
+//           of the prefill on 512 PEs, each part small enough for the LRM cache.
 //  - split: one row at a time, spread over P = min(npe, ceil(dim/32)) PEs: chunk q of
 //           the row goes to PE q % P (pass q / P). Each PE reduces its lanes
 //           (vredsum), writes its partial sum to OCM scratch (ogather.w1), and every PE
@@ -35,9 +40,9 @@
 // predicated with pset.range). The kernel READS up to 62 B past the end of the last
 // row of x, y, w, b: those bytes must lie inside OCM.
 //
-// Resources: scalar x1..x31, vector v0..v31, predicates p1..p3, 2 hardware-loop
+// Resources: scalar x1..x31, vector v0..v31, predicates p1..p7, 2 hardware-loop
 // levels, LRM bytes [0, ceil(dim/32)*64) (rows mapping, when it fits NormArgs::lrm_bytes) or
-// [0, passes*64) (split), OCM scratch 4*16*ceil(P/16) bytes (split only).
+// [0, passes*64) (split), OCM scratch 4*16*ceil(P/16) bytes (split; rows in parts: 4 per PE).
 #pragma once
 #include <cstdint>
 

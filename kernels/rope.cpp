@@ -40,9 +40,10 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     b.loop(X{3}, [&] {
       b.op("pset.range", {P{1}, X{9}, X{10}});
       for (uint32_t c = 0; c < C; ++c) b.op("oscatter.h", {Xr(c), Mem{X{16}, 32 * c}, X{11}}, P{1});
-      const char* tl = a.tab_f32 ? "oscatter" : "oscatter.h";
-      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}, X{0}}, P{1});
-      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}, X{0}}, P{1});
+      // (the row's PEs all take the same table bytes: one predicated broadcast each)
+      const char* tl = a.tab_f32 ? "obcast" : "obcast.h";
+      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}}, P{1});
+      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}}, P{1});
       b.op("addi", {X{9}, X{9}, H});
       b.op("addi", {X{10}, X{10}, H});
       b.op("addi", {X{16}, X{16}, int64_t(a.x_row_stride) - int64_t(H) * hd2});
@@ -94,8 +95,8 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
 KernelCost cost_rope(const sim::Config&, const RopeArgs& a) {
   KernelCost c;
   const uint64_t tab = a.tab_f32 ? 4 : 2;
-  // x in and out (fp16) plus one cos and one sin row per PE of the row.
-  c.ocm_bytes = uint64_t(a.rows) * a.heads * a.head_dim * (2 + 2 + 2 * tab);
+  // x in and out (fp16) plus the row's cos and sin once (broadcast to its heads' PEs).
+  c.ocm_bytes = uint64_t(a.rows) * a.head_dim * (a.heads * (2 + 2) + 2 * tab);
   return c;
 }
 

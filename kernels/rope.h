@@ -20,7 +20,7 @@
 // Mapping: PE e = rl * heads + h holds head h of row r0 + rl of a tile of
 // TR = npe / heads rows; its 16 lanes take 16 consecutive dimensions (head_dim/16
 // registers). Per row of the tile one predicated scatter per 16 dims brings x (stride
-// head_dim*2 across the row's PEs) and the row's cos/sin (stride 0); the rotation is
+// head_dim*2 across the row's PEs) and one predicated broadcast the row's cos/sin; the rotation is
 // fp32 on the vector FPU; one gather per 16 dims writes the fp16 result back.
 // Tiling rule: TR = floor(npe / heads) rows per tile (fails if heads > npe);
 // head_dim must be a multiple of 32 and at most 128 (3 x head_dim/16 registers).

@@ -181,9 +181,15 @@ class Emitter {
     start_copy(mark, "copy", 0, true, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
                dst_plane_stride);
   }
-  // The same copy started on DMA channel `chan` and not waited for: it overlaps the
-  // kernels after it until wait(chan) (which also waits for anything queued on chan
-  // before it). The channel holds dma_queue_depth descriptors; a start beyond that stalls.
+  // copy_behind: a contiguous copy started on channel 0 and not waited for; the caller
+  // emits copy_wait() before the destination is read (or a source overwritten).
+  void copy_behind(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
+    start_copy(mark, "copy", 0, false, src, dst, bytes, 1, 0, 0, 1, 0, 0);
+  }
+  void copy_wait() { wait(0); }
+  // A copy started on DMA channel `chan` and not waited for: it overlaps the kernels
+  // after it until wait(chan) (which also waits for anything queued on chan before it).
+  // The channel holds dma_queue_depth descriptors; a start beyond that stalls.
   void copy_async(const std::string& mark, uint32_t chan, uint32_t src, uint32_t dst, uint32_t row_bytes,
                   uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
                   uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {

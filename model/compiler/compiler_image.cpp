@@ -274,6 +274,7 @@ struct ImageKernels {
   // The GEMM that was linked to the one before: its LRM placement.
   void take_handoff(GemmArgs& g, const std::string& mark) const {
     g.handed_off = handed.handed_off;
+    g.handed_units = handed.handed_units;
     g.lrm_p = handed.lrm_p;
     g.lrm_q = handed.lrm_q;
     if (g.handed_off && lrm_since > handed_reserved)
@@ -308,6 +309,7 @@ struct ImageKernels {
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
     GemmArgs g = base_args(w, n, k);
+    g.m = m;  // (gemm_handoff reads it)
     if (f16.on) {
     } else if (record) {
       record->emplace_back(w, n, k, lrm_since);
@@ -438,8 +440,9 @@ struct ImageKernels {
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
   void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,
-                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem) {
+                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem, bool wait = true) {
     KvWriteArgs kv;
+    kv.wait = wait;
     kv.kv_heads = kvh;
     kv.head_dim = hd;
     kv.rows = rows;
@@ -851,18 +854,24 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
-    em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
+    // Layer 0's norm weights load here; the others were started behind the previous layer's
+    // post-attention norm (its vectors are dead then) and waited for after its first MLP
+    // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
+    if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
-    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    // k first: its cache write (DMA) then overlaps q's norm and rotary and the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
-    rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
     k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, qkvs, ddr_.bus(layer_name(i, "kcache")),
-               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem);
+               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem, off != 0);
+    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     if (!off) {
+      // The attention reads k and v in OCM; the MLP overwrites the rows the write reads.
       attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qkvs, K, Vv, qkvs, XN, qd, TMP, rTMP);
+      emit_kv_write_wait(b, cfg_);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
       const uint32_t hd2 = d.hd * 2, G = d.nq / d.nkv, kc = ddr_.bus(layer_name(i, "kcache")),
@@ -882,12 +891,16 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
     ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
     norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
+    if (i + 1 < tc.num_hidden_layers)
+      em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
+                     d.text_vec() * 2);
     for (uint32_t c = 0; c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
       gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
            gu_n * 2, kNone);
+      if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();  // the next layer's norm weights
       for (uint32_t cc = 0; cc < J; ++cc)
         ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc), EwOp::silu_mul, S, cw,
            TMP + cc * 2 * cw * 2, gu_n * 2, TMP + cc * 2 * cw * 2 + cw * 2, gu_n * 2, BIG + (c * J + cc) * cw * 2,
@@ -1438,7 +1451,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
       begin(L);
-      em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
+      // Layer 0's norm weights load here; the others were started behind the previous layer's
+    // post-attention norm (its vectors are dead then) and waited for after its first MLP
+    // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
+    if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       {
         // rows / dense q (loaded, q stored), cos, sin (loaded), as the copy mode doubles them;
