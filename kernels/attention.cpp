@@ -481,6 +481,29 @@ KernelCost cost_attention_decode(const sim::Config&, const DecodeAttnArgs& a, ui
 
 // ================================ OCM attention ================================
 
+OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a) {
+  const uint32_t npe = cfg.npe(), KV = a.kv_heads, G = a.q_heads / KV, S = a.seq;
+  const uint32_t cap = std::min({KV, 5u, a.max_groups ? a.max_groups : 5u});
+  // R rows of up to g groups a pass, the groups spread evenly over the fewest passes.
+  auto tiling = [&](uint32_t g) {
+    const uint32_t group_passes = (KV + g - 1) / g, gp = (KV + group_passes - 1) / group_passes;
+    OcmAttnTiling t{std::min(S, npe / (G * gp)), gp, 0};
+    double work = 0;
+    for (uint32_t r0 = 0; r0 < S; r0 += t.rows)
+      work += double(a.kv_offset + (a.causal ? std::min(S, r0 + t.rows) : S)) * (1.0 + kBcastPerGroup * gp);
+    t.work = work * group_passes;
+    return t;
+  };
+  // The most groups a pass of min(S, npe / G) rows holds; fewer rows a pass and more
+  // groups when that is less work (causal passes over the first rows see fewer keys).
+  OcmAttnTiling best = tiling(std::max(1u, std::min(cap, npe / (G * std::min(S, npe / G)))));
+  for (uint32_t g = 1; g <= cap && npe / (G * g) > 0; ++g) {
+    const OcmAttnTiling t = tiling(g);
+    if (t.work < best.work * 0.98) best = t;
+  }
+  return best;
+}
+
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a) {
   check_heads("attention_ocm", a.q_heads, a.kv_heads, a.head_dim);
   const uint32_t H = a.q_heads, KV = a.kv_heads, G = H / KV, S = a.seq, hd2 = a.head_dim * 2, CH = a.head_dim / 32;
@@ -490,10 +513,8 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
   // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5), the groups
   // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
-  const uint32_t R = std::min(S, npe / G);
-  const uint32_t gp_max = std::min({KV, npe / (G * R), 5u, a.max_groups ? a.max_groups : 5u});
-  const uint32_t group_passes = (KV + gp_max - 1) / gp_max;
-  const uint32_t GP = (KV + group_passes - 1) / group_passes;
+  const OcmAttnTiling tiling = plan_attention_ocm(cfg, a);
+  const uint32_t R = tiling.rows, GP = tiling.groups;
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;

@@ -113,6 +113,19 @@ struct OcmAttnArgs {
   // a GEMM may hold the next GEMM's first tile (kernels/gemm.h, gemm_handoff).
   uint32_t lrm_bytes = 0;
 };
+// Tiling rule: passes of `rows` query rows of `groups` kv groups (rows x groups x G <= the
+// PEs; at most 5 groups), the groups spread evenly over the fewest passes. A pass costs its
+// keys (causal: those its last row sees) times (1 + kBcastPerGroup per group: each group's
+// broadcasts take issue slots; measured at qc-u, 4 groups a pass cost 3% more a key step
+// than 1); of the rules "the most rows a pass" and "fewer rows, more groups", the one of
+// less work (2% margin). qc-u, the streamed tower at 1,200 patches, 2 heads a call: 3
+// passes of 512 rows instead of 4 of 1,024 and 176 (24.3 M cycles instead of 32.0 M).
+constexpr double kBcastPerGroup = 0.01;
+struct OcmAttnTiling {
+  uint32_t rows = 0, groups = 0;
+  double work = 0;  // keys x (1 + kBcastPerGroup x groups), summed over the passes
+};
+OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);
 KernelCost cost_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);
 

@@ -21,6 +21,10 @@
 #include "model/checkpoint/config.h"
 #include "sim/machine/config.h"
 
+namespace gpnpu::kernels {
+class Builder;
+}
+
 namespace gpnpu::model {
 
 class QuantBundle;
@@ -127,8 +131,9 @@ struct CompileOptions {
   uint32_t max_patches = 1024;  // largest image (patches) the DDR input areas take
   // Test knobs of the image program (0: the OCM rule of compiler_image.cpp decides).
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
-  // image_tile_rows rows per tile and image_attn_groups kv heads per attention call.
-  uint32_t image_tile_rows = 0, image_attn_groups = 0;
+  // image_tile_rows rows per tile, image_attn_groups kv heads per attention call and
+  // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind).
+  uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
   // a gather and a correction call after it, and the image program's GEMMs run unchained.
@@ -194,8 +199,13 @@ class Compiler {
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
   // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
   void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
+  // The image program; with `into`, emitted into *into and its calls appended to *calls:
+  // image_program (the resident plan) then leaves out the halt and the finish (a resident
+  // tower before a streamed prefill), image_streamed finishes the program.
+  CompiledProgram image_program(const ImageShape& shape, kernels::Builder* into, std::vector<KernelCall>* calls) const;
   // The image program with activations streamed from DDR in row tiles (small OCM).
-  CompiledProgram image_streamed(const ImageShape& shape) const;
+  CompiledProgram image_streamed(const ImageShape& shape, kernels::Builder* into = nullptr,
+                                 std::vector<KernelCall>* calls = nullptr) const;
 
   ModelConfig model_;
   sim::Config cfg_;

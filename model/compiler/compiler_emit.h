@@ -174,30 +174,49 @@ class Emitter {
   }
 
   // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:
-  // planes x rows x row_bytes. copy_behind: started on channel 0 and not waited for; the
-  // caller emits copy_wait() before the destination is read (or a source overwritten).
-  void copy_behind(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
-    copy(mark, src, dst, bytes, 1, 0, 0, 1, 0, 0, false);
-  }
-  void copy_wait() { b_.op("dma.wait", {kernels::Chan{0}}); }
+  // planes x rows x row_bytes.
   void copy(const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows = 1,
             uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1, uint32_t src_plane_stride = 0,
-            uint32_t dst_plane_stride = 0, bool wait = true) {
+            uint32_t dst_plane_stride = 0) {
+    start_copy(mark, "copy", 0, true, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
+               dst_plane_stride);
+  }
+  // copy_behind: a contiguous copy started on channel 0 and not waited for; the caller
+  // emits copy_wait() before the destination is read (or a source overwritten).
+  void copy_behind(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
+    start_copy(mark, "copy", 0, false, src, dst, bytes, 1, 0, 0, 1, 0, 0);
+  }
+  void copy_wait() { wait(0); }
+  // A copy started on DMA channel `chan` and not waited for: it overlaps the kernels
+  // after it until wait(chan) (which also waits for anything queued on chan before it).
+  // The channel holds dma_queue_depth descriptors; a start beyond that stalls.
+  void copy_async(const std::string& mark, uint32_t chan, uint32_t src, uint32_t dst, uint32_t row_bytes,
+                  uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
+                  uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
+    start_copy(mark, "copy_async", chan, false, src, dst, row_bytes, rows, src_stride, dst_stride, planes,
+               src_plane_stride, dst_plane_stride);
+  }
+  void wait(uint32_t chan) { b_.op("dma.wait", {kernels::Chan{uint8_t(chan)}}); }
+
+ private:
+  void start_copy(const std::string& mark, const char* kernel, uint32_t chan, bool wait, uint32_t src, uint32_t dst,
+                  uint32_t row_bytes, uint32_t rows, uint32_t src_stride, uint32_t dst_stride, uint32_t planes,
+                  uint32_t src_plane_stride, uint32_t dst_plane_stride) {
     kernels::KernelCost c;
     uint64_t bytes = uint64_t(row_bytes) * rows * planes;
     bool src_ddr = src < sim::kOcmRegion.base, dst_ddr = dst < sim::kOcmRegion.base;
     c.ddr_bytes = (src_ddr ? bytes : 0) + (dst_ddr ? bytes : 0);
-    call(mark, "copy", c, [&] {
+    call(mark, kernel, c, [&] {
       using namespace kernels;
+      // The engine reads the descriptor at dma.start: the slot is free again after it.
       b_.descriptor(kSmemCopy, src, dst, row_bytes, rows, src_stride ? src_stride : row_bytes,
                     dst_stride ? dst_stride : row_bytes, planes, src_plane_stride, dst_plane_stride);
       b_.li(X{1}, kSmemCopy);
-      b_.op("dma.start", {Chan{0}, X{1}});
-      if (wait) copy_wait();
+      b_.op("dma.start", {Chan{uint8_t(chan)}, X{1}});
+      if (wait) b_.op("dma.wait", {Chan{uint8_t(chan)}});
     });
   }
 
- private:
   kernels::Builder& b_;
   const sim::Config& cfg_;
   std::vector<KernelCall>& calls_;

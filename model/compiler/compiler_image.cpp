@@ -2,7 +2,8 @@
 // and image splice, the prefill layers with DeepStack additions, and the LM head on
 // the last row. Two plans, chosen from the config by the OCM rule in image_program():
 // the resident plan below when its regions fit ocm_bytes (qc-u's 4 MiB and up), else
-// the streamed plan (image_streamed: activations in DDR, row tiles; see there).
+// the streamed plan (image_streamed: activations in DDR, row tiles; see there), or the
+// resident tower then the streamed prefill when the tower alone fits.
 //
 // Resident plan: activations stay in OCM in six regions reused phase by phase:
 //
@@ -553,7 +554,10 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 
 }  // namespace
 
-CompiledProgram Compiler::image_program(const ImageShape& s) const {
+CompiledProgram Compiler::image_program(const ImageShape& s) const { return image_program(s, nullptr, nullptr); }
+
+CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* into,
+                                        std::vector<KernelCall>* into_calls) const {
   if (!opt_.image) fail("compiler: built without the image path (CompileOptions::image = false)");
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
@@ -622,7 +626,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   };
-  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups;
+  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode;
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
   auto kv_stage = [&](uint32_t g) -> uint64_t {
@@ -657,7 +661,26 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     o.plan = plan;
     return o;
   };
-  if (!res) return s.plan_only ? plan_only("streamed") : image_streamed(s);
+  if (!res && s.plan_only) return plan_only("streamed");
+  if (!res && s.vision && s.prefill && !forced && !into) {
+    // Placement per stage: the tower resident when it fits alone, the prefill streamed
+    // (they meet in DDR: act.img and the DeepStack rows).
+    ImageShape tower = s;
+    tower.prefill = tower.head = false;
+    tower.plan_only = true;
+    if (image_program(tower).plan.starts_with("resident")) {
+      tower.plan_only = false;
+      kernels::Builder b;
+      std::vector<KernelCall> calls;
+      const std::string tower_plan = image_program(tower, &b, &calls).plan;
+      ImageShape rest = s;
+      rest.vision = false;
+      CompiledProgram out = image_streamed(rest, &b, &calls);
+      out.plan = fmt::format("tower {}; prefill {}", tower_plan, out.plan);
+      return out;
+    }
+  }
+  if (!res) return image_streamed(s);
   // (prefill_chunk_rows sizes chunks for the resident plan on at least 2 DMA channels: on
   // one its GEMMs run slower than a shorter chunk would; on 2 they cost less than a chunk
   // more, which reads every weight again.)
@@ -679,9 +702,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   const uint32_t KC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached keys") : 0;
   const uint32_t VC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached values") : 0;
 
-  kernels::Builder b;
+  kernels::Builder own;
+  kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
-  ImageKernels k(b, out.calls, cfg_, ddr_);
+  ImageKernels k(b, into ? *into_calls : out.calls, cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -800,8 +824,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
     b.op("mark.end", {Name{"vision_tower"}});
   }  // s.vision
   if (!s.prefill) {
-    b.op("halt");
-    out.program = b.finish();
+    if (!into) {
+      b.op("halt");
+      out.program = b.finish();
+    }
     out.plan = fmt::format("resident: tower MLP rows per chunk {}{}", rcv, channels_note);
     return out;
   }
@@ -921,19 +947,43 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
 //      the tile; prefill: gate|up chunks and SiLU into [rows][I], down), residual,
 //      DeepStack rows, store.
 // The mergers run per tile of merged rows; the head normalises the last row.
-// Tiling rule (image_streamed_plan): fixed OCM (vectors, norm/embed scratch, GEMM DMA
-// buffers), the rest W shared phase by phase; rows per tile for the tower, the
-// mergers and the prefill: the fewest tiles whose phase buffers fit W (rows rounded
-// up to a multiple of 4); kv heads per attention call 4, 2 or 1, the most that fit.
-// Every tile re-streams the phase's weights from DDR, so fewer tiles is faster.
+// Tiling rule (plan() below): fixed OCM (vectors, norm/embed scratch, GEMM DMA
+// buffers), the rest W shared phase by phase. Each row phase (A, C) takes a copy mode
+// (CopyMode: every copy waited for; pipelined, the next tile's loads and the last
+// tile's stores in flight while a tile runs; stores behind, only the stores in flight)
+// and, for it, the fewest tiles whose buffers fit W (rows rounded up to a multiple of
+// 4), the pair a cost model of one tile finds fastest (MAC cycles, the weights the tile
+// re-streams, its activation copies, overlapped or not). The attention phases (B) run
+// pipelined over two buffer sets when they fit (the next call's q, k, v load while
+// this call computes), kv heads a call by the kernel's work (plan_attention_ocm) and
+// the exposed first load and last store. The mergers: the fewest tiles that fit. GEMM
+// DMA channels: all, or 2 when the estimated cycles are fewer (bigger tiles). A
+// program with both stages whose tower fits the resident plan alone runs it resident
+// and only the prefill streamed (image_program).
 namespace {
+// How a streamed row phase moves its activations (image_streamed's row_phase): every copy
+// waited for (one buffer set); tile t+1's loads and tile t-1's stores in flight while tile t
+// runs (the loaded and stored buffers doubled); only the stores in flight, the loads waited
+// for at the tile's start (only the stored buffers doubled: more rows a tile).
+enum CopyMode : uint32_t { kWaited = 1, kPipelined = 2, kStoresBehind = 3 };
+const char* mode_name(uint32_t m) { return m == kPipelined ? "pipelined" : m == kStoresBehind ? "stores behind" : "waited"; }
+// A row phase's buffers list first those it stores (and may load), then those it only
+// loads, then its single ones: the buffers a copy mode doubles are the first `stored`
+// (kStoresBehind) or `copied` (kPipelined), repeated after the list.
+size_t doubled(uint32_t mode, size_t stored, size_t copied) {
+  return mode == kPipelined ? copied : mode == kStoresBehind ? stored : 0;
+}
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
+  uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
+  uint32_t sva = 1, svc = 1, spa = 1, spc = 1;  // copy modes of the row phases (kWaited, kPipelined, kStoresBehind)
   uint32_t channels = 0;  // DMA channels of the GEMMs
-  double cost = 0;        // weight bytes streamed (the plan's main cost)
+  double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
-  std::function<std::vector<uint64_t>(uint32_t)> ta, tc, tb, mg, pa, pc, pb;
+  std::function<std::vector<uint64_t>(uint32_t)> mg;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> ta, tc, pa, pc;  // (rows, buffer sets)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;          // (kv heads, buffer sets)
   std::vector<uint64_t> hd;
   bool ok = false;
 };
@@ -944,7 +994,8 @@ uint64_t sum_fp(const std::vector<uint64_t>& v) {
 }
 }  // namespace
 
-CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
+CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* into,
+                                         std::vector<KernelCall>* calls) const {
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
   const TextConfig& tc = model_.text;
@@ -966,61 +1017,147 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
-  // tower A: x [r][Dv], qkv [r][3Dv], cos, sin [r][hdv] fp32, patches [r][pd]
-  p.ta = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.hdv * 4, uint64_t(r) * d.hdv * 4,
-            uint64_t(r) * d.pd * 2};
+  // A row phase's buffers in a copy mode (doubled()).
+  auto sets_of = [](V64 v, uint32_t mode, size_t stored, size_t copied) {
+    const size_t n = doubled(mode, stored, copied);
+    v.insert(v.end(), v.begin(), v.begin() + ptrdiff_t(n));
+    return v;
+  };
+  // tower A: qkv [r][3Dv] (stored), x [r][Dv], cos, sin [r][hdv] fp32 (loaded), patches [r][pd]
+  p.ta = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * 3 * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.hdv * 4,
+                    uint64_t(r) * d.hdv * 4, uint64_t(r) * d.pd * 2},
+                   mode, 1, 4);
   };
   // tower B: q head-major [g][N][hdv], k, v [N][g hdv], out head-major
-  p.tb = [&](uint32_t g) -> V64 { const uint64_t x = uint64_t(g) * N * hdv2; return {x, x, x, x}; };
-  // tower C: attention rows / normed rows [r][Dv], proj/fc2 out [r][Dv], residual [r][Dv], fc1 [r][Iv]
-  p.tc = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2};
+  p.tb = [&](uint32_t g, uint32_t sets) -> V64 {
+    const uint64_t x = uint64_t(g) * N * hdv2;
+    return sets == 2 ? V64{x, x, x, x, x, x, x, x} : V64{x, x, x, x};
+  };
+  // tower C: residual [r][Dv] (loaded and stored), attention rows / normed rows [r][Dv] (loaded),
+  // proj/fc2 out [r][Dv], fc1 [r][Iv]
+  p.tc = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2},
+                   mode, 1, 2);
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: rows / dense q [r][max(H, q)], qkv [r][qkv_n], dense k, v, cos, sin
-  p.pa = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd,
-            uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4};
+  // prefill A: rows / dense q [r][max(H, q)] (loaded, q stored), cos, sin (loaded), qkv [r][qkv_n],
+  // dense k, v
+  p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4,
+                    uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd},
+                   mode, 1, 3);
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
-  p.pb = [&](uint32_t g) -> V64 {
+  p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
-    return {x, y, y, x};
+    return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
   };
-  // prefill C: attention rows / normed rows, residual [r][H], o/gate-up/down out, MLP activation [r][I]
-  p.pc = [&](uint32_t r) -> V64 {
-    return {uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.H * 2, uint64_t(r) * std::max(2 * cw, d.H) * 2,
-            uint64_t(r) * d.I * 2};
+  // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows / down out
+  // (loaded), o out / MLP activation [r][I + cw] (each gate|up chunk's [r][2 cw] output
+  // lands at its own columns c cw, and its SiLU gate overwrites the gate half in place)
+  p.pc = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * d.H * 2, uint64_t(r) * std::max(d.H * 2, qd),
+                    uint64_t(r) * std::max(d.I + cw, d.H) * 2},
+                   mode, 1, 2);
   };
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
   // (a run without the tower or the prefill has no such tiles: 1 row, never used)
-  p.rva = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.ta(r)); }) : 1;
-  p.rvc = N ? rows_per_tile(N, cap, [&](uint32_t r) { return fits(p.tc(r)); }) : 1;
+  // A row phase's rows per tile and copy mode, by a cost model of one tile of r rows
+  // (MAC cycles m, weight DDR cycles w, load and store DDR cycles l and s): waited,
+  // max(m, w) + l + s; pipelined, max(m, w + l + s) (one tile's copies exposed);
+  // stores behind, max(m, w + s) + l (one tile's stores exposed); each on the most rows
+  // its buffers leave.
+  const double peak = cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
+  auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
+  auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
+                       double wbytes, double load_row, double store_row, uint32_t& mode, double times) {
+    mode = kWaited;
+    if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
+    double best = 0;
+    uint32_t best_r = 0;
+    for (uint32_t md : {kWaited, kPipelined, kStoresBehind}) {
+      if (opt_.image_copy_mode && md != opt_.image_copy_mode) continue;
+      const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, md)); });
+      if (!r) continue;
+      const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
+                   l = r * load_row / bw, st = r * store_row / bw;
+      const double c = md == kWaited       ? tiles * (std::max(m, w) + l + st)
+                       : md == kPipelined ? tiles * std::max(m, w + l + st) + l + st
+                                          : tiles * (std::max(m, w + st) + l) + st;
+      if (!best_r || c < best) best = c, best_r = r, mode = md;
+    }
+    p.cost += best * times;
+    return best_r;
+  };
+  // Measured at qc-u: the prefill's GEMMs (K = 2048 and 6144) run 6.5% slower on 2 DMA
+  // channels than on 4; the tower's (K = 1024 and 4096) as fast.
+  const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
+  const double depth = vc.depth, layers = tc.num_hidden_layers;
+  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
+                    depth);
+  p.rvc = row_phase(N, p.tc, double(d.Dv) * (d.Dv + 2.0 * d.Iv), wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv),
+                    4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
-  p.rpa = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pa(r)); }) : 1;
-  p.rpc = S ? rows_per_tile(S, cap, [&](uint32_t r) { return fits(p.pc(r)); }) : 1;
-  p.gv = groups_per_call(d.hv, gcap, [&](uint32_t g) { return fits(p.tb(g)); });
-  p.gp = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pb(g)); });
+  // (the prefill's KV-cache write, waited for in every mode, counted with the loads)
+  p.rpa = row_phase(S, p.pa, slow * d.qkv_n * d.H, wb(d.qkv_n, d.H), d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd),
+                    p.spa, layers);
+  p.rpc = row_phase(S, p.pc, slow * d.H * (d.nq * d.hd + 3.0 * d.I),
+                    wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I), double(qd) + 2.0 * d.H,
+                    2.0 * d.H, p.spc, layers);
+  // Attention phases: two buffer sets (the next group's q, k, v load while this group
+  // computes, its output stores while the next computes) when they fit, else one.
+  // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' work in
+  // key steps (plan_attention_ocm; measured at qc-u, a key step of a pass costs about
+  // hd x (0.47 + 0.08 G) cycles: 35 in the tower, 80 in the prefill) plus the first
+  // load and the last store, which are not overlapped. More heads a call pay when their
+  // passes hold more rows x heads (N = 1200: 2 heads of 512 rows a pass, 1.5 passes a
+  // head instead of 2).
+  auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows,
+                         const std::function<V64(uint32_t, uint32_t)>& sizes, uint32_t& sets) {
+    if (!rows) return sets = 1;  // a run without the tower or the prefill: no such calls
+    for (sets = 2; sets >= 1; --sets) {
+      if (sets == 1 || gcap) {
+        if (uint32_t g = groups_per_call(heads, gcap, [&](uint32_t g) { return fits(sizes(g, sets)); })) return g;
+        continue;
+      }
+      uint32_t best = 0;
+      double best_c = 0;
+      for (uint32_t g : {1u, 2u, 4u}) {
+        if (g > heads || !fits(sizes(g, 2))) continue;
+        OcmAttnArgs at;
+        at.q_heads = g * g_size;
+        at.kv_heads = g;
+        at.head_dim = hd;
+        at.seq = rows;
+        at.causal = kv_rows != rows;  // the prefill (kv_rows = off + S)
+        at.kv_offset = kv_rows - rows;
+        const double calls = std::ceil(double(heads) / g),
+                     step = hd * (0.47 + 0.08 * g_size),
+                     io = double(g) * hd * 2 * (2.0 * g_size * rows + 2.0 * kv_rows) / bw;
+        const double c = calls * plan_attention_ocm(cfg_, at).work * step + io;
+        if (!best || c < best_c * 0.99) best = g, best_c = c;
+      }
+      if (best) return best;
+    }
+    sets = 1;
+    return 0u;
+  };
+  p.gv = attn_groups(d.hv, 1, N, d.hdv, N, p.tb, p.sv);
+  p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
   p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
-  if (p.ok) {
-    auto ntiles = [](uint32_t total, uint32_t r) { return double((total + r - 1) / r); };
-    auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
-    p.cost = ntiles(N, p.rva) * (wb(d.Dv, d.pd) / vc.depth + wb(3 * d.Dv, d.Dv)) * vc.depth +
-             ntiles(N, p.rvc) * (wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv)) * vc.depth +
-             ntiles(Nt, p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (vc.deepstack_visual_indexes.size() + 1) +
-             ntiles(S, p.rpa) * wb(d.qkv_n, d.H) * tc.num_hidden_layers +
-             ntiles(S, p.rpc) * (wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I)) *
-                 tc.num_hidden_layers;
-  }
+  // (the mergers: their weight passes, at the DDR rate)
+  if (p.ok && Nt)
+    p.cost += std::ceil(double(Nt) / p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
+              double(vc.deepstack_visual_indexes.size() + 1) / bw;
   return p;
   };
   // GEMM DMA channels: all of them, or 2 when the OCM their buffers give back saves
-  // weight passes (fewer row tiles): the plan with less weight traffic (2B at 1 and
-  // 2 MiB: 2 channels; fewer channels alone make the GEMMs slower).
+  // weight passes (fewer row tiles): the plan of fewer estimated cycles (2B at 1 and
+  // 2 MiB: 2 channels; fewer channels alone make the prefill's GEMMs slower).
   std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels))};
   if (cfg_.dma_channels > 2) cands.push_back(plan(2));
   Streamed p = cands[0];
@@ -1030,8 +1167,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     uint64_t least = UINT64_MAX, fixed = 0;
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
-      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4)), sum_fp(q.tc(r4)), sum_fp(q.tb(1)), sum_fp(q.mg(m4)),
-                                                sum_fp(q.pa(p4)), sum_fp(q.pc(p4)), sum_fp(q.pb(1)), sum_fp(q.hd)});
+      const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4, 1)), sum_fp(q.tc(r4, 1)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
+                                                sum_fp(q.pa(p4, 1)), sum_fp(q.pc(p4, 1)), sum_fp(q.pb(1, 1)), sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
     }
     fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
@@ -1075,6 +1212,100 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     detail::Emitter& em = k.em;
     auto begin = [&](const std::string& n) { b.op("mark.begin", {Name{n}}); };
     auto end = [&](const std::string& n) { b.op("mark.end", {Name{n}}); };
+    // An attention phase over kv-head groups [g0, g0 + ng) of `total`, `per` a call.
+    // With two buffer sets it is a pipeline: group i+1's loads (q on channel 1, k and v
+    // on channel 2) start before group i's attention, group i's output is stored (channel
+    // 0 or 3 by set) while group i+1 computes; a set's output buffer is written again two
+    // groups later, after its store. With one set every copy is waited for.
+    // io(set buffers, g0, ng, load, chan): the loads (load) or the store on DMA channel
+    // chan (UINT32_MAX: waited for); attend(set buffers, g0, ng).
+    const uint32_t nch = uint32_t(cfg_.dma_channels), chq = 1 % nch, chkv = 2 % nch, cho[2] = {0, 3 % nch};
+    auto attention_phase = [&](uint32_t total, uint32_t per, uint32_t sets, const std::vector<uint32_t>& o,
+                               const std::function<void(const uint32_t*, uint32_t, uint32_t, bool, uint32_t)>& io,
+                               const std::function<void(const uint32_t*, uint32_t, uint32_t)>& attend) {
+      const auto groups = tiles_of(total, per);
+      auto set = [&](size_t i) { return o.data() + (i % sets) * 4; };
+      if (sets == 1) {
+        for (auto [g0, ng] : groups) {
+          io(set(0), g0, ng, true, UINT32_MAX);
+          attend(set(0), g0, ng);
+          io(set(0), g0, ng, false, UINT32_MAX);
+        }
+        return;
+      }
+      io(set(0), groups[0].first, groups[0].second, true, chq);
+      for (size_t i = 0; i < groups.size(); ++i) {
+        em.wait(chq);
+        em.wait(chkv);
+        if (i + 1 < groups.size()) io(set(i + 1), groups[i + 1].first, groups[i + 1].second, true, chq);
+        if (i >= 2) em.wait(cho[i % 2]);
+        attend(set(i), groups[i].first, groups[i].second);
+        io(set(i), groups[i].first, groups[i].second, false, cho[i % 2]);
+      }
+      em.wait(cho[0]);
+      em.wait(cho[1]);
+    };
+    // A copy waited for (chan UINT32_MAX) or started on DMA channel chan.
+    auto copy_on = [&](uint32_t chan, const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes,
+                       uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
+                       uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
+      if (chan == UINT32_MAX)
+        em.copy(mark, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride, dst_plane_stride);
+      else
+        em.copy_async(mark, chan, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
+                      dst_plane_stride);
+    };
+    // A row phase's tiles of `per` rows of `total`, in a copy mode (CopyMode). Pipelined:
+    // while tile t runs, tile t-1's stores (channel cs) and tile t+1's loads (channel ca,
+    // or cs for a buffer that is also stored from: it queues behind that buffer's store)
+    // are in flight. run() starts them before its long GEMMs: kick(0) the stores, kick(1)
+    // the loads (and the stores if not yet), so that they overlap MACs rather than short
+    // kernels, and each GEMM finds the DDR port blocked by at most one of them (the port
+    // serves a descriptor's runs in one go; a GEMM's weight stream has one tile of slack).
+    // Stores behind: the same without the loads, which are waited for at the tile's
+    // start. A doubled buffer is written again two tiles later, after the wait that
+    // begins the tile between. A channel holds two descriptors: load() puts at most two
+    // on ca and one on cs. load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick),
+    // store(t, r0, rows, set, cs): channel UINT32_MAX: the copy is waited for.
+    const uint32_t ca = 2 % nch, cs = 3 % nch, kWait = UINT32_MAX;
+    using Kick = std::function<void(int)>;
+    auto row_phase = [&](uint32_t total, uint32_t per, uint32_t mode,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& load,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, const Kick&)>& run,
+                         const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& store) {
+      const auto tiles = tiles_of(total, per);
+      const uint32_t n = uint32_t(tiles.size());
+      for (uint32_t t = 0; t < n; ++t) {
+        const auto [r0, rows] = tiles[t];
+        if (mode == kWaited) {
+          load(t, r0, rows, 0, kWait, kWait);
+          run(t, r0, rows, 0, [](int) {});
+          store(t, r0, rows, 0, kWait);
+          continue;
+        }
+        const bool ahead = mode == kPipelined;
+        if (ahead && t == 0) load(0, r0, rows, 0, ca, cs);
+        if (ahead) em.wait(ca);
+        em.wait(cs);
+        if (!ahead) load(t, r0, rows, t % 2, kWait, kWait);
+        int kicked = -1;
+        run(t, r0, rows, t % 2, [&](int part) {
+          if (kicked < 0 && t > 0) store(t - 1, tiles[t - 1].first, tiles[t - 1].second, (t - 1) % 2, cs);
+          if (ahead && kicked < 1 && part == 1 && t + 1 < n)
+            load(t + 1, tiles[t + 1].first, tiles[t + 1].second, (t + 1) % 2, ca, cs);
+          kicked = std::max(kicked, part);
+        });
+        if (kicked < 1) fail("compiler: internal: a pipelined row phase's tile did not start its copies");
+      }
+      if (mode != kWaited) {
+        store(n - 1, tiles[n - 1].first, tiles[n - 1].second, (n - 1) % 2, cs);
+        em.wait(cs);
+      }
+    };
+    // Buffer i of set u of a row phase whose first `n` buffers are doubled (doubled()).
+    auto buf = [](const std::vector<uint32_t>& o, size_t n, uint32_t u, size_t i) {
+      return u && i < n ? o[o.size() - n + i] : o[i];
+    };
 
     // ================= vision tower =================
     if (s.vision) {
@@ -1108,61 +1339,94 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
         begin(B);
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
         if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
-        int t = 0;
         {
-          const std::vector<uint32_t> o = phase(p.ta(p.rva));
-          const uint32_t X = o[0], QKV = o[1], RC = o[2], RS = o[3], P = o[4];
-          for (auto [r0, rows] : tiles_of(N, p.rva)) {
-            const std::string T = fmt::format("{}.t{}", B, t++);
-            if (blk == 0) {
-              em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
-              k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
-              em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
-              k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
-              em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
-            } else {
-              em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), rows * d.Dv * 2);
-            }
-            k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
-            k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
-            em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), rows * d.hdv * 4);
-            em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), rows * d.hdv * 4);
-            k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
-            k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
-            em.copy(T + ".store_qkv", ocm(QKV), vqkv + r0 * 3 * d.Dv * 2, rows * 3 * d.Dv * 2);
-          }
+          // qkv (stored), x, cos, sin (loaded), as the copy mode doubles them; the patches
+          // (block 0, whose rows are made here) once.
+          const std::vector<uint32_t> o = phase(p.ta(p.rva, p.sva));
+          const size_t nd = doubled(p.sva, 1, 4);
+          auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
+          row_phase(
+              N, p.rva, p.sva,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+                const std::string T = name(t);
+                if (blk) copy_on(cst, T + ".load", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 1)), rows * d.Dv * 2);
+                copy_on(cl, T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(buf(o, nd, u, 2)), rows * d.hdv * 4);
+                copy_on(cl, T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(buf(o, nd, u, 3)), rows * d.hdv * 4);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+                const std::string T = name(t);
+                const uint32_t QKV = buf(o, nd, u, 0), X = buf(o, nd, u, 1), RC = buf(o, nd, u, 2),
+                               RS = buf(o, nd, u, 3), P = o[4];
+                if (blk == 0) {
+                  em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
+                  k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
+                  em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
+                  k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
+                  em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+                }
+                k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+                kick(1);
+                k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
+                       vv_qkvb);
+                k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
+                k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, nd, u, 0)), vqkv + r0 * 3 * d.Dv * 2,
+                        rows * 3 * d.Dv * 2);
+              });
         }
         {
-          const std::vector<uint32_t> o = phase(p.tb(p.gv));
-          const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
-          for (uint32_t g0 = 0; g0 < d.hv; g0 += p.gv) {
-            const uint32_t ng = std::min(p.gv, d.hv - g0);
-            const std::string A = fmt::format("{}.g{}", B, g0 / p.gv);
-            em.copy(A + ".load_q", vqkv + g0 * hdv2, ocm(Q), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2, N * hdv2);
-            em.copy(A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(K), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-            em.copy(A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(Vv), ng * hdv2, N, 3 * d.Dv * 2, ng * hdv2);
-            k.attention(A + ".attention", ng, ng, d.hdv, N, false, Q, hdv2, N * hdv2, K, Vv, ng * hdv2, O, hdv2,
-                        N * hdv2, 0, 0, ng);
-            em.copy(A + ".store", ocm(O), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2, hdv2);
-          }
+          auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
+          auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+            const std::string A = name(g0);
+            const bool w = ch == UINT32_MAX;
+            if (!load)
+              return copy_on(ch, A + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2,
+                             hdv2);
+            copy_on(w ? ch : chq, A + ".load_q", vqkv + g0 * hdv2, ocm(u[0]), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2,
+                    N * hdv2);
+            copy_on(w ? ch : chkv, A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(u[1]), ng * hdv2, N, 3 * d.Dv * 2,
+                    ng * hdv2);
+            copy_on(w ? ch : chkv, A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(u[2]), ng * hdv2, N,
+                    3 * d.Dv * 2, ng * hdv2);
+          };
+          attention_phase(d.hv, p.gv, p.sv, phase(p.tb(p.gv, p.sv)), io,
+                          [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+                            k.attention(name(g0) + ".attention", ng, ng, d.hdv, N, false, u[0], hdv2, N * hdv2, u[1],
+                                        u[2], ng * hdv2, u[3], hdv2, N * hdv2, 0, 0, ng);
+                          });
         }
         {
-          const std::vector<uint32_t> o = phase(p.tc(p.rvc));
-          const uint32_t X = o[0], Tt = o[1], Hb = o[2], F = o[3];
-          t = 0;
-          for (auto [r0, rows] : tiles_of(N, p.rvc)) {
-            const std::string T = fmt::format("{}.t{}", B, t++);
-            em.copy(T + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(X), d.Dv * 2, rows, 3 * d.Dv * 2, d.Dv * 2);
+          // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
+          // doubles them; proj/fc2 out, fc1 out once.
+          const std::vector<uint32_t> o = phase(p.tc(p.rvc, p.svc));
+          const size_t nd = doubled(p.svc, 1, 2);
+          const uint32_t Tt = o[2], F = o[3];
+          auto name = [&](uint32_t t) { return fmt::format("{}.t{}", B, t); };
+          row_phase(
+              N, p.rvc, p.svc,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+                copy_on(cl, name(t) + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(buf(o, nd, u, 1)), d.Dv * 2,
+                        rows, 3 * d.Dv * 2, d.Dv * 2);
+                copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 0)), rows * d.Dv * 2);
+              },
+              [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
+            const std::string T = name(t);
+            const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
             k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
-            em.copy(T + ".load_residual", vh + r0 * d.Dv * 2, ocm(Hb), rows * d.Dv * 2);
             k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
             k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
+            kick(0);
             k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
             k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
+            kick(1);
             k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
             k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
-            em.copy(T + ".store", ocm(Hb), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
-          }
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+              });
         }
         end(B);
         const auto& taps = vc.deepstack_visual_indexes;
@@ -1189,12 +1453,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
       begin(L);
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
-      int t = 0;
       {
-        const std::vector<uint32_t> o = phase(p.pa(p.rpa));
-        const uint32_t X = o[0], QKV = o[1], Kd = o[2], Vd = o[3], RC = o[4], RS = o[5];
-        for (auto [r0, rows] : tiles_of(S, p.rpa)) {
-          const std::string T = fmt::format("{}.t{}", L, t++);
+        // rows / dense q (loaded, q stored), cos, sin (loaded), as the copy mode doubles them;
+        // q|k|v, dense k and v once.
+        const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
+        const size_t nd = doubled(p.spa, 1, 3);
+        const uint32_t QKV = o[3], Kd = o[4], Vd = o[5];
+        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
+        row_phase(
+            S, p.rpa, p.spa,
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+              const std::string T = name(t);
+              if (i) copy_on(cst, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
+              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, nd, u, 1)), rows * d.hd * 4);
+              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, nd, u, 2)), rows * d.hd * 4);
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+          const std::string T = name(t);
+          const uint32_t X = buf(o, nd, u, 0), RC = buf(o, nd, u, 1), RS = buf(o, nd, u, 2);
           if (i == 0) {
             // Embeddings of the text rows, the image rows spliced in.
             auto [a, e] = image_rows(r0, rows);
@@ -1207,10 +1483,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
               em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
                       (e - a) * d.H * 2);
             em.copy(T + ".store", ocm(X), ah + r0 * d.H * 2, rows * d.H * 2);
-          } else {
-            em.copy(T + ".load", ah + r0 * d.H * 2, ocm(X), rows * d.H * 2);
           }
           k.norm(T + ".input_norm", NormKind::rms, rows, d.H, X, X, w_in, 0, teps);
+          kick(1);
           k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, d.qkv_n * 2, kNone);
           // Dense q (over the dead input rows), k and v: the per-head norms want dense rows.
           em.copy(T + ".split_q", ocm(QKV), ocm(X), qd, rows, d.qkv_n * 2, qd);
@@ -1218,63 +1493,80 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
           em.copy(T + ".split_v", ocm(QKV + qd + kd), ocm(Vd), kd, rows, d.qkv_n * 2, kd);
           k.head_norm(T + ".q_norm", rows, d.nq, d.hd, X, w_q, teps);
           k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, Kd, w_k, teps);
-          em.copy(T + ".load_rope", tcos + r0 * d.hd * 4, ocm(RC), rows * d.hd * 4);
-          em.copy(T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(RS), rows * d.hd * 4);
           k.rope(T + ".q_rope", rows, d.nq, d.hd, X, qd, RC, RS);
           k.rope(T + ".k_rope", rows, d.nkv, d.hd, Kd, kd, RC, RS);
           // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
           k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, Kd, Vd, kd, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
                      iio_.slot0_smem);
-          em.copy(T + ".store_q", ocm(X), aq + r0 * qd, rows * qd);
-        }
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+              copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, rows * qd);
+            });
       }
       {
         // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of the
         // off cached tokens before them.
-        const std::vector<uint32_t> o = phase(p.pb(p.gp));
-        const uint32_t Q = o[0], K = o[1], Vv = o[2], O = o[3];
-        for (uint32_t g0 = 0; g0 < d.nkv; g0 += p.gp) {
-          const uint32_t ng = std::min(p.gp, d.nkv - g0), nh = ng * G;
-          const std::string A = fmt::format("{}.g{}", L, g0 / p.gp);
-          em.copy(A + ".load_q", aq + g0 * G * hd2, ocm(Q), hd2, S, qd, hd2, nh, hd2, S * hd2);
-          em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(K), hd2, off + S, hd2, ng * hd2, ng,
-                  opt_.max_seq * hd2, hd2);
-          em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(Vv), hd2, off + S, hd2, ng * hd2, ng,
-                  opt_.max_seq * hd2, hd2);
-          k.attention(A + ".attention", nh, ng, d.hd, S, true, Q, hd2, S * hd2, K, Vv, ng * hd2, O, hd2, S * hd2, 0,
-                      0, ng, off);
-          em.copy(A + ".store", ocm(O), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
-        }
+        auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", L, g0 / p.gp); };
+        auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+          const std::string A = name(g0);
+          const bool w = ch == UINT32_MAX;
+          const uint32_t nh = ng * G;
+          if (!load)
+            return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
+          copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+          copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
+                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
+          copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
+                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
+        };
+        attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
+                        [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+                          k.attention(name(g0) + ".attention", ng * G, ng, d.hd, S, true, u[0], hd2, S * hd2, u[1],
+                                      u[2], ng * hd2, u[3], hd2, S * hd2, 0, 0, ng, off);
+                        });
       }
       {
-        const std::vector<uint32_t> o = phase(p.pc(p.rpc));
-        const uint32_t X = o[0], Hb = o[1], GT = o[2], ACT = o[3];
-        t = 0;
-        for (auto [r0, rows] : tiles_of(S, p.rpc)) {
-          const std::string T = fmt::format("{}.t{}", L, t++);
-          em.copy(T + ".load_attn", aq + r0 * qd, ocm(X), rows * qd);
-          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, GT, d.H * 2, kNone);
-          em.copy(T + ".load_residual", ah + r0 * d.H * 2, ocm(Hb), rows * d.H * 2);
-          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+        // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
+        // doubles them; GEMM outputs, MLP activation once.
+        const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
+        const size_t nd = doubled(p.spc, 1, 2);
+        const uint32_t ACT = o[2], as = (d.I + cw) * 2;  // MLP activation and its row stride
+        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
+        row_phase(
+            S, p.rpc, p.spc,
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+              copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, nd, u, 1)), rows * qd);
+              copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+          const std::string T = name(t);
+          const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
+          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, ACT, d.H * 2, kNone);
+          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, ACT, 0, Hb, 0);
           k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
+          kick(0);
           for (uint32_t c = 0; c < nchunks; ++c) {
             const std::string C = fmt::format("{}.mlp{}", T, c);
+            if (c == nchunks / 2) kick(1);
+            // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
+            const uint32_t at = ACT + c * cw * 2;
             k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
-                   d.H * 2, GT, 2 * cw * 2, kNone);
-            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, GT, 2 * cw * 2, GT + cw * 2, 2 * cw * 2, ACT + c * cw * 2,
-                 d.I * 2);
+                   d.H * 2, at, as, kNone);
+            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);
           }
-          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, d.I * 2, GT, d.H * 2, kNone);
-          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, GT, 0, Hb, 0);
+          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
+          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
           auto [a, e] = image_rows(r0, rows);
           if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(GT),
+            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
                     (e - a) * d.H * 2);
             const uint32_t at = Hb + (a - r0) * d.H * 2;
-            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, GT, 0, at, 0);
+            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, X, 0, at, 0);
           }
-          em.copy(T + ".store", ocm(Hb), ah + r0 * d.H * 2, rows * d.H * 2);
-        }
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+              copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
+            });
       }
       end(L);
     }
@@ -1302,13 +1594,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s) const {
     std::vector<KernelCall> calls;
     generate(scratch, calls, true);
   }
-  kernels::Builder b;
+  kernels::Builder own;
+  kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
+  if (calls) out.calls = std::move(*calls);
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
-  out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases); kv "
-                         "heads per attention call tower {}, prefill {}; GEMM DMA channels {}",
-                         p.rva, p.rvc, p.rm, p.rpa, p.rpc, p.gv, p.gp, p.channels);
+  if (s.vision && s.prefill)
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases; copies "
+                           "tower {}|{}, prefill {}|{}); kv heads per attention call tower {}, prefill {} ({}|{} "
+                           "buffer sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, p.rpa, p.rpc, mode_name(p.sva), mode_name(p.svc), mode_name(p.spa),
+                           mode_name(p.spc), p.gv, p.gp, p.sv, p.sp, p.channels);
+  else if (s.vision)
+    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {} (qkv|MLP phases; copies {}|{}); kv heads "
+                           "per attention call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
+  else
+    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases; copies {}|{}); kv heads per attention "
+                           "call {} ({} buffer sets); GEMM DMA channels {}",
+                           p.rpa, p.rpc, mode_name(p.spa), mode_name(p.spc), p.gp, p.sp, p.channels);
   return out;
 }
 

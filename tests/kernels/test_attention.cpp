@@ -313,7 +313,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            // q in the prefill's q|k|v rows (row stride q + k + v), out dense
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 8 * 256},
                                            OcmShape{"qc-u", 16, 16, 64, 256, false, false, 1.0f, 1.5f, 0, 0, 0, 2 * 16 * 128},
-                                           OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 2 * 256}));
+                                           OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 2 * 256},
+                                           // fewer rows a pass, more kv groups (plan_attention_ocm): the
+                                           // streamed prefill's call of 4 kv heads at 260 rows (passes of 128)
+                                           OcmShape{"qc-u", 8, 4, 128, 260, true, true}));
+
+// The tiling rule: the most rows a pass unless fewer rows with more kv groups take fewer
+// key steps. The model's prefill at 128 rows keeps passes of 128 rows x 4 groups; at 260
+// rows (4 kv heads, causal) passes of 128 rows x 4 groups (keys 128 + 256 + 260) instead
+// of 4 passes of 260 rows x 1 group; the tower at 1,200 patches, 2 heads: 3 passes of 512
+// rows instead of 2 x 2 of 1,024 and 176; at 784 patches the rule keeps 784 rows a pass.
+TEST(AttentionOcm, FewerRowsAPassWhenThatIsLessWork) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  auto tiling = [&](uint32_t qh, uint32_t kvh, uint32_t seq, bool causal) {
+    OcmAttnArgs a;
+    a.q_heads = qh, a.kv_heads = kvh, a.head_dim = 128, a.seq = seq, a.causal = causal;
+    const OcmAttnTiling t = plan_attention_ocm(cfg, a);
+    return std::pair<uint32_t, uint32_t>{t.rows, t.groups};
+  };
+  EXPECT_EQ(tiling(16, 8, 128, true), (std::pair<uint32_t, uint32_t>{128, 4}));
+  EXPECT_EQ(tiling(8, 4, 260, true), (std::pair<uint32_t, uint32_t>{128, 4}));
+  EXPECT_EQ(tiling(2, 2, 1200, false), (std::pair<uint32_t, uint32_t>{512, 2}));
+  EXPECT_EQ(tiling(1, 1, 1200, false), (std::pair<uint32_t, uint32_t>{1024, 1}));
+  EXPECT_EQ(tiling(2, 2, 784, false), (std::pair<uint32_t, uint32_t>{784, 1}));
+}
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the
 // width (std 0.12 at width 1024: q and k of std 0.12 * sqrt(1024) = 3.84, |q| up to ~19,

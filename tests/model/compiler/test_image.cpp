@@ -158,9 +158,11 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 
 // The wide tiny model's image program on 1 MiB (resident with its GEMMs' DMA buffers on
 // one channel: with all four the plan does not fit and was streamed, 1,459,522 cycles),
-// 800 KiB (streamed: two tiles in the tower's qkv phase and the prefill's MLP phase;
-// the LM head's GEMV on as many DMA channels as its OCM holds), forced small tiles (ragged last tiles, the image rows cut by
-// tile boundaries, several merger tiles, one kv head per attention call) and 8 MiB
+// 800 KiB (the tower resident on one GEMM DMA channel, the prefill streamed: two tiles a
+// phase, GEMMs on 2 DMA channels; the LM head's GEMV on as many DMA channels as its OCM holds), forced small
+// tiles (ragged last tiles, the image rows cut by tile boundaries, several merger tiles, one
+// kv head per attention call), in each copy mode of the row phases (waited, pipelined,
+// stores behind) and 8 MiB
 // (resident, gate|up calls of 2 packed chunks), each against the chain: logits cosine >=
 // 0.9999, the same top-1, timing-only cycles = functional cycles; 1 MiB and 4 MiB
 // cycles differ. Negative control: the streamed plan reads keys and values back from
@@ -179,6 +181,9 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   CompileOptions small;
   small.image_tile_rows = 20;
   small.image_attn_groups = 1;
+  CompileOptions pipelined = small, behind = small;  // the row phases' copy modes (CopyMode)
+  pipelined.image_copy_mode = 2;
+  behind.image_copy_mode = 3;
   struct Case {
     const char* ocm;
     CompileOptions opt;
@@ -186,10 +191,15 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   };
   const std::vector<Case> cases = {
       {"1MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 1; GEMM DMA channels 1 (of 4"},
-      {"800KiB", {}, "tower 72|144, mergers 36, prefill 48|24 (qkv|MLP phases); kv heads per attention call tower 4, "
-                     "prefill 2; GEMM DMA channels 4"},
-      {"1MiB", small, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases); kv heads per attention call tower 1, "
-                      "prefill 1"},
+      {"800KiB", {}, "tower resident: tower MLP rows per chunk 144; GEMM DMA channels 1 (of 4: so that their buffers "
+                     "fit); prefill streamed: rows per tile 48|48 (qkv|MLP phases; copies waited|waited); kv heads "
+                     "per attention call 1 (2 buffer sets); GEMM DMA channels 2"},
+      {"1MiB", small, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower waited|waited, prefill "
+                      "waited|waited); kv heads per attention call tower 1, prefill 1 (2|2 buffer sets)"},
+      {"1MiB", pipelined, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower pipelined|pipelined, "
+                          "prefill pipelined|pipelined)"},
+      {"1MiB", behind, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower stores behind|stores "
+                       "behind, prefill stores behind|stores behind)"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
   };
   std::map<std::string, uint64_t> cycles;
