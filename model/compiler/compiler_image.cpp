@@ -1451,10 +1451,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
       begin(L);
-      // Layer 0's norm weights load here; the others were started behind the previous layer's
-    // post-attention norm (its vectors are dead then) and waited for after its first MLP
-    // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
-    if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
+      em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       {
         // rows / dense q (loaded, q stored), cos, sin (loaded), as the copy mode doubles them;
