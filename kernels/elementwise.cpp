@@ -353,19 +353,8 @@ void emit_elementwise(Builder& b, const sim::Config& cfg, const EwArgs& a) {
     b.li(X{8}, p.as / p.H);
     b.li(X{9}, p.bs / p.H);
     b.li(X{11}, p.os / p.H);
-    for (uint32_t h = 0; h < p.H; ++h) {
-      const P ph{uint8_t(3 + h)};
-      b.op("pset.range", {ph, X{0}, X{0}});
-      b.li(X{23}, h);
-      b.li(X{24}, h + 1);
-      b.li(X{21}, cfg.pe_cols / p.H);
-      b.loop(X{21}, [&] {
-        b.op("pset.cols", {P{7}, X{23}, X{24}});
-        b.op("por", {ph, ph, P{7}});
-        b.op("addi", {X{23}, X{23}, int64_t(p.H)});
-        b.op("addi", {X{24}, X{24}, int64_t(p.H)});
-      });
-    }
+    for (uint32_t h = 0; h < p.H; ++h)
+      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, cfg.pe_cols, X{23}, X{24}, X{21}, P{7});
   }
   b.li(X{20}, p.rows);
   if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)

@@ -289,16 +289,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.op("vcmpeq.i32", {V{21}, V{21}, V{20}});  // lane-0 mask
   // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd.
   auto even_odd = [&] {
-    b.op("pset.range", {P{2}, X{0}, X{0}});
-    b.li(xT1, 0);
-    b.li(xT2, 1);
-    b.li(xT3, cfg.pe_cols / 2);
-    b.loop(xT3, [&] {
-      b.op("pset.cols", {P{5}, xT1, xT2});
-      b.op("por", {P{2}, P{2}, P{5}});
-      b.op("addi", {xT1, xT1, 2});
-      b.op("addi", {xT2, xT2, 2});
-    });
+    b.pset_cols_mod(P{2}, 0, 2, cfg.pe_cols, xT1, xT2, xT3, P{5});
     b.op("pnot", {P{3}, P{2}});
   };
   if (S == 2) even_odd();

@@ -375,20 +375,8 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
       b.op("vsplati", {V{2}, int64_t(p.nfull) * kChunk});
       emit_masks(b, V{2}, a.dim);
     }
-    for (uint32_t h = 0; h < p.H && p.H > 1; ++h) {
-      // p3 + h = the PEs of the columns h mod H (p7 a temp).
-      const P ph{uint8_t(3 + h)};
-      b.op("pset.range", {ph, X{0}, X{0}});
-      b.li(X{25}, h);
-      b.li(X{26}, h + 1);
-      b.li(X{21}, cfg.pe_cols / p.H);
-      b.loop(X{21}, [&] {
-        b.op("pset.cols", {P{7}, X{25}, X{26}});
-        b.op("por", {ph, ph, P{7}});
-        b.op("addi", {X{25}, X{25}, int64_t(p.H)});
-        b.op("addi", {X{26}, X{26}, int64_t(p.H)});
-      });
-    }
+    for (uint32_t h = 0; h < p.H && p.H > 1; ++h)  // p3 + h = the PEs of the columns h mod H
+      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, cfg.pe_cols, X{25}, X{26}, X{21}, P{7});
     b.li(X{20}, a.rows);
     if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)
     b.li(X{1}, ceil_div(a.rows, p.R));
