@@ -93,26 +93,46 @@ SEM(mark_end) {
 }
 
 namespace {
+uint8_t* writable_pred(ArchState& s, int p) {
+  if (p == 0) fail("p0 is the constant all-ones predicate and cannot be written");
+  return &s.pred[size_t(p) * s.npe];
+}
 template <typename F>
 void set_pred(ArchState& s, int p, F&& f) {
-  if (p == 0) fail("p0 is the constant all-ones predicate and cannot be written");
-  uint8_t* pr = &s.pred[size_t(p) * s.npe];
+  uint8_t* pr = writable_pred(s, p);
   for (uint32_t e = 0; e < s.npe; ++e) pr[e] = f(e) ? 1 : 0;
   s.summarise_predicate(p);
+}
+// PEs [lo, hi) of every row of `rows` rows of `stride` PEs on, every other PE off
+// (0 <= lo, hi <= stride), with the summary written directly: the range forms run at
+// every issue of their instruction, timing-only runs too.
+void set_pred_runs(ArchState& s, int p, uint32_t rows, uint32_t stride, uint32_t lo, uint32_t hi) {
+  uint8_t* pr = writable_pred(s, p);
+  std::memset(pr, 0, s.npe);
+  if (lo >= hi || rows == 0) {
+    s.pred_count[p] = 0, s.pred_first[p] = s.npe, s.pred_last[p] = 0;
+    return;
+  }
+  for (uint32_t r = 0; r < rows; ++r) std::memset(pr + size_t(r) * stride + lo, 1, hi - lo);
+  s.pred_count[p] = rows * (hi - lo);
+  s.pred_first[p] = lo;
+  s.pred_last[p] = (rows - 1) * stride + hi - 1;
 }
 }  // namespace
 
 SEM(pset_range) {
-  uint32_t lo = X(s, i.b), hi = X(s, i.c);
-  set_pred(s, i.a, [&](uint32_t e) { return e >= lo && e < hi; });
+  const uint32_t lo = std::min(X(s, i.b), s.npe), hi = std::min(X(s, i.c), s.npe);
+  set_pred_runs(s, i.a, 1, s.npe, lo, hi);  // e in [lo, hi)
 }
 SEM(pset_rows) {
-  uint32_t lo = X(s, i.b), hi = X(s, i.c), cols = s.shape.cols;
-  set_pred(s, i.a, [&](uint32_t e) { return e / cols >= lo && e / cols < hi; });
+  const uint64_t cols = s.shape.cols;  // e / cols in [lo, hi): e in [lo * cols, hi * cols)
+  const uint32_t lo = uint32_t(std::min<uint64_t>(X(s, i.b) * cols, s.npe));
+  const uint32_t hi = uint32_t(std::min<uint64_t>(X(s, i.c) * cols, s.npe));
+  set_pred_runs(s, i.a, 1, s.npe, lo, hi);
 }
 SEM(pset_cols) {
-  uint32_t lo = X(s, i.b), hi = X(s, i.c), cols = s.shape.cols;
-  set_pred(s, i.a, [&](uint32_t e) { return e % cols >= lo && e % cols < hi; });
+  const uint32_t cols = s.shape.cols;  // e % cols in [lo, hi), in each row
+  set_pred_runs(s, i.a, s.shape.rows, cols, std::min(X(s, i.b), cols), std::min(X(s, i.c), cols));
 }
 SEM(pand) {
   const uint8_t *b = s.predicate(i.b), *c = s.predicate(i.c);

@@ -161,8 +161,12 @@ struct ArchState {
   uint64_t digest() const;
 
   // Advance pc after the instruction at `pc` executed (branches set next_pc);
-  // closes hardware-loop iterations.
-  void advance();
+  // closes hardware-loop iterations. Inline: the sequencer calls it at every issue, and
+  // only an instruction whose next pc is the innermost loop's end has work to do.
+  void advance() {
+    if (loop_depth > 0 && next_pc == loops[loop_depth - 1].end) close_loop_iterations();
+  }
+  void close_loop_iterations();
 };
 
 // A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.

@@ -55,7 +55,7 @@ class Sequencer : public sc_core::sc_module {
  private:
   void thread();
   void execute();
-  template <bool kHooks>
+  template <bool kHooks, bool kTimingOnly>
   void execute_loop();
   void sync(Cycles t);
   void take_numerics();
