@@ -18,24 +18,6 @@ namespace gpnpu::sim {
 using isa::Effect;
 using isa::Unit;
 
-Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
-    : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
-  SC_HAS_PROCESS(Sequencer);
-  SC_THREAD(thread);
-}
-
-void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Program& program, Stats& stats,
-                        bool timing_only) {
-  cfg_ = &cfg;
-  st_ = &state;
-  program_ = &program;
-  insns_ = program.decode();
-  stats_ = &stats;
-  stats_->names = program.names;
-  timing_only_ = timing_only;
-  done_ = false;
-  error_.clear();
-}
 
 void Sequencer::thread() {
   for (;;) {
@@ -216,21 +198,13 @@ static_assert(sizeof(IssueRec) == 16);
 // (power windows, marks, halt, the end of the run however it ends, each issue with
 // trace hooks): at each issue the loop adds to one class, not to six counters.
 struct ClassCounts {
-  std::vector<EventClass> classes;
+  const std::vector<EventClass>& classes;
   struct Acc {
     uint64_t n = 0, pes = 0;  // issues, and their enabled PEs summed
   };
-  std::vector<Acc> acc;
+  std::vector<Acc> acc = std::vector<Acc>(classes.size());
   uint64_t stall = 0;
 
-  uint8_t index(const EventClass& c) {
-    for (size_t k = 0; k < classes.size(); ++k)
-      if (classes[k] == c) return uint8_t(k);
-    if (classes.size() == 256) fail("internal error: more than 256 instruction event classes");
-    classes.push_back(c);
-    acc.emplace_back();
-    return uint8_t(classes.size() - 1);
-  }
   void flush(Counters& tot) {
     tot[Stat::stall_cycles] += stall;
     stall = 0;
@@ -251,7 +225,17 @@ struct ClassCounts {
   }
 };
 
-IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, ClassCounts& counts) {
+// The index of class c in classes, added if new.
+uint8_t class_index(std::vector<EventClass>& classes, const EventClass& c) {
+  for (size_t k = 0; k < classes.size(); ++k)
+    if (classes[k] == c) return uint8_t(k);
+  if (classes.size() == 256) fail("internal error: more than 256 instruction event classes");
+  classes.push_back(c);
+  return uint8_t(classes.size() - 1);
+}
+
+IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, std::vector<EventClass>& classes,
+                   std::array<int, 256>& class_of_opcode) {
   IssueRec x{};
   const Unit u = in.info->unit;
   const isa::UnitInfo& ui = isa::unit_info(u);
@@ -272,11 +256,61 @@ IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, 
   const Cost c = timing.cost_of(in, 0);
   if (ui.port == isa::Port::ocm_per_pe || c.occupancy > UINT16_MAX || c.latency > UINT16_MAX) x.flags |= kCostPe;
   else x.occupancy = uint16_t(c.occupancy), x.latency = uint16_t(c.latency);
-  x.cls = counts.index(event_class(in));
+  int& cls = class_of_opcode[in.info->opcode];  // a row's class is the same at every pc
+  if (cls < 0) cls = class_index(classes, event_class(in));
+  x.cls = uint8_t(cls);
   return x;
 }
 
 }  // namespace
+
+// The decoded program, its issue records and their event classes (IssueRec::cls), and
+// what they were made from.
+struct IssueTable {
+  std::vector<uint64_t> words;
+  size_t names = 0;
+  std::vector<IssueRec> recs;  // empty: to be made
+  std::vector<EventClass> classes;
+  bool timing_only = false;
+  std::vector<uint32_t> timing;  // ocm_port_bytes, then lat and occ of each unit
+};
+
+namespace {
+std::vector<uint32_t> timing_params(const Config& cfg) {
+  std::vector<uint32_t> k{uint32_t(cfg.ocm_port_bytes)};
+  for (int u = 0; u < isa::kNumUnits; ++u) k.push_back(cfg.lat(Unit(u))), k.push_back(cfg.occ(Unit(u)));
+  return k;
+}
+}  // namespace
+
+Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
+    : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
+  SC_HAS_PROCESS(Sequencer);
+  SC_THREAD(thread);
+}
+
+Sequencer::~Sequencer() = default;
+
+void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Program& program, Stats& stats,
+                        bool timing_only) {
+  cfg_ = &cfg;
+  st_ = &state;
+  program_ = &program;
+  if (!table_) table_ = std::make_unique<IssueTable>();
+  if (program.words != table_->words || program.names.size() != table_->names) {
+    table_->words.clear();
+    table_->recs.clear();
+    insns_ = program.decode();
+    table_->words = program.words;
+    table_->names = program.names.size();
+  }
+  stats_ = &stats;
+  stats_->names = program.names;
+  timing_only_ = timing_only;
+  done_ = false;
+  error_.clear();
+}
+
 
 // The functional model's fp16 numerics since the last mark (isa/state.h) go to the
 // innermost open region: between two mark instructions it does not change. Nothing to
@@ -344,9 +378,17 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
-  ClassCounts counts;
-  std::vector<IssueRec> recs(n);
-  for (uint32_t k = 0; k < n; ++k) recs[k] = issue_rec(insns_[k], timing, kTimingOnly, counts);
+  IssueTable& table = *table_;
+  if (table.recs.empty() || table.timing_only != kTimingOnly || table.timing != timing_params(cfg)) {
+    table.recs.resize(n);
+    table.classes.clear();
+    std::array<int, 256> class_of_opcode;
+    class_of_opcode.fill(-1);
+    for (uint32_t k = 0; k < n; ++k) table.recs[k] = issue_rec(insns_[k], timing, kTimingOnly, table.classes, class_of_opcode);
+    table.timing_only = kTimingOnly;
+    table.timing = timing_params(cfg);
+  }
+  ClassCounts counts{table.classes};
   struct FlushCounts {  // the counts reach the totals however the run ends
     ClassCounts& counts;
     Counters& tot;
@@ -371,9 +413,10 @@ void Sequencer::execute_loop() {
   const Cycles past_max = max_cycles == std::numeric_limits<Cycles>::max() ? max_cycles : max_cycles + 1;
   Cycles next_check = std::min(next_sync, past_max);
 
-  const IssueRec* const rec = recs.data();
+  const IssueRec* const rec = table.recs.data();
   ClassCounts::Acc* const acc = counts.acc.data();
   Cycles* const rd = ready.data();
+  uint32_t loop_end = st.loop_end();
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
     const IssueRec& x = rec[pc];
@@ -392,8 +435,15 @@ void Sequencer::execute_loop() {
       window_end = window_start + power.window;
     }
 
-    st.pc = pc;
-    st.next_pc = pc + 1;
+    // The next pc: only executed instructions branch, set an effect or open a hardware
+    // loop; the innermost loop's end is kept in loop_end, and the loop rule
+    // (ArchState::advance) runs only when the next pc reaches it.
+    uint32_t next = pc + 1;
+    bool taken = false, effect = false;
+    if (kHooks || (x.flags & kRun)) {  // the hooks see pc and next_pc of every instruction
+      st.pc = pc;
+      st.next_pc = next;
+    }
     if (x.flags & kRun) {
       const isa::Insn& in = insns_[pc];
       try {
@@ -403,16 +453,24 @@ void Sequencer::execute_loop() {
       } catch (const Error& e) {
         fail("{}: {}", where(pc, t), e.what());
       }
+      taken = st.next_pc != next;
+      next = st.next_pc;
+      effect = st.effect != Effect::none;
+      loop_end = st.loop_end();
     }
-    const bool taken = st.next_pc != pc + 1;
-    st.advance();
+    if (next == loop_end) [[unlikely]] {
+      st.next_pc = next;
+      st.advance();
+      next = st.next_pc;
+      loop_end = st.loop_end();
+    }
 
     const uint32_t pes = st.pred_count[x.p];
     Cost cost{isa::Unit(r), x.occupancy, x.latency, 0};
     if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes);
     const Cycles o = cost.occupancy, l = cost.latency;
 
-    if (st.effect != Effect::none) [[unlikely]] {
+    if (effect) [[unlikely]] {
       switch (st.effect) {
         case Effect::none: break;
         case Effect::dma_start:
@@ -469,7 +527,7 @@ void Sequencer::execute_loop() {
 
     now = t + 1;
     if (taken && (x.flags & isa::kBranch)) now += cfg.branch_taken_cycles;
-    if (st.effect != Effect::none) [[unlikely]] {
+    if (effect) [[unlikely]] {
       if (st.effect == Effect::halt) {
         counts.flush(tot);
         if (stats_->open_regions())
@@ -494,7 +552,7 @@ void Sequencer::execute_loop() {
       }
       next_check = std::min(next_sync, past_max);
     }
-    pc = st.next_pc;
+    pc = next;
   }
 }
 

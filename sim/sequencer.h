@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <systemc>
 #include <vector>
@@ -33,9 +34,12 @@ struct IssueEvent {
   Cost cost;
 };
 
+struct IssueTable;  // sequencer.cpp
+
 class Sequencer : public sc_core::sc_module {
  public:
   Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus);
+  ~Sequencer() override;
 
   // Runs `program` on `state` from pc 0 to halt under `cfg`; returns when done.
   // Called from outside SystemC (the platform drives sc_start).
@@ -71,6 +75,9 @@ class Sequencer : public sc_core::sc_module {
   isa::ArchState* st_ = nullptr;
   const isa::Program* program_ = nullptr;
   std::vector<isa::Insn> insns_;
+  // The decoded program and its issue records, kept from run to run while the program's
+  // words, the timing parameters and the mode stay the same (decode steps rerun one program).
+  std::unique_ptr<IssueTable> table_;
   Stats* stats_ = nullptr;
   bool timing_only_ = false;
   Cycles base_ = 0;
