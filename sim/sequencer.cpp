@@ -18,7 +18,6 @@ namespace gpnpu::sim {
 using isa::Effect;
 using isa::Unit;
 
-
 void Sequencer::thread() {
   for (;;) {
     while (!pending_) sc_core::wait(start_);

@@ -466,6 +466,42 @@ TEST(PsetRanges, MatchTheDefinitionsAndSummary) {
       }
 }
 
+// pand, por and pnot of one-run operands write runs directly (sem_scalar.cpp): every
+// pair of runs on 20 PEs (empty, touching, overlapping, apart, whole), and operands
+// that are not one run, against the definitions and summarise_predicate().
+TEST(PredicateLogic, RunsMatchTheDefinitionsAndSummary) {
+  Machine m(4, 5);
+  ArchState& s = m.s;
+  std::vector<std::vector<int>> preds;
+  for (uint32_t lo = 0; lo <= 20; lo += 3)
+    for (uint32_t hi = lo; hi <= 20; hi += 4) {
+      std::vector<int> p(20, 0);
+      for (uint32_t e = lo; e < hi; ++e) p[e] = 1;
+      preds.push_back(p);
+    }
+  preds.push_back({1, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1});  // not one run
+  preds.push_back(std::vector<int>(20, 1));
+  auto set = [&](int p, const std::vector<int>& bits) {
+    std::copy(bits.begin(), bits.end(), s.pred.begin() + p * s.npe);
+    s.summarise_predicate(p);
+  };
+  for (const auto& b : preds)
+    for (const auto& c : preds)
+      for (const char* text : {"pand p3, p1, p2", "por p3, p1, p2", "pnot p3, p1"}) {
+        set(1, b), set(2, c);
+        exec_text(s, text);
+        std::vector<int> want(20);
+        for (int e = 0; e < 20; ++e)
+          want[e] = text[1] == 'a' ? (b[e] & c[e]) : text[1] == 'o' ? (b[e] | c[e]) : !b[e];
+        ASSERT_EQ(pred_bits(s, 3), want) << text;
+        const uint32_t count = s.pred_count[3], first = s.pred_first[3], last = s.pred_last[3];
+        s.summarise_predicate(3);
+        ASSERT_EQ(count, s.pred_count[3]) << text;
+        ASSERT_EQ(first, s.pred_first[3]) << text;
+        ASSERT_EQ(last, s.pred_last[3]) << text;
+      }
+}
+
 TEST_F(Golden, pand) {
   m.set_pred(1, {0, 1, 2});
   m.set_pred(2, {1, 4, 2});
