@@ -263,45 +263,22 @@ IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, 
 
 }  // namespace
 
-// The decoded program, its issue records and their event classes (IssueRec::cls), and
-// what they were made from.
-struct IssueTable {
-  std::vector<uint64_t> words;
-  size_t names = 0;
-  std::vector<IssueRec> recs;  // empty: to be made
-  std::vector<EventClass> classes;
-  bool timing_only = false;
-  std::vector<uint32_t> timing;  // ocm_port_bytes, then lat and occ of each unit
-};
-
-namespace {
-std::vector<uint32_t> timing_params(const Config& cfg) {
-  std::vector<uint32_t> k{uint32_t(cfg.ocm_port_bytes)};
-  for (int u = 0; u < isa::kNumUnits; ++u) k.push_back(cfg.lat(Unit(u))), k.push_back(cfg.occ(Unit(u)));
-  return k;
-}
-}  // namespace
-
 Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
     : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
   SC_HAS_PROCESS(Sequencer);
   SC_THREAD(thread);
 }
 
-Sequencer::~Sequencer() = default;
-
 void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Program& program, Stats& stats,
                         bool timing_only) {
   cfg_ = &cfg;
   st_ = &state;
   program_ = &program;
-  if (!table_) table_ = std::make_unique<IssueTable>();
-  if (program.words != table_->words || program.names.size() != table_->names) {
-    table_->words.clear();
-    table_->recs.clear();
+  if (program.words != decoded_words_ || program.names.size() != decoded_names_) {
+    decoded_words_.clear();
     insns_ = program.decode();
-    table_->words = program.words;
-    table_->names = program.names.size();
+    decoded_words_ = program.words;
+    decoded_names_ = program.names.size();
   }
   stats_ = &stats;
   stats_->names = program.names;
@@ -377,17 +354,12 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
-  IssueTable& table = *table_;
-  if (table.recs.empty() || table.timing_only != kTimingOnly || table.timing != timing_params(cfg)) {
-    table.recs.resize(n);
-    table.classes.clear();
-    std::array<int, 256> class_of_opcode;
-    class_of_opcode.fill(-1);
-    for (uint32_t k = 0; k < n; ++k) table.recs[k] = issue_rec(insns_[k], timing, kTimingOnly, table.classes, class_of_opcode);
-    table.timing_only = kTimingOnly;
-    table.timing = timing_params(cfg);
-  }
-  ClassCounts counts{table.classes};
+  std::vector<IssueRec> recs(n);
+  std::vector<EventClass> classes;
+  std::array<int, 256> class_of_opcode;
+  class_of_opcode.fill(-1);
+  for (uint32_t k = 0; k < n; ++k) recs[k] = issue_rec(insns_[k], timing, kTimingOnly, classes, class_of_opcode);
+  ClassCounts counts{classes};
   struct FlushCounts {  // the counts reach the totals however the run ends
     ClassCounts& counts;
     Counters& tot;
@@ -412,7 +384,7 @@ void Sequencer::execute_loop() {
   const Cycles past_max = max_cycles == std::numeric_limits<Cycles>::max() ? max_cycles : max_cycles + 1;
   Cycles next_check = std::min(next_sync, past_max);
 
-  const IssueRec* const rec = table.recs.data();
+  const IssueRec* const rec = recs.data();
   ClassCounts::Acc* const acc = counts.acc.data();
   Cycles* const rd = ready.data();
   uint32_t loop_end = st.loop_end();

@@ -7,7 +7,6 @@
 #pragma once
 #include <array>
 #include <functional>
-#include <memory>
 #include <string>
 #include <systemc>
 #include <vector>
@@ -34,12 +33,9 @@ struct IssueEvent {
   Cost cost;
 };
 
-struct IssueTable;  // sequencer.cpp
-
 class Sequencer : public sc_core::sc_module {
  public:
   Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus);
-  ~Sequencer() override;
 
   // Runs `program` on `state` from pc 0 to halt under `cfg`; returns when done.
   // Called from outside SystemC (the platform drives sc_start).
@@ -75,9 +71,10 @@ class Sequencer : public sc_core::sc_module {
   isa::ArchState* st_ = nullptr;
   const isa::Program* program_ = nullptr;
   std::vector<isa::Insn> insns_;
-  // The decoded program and its issue records, kept from run to run while the program's
-  // words, the timing parameters and the mode stay the same (decode steps rerun one program).
-  std::unique_ptr<IssueTable> table_;
+  // What insns_ was decoded from: decoded again only when the program's words or its
+  // count of names change (a describe's decode steps rerun one program).
+  std::vector<uint64_t> decoded_words_;
+  size_t decoded_names_ = 0;
   Stats* stats_ = nullptr;
   bool timing_only_ = false;
   Cycles base_ = 0;
