@@ -84,11 +84,10 @@ uint64_t ArchState::digest() const {
   return digest_bytes(ocm.data(), ocm.size(), h);
 }
 
-void ArchState::advance() {
-  // A taken branch or jump has already set next_pc; a fall-through, or a jump to
-  // the innermost body's end (a skipped count-0 loop ending there too), closes a
-  // loop iteration there (several loops may end together).
-  if (next_pc != pc + 1 && !(loop_depth > 0 && next_pc == loops[loop_depth - 1].end)) return;
+void ArchState::close_loop_iterations() {
+  // A fall-through, a taken branch or a jump to the innermost body's end (a skipped
+  // count-0 loop ending there too) closes a loop iteration there (several loops may end
+  // together); any other taken branch or jump has set next_pc already.
   while (loop_depth > 0 && next_pc == loops[loop_depth - 1].end) {
     LoopFrame& f = loops[loop_depth - 1];
     if (--f.remaining > 0) {

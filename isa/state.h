@@ -161,8 +161,16 @@ struct ArchState {
   uint64_t digest() const;
 
   // Advance pc after the instruction at `pc` executed (branches set next_pc);
-  // closes hardware-loop iterations.
-  void advance();
+  // closes hardware-loop iterations. Inline: the sequencer calls it at every issue, and
+  // only an instruction whose next pc is the innermost loop's end has work to do.
+  void advance() {
+    if (next_pc == loop_end()) close_loop_iterations();
+  }
+  void close_loop_iterations();
+  // The innermost hardware loop's end, or kNoLoop outside loops (where advance() finds
+  // nothing to close, whatever next_pc is).
+  static constexpr uint32_t kNoLoop = UINT32_MAX;
+  uint32_t loop_end() const { return loop_depth > 0 ? loops[loop_depth - 1].end : kNoLoop; }
 };
 
 // A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "isa/error.h"
 #include "sim/bus.h"
@@ -16,25 +17,6 @@ namespace gpnpu::sim {
 
 using isa::Effect;
 using isa::Unit;
-
-Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
-    : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
-  SC_HAS_PROCESS(Sequencer);
-  SC_THREAD(thread);
-}
-
-void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Program& program, Stats& stats,
-                        bool timing_only) {
-  cfg_ = &cfg;
-  st_ = &state;
-  program_ = &program;
-  insns_ = program.decode();
-  stats_ = &stats;
-  stats_->names = program.names;
-  timing_only_ = timing_only;
-  done_ = false;
-  error_.clear();
-}
 
 void Sequencer::thread() {
   for (;;) {
@@ -144,31 +126,41 @@ void Sequencer::start_dma(const isa::Insn& in, uint32_t pc, Cycles t) {
 
 namespace {
 
-// What the issue loop needs of an instruction besides its operands and cost, looked up
-// once per run instead of at every issue: its unit's resource and flags, and its energy
-// events (sim/energy.h).
-struct IssueInfo {
-  uint8_t unit = 0, resource = 0, flags = 0;
-  uint32_t vreads = 0, vwrites = 0;  // vector-register words per enabled PE
-  int event = -1, event2 = -1;       // the unit's event stats, each + per_pe x PEs + fixed
-  uint32_t per_pe = 0, fixed = 0;
-};
+// Scoreboard ids beyond the architectural ones: kNoReg is never written (ready at 0),
+// kSinkReg is never read; an instruction's operand lists are padded with them so that
+// the issue loop runs no loop of variable length.
+constexpr uint8_t kNoReg = isa::kNumRegs, kSinkReg = isa::kNumRegs + 1;
+constexpr int kReads = 5;          // distinct registers read or written, predicate included (vsel: 5)
+constexpr uint8_t kRun = 0x80;     // IssueRec flag: execute the semantics in this run
+constexpr uint8_t kCostPe = 0x40;  // IssueRec flag: cost_of() at issue (depends on the active PEs)
 
-// The energy events of an array instruction: lane operations per unit class,
-// vector-register words read and written, LRM and OCM-port bytes. Counted from the
-// unit, the operands and the enabled PEs only, so timing-only runs count the same.
-IssueInfo issue_info(const isa::Insn& in) {
-  IssueInfo x;
+// What an instruction adds to the counters at each issue, besides stalls and busy
+// cycles: its unit's count and its energy events (sim/energy.h), lane operations per
+// unit class, vector-register words read and written, LRM and OCM-port bytes, each
+// per_pe x PEs + fixed. Counted from the unit, the operands and the enabled PEs only, so
+// timing-only runs count the same. Instructions with equal counts share a class.
+struct EventClass {
+  uint8_t unit = 0;
+  bool array = false;
+  uint8_t vreads = 0, vwrites = 0;  // vector-register words per enabled PE
+  int8_t event = -1, event2 = -1;   // the unit's event stats
+  uint8_t per_pe = 0, fixed = 0;
+  bool operator==(const EventClass&) const = default;
+};
+static_assert(kNumStats <= 127);
+
+EventClass event_class(const isa::Insn& in) {
+  EventClass c;
   const Unit u = in.info->unit;
-  x.unit = uint8_t(u);
-  x.resource = uint8_t(isa::unit_info(u).resource);
-  x.flags = isa::unit_info(u).flags;
-  for (int k = 0; k < in.nsrc; ++k) x.vreads += in.src[k] >= isa::kRegV && in.src[k] < isa::kRegP;
-  for (int k = 0; k < in.ndst; ++k) x.vwrites += in.dst[k] >= isa::kRegV && in.dst[k] < isa::kRegP;
-  x.vreads *= isa::kLanes;
-  x.vwrites *= isa::kLanes;
-  const uint32_t bytes = in.info->mem_bytes;
-  auto lanes = [&](Stat s, int s2 = -1) { x.event = int(s), x.event2 = s2, x.per_pe = isa::kLanes; };
+  c.unit = uint8_t(u);
+  c.array = isa::is_array_unit(u);
+  if (!c.array) return c;
+  for (int k = 0; k < in.nsrc; ++k) c.vreads += in.src[k] >= isa::kRegV && in.src[k] < isa::kRegP;
+  for (int k = 0; k < in.ndst; ++k) c.vwrites += in.dst[k] >= isa::kRegV && in.dst[k] < isa::kRegP;
+  c.vreads *= isa::kLanes;
+  c.vwrites *= isa::kLanes;
+  const uint8_t bytes = in.info->mem_bytes;
+  auto lanes = [&](Stat s, int s2 = -1) { c.event = int8_t(s), c.event2 = int8_t(s2), c.per_pe = isa::kLanes; };
   switch (u) {
     case Unit::mac16: lanes(Stat::macs, int(Stat::macs_f16)); break;
     case Unit::mac8: lanes(Stat::macs, int(Stat::macs_int8)); break;
@@ -176,24 +168,125 @@ IssueInfo issue_info(const isa::Insn& in) {
     case Unit::vfpu: lanes(Stat::vfpu_lane_ops); break;
     case Unit::sfu: lanes(Stat::sfu_lane_ops); break;
     case Unit::xlane: lanes(Stat::xlane_lane_ops); break;
-    case Unit::lrm: x.event = int(Stat::lrm_bytes), x.per_pe = bytes; break;
-    case Unit::ocm_bc: x.event = int(Stat::ocm_array_bytes_read), x.fixed = bytes; break;
-    case Unit::ocm_rd: x.event = int(Stat::ocm_array_bytes_read), x.per_pe = bytes; break;
-    case Unit::ocm_wr: x.event = int(Stat::ocm_array_bytes_written), x.per_pe = bytes; break;
+    case Unit::lrm: c.event = int8_t(Stat::lrm_bytes), c.per_pe = bytes; break;
+    case Unit::ocm_bc: c.event = int8_t(Stat::ocm_array_bytes_read), c.fixed = bytes; break;
+    case Unit::ocm_rd: c.event = int8_t(Stat::ocm_array_bytes_read), c.per_pe = bytes; break;
+    case Unit::ocm_wr: c.event = int8_t(Stat::ocm_array_bytes_written), c.per_pe = bytes; break;
     default: break;
   }
+  return c;
+}
+
+// What the issue loop reads of an instruction at every issue, looked up once per run
+// and packed in 16 bytes (the image program's 510,749 instructions are 8 MiB as
+// records, 24 MiB as isa::Insn, which only executed instructions read): scoreboard
+// operands, resource, flags, event class, and its cost when that does not depend on
+// the active PEs (Timing::cost_of).
+struct IssueRec {
+  uint8_t reads[kReads];  // distinct scoreboard ids read or written (in-order writes); kNoReg after
+  uint8_t p;
+  uint8_t writes[2];      // scoreboard ids written; kSinkReg after
+  uint8_t resource, flags;  // flags: the unit's (isa/isa.h), kRun, kCostPe
+  uint8_t cls;              // EventClass index
+  uint8_t pad = 0;
+  uint16_t occupancy, latency;  // when !(flags & kCostPe)
+};
+static_assert(sizeof(IssueRec) == 16);
+
+// Issue counts per event class, added to the totals only where someone reads them
+// (power windows, marks, halt, the end of the run however it ends, each issue with
+// trace hooks): at each issue the loop adds to one class, not to six counters.
+struct ClassCounts {
+  const std::vector<EventClass>& classes;
+  struct Acc {
+    uint64_t n = 0, pes = 0;  // issues, and their enabled PEs summed
+  };
+  std::vector<Acc> acc = std::vector<Acc>(classes.size());
+  uint64_t stall = 0;
+
+  void flush(Counters& tot) {
+    tot[Stat::stall_cycles] += stall;
+    stall = 0;
+    for (size_t k = 0; k < classes.size(); ++k) {
+      const EventClass& c = classes[k];
+      const Acc a = acc[k];
+      if (!a.n) continue;
+      acc[k] = {};
+      tot[Stat::instructions] += a.n;
+      tot.by_unit[c.unit] += a.n;
+      if (!c.array) continue;
+      tot[Stat::vrf_reads] += c.vreads * a.pes;
+      tot[Stat::vrf_writes] += c.vwrites * a.pes;
+      const uint64_t events = c.per_pe * a.pes + c.fixed * a.n;
+      if (c.event >= 0) tot.v[c.event] += events;
+      if (c.event2 >= 0) tot.v[c.event2] += events;
+    }
+  }
+};
+
+// The index of class c in classes, added if new.
+uint8_t class_index(std::vector<EventClass>& classes, const EventClass& c) {
+  for (size_t k = 0; k < classes.size(); ++k)
+    if (classes[k] == c) return uint8_t(k);
+  if (classes.size() == 256) fail("internal error: more than 256 instruction event classes");
+  classes.push_back(c);
+  return uint8_t(classes.size() - 1);
+}
+
+IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, std::vector<EventClass>& classes,
+                   std::array<int, 256>& class_of_opcode) {
+  IssueRec x{};
+  const Unit u = in.info->unit;
+  const isa::UnitInfo& ui = isa::unit_info(u);
+  std::fill(std::begin(x.reads), std::end(x.reads), kNoReg);
+  std::fill(std::begin(x.writes), std::end(x.writes), kSinkReg);
+  int nr = 0;
+  auto read = [&](uint8_t id) {
+    if (std::find(x.reads, x.reads + nr, id) != x.reads + nr) return;
+    if (nr == kReads) fail("internal error: {} reads or writes more than {} registers", in.info->mnemonic, kReads);
+    x.reads[nr++] = id;
+  };
+  for (int k = 0; k < in.nsrc; ++k) read(in.src[k]);
+  for (int k = 0; k < in.ndst; ++k) read(x.writes[k] = in.dst[k]);
+  x.p = in.p;
+  x.resource = uint8_t(ui.resource);
+  x.flags = ui.flags;
+  if (!(timing_only && (ui.flags & isa::kCompute))) x.flags |= kRun;
+  const Cost c = timing.cost_of(in, 0);
+  if (ui.port == isa::Port::ocm_per_pe || c.occupancy > UINT16_MAX || c.latency > UINT16_MAX) x.flags |= kCostPe;
+  else x.occupancy = uint16_t(c.occupancy), x.latency = uint16_t(c.latency);
+  int& cls = class_of_opcode[in.info->opcode];  // a row's class is the same at every pc
+  if (cls < 0) cls = class_index(classes, event_class(in));
+  x.cls = uint8_t(cls);
   return x;
 }
 
-inline void count_array_events(Counters& tot, const IssueInfo& x, uint64_t pes) {
-  tot[Stat::vrf_reads] += x.vreads * pes;
-  tot[Stat::vrf_writes] += x.vwrites * pes;
-  const uint64_t n = x.per_pe * pes + x.fixed;
-  if (x.event >= 0) tot.v[x.event] += n;
-  if (x.event2 >= 0) tot.v[x.event2] += n;
+}  // namespace
+
+Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
+    : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
+  SC_HAS_PROCESS(Sequencer);
+  SC_THREAD(thread);
 }
 
-}  // namespace
+void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Program& program, Stats& stats,
+                        bool timing_only) {
+  cfg_ = &cfg;
+  st_ = &state;
+  program_ = &program;
+  if (program.words != decoded_words_ || program.names.size() != decoded_names_) {
+    decoded_words_.clear();
+    insns_ = program.decode();
+    decoded_words_ = program.words;
+    decoded_names_ = program.names.size();
+  }
+  stats_ = &stats;
+  stats_->names = program.names;
+  timing_only_ = timing_only;
+  done_ = false;
+  error_.clear();
+}
+
 
 // The functional model's fp16 numerics since the last mark (isa/state.h) go to the
 // innermost open region: between two mark instructions it does not change. Nothing to
@@ -224,25 +317,26 @@ void Sequencer::execute() {
   // no trace code at all (a per-instruction check cost 10% on array-bound
   // timing-only runs, docs/performance.md).
 #ifndef GPNPU_NO_TRACE_HOOKS
-  if (on_issue) return execute_loop<true>();
+  if (on_issue) return timing_only_ ? execute_loop<true, true>() : execute_loop<true, false>();
 #endif
-  execute_loop<false>();
+  timing_only_ ? execute_loop<false, true>() : execute_loop<false, false>();
 }
 
-template <bool kHooks>
+template <bool kHooks, bool kTimingOnly>
 void Sequencer::execute_loop() {
   const Config& cfg = *cfg_;
   isa::ArchState& st = *st_;
   Counters& tot = stats_->total;
   base_ = clock_.now();
-  std::array<Cycles, isa::kNumRegs> ready{};
+  std::array<Cycles, isa::kNumRegs + 2> ready{};  // + kNoReg, kSinkReg
   std::array<Cycles, isa::kNumUnits> unit_free{};
   const Timing timing(cfg);
   const Cycles max_cycles = cfg.max_cycles, quantum = cfg.quantum_cycles;
   Cycles now = 0, last_done = 0, array_busy_until = 0, next_sync = quantum;
   // Lazy broadcasts only where nobody looks at the registers between instructions
   // (no trace hooks); every register is written out when the run ends, however it ends.
-  st.lazy_broadcast = !kHooks && !timing_only_;
+  st.lazy_broadcast = !kHooks && !kTimingOnly;
+  st.effect = Effect::none;
   st.f16 = {};
   st.f16_first = {};
   st.f16_saturate = cfg.fp16_overflow == "saturate";
@@ -260,8 +354,17 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
-  std::vector<IssueInfo> info(n);
-  for (uint32_t k = 0; k < n; ++k) info[k] = issue_info(insns_[k]);
+  std::vector<IssueRec> recs(n);
+  std::vector<EventClass> classes;
+  std::array<int, 256> class_of_opcode;
+  class_of_opcode.fill(-1);
+  for (uint32_t k = 0; k < n; ++k) recs[k] = issue_rec(insns_[k], timing, kTimingOnly, classes, class_of_opcode);
+  ClassCounts counts{classes};
+  struct FlushCounts {  // the counts reach the totals however the run ends
+    ClassCounts& counts;
+    Counters& tot;
+    ~FlushCounts() { counts.flush(tot); }
+  } flush_counts{counts, tot};
   // Power windows: the issue-timed counts of each window are the change of the totals
   // across it (the DMA engine fills the dma_timed stats itself).
   PowerTrace& power = stats_->power;
@@ -270,114 +373,157 @@ void Sequencer::execute_loop() {
   Cycles window_start = 0, window_end = power.window;
   std::array<uint64_t, kNumStats> at_window = tot.v;
   auto close_window = [&] {
+    counts.flush(tot);
     const size_t k = size_t(window_start / power.window);
     if (power.bins.size() <= k) power.bins.resize(k + 1);
     for (int s = 0; s < kNumStats; ++s)
       if (!dma_timed(Stat(s))) power.bins[k][s] += tot.v[s] - at_window[s];
     at_window = tot.v;
   };
+  // The checks of the issue cycle against max_cycles and the next quantum, as one compare.
+  const Cycles past_max = max_cycles == std::numeric_limits<Cycles>::max() ? max_cycles : max_cycles + 1;
+  Cycles next_check = std::min(next_sync, past_max);
 
+  const IssueRec* const rec = recs.data();
+  ClassCounts::Acc* const acc = counts.acc.data();
+  Cycles* const rd = ready.data();
+  uint32_t loop_end = st.loop_end();
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
-    const isa::Insn& in = insns_[pc];
-    const IssueInfo& x = info[pc];
-    const int u = x.unit, r = x.resource;
+    const IssueRec& x = rec[pc];
+    const int r = x.resource;
     const bool array = x.flags & isa::kArray;
-    Cycles t = std::max(now, unit_free[r]);
-    for (int k = 0; k < in.nsrc; ++k) t = std::max(t, ready[in.src[k]]);
-    for (int k = 0; k < in.ndst; ++k) t = std::max(t, ready[in.dst[k]]);  // in-order writes
+    // The issue cycle: the resource is free, every source is ready and every
+    // destination's last write has completed (in-order writes). A tree of maxima:
+    // this is the loop's dependency chain from one issue to the next.
+    const Cycles m01 = std::max(rd[x.reads[0]], rd[x.reads[1]]), m23 = std::max(rd[x.reads[2]], rd[x.reads[3]]);
+    const Cycles m4 = std::max(rd[x.reads[4]], unit_free[r]);
+    Cycles t = std::max(std::max(m01, m23), std::max(m4, now));
 
-    if (t >= window_end) {
+    if (t >= window_end) [[unlikely]] {
       close_window();
       window_start = t / power.window * power.window;
       window_end = window_start + power.window;
     }
 
-    st.pc = pc;
-    st.next_pc = pc + 1;
-    st.effect = Effect::none;
-    try {
-      if (!(timing_only_ && (x.flags & isa::kCompute))) isa::execute(st, in);
-    } catch (const Error& e) {
-      fail("{}: {}", where(pc, t), e.what());
+    // The next pc: only executed instructions branch, set an effect or open a hardware
+    // loop; the innermost loop's end is kept in loop_end, and the loop rule
+    // (ArchState::advance) runs only when the next pc reaches it.
+    uint32_t next = pc + 1;
+    bool taken = false, effect = false;
+    if (kHooks || (x.flags & kRun)) {  // the hooks see pc and next_pc of every instruction
+      st.pc = pc;
+      st.next_pc = next;
     }
-    const bool taken = st.next_pc != pc + 1;
-    st.advance();
+    if (x.flags & kRun) {
+      const isa::Insn& in = insns_[pc];
+      try {
+        // Timing-only runs have no lazy broadcasts and no batches: the semantics alone.
+        if constexpr (kTimingOnly) in.exec(st, in);
+        else isa::execute(st, in);
+      } catch (const Error& e) {
+        fail("{}: {}", where(pc, t), e.what());
+      }
+      taken = st.next_pc != next;
+      next = st.next_pc;
+      effect = st.effect != Effect::none;
+      loop_end = st.loop_end();
+    }
+    if (next == loop_end) [[unlikely]] {
+      st.next_pc = next;
+      st.advance();
+      next = st.next_pc;
+      loop_end = st.loop_end();
+    }
 
-    const uint32_t pes = st.pred_count[in.p];
-    const Cost cost = timing.cost_of(in, pes);
+    const uint32_t pes = st.pred_count[x.p];
+    Cost cost{isa::Unit(r), x.occupancy, x.latency, 0};
+    if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes);
     const Cycles o = cost.occupancy, l = cost.latency;
-    if (array) count_array_events(tot, x, pes);
 
-    switch (st.effect) {
-      case Effect::none: break;
-      case Effect::dma_start:
-        sync(t);
-        start_dma(in, pc, t);
-        t = std::max(t, clock_.now() - base_);
-        break;
-      case Effect::dma_wait:
-        check_channel(st.effect_arg, pc, t);
-        sync(t);
-        dma_.wait_idle(st.effect_arg);
-        t = std::max(t, clock_.now() - base_);
-        break;
-      case Effect::dma_waitall:
-        sync(t);
-        dma_.wait_all_idle();
-        t = std::max(t, clock_.now() - base_);
-        break;
-      case Effect::mark_begin:
-        take_numerics();
-        stats_->begin(st.effect_arg, t);
-        break;
-      case Effect::mark_end:
-        take_numerics();
-        // The region ends when everything issued in it has completed.
-        if (!stats_->end(st.effect_arg, std::max(t, last_done))) {
-          std::string open = stats_->current_region();
-          fail("{}: mark.end \"{}\" does not close the innermost open mark ({})", where(pc, t),
-               program_->names.at(st.effect_arg), open.empty() ? "none is open" : "\"" + open + "\" is");
-        }
-        if (on_mark_end) on_mark_end(st.effect_arg, std::max(t, last_done));
-        break;
-      case Effect::halt: break;
+    if (effect) [[unlikely]] {
+      switch (st.effect) {
+        case Effect::none: break;
+        case Effect::dma_start:
+          sync(t);
+          start_dma(insns_[pc], pc, t);
+          t = std::max(t, clock_.now() - base_);
+          break;
+        case Effect::dma_wait:
+          check_channel(st.effect_arg, pc, t);
+          sync(t);
+          dma_.wait_idle(st.effect_arg);
+          t = std::max(t, clock_.now() - base_);
+          break;
+        case Effect::dma_waitall:
+          sync(t);
+          dma_.wait_all_idle();
+          t = std::max(t, clock_.now() - base_);
+          break;
+        case Effect::mark_begin:
+          counts.flush(tot);
+          take_numerics();
+          stats_->begin(st.effect_arg, t);
+          break;
+        case Effect::mark_end:
+          counts.flush(tot);
+          take_numerics();
+          // The region ends when everything issued in it has completed.
+          if (!stats_->end(st.effect_arg, std::max(t, last_done))) {
+            std::string open = stats_->current_region();
+            fail("{}: mark.end \"{}\" does not close the innermost open mark ({})", where(pc, t),
+                 program_->names.at(st.effect_arg), open.empty() ? "none is open" : "\"" + open + "\" is");
+          }
+          if (on_mark_end) on_mark_end(st.effect_arg, std::max(t, last_done));
+          break;
+        case Effect::halt: break;
+      }
     }
 
-    tot[Stat::stall_cycles] += t - now;
-    tot[Stat::instructions]++;
-    tot.by_unit[u]++;
+    counts.stall += t - now;
+    acc[x.cls].n++;
+    acc[x.cls].pes += pes;
     unit_free[r] = t + o;
-    for (int k = 0; k < in.ndst; ++k) ready[in.dst[k]] = t + l;
+    rd[x.writes[0]] = rd[x.writes[1]] = t + l;
     last_done = std::max(last_done, t + l);
     if (array) {
       Cycles b = std::max(t, array_busy_until);
       if (t + o > b) tot[Stat::array_busy_cycles] += t + o - b;
       array_busy_until = std::max(array_busy_until, t + o);
     }
-    if constexpr (kHooks) on_issue(IssueEvent{pc, t, &in, &st, cost});
+    if constexpr (kHooks) {
+      counts.flush(tot);
+      on_issue(IssueEvent{pc, t, &insns_[pc], &st, cost});
+    }
 
     now = t + 1;
     if (taken && (x.flags & isa::kBranch)) now += cfg.branch_taken_cycles;
-    if (st.effect == Effect::halt) {
-      if (stats_->open_regions())
-        fail("{}: halt with mark \"{}\" still open; close it with mark.end", where(pc, t), stats_->current_region());
-      take_numerics();
-      sync(now);
-      dma_.wait_all_idle();
-      Cycles end = std::max({now, last_done, clock_.now() - base_});
-      tot[Stat::cycles] = end;
-      close_window();
-      sync(end);
-      return;
+    if (effect) [[unlikely]] {
+      if (st.effect == Effect::halt) {
+        counts.flush(tot);
+        if (stats_->open_regions())
+          fail("{}: halt with mark \"{}\" still open; close it with mark.end", where(pc, t), stats_->current_region());
+        take_numerics();
+        sync(now);
+        dma_.wait_all_idle();
+        Cycles end = std::max({now, last_done, clock_.now() - base_});
+        tot[Stat::cycles] = end;
+        close_window();
+        sync(end);
+        return;
+      }
+      st.effect = Effect::none;  // the semantics set it only when there is one
     }
-    if (now > max_cycles)
-      fail("{}: the run passed max_cycles = {} (an endless loop? raise it with --set max_cycles=N)", where(pc, t), max_cycles);
-    if (now >= next_sync) {
-      sync(now);
-      next_sync = now + quantum;
+    if (now >= next_check) [[unlikely]] {
+      if (now > max_cycles)
+        fail("{}: the run passed max_cycles = {} (an endless loop? raise it with --set max_cycles=N)", where(pc, t), max_cycles);
+      if (now >= next_sync) {
+        sync(now);
+        next_sync = now + quantum;
+      }
+      next_check = std::min(next_sync, past_max);
     }
-    pc = st.next_pc;
+    pc = next;
   }
 }
 

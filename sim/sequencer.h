@@ -55,7 +55,7 @@ class Sequencer : public sc_core::sc_module {
  private:
   void thread();
   void execute();
-  template <bool kHooks>
+  template <bool kHooks, bool kTimingOnly>
   void execute_loop();
   void sync(Cycles t);
   void take_numerics();
@@ -71,6 +71,10 @@ class Sequencer : public sc_core::sc_module {
   isa::ArchState* st_ = nullptr;
   const isa::Program* program_ = nullptr;
   std::vector<isa::Insn> insns_;
+  // What insns_ was decoded from: decoded again only when the program's words or its
+  // count of names change (a describe's decode steps rerun one program).
+  std::vector<uint64_t> decoded_words_;
+  size_t decoded_names_ = 0;
   Stats* stats_ = nullptr;
   bool timing_only_ = false;
   Cycles base_ = 0;

@@ -434,6 +434,74 @@ TEST_F(Golden, pset_cols) {
   EXPECT_EQ(s.pred_count[3], 2u);
 }
 
+// The pset forms write their bytes and summary without the per-PE test
+// (sem_scalar.cpp): every bound pair, empty, clipped and past 2^31 included, against
+// the rows' definitions and against summarise_predicate() of the written bytes.
+TEST(PsetRanges, MatchTheDefinitionsAndSummary) {
+  Machine m(4, 5);
+  ArchState& s = m.s;
+  const uint32_t bounds[] = {0, 1, 2, 3, 4, 5, 6, 19, 20, 21, 0x7fffffffu, 0x80000000u, 0xfffffffeu, 0xffffffffu};
+  struct Form {
+    const char* text;
+    std::function<bool(uint32_t e, uint32_t lo, uint32_t hi)> on;
+  };
+  const Form forms[] = {
+      {"pset.range p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e >= lo && e < hi; }},
+      {"pset.rows p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e / 5 >= lo && e / 5 < hi; }},
+      {"pset.cols p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e % 5 >= lo && e % 5 < hi; }},
+  };
+  for (const Form& f : forms)
+    for (uint32_t lo : bounds)
+      for (uint32_t hi : bounds) {
+        s.x[2] = lo, s.x[3] = hi;
+        exec_text(s, f.text);
+        std::vector<int> want(s.npe);
+        for (uint32_t e = 0; e < s.npe; ++e) want[e] = f.on(e, lo, hi);
+        ASSERT_EQ(pred_bits(s, 2), want) << f.text << " lo " << lo << " hi " << hi;
+        const uint32_t count = s.pred_count[2], first = s.pred_first[2], last = s.pred_last[2];
+        s.summarise_predicate(2);
+        EXPECT_EQ(count, s.pred_count[2]) << f.text << " lo " << lo << " hi " << hi;
+        EXPECT_EQ(first, s.pred_first[2]) << f.text << " lo " << lo << " hi " << hi;
+        EXPECT_EQ(last, s.pred_last[2]) << f.text << " lo " << lo << " hi " << hi;
+      }
+}
+
+// pand, por and pnot of one-run operands write runs directly (sem_scalar.cpp): every
+// pair of runs on 20 PEs (empty, touching, overlapping, apart, whole), and operands
+// that are not one run, against the definitions and summarise_predicate().
+TEST(PredicateLogic, RunsMatchTheDefinitionsAndSummary) {
+  Machine m(4, 5);
+  ArchState& s = m.s;
+  std::vector<std::vector<int>> preds;
+  for (uint32_t lo = 0; lo <= 20; lo += 3)
+    for (uint32_t hi = lo; hi <= 20; hi += 4) {
+      std::vector<int> p(20, 0);
+      for (uint32_t e = lo; e < hi; ++e) p[e] = 1;
+      preds.push_back(p);
+    }
+  preds.push_back({1, 0, 1, 1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1});  // not one run
+  preds.push_back(std::vector<int>(20, 1));
+  auto set = [&](int p, const std::vector<int>& bits) {
+    std::copy(bits.begin(), bits.end(), s.pred.begin() + p * s.npe);
+    s.summarise_predicate(p);
+  };
+  for (const auto& b : preds)
+    for (const auto& c : preds)
+      for (const char* text : {"pand p3, p1, p2", "por p3, p1, p2", "pnot p3, p1"}) {
+        set(1, b), set(2, c);
+        exec_text(s, text);
+        std::vector<int> want(20);
+        for (int e = 0; e < 20; ++e)
+          want[e] = text[1] == 'a' ? (b[e] & c[e]) : text[1] == 'o' ? (b[e] | c[e]) : !b[e];
+        ASSERT_EQ(pred_bits(s, 3), want) << text;
+        const uint32_t count = s.pred_count[3], first = s.pred_first[3], last = s.pred_last[3];
+        s.summarise_predicate(3);
+        ASSERT_EQ(count, s.pred_count[3]) << text;
+        ASSERT_EQ(first, s.pred_first[3]) << text;
+        ASSERT_EQ(last, s.pred_last[3]) << text;
+      }
+}
+
 TEST_F(Golden, pand) {
   m.set_pred(1, {0, 1, 2});
   m.set_pred(2, {1, 4, 2});
