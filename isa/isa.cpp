@@ -258,6 +258,13 @@ bool branch_target(const Insn& insn, uint32_t pc, uint32_t& target) {
   return false;
 }
 
+// Appends the decimal digits of v (no strlen of a temporary C string: disassembly of a
+// multi-million-instruction program spends its time here).
+static void append_int(std::string& s, int64_t v) {
+  const fmt::format_int f(v);
+  s.append(f.data(), f.size());
+}
+
 std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx) {
   const OpInfo& info = *insn.info;
   std::string s = info.mnemonic;
@@ -267,17 +274,17 @@ std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx)
     s += k == 0 ? " " : ", ";
     uint8_t v = o.field == 'i' ? 0 : field_value(insn, o.field);
     switch (o.kind) {
-      case 'X': s += 'x'; s += fmt::format_int(v).c_str(); break;
-      case 'V': s += 'v'; s += fmt::format_int(v).c_str(); break;
-      case 'P': s += 'p'; s += fmt::format_int(v).c_str(); break;
-      case 'C': s += 'c'; s += fmt::format_int(v).c_str(); break;
-      case 'N': s += fmt::format_int(v).c_str(); break;
+      case 'X': s += 'x'; append_int(s, v); break;
+      case 'V': s += 'v'; append_int(s, v); break;
+      case 'P': s += 'p'; append_int(s, v); break;
+      case 'C': s += 'c'; append_int(s, v); break;
+      case 'N': append_int(s, v); break;
       case 'D': s += kDirNames[v & 3]; break;
       case 'I':
         // Large values are addresses and masks far more often than counts: hex (as
         // the unsigned 32-bit word, which the assembler reads back to the same bits).
         if (insn.imm >= 0x10000 || insn.imm < -0x1000000) fmt::format_to(to, "0x{:x}", uint32_t(insn.imm));
-        else s += fmt::format_int(insn.imm).c_str();
+        else append_int(s, insn.imm);
         break;
       case 'F': {
         // Shortest decimal that reads back to the same bits; raw bits for inf/nan.
@@ -295,9 +302,9 @@ std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx)
                          : fmt::format("#{}", insn.imm);
         break;
       case 'M':
-        s += fmt::format_int(insn.imm).c_str();
+        append_int(s, insn.imm);
         s += "(x";
-        s += fmt::format_int(v).c_str();
+        append_int(s, v);
         s += ')';
         break;
     }

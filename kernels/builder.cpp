@@ -88,6 +88,7 @@ Label Builder::label() {
 void Builder::bind(Label l) {
   if (labels_.at(l.id) >= 0) fail("kernel builder: label {} bound twice", l.id);
   labels_[l.id] = pc();
+  bound_.push_back(pc());
 }
 
 void Builder::loop(X count, const std::function<void()>& body) {
@@ -129,10 +130,13 @@ void Builder::descriptor(uint32_t smem, uint32_t src, uint32_t dst, uint32_t row
 }
 
 std::span<uint64_t> Builder::words_from(uint32_t begin) {
-  for (const Fixup& fx : fixups_)
-    if (fx.pc >= begin) fail("kernel builder: a label is used at pc {} inside a region to reorder (from pc {})", fx.pc, begin);
-  for (int64_t l : labels_)
-    if (l > int64_t(begin) && l < int64_t(pc())) fail("kernel builder: a label is bound at pc {} inside a region to reorder", l);
+  // (fixups and bindings come in pc order: the latest of each is the one to check)
+  if (!fixups_.empty() && fixups_.back().pc >= begin)
+    fail("kernel builder: a label is used at pc {} inside a region to reorder (from pc {})", fixups_.back().pc, begin);
+  auto at = bound_.rbegin();
+  while (at != bound_.rend() && *at >= int64_t(pc())) ++at;
+  if (at != bound_.rend() && *at > int64_t(begin))
+    fail("kernel builder: a label is bound at pc {} inside a region to reorder", *at);
   return std::span<uint64_t>(prog_.words).subspan(begin);
 }
 
@@ -148,6 +152,7 @@ isa::Program Builder::finish() {
   prog_ = {};
   labels_.clear();
   fixups_.clear();
+  bound_.clear();
   return out;
 }
 

@@ -76,7 +76,8 @@ class Builder {
   };
   isa::Program prog_;
   std::vector<int64_t> labels_;  // pc of each label, -1 until bound
-  std::vector<Fixup> fixups_;
+  std::vector<Fixup> fixups_;     // in emission order: their pcs never decrease
+  std::vector<int64_t> bound_;    // the pcs labels were bound at, in binding (pc) order
 };
 
 }  // namespace gpnpu::kernels
