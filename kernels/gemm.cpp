@@ -556,6 +556,24 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (g == 0) return {0, 0};
     return {(g - 1) * units / pl.groups, g * units / pl.groups};
   };
+  // Group g's routine scattering units [u0, u1) unit by unit: before(u), its segment
+  // (the first also runs the prologue; codes from OCM src(u)), then its channel restarts
+  // and its fill register goes to LRM base + dst0 + 64 u (its last piece is done by then);
+  // part b runs the rest of the loop and the epilogue.
+  auto segments = [&](uint32_t g, uint32_t u0, uint32_t u1, auto before, auto src, X base, int64_t dst0,
+                      auto restart_u) {
+    const bool lastr = g + 1 == pl.groups && two_routines;
+    for (uint32_t u = u0; u < u1; ++u) {
+      const uint8_t r = uint8_t((u - u0) % 2);
+      before(u);
+      b.li(xSrc, src(u));
+      b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
+      restart_u(u);
+      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
+    }
+    b.li(xCnt, iters - (u1 - u0) * seg_iters(rr_of(g)));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+  };
   // The routine of group g with units [u0, u1) taken: take (wait, meta; codes of the
   // first ones), A, restarts, B. src(u), dst0: a unit's code bytes in OCM and the LRM
   // address (from `base`) of the first unit A scatters.
@@ -571,31 +589,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("jal", {xLink, full});
       return;
     }
-    // Unit by unit: its segment (the first also runs the prologue), then its channel
-    // restarts and its fill register goes to LRM (its last piece is done by then).
-    const bool lastr = g + 1 == pl.groups && two_routines;
-    for (uint32_t u = ui; u < u1; ++u) {
-      const uint8_t r = uint8_t((u - ui) % 2);
-      b.li(xSrc, src(u));
-      b.op("jal", {xLink, part_label(u == ui ? Part::a : Part::seg, lastr, r)});
-      restart_u(u);
-      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
-    }
-    b.li(xCnt, iters - k * seg_iters(rr_of(g)));
-    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+    segments(g, ui, u1, [](uint32_t) {}, src, base, dst0, restart_u);
   };
   // Group 0 of a tile whose units [u0, U) are on their way: each is scattered into the
   // compute buffer in its own loop segment; the channel then restarts with its next unit
   // (of this tile: x2 is the next tile's base by now), of the next tile (narrow when it
   // is the last), or, in the last tile, of the next call (start_next).
   auto stream_units = [&](uint32_t u0) {
-    const bool lastr = pl.groups == 1 && two_routines;
-    for (uint32_t u = u0; u < U; ++u) {
+    auto wait = [&](uint32_t u) { b.op("dma.wait", {Chan{uint8_t(u % C)}}); };
+    segments(0, u0, U, wait, [&](uint32_t u) { return buf(u % C); }, xCur, int64_t(pl.meta_lrm), [&](uint32_t u) {
       const uint32_t c = u % C;
-      const uint8_t r = uint8_t((u - u0) % 2);
-      b.op("dma.wait", {Chan{uint8_t(c)}});
-      b.li(xSrc, buf(c));
-      b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
       if (u + C < U) {
         start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
       } else {
@@ -614,10 +617,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         start_unit(c, xD, pl.unit_offset(u % C, false), u % C, false);
         b.bind(end);
       }
-      b.op("vst", {V{uint8_t(22 + r)}, Mem{xCur, int64_t(pl.meta_lrm) + 64 * int64_t(u)}});
-    }
-    b.li(xCnt, iters - (U - u0) * seg_iters(rr0));
-    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+    });
   };
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
