@@ -363,8 +363,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
   // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
   // after it is the last one.
-  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (a
-  // routine scatters them, fill_in_loop).
+  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (the
+  // group's MAC loop scatters them: group_with_fills).
   auto take_unit = [&](uint32_t u, bool narrow, bool in_loop) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
@@ -574,9 +574,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xCnt, iters - (u1 - u0) * seg_iters(rr_of(g)));
     b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
   };
-  // The routine of group g with units [u0, u1) taken: take (wait, meta; codes of the
-  // first ones), A, restarts, B. src(u), dst0: a unit's code bytes in OCM and the LRM
-  // address (from `base`) of the first unit A scatters.
+  // Group g taking units [u0, u1): each waited for (and unit 0's meta scattered); the
+  // first ones' codes through the port and their channels restarted, the last k (those
+  // the loop has iterations for) in its segments. src(u), base + dst0 + 64 u: a unit's
+  // code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
                               int64_t dst0, auto restart_u) {
     const uint32_t k = std::min(u1 - u0, in_loop_max(g)), ui = u1 - k;

@@ -45,16 +45,18 @@
 // K = 3584, S = 2 for K = 4096 and 6144). Units stream DDR -> OCM through one buffer
 // per DMA channel (C = the most channels <= dma_channels dividing the D = B/S units;
 // unit d on channel d % C; a channel's next unit starts as soon as its buffer is
-// scattered). The units of tile t+1 are scattered into the free LRM buffer after the
-// row groups of tile t, spread evenly (after group g: units [g*D/G, (g+1)*D/G)).
-// Tile 0 is loaded before the first row group: the pipeline start, whose DMA time is
-// not overlapped with MACs. Part of it is hidden across calls: tile 0's first C units
-// (one per channel buffer) are started early, either by the previous GEMM call at the
-// start of its last tile (GemmArgs::next: its DMA is idle then) or by emit_gemm_prefetch
-// before the non-GEMM kernels that precede the call; the call then runs with
-// prefetched = true (it does not start those units again). qc-u, M = 128: 2048->6144
-// 1.198x -> 1.155x its floor, 6144->2048 1.287x -> 1.240x, 1024->4096 (M=256) 1.155x ->
-// 1.096x. The rest of tile 0 (U - C units) still streams in before the first MAC.
+// scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
+// scratch's start, channel c >= 1 at dma_channels - c code buffers from its end), so the
+// next call's unit c starts as soon as this call's last unit on c is scattered. The units
+// of tile t+1 are taken during tile t: units [(g-1)D/G, gD/G) at the start of row group
+// g >= 1, the last ones after the last group or (split 1) inside tile t+1's own first
+// group. A unit taken at a group's start has its codes scattered inside that group's MAC
+// loop when the loop has issue slots for it (split 1): 16-PE pieces (pset.range + a
+// predicated oscatter) between the broadcasts, one loop segment per unit, so the OCM port
+// time overlaps the MACs. Tile 0 is loaded before the first row group unless the previous
+// call handed it off (gemm_handoff: in part when it cannot stream in time, the rest then
+// scattered in this call's first group) or started its first units (GemmArgs::next,
+// emit_gemm_prefetch: prefetched = true). Measured figures: docs/performance.md, issue 13.
 //
 // OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
 // only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
