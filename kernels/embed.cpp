@@ -18,11 +18,11 @@ KernelCost cost_embed(const sim::Config&, const EmbedArgs& a) {
 void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   if (a.dim == 0 || a.dim % 128) fail("embed: dim {} must be a positive multiple of 128", a.dim);
   if (a.rows == 0) fail("embed: no rows to look up");
-  const uint32_t T = cfg.npe(), nblk = a.dim / 128;
+  const uint32_t T = gemv_tile_cols(cfg), npe = cfg.npe(), nblk = a.dim / 128;
   const uint32_t block_bytes = T * kGemvColumnBlockBytes;
   const uint32_t codes = a.scratch_ocm, scales = codes + nblk * 64, zeros = scales + nblk * 2;
   const uint32_t out_stride = a.out_stride ? a.out_stride : a.dim * 2;
-  const uint32_t passes = (nblk + T - 1) / T;
+  const uint32_t passes = (nblk + npe - 1) / npe;
   // Descriptors: codes (64 B x nblk), scales (2 B x nblk), zeros (1 B x nblk), block stride apart.
   b.descriptor(a.smem, 0, sim::ocm_addr(codes), 64, nblk, block_bytes, 64);
   b.descriptor(a.smem + 64, 0, sim::ocm_addr(scales), 2, nblk, block_bytes, 2);
@@ -73,9 +73,9 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
     b.op("dma.start", {Chan{1}, X{13}});
     b.op("dma.start", {Chan{2}, X{14}});
     b.op("dma.waitall");
-    // PE q (pass p) dequantises block p * T + q.
+    // PE q (pass p) dequantises block p * npe + q.
     for (uint32_t p = 0; p < passes; ++p) {
-      uint32_t first = p * T, count = std::min(T, nblk - first);
+      uint32_t first = p * npe, count = std::min(npe, nblk - first);
       b.li(X{16}, count);
       b.op("pset.range", {P{1}, X{0}, X{16}});
       b.op("oscatter", {V{0}, Mem{X{0}, codes + first * 64}, X{5}}, P{1});

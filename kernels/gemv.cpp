@@ -5,6 +5,7 @@
 
 #include "isa/error.h"
 #include "sim/machine/memory_map.h"
+#include "sim/machine/timing.h"
 
 namespace gpnpu::kernels {
 
@@ -14,23 +15,67 @@ constexpr uint32_t kMaxChunkBlocks = 2;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
-uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t) {
-  return uint64_t(n) * (k / kBlock) * kGemvColumnBlockBytes;
+uint64_t gemv_weight_bytes(uint32_t n, uint32_t k) { return uint64_t(n) * (k / kBlock) * kGemvColumnBlockBytes; }
+
+namespace {
+// One 128-block of a tile of W columns from the buffer at x7 (x5: x; x8, x9, x10: the
+// scatter strides; v30, v31: the masks), accumulated into v8 and v9.
+void emit_block(Builder& b, uint32_t W, P pred) {
+  b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}}, pred);
+  b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64}, X{9}}, pred);
+  b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66}, X{10}}, pred);
+  b.op("vcvt.f32.f16", {V{2}, V{1}});
+  b.op("vand", {V{3}, V{3}, V{30}});
+  b.op("vcvt.f32.i32", {V{3}, V{3}});
+  b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
+  // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
+  for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
+  for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
+  for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
+  for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
+  b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
+  b.op("addi", {X{5}, X{5}, kBlock * 2});
 }
 
-std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe) {
-  const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols);
+// Issue cycles of one block of W columns: the occupancies of its instructions, in order.
+uint64_t block_cycles(const sim::Config& cfg, uint32_t W) {
+  Builder b;
+  emit_block(b, W, P{0});
+  const isa::Program p = b.finish();
+  const sim::Timing timing(cfg);
+  uint64_t cycles = 0;
+  for (uint32_t pc = 0; pc < p.words.size(); ++pc)
+    cycles += std::max<uint32_t>(1, timing.cost_of(isa::decode(p.words[pc], pc), W).occupancy);
+  return cycles;
+}
+}  // namespace
+
+uint32_t gemv_tile_cols(const sim::Config& cfg) {
+  // The narrowest power-of-two tile whose block still takes the DDR port 1.25x as long
+  // as the array takes to consume it: narrow tiles make short chunks, so each call's
+  // first chunk arrives and its last one is consumed sooner (measured on 2B decode:
+  // 16 GB/s best at 32 columns, 32 GB/s at 64, 128 GB/s at 256; narrower, the array
+  // falls behind the port).
+  const uint32_t npe = cfg.npe();
+  const double port = cfg.ddr_bytes_per_cycle();
+  for (uint32_t T = std::min(npe, 32u); T < npe; T *= 2)
+    if (T * kGemvColumnBlockBytes / port >= 1.25 * double(block_cycles(cfg, T))) return T;
+  return npe;
+}
+
+std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, const sim::Config& cfg) {
+  const uint32_t n = uint32_t(w.rows), k = uint32_t(w.cols), T = gemv_tile_cols(cfg);
   if (k % kBlock) fail("pack_gemv_weight: K = {} is not a multiple of {}", k, kBlock);
-  const uint32_t nblk = k / kBlock, ntiles = ceil_div(n, npe);
-  std::vector<uint8_t> out(gemv_weight_bytes(n, k, npe), 0);
+  const uint32_t nblk = k / kBlock, ntiles = ceil_div(n, T);
+  std::vector<uint8_t> out(gemv_weight_bytes(n, k), 0);
   for (uint32_t t = 0; t < ntiles; ++t) {
-    const uint32_t W = std::min(npe, n - t * npe);  // columns of this tile
+    const uint32_t W = std::min(T, n - t * T);  // columns of this tile
     for (uint32_t b = 0; b < nblk; ++b) {
-      uint8_t* blk = &out[(uint64_t(t) * npe * nblk + uint64_t(b) * W) * kGemvColumnBlockBytes];
+      uint8_t* blk = &out[(uint64_t(t) * T * nblk + uint64_t(b) * W) * kGemvColumnBlockBytes];
       uint8_t* scales = blk + W * 64;
       uint8_t* zeros = scales + W * 2;
       for (uint32_t e = 0; e < W; ++e) {
-        const uint32_t col = t * npe + e;
+        const uint32_t col = t * T + e;
         std::memcpy(blk + e * 64, &w.codes[size_t(col) * w.row_stride() + b * 64], 64);
         uint16_t s = w.scales[size_t(col) * nblk + b];
         std::memcpy(scales + e * 2, &s, 2);
@@ -41,29 +86,29 @@ std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe) {
   return out;
 }
 
-KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a) {
+KernelCost cost_gemv(const sim::Config&, const GemvArgs& a) {
   KernelCost c;
   c.macs = uint64_t(a.n) * a.k;
-  c.ddr_bytes = gemv_weight_bytes(a.n, a.k, cfg.npe());
+  c.ddr_bytes = gemv_weight_bytes(a.n, a.k);
   return c;
 }
 
 uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels) {
-  return uint64_t(channels) * (uint64_t(cfg.npe()) * kGemvColumnBlockBytes + 4);
+  return uint64_t(channels) * (uint64_t(gemv_tile_cols(cfg)) * kGemvColumnBlockBytes + 4);
 }
 
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a) {
-  const uint32_t npe = cfg.npe(), nblk = a.k / kBlock;
+  const uint32_t T = gemv_tile_cols(cfg), nblk = a.k / kBlock;
   for (uint32_t ch = uint32_t(cfg.dma_channels); ch >= 1; --ch)
     // At most kMaxChunkBlocks: a bigger chunk only lengthens the tail (the last
     // chunk is consumed after it has fully arrived) without feeding the port better.
     for (uint32_t g = std::min(nblk, kMaxChunkBlocks); g >= 1; --g) {
       if (nblk % g) continue;
-      uint64_t buf = uint64_t(g) * npe * kGemvColumnBlockBytes + 4;
+      uint64_t buf = uint64_t(g) * T * kGemvColumnBlockBytes + 4;
       if (buf * ch <= a.scratch_bytes) return {ch, g};
     }
-  fail("gemv: one 128-block of {} columns ({} bytes) does not fit the {} bytes of OCM scratch; give it more OCM", npe,
-       npe * kGemvColumnBlockBytes + 4, a.scratch_bytes);
+  fail("gemv: one 128-block of {} columns ({} bytes) does not fit the {} bytes of OCM scratch; give it more OCM", T,
+       T * kGemvColumnBlockBytes + 4, a.scratch_bytes);
 }
 
 namespace {
@@ -74,7 +119,7 @@ struct GemvChunks {
   GemvChunks(const sim::Config& cfg, const GemvArgs& a) {
     if (a.k == 0 || a.k % kBlock) fail("gemv: K = {} must be a positive multiple of {}", a.k, kBlock);
     if (a.n == 0) fail("gemv: N must be positive");
-    T = cfg.npe(), nblk = a.k / kBlock, tail = a.n % T;
+    T = gemv_tile_cols(cfg), nblk = a.k / kBlock, tail = a.n % T;
     const GemvTiling tl = gemv_tiling(cfg, a);
     G = tl.chunk_blocks;
     Ct = tail ? nblk / G : 0;
@@ -126,7 +171,7 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.li(X{16}, T);
   b.li(X{24}, Ct);
   b.op("min", {X{17}, X{15}, X{16}});
-  b.op("pset.range", {P{1}, X{0}, X{17}});
+  b.op("pset.range", {P{1}, X{0}, X{17}});  // p1: the tile's PEs, all of them when T = npe
   b.op("vsplati", {V{30}, int64_t(0xff)});
   b.op("vlaneid", {V{31}});
   b.op("vsplati", {V{29}, int64_t(0)});
@@ -171,35 +216,18 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("jal", {X{0}, round});
 
   // ---- subroutine: G blocks of one tile of W columns from the buffer at x7 ----
-  auto blocks = [&](uint32_t W, P pred) {
-    b.loop(X{13}, [&] {
-      b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}}, pred);
-      b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64}, X{9}}, pred);
-      b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66}, X{10}}, pred);
-      b.op("vcvt.f32.f16", {V{2}, V{1}});
-      b.op("vand", {V{3}, V{3}, V{30}});
-      b.op("vcvt.f32.i32", {V{3}, V{3}});
-      b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
-      // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
-      for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
-      for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
-      for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
-      for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
-      b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
-      b.op("addi", {X{5}, X{5}, kBlock * 2});
-    });
-  };
+  auto blocks = [&](uint32_t W, P pred) { b.loop(X{13}, [&] { emit_block(b, W, pred); }); };
   Label ret = b.label(), narrow = b.label(), tile_end = b.label();
   b.bind(chunk);
   if (tail) {
     b.op("blt", {X{15}, X{16}, narrow});  // fewer columns left than PEs: the narrow tile
-    blocks(T, P{0});
+    blocks(T, P{1});
     b.op("jal", {X{0}, tile_end});
     b.bind(narrow);
     blocks(tail, P{1});  // only the tile's PEs read (p1 = its columns)
     b.bind(tile_end);
   } else {
-    blocks(T, P{0});
+    blocks(T, P{1});
   }
   b.op("add", {X{4}, X{4}, X{13}});
   b.op("bne", {X{4}, X{11}, ret});

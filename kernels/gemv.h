@@ -1,14 +1,15 @@
 // W4A16 GEMV for decode: y[n] = sum_k W[n][k] x[k], W as 4-bit codes with an fp16
 // scale and a uint8 zero point per 128-block (w = (q - z) * s), x and y fp16 in OCM.
 //
-// Mapping: each PE owns one output column of a tile of npe columns; the 16 lanes
+// Mapping: each PE owns one output column of a tile of T columns (gemv_tile_cols, at
+// most npe: the PEs past T idle); the 16 lanes
 // of a PE take 16 consecutive k. Per 128-block a PE dequantises its 128 codes (one
 // vector register) with vdq4.f32, exactly as the reference does, and
 // multiply-accumulates against the broadcast x; lanes are summed at the tile's end.
 //
 // DDR layout (pack_gemv_weight): tile-major, then block-major; one block of a
 // tile of W columns is [W x 64 B codes][W x 2 B fp16 scales][W x 1 B zeros] = 67 B
-// per column. Tiles are W = npe columns, the last one W = n % npe (no padding
+// per column. Tiles are W = T columns, the last one W = n % T (no padding
 // columns: the packed weight is exactly n x k/128 x 67 bytes at any array size). A
 // chunk of G consecutive blocks of one tile is one contiguous DMA descriptor; the
 // chunks of the last, narrower tile are shorter (the descriptor's size is rewritten
@@ -17,7 +18,7 @@
 // Tiling rule: one OCM buffer per DMA channel used; the most channels (<= dma_channels)
 // whose buffers of one block each fit the scratch area, then G, the largest divisor of
 // the block count, at most 2, such that every buffer fits (large arrays on small OCM
-// stream through fewer channels: 64x64 PEs take 274 KiB per buffer). Chunks are
+// stream through fewer channels: 4,096-column tiles take 274 KiB per buffer). Chunks are
 // round-robined over the channels and the next chunk of a channel starts as soon
 // as its buffer is consumed, so the DDR port always has work queued.
 #pragma once
@@ -44,9 +45,13 @@ struct GemvArgs {
   bool prefetched = false;    // emit_gemv_prefetch(the same args) ran before: the first chunks are in flight
 };
 
-// Packs a quantised [n][k] weight into the layout above for an array of `npe` PEs.
-std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, uint32_t npe);
-uint64_t gemv_weight_bytes(uint32_t n, uint32_t k, uint32_t npe);
+// Packs a quantised [n][k] weight into the layout above for the machine's tile width.
+std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, const sim::Config& cfg);
+uint64_t gemv_weight_bytes(uint32_t n, uint32_t k);
+// T, the columns of a tile (the layout's and the kernel's): the narrowest power of two
+// (from 32, at most npe) at which the DDR port, not the array, bounds the call, with a
+// 1.25x margin; computed from the config's DDR bandwidth and the block's issue cycles.
+uint32_t gemv_tile_cols(const sim::Config& cfg);
 
 // DMA channels and blocks per DMA chunk for this config and scratch size (the tiling rule).
 struct GemvTiling {

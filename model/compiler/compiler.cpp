@@ -70,7 +70,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
 void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {
   const bool gemm = std::string(layout) == "gemm";
   auto bytes = [&](uint32_t rows) {
-    return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k, cfg_.npe());
+    return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k);
   };
   ddr_.add(name, bytes(n), layout);
   if (!opt_.fp16_channels) return;
@@ -366,7 +366,7 @@ void Compiler::put(DdrWriter ddr, const std::string& name, const std::vector<uin
 
 void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const {
   const bool gemm = ddr_.at(name).layout == "gemm";
-  auto pack = [&](const W4Weights& w) { return gemm ? pack_gemm_weight(w, cfg_) : pack_gemv_weight(w, cfg_.npe()); };
+  auto pack = [&](const W4Weights& w) { return gemm ? pack_gemm_weight(w, cfg_) : pack_gemv_weight(w, cfg_); };
   put(ddr, name, pack(q.view()));
   if (!opt_.fp16_channels) return;
   if (q.fp16_cols.size() > kF16Cols)

@@ -36,7 +36,7 @@ std::pair<std::vector<float>, sim::Stats> run_embed(const EmbedCase& c, bool tim
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
-  std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg.npe());
+  std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg);
   p.ddr().write(0, packed.data(), packed.size());
   p.write_smem(a.ids_smem, c.ids.data(), uint32_t(c.ids.size() * 4));
   sim::Stats st = p.run(prog);

@@ -135,8 +135,8 @@ TEST(F16ColsMixed, GemvWithFp16ChannelsMatchesTheDequantisedWeight) {
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, false);
   auto put = [&](uint32_t off, const std::vector<uint8_t>& v) { p.ddr().write(off, v.data(), v.size()); };
-  put(w4, pack_gemv_weight(q.view(), cfg.npe()));
-  put(sel, pack_gemv_weight(f16cols_selector(q.fp16_cols, k).view(), cfg.npe()));
+  put(w4, pack_gemv_weight(q.view(), cfg));
+  put(sel, pack_gemv_weight(f16cols_selector(q.fp16_cols, k).view(), cfg));
   put(w16, f16cols_rows(q.fp16_w, n, q.fp16_cols.size()));
   write_ocm_f16(X, x);
   p.run(b.finish());
@@ -190,7 +190,7 @@ TEST(F16ColsMixed, EmbeddingRowsEqualTheDequantisedMixedTable) {
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, false);
   auto put = [&](uint32_t off, const std::vector<uint8_t>& v) { p.ddr().write(off, v.data(), v.size()); };
-  put(table, pack_gemv_weight(q.view(), cfg.npe()));
+  put(table, pack_gemv_weight(q.view(), cfg));
   put(w16, f16cols_rows(q.fp16_w, vocab, q.fp16_cols.size()));
   put(onehot, f16cols_onehot(q.fp16_cols, dim));
   p.write_smem(1024, ids.data(), rows * 4);

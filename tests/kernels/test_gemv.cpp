@@ -50,11 +50,11 @@ GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, 
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
   if (!timing_only) {
-    std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg.npe());
+    std::vector<uint8_t> packed = pack_gemv_weight(q.view(), cfg);
     p.ddr().write(0x1000, packed.data(), packed.size());
     write_ocm_f16(a.x_ocm, x);
   }
-  r.weight_bytes = gemv_weight_bytes(n, k, cfg.npe());
+  r.weight_bytes = gemv_weight_bytes(n, k);
   r.stats = p.run(prog);
   if (timing_only) return r;
   r.y = read_ocm_f16(a.y_ocm, n);
@@ -114,6 +114,32 @@ TEST(Gemv, DecodeShapeAtTheDdrFloor) {
   RecordProperty("floor", std::to_string(floor));
   std::printf("gemv 2048->6144: %llu cycles, DDR floor %.0f, ratio %.4f\n", (unsigned long long)cycles, floor,
               double(cycles) / floor);
+}
+
+// The tile width follows the DDR bandwidth, not the array: at each bandwidth every
+// array at least as wide as the tile runs the call in exactly the same cycles (so more
+// PEs never add cycles), within 3% of the DDR floor; a faster port takes wider tiles.
+TEST(Gemv, TileWidthFollowsTheDdrNotTheArray) {
+  uint32_t last_t = 0;
+  for (std::string gbps : {"16", "32", "64", "128"}) {
+    std::vector<uint64_t> cycles;
+    uint32_t t = 0;
+    for (std::string pe : {"16", "32", "64"}) {
+      sim::Config cfg = sim::Config::make("qc-u", {"ddr_gbps=" + gbps, "pe_rows=" + pe, "pe_cols=" + pe});
+      t = gemv_tile_cols(cfg);
+      EXPECT_EQ(t & (t - 1), 0u) << t << " columns is not a power of two";
+      if (t == cfg.npe()) continue;  // the array bounds the tile: not comparable
+      GemvRun r = run_gemv(cfg, 6144, 2048, 3, true);
+      cycles.push_back(r.stats.total[sim::Stat::cycles]);
+      EXPECT_LE(double(cycles.back()), 1.03 * double(r.weight_bytes) / cfg.ddr_bytes_per_cycle())
+          << gbps << " GB/s, " << pe << "x" << pe << ", T " << t;
+    }
+    ASSERT_FALSE(cycles.empty()) << gbps;
+    for (uint64_t c : cycles) EXPECT_EQ(c, cycles.front()) << gbps << " GB/s";
+    EXPECT_GE(t, last_t) << gbps << " GB/s";
+    last_t = t;
+  }
+  EXPECT_GT(last_t, gemv_tile_cols(sim::Config::make("qc-u", {"ddr_gbps=16"})));
 }
 
 // The call's start-up hidden behind other work: the same values, bit for bit; the call

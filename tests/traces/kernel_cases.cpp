@@ -51,9 +51,8 @@ KernelCase gemv_case(uint32_t n, uint32_t k, const char* preset) {
   c.host_ocm = {{a.x_ocm, k * 2}};
   std::vector<float> w = random_vector(size_t(n) * k, 7, 0.02f), x = random_vector(k, 8, 1.0f);
   model::QuantTensor q = model::quantise(w.data(), n, k);
-  uint32_t npe = c.cfg.npe();
-  c.load = [q, x, a, npe](sim::Platform& p) {
-    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), npe);
+  c.load = [q, x, a, cfg = c.cfg](sim::Platform& p) {
+    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), cfg);
     p.ddr().write(0x1000, packed.data(), packed.size());
     std::vector<uint16_t> h = f16(x);
     p.ocm().write(a.x_ocm, h.data(), h.size() * 2);
@@ -83,9 +82,8 @@ KernelCase embed_case() {
   c.program.source = "embed";
   std::vector<float> w = random_vector(size_t(vocab) * dim, 11, 0.05f);
   model::QuantTensor q = model::quantise(w.data(), vocab, dim);
-  uint32_t npe = c.cfg.npe();
-  c.load = [q, ids, a, npe](sim::Platform& p) {
-    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), npe);
+  c.load = [q, ids, a, cfg = c.cfg](sim::Platform& p) {
+    std::vector<uint8_t> packed = kernels::pack_gemv_weight(q.view(), cfg);
     p.ddr().write(0, packed.data(), packed.size());
     p.write_smem(a.ids_smem, ids.data(), uint32_t(ids.size() * 4));
   };
