@@ -151,7 +151,7 @@ void check_heads(const char* what, uint32_t qh, uint32_t kvh, uint32_t hd) {
 // Key splits of the decode kernel (flash decoding): NS groups of q_heads PEs, each with a
 // block of 16 keys a round and its own softmax state, merged at the end. As many as the
 // PEs allow (at most 4: then the array keeps up with a 128 GB/s port), fewer when their
-// DMA slots would take more than a sixth of the OCM.
+// DMA slots would not fit the scratch the caller gives (a.scratch_bytes).
 struct DecodeLayout {
   uint32_t ns = 1;                // splits
   uint32_t pad = 0;               // before the slots: the scatter bases of the G PE groups stay >= 0
@@ -169,7 +169,7 @@ DecodeLayout decode_layout(const sim::Config& cfg, const DecodeAttnArgs& a) {
     l.pad = a.scratch_ocm >= need_base ? 0 : need_base - a.scratch_ocm;
     l.slot = 2 * l.ns * KV * P_;
     l.merge = l.ns > 1 ? (C + 2) * l.ns * H * 64 : 0;
-    if (l.ns == 1 || l.bytes() <= cfg.ocm_bytes / 6) break;
+    if (l.ns == 1 || l.bytes() <= a.scratch_bytes) break;
   }
   return l;
 }

@@ -12,8 +12,8 @@
 // One query row q [q_heads*head_dim] fp16 in OCM against L cached keys (the new one
 // included, already appended). L is read at run time from a scalar-memory word
 // (len_smem), so one compiled decode program serves every step.
-// Mapping (flash decoding): NS key splits (at most 4; as many as the PEs and a sixth of
-// the OCM allow; 1 when G > 4); PE e = s*NS*kv_heads + sp*kv_heads + g owns query head
+// Mapping (flash decoding): NS key splits (at most 4; as many as the PEs and the scratch
+// allow; 1 when G > 4); PE e = s*NS*kv_heads + sp*kv_heads + g owns query head
 // g*G + s for split sp; its lanes take 16 dims (head_dim/16 registers of q and of the
 // fp32 accumulator). The cache streams DDR -> OCM in rounds (K on one DMA channel, V on
 // another, two slots double-buffered): a round of v keys (16 in the first round, then up
@@ -89,6 +89,8 @@ struct DecodeAttnArgs {
   uint32_t scratch_ocm = 0, scratch_bytes = 0;  // DMA slots
   uint32_t smem = 0;                            // 256 bytes for four descriptors
 };
+// The scratch the kernel takes: the most splits whose layout fits a.scratch_bytes (a
+// budget here; at least one split's layout).
 uint32_t attention_decode_scratch_bytes(const sim::Config& cfg, const DecodeAttnArgs& a);
 void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnArgs& a);
 // `len` is the L the cost is asked for (the kernel itself reads L at run time).

@@ -11,7 +11,6 @@ namespace gpnpu::kernels {
 
 namespace {
 constexpr uint32_t kBlock = 128;
-constexpr uint32_t kMaxChunkBlocks = 2;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
@@ -48,18 +47,17 @@ uint64_t block_cycles(const sim::Config& cfg, uint32_t W) {
     cycles += std::max<uint32_t>(1, timing.cost_of(isa::decode(p.words[pc], pc), W).occupancy);
   return cycles;
 }
+
+// gemv.h, "Tile width": whether the DDR port, with the margin, bounds a block of T columns.
+bool port_bound(const sim::Config& cfg, uint32_t T) {
+  return T * kGemvColumnBlockBytes / cfg.ddr_bytes_per_cycle() >= 1.25 * double(block_cycles(cfg, T));
+}
 }  // namespace
 
 uint32_t gemv_tile_cols(const sim::Config& cfg) {
-  // The narrowest power-of-two tile whose block still takes the DDR port 1.25x as long
-  // as the array takes to consume it: narrow tiles make short chunks, so each call's
-  // first chunk arrives and its last one is consumed sooner (measured on 2B decode:
-  // 16 GB/s best at 32 columns, 32 GB/s at 64, 128 GB/s at 256; narrower, the array
-  // falls behind the port).
   const uint32_t npe = cfg.npe();
-  const double port = cfg.ddr_bytes_per_cycle();
-  for (uint32_t T = std::min(npe, 32u); T < npe; T *= 2)
-    if (T * kGemvColumnBlockBytes / port >= 1.25 * double(block_cycles(cfg, T))) return T;
+  for (uint32_t T = std::min(npe, 64u); T < npe; T *= 2)
+    if (port_bound(cfg, T)) return T;
   return npe;
 }
 
@@ -99,14 +97,10 @@ uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels) {
 
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a) {
   const uint32_t T = gemv_tile_cols(cfg), nblk = a.k / kBlock;
+  const uint32_t gmax = port_bound(cfg, T) || nblk % 2 ? 1 : 2;
   for (uint32_t ch = uint32_t(cfg.dma_channels); ch >= 1; --ch)
-    // At most kMaxChunkBlocks: a bigger chunk only lengthens the tail (the last
-    // chunk is consumed after it has fully arrived) without feeding the port better.
-    for (uint32_t g = std::min(nblk, kMaxChunkBlocks); g >= 1; --g) {
-      if (nblk % g) continue;
-      uint64_t buf = uint64_t(g) * T * kGemvColumnBlockBytes + 4;
-      if (buf * ch <= a.scratch_bytes) return {ch, g};
-    }
+    for (uint32_t g = gmax; g >= 1; --g)
+      if (ch * (uint64_t(g) * T * kGemvColumnBlockBytes + 4) <= a.scratch_bytes) return {ch, g};
   fail("gemv: one 128-block of {} columns ({} bytes) does not fit the {} bytes of OCM scratch; give it more OCM", T,
        T * kGemvColumnBlockBytes + 4, a.scratch_bytes);
 }
@@ -166,7 +160,7 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.li(X{10}, 1);
   b.li(X{11}, nblk);
   b.li(X{12}, C == Ct ? tail_chunk_bytes : chunk_bytes);
-  b.li(X{13}, G);
+  if (G > 1) b.li(X{13}, G);
   b.li(X{15}, a.n);
   b.li(X{16}, T);
   b.li(X{24}, Ct);
@@ -216,20 +210,23 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("jal", {X{0}, round});
 
   // ---- subroutine: G blocks of one tile of W columns from the buffer at x7 ----
-  auto blocks = [&](uint32_t W, P pred) { b.loop(X{13}, [&] { emit_block(b, W, pred); }); };
+  auto blocks = [&](uint32_t W) {
+    if (G == 1) return emit_block(b, W, P{1});  // no loop: it would cost more than the block
+    b.loop(X{13}, [&] { emit_block(b, W, P{1}); });
+  };
   Label ret = b.label(), narrow = b.label(), tile_end = b.label();
   b.bind(chunk);
   if (tail) {
     b.op("blt", {X{15}, X{16}, narrow});  // fewer columns left than PEs: the narrow tile
-    blocks(T, P{1});
+    blocks(T);
     b.op("jal", {X{0}, tile_end});
     b.bind(narrow);
-    blocks(tail, P{1});  // only the tile's PEs read (p1 = its columns)
+    blocks(tail);  // only the tile's PEs read (p1 = its columns)
     b.bind(tile_end);
   } else {
-    blocks(T, P{1});
+    blocks(T);
   }
-  b.op("add", {X{4}, X{4}, X{13}});
+  b.op("addi", {X{4}, X{4}, int64_t(G)});
   b.op("bne", {X{4}, X{11}, ret});
   // Tile done: sum the lanes, store one fp16 per column, move to the next tile.
   b.op("vadd.f32", {V{8}, V{8}, V{9}});

@@ -2,25 +2,33 @@
 // scale and a uint8 zero point per 128-block (w = (q - z) * s), x and y fp16 in OCM.
 //
 // Mapping: each PE owns one output column of a tile of T columns (gemv_tile_cols, at
-// most npe: the PEs past T idle); the 16 lanes
-// of a PE take 16 consecutive k. Per 128-block a PE dequantises its 128 codes (one
-// vector register) with vdq4.f32, exactly as the reference does, and
-// multiply-accumulates against the broadcast x; lanes are summed at the tile's end.
+// most npe: the PEs past T idle); the 16 lanes of a PE take 16 consecutive k. Per
+// 128-block a PE dequantises its 128 codes (one vector register) with vdq4.f32,
+// exactly as the reference does, and multiply-accumulates against the broadcast x;
+// lanes are summed at the tile's end.
 //
 // DDR layout (pack_gemv_weight): tile-major, then block-major; one block of a
 // tile of W columns is [W x 64 B codes][W x 2 B fp16 scales][W x 1 B zeros] = 67 B
 // per column. Tiles are W = T columns, the last one W = n % T (no padding
 // columns: the packed weight is exactly n x k/128 x 67 bytes at any array size). A
-// chunk of G consecutive blocks of one tile is one contiguous DMA descriptor; the
-// chunks of the last, narrower tile are shorter (the descriptor's size is rewritten
-// when the DMA side reaches them, the consumer switches to the narrow routine).
+// chunk, G consecutive blocks of one tile, is one contiguous DMA descriptor; the chunks
+// of the last, narrower tile are shorter (the descriptor's size is rewritten when the DMA
+// side reaches them, the consumer switches to the narrow routine).
 //
-// Tiling rule: one OCM buffer per DMA channel used; the most channels (<= dma_channels)
-// whose buffers of one block each fit the scratch area, then G, the largest divisor of
-// the block count, at most 2, such that every buffer fits (large arrays on small OCM
-// stream through fewer channels: 4,096-column tiles take 274 KiB per buffer). Chunks are
-// round-robined over the channels and the next chunk of a channel starts as soon
-// as its buffer is consumed, so the DDR port always has work queued.
+// Tile width: T is the narrowest power of two from 64 (4.3 KB chunks; 32 columns
+// measured slower at 16 GB/s) whose block keeps the DDR port 1.25x as long as the array
+// takes to consume it, so the array never falls behind; narrow tiles make short chunks,
+// so a call's first chunk arrives and its last is consumed sooner (measured on 2B
+// decode, one block a chunk: 16 and 32 GB/s best at 64 columns, 128 GB/s at 256; two
+// blocks a chunk were slower at 32 GB/s and above).
+//
+// Tiling rule: one OCM buffer (one chunk) per DMA channel used, the most channels
+// (<= dma_channels) whose buffers fit the scratch area; G = 1 when the port bounds the
+// tile (the T rule found one), else 2 if they fit (an array narrower than the rule's T
+// is the bound: two blocks a chunk halve the per-chunk work; measured on the 4x4 mini
+// preset, one block a chunk is 7% slower). Chunks are round-robined over
+// the channels and the next chunk of a channel starts as soon as its buffer is
+// consumed, so the DDR port always has work queued.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -48,9 +56,8 @@ struct GemvArgs {
 // Packs a quantised [n][k] weight into the layout above for the machine's tile width.
 std::vector<uint8_t> pack_gemv_weight(const W4Weights& w, const sim::Config& cfg);
 uint64_t gemv_weight_bytes(uint32_t n, uint32_t k);
-// T, the columns of a tile (the layout's and the kernel's): the narrowest power of two
-// (from 32, at most npe) at which the DDR port, not the array, bounds the call, with a
-// 1.25x margin; computed from the config's DDR bandwidth and the block's issue cycles.
+// T, the columns of a tile (the layout's and the kernel's; the rule above), from the
+// config's DDR bytes per cycle and the block's issue cycles (sim::Timing).
 uint32_t gemv_tile_cols(const sim::Config& cfg);
 
 // DMA channels and blocks per DMA chunk for this config and scratch size (the tiling rule).
@@ -58,8 +65,7 @@ struct GemvTiling {
   uint32_t channels = 0, chunk_blocks = 0;
 };
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a);
-// OCM scratch for the DMA buffers of `channels` channels at G = 1 (the least that runs
-// with that many channels).
+// OCM scratch for the DMA buffers of `channels` channels at one block a chunk.
 uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels);
 
 // macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).

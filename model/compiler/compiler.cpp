@@ -147,17 +147,21 @@ void Compiler::plan_decode_ocm() {
   dio_.max_seq = opt_.max_seq;
   docm_.norm_scratch = a.take(norm_scratch_bytes(cfg_), "norm scratch");
   docm_.embed_scratch = a.take(embed_scratch_bytes(H), "embed scratch");
-  DecodeAttnArgs probe;
-  probe.q_heads = nq;
-  probe.kv_heads = nkv;
-  probe.head_dim = hd;
-  docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
-  docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
   if (opt_.fp16_channels) {
     docm_.f16xs = a.take(kF16RowBytes, "fp16 channels of x");
     docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");
   }
-  uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
+  // The attention's key splits take what the GEMV's buffers leave (two blocks on every
+  // DMA channel, the most its tiling rule uses).
+  const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1), gemv_want = gemv_scratch_bytes(cfg_, cfg_.dma_channels);
+  DecodeAttnArgs probe;
+  probe.q_heads = nq;
+  probe.kv_heads = nkv;
+  probe.head_dim = hd;
+  probe.scratch_ocm = uint32_t(a.next());  // where take() puts it (the layout's pad depends on it)
+  probe.scratch_bytes = uint32_t(std::min<uint64_t>(a.left() > gemv_want ? a.left() - gemv_want : 0, 0xffffffffu));
+  docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
+  docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
   docm_.gemv_scratch_bytes = uint32_t(std::min<uint64_t>(a.left(), 0xffffffffu));
   docm_.gemv_scratch = a.rest("GEMV DMA buffers", gemv_min);
 }
