@@ -461,6 +461,25 @@ std::vector<Insn> Program::decode() const {
 }
 
 std::string Program::disassemble() const {
+  std::string out;
+  disassemble([&out](std::string_view piece) { out += piece; });
+  return out;
+}
+
+void Program::write_assembly(const std::string& path) const {
+  AtomicFile file(path);
+  std::FILE* f = std::fopen(file.temp().c_str(), "wb");
+  if (!f) fail("cannot write '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
+  bool ok = true;
+  disassemble([&](std::string_view piece) { ok = ok && std::fwrite(piece.data(), 1, piece.size(), f) == piece.size(); });
+  ok = ok && std::fflush(f) == 0;
+  const int err = errno;
+  if (std::fclose(f) != 0 || !ok) fail("cannot write '{}': {} (disk full or file too large?)", path, std::strerror(err));
+  file.commit();
+}
+
+void Program::disassemble(const std::function<void(std::string_view)>& sink) const {
+  constexpr size_t kPiece = 1 << 20;
   std::vector<Insn> insns = decode();
   std::vector<bool> target(insns.size() + 1, false);
   for (uint32_t pc = 0; pc < insns.size(); ++pc) {
@@ -470,21 +489,27 @@ std::string Program::disassemble() const {
   DisasmContext ctx;
   ctx.name_of = [this](uint32_t id) { return id < names.size() ? names[id] : fmt::format("#{}", id); };
   std::string out;
-  out.reserve(insns.size() * 64);
+  out.reserve(kPiece + 4096);
   auto to = std::back_inserter(out);
   for (const std::string& n : names) fmt::format_to(to, ".name \"{}\"\n", n);
   for (uint32_t pc = 0; pc <= insns.size(); ++pc) {
     if (target[pc]) fmt::format_to(to, "L{}:\n", pc);
     if (pc == insns.size()) break;
-    const std::string line = isa::disassemble(insns[pc], pc, ctx);  // "    {:<40} # {}\n", without fmt's padding cost
+    // "    {:<40} # {}\n", without fmt's padding cost
     out += "    ";
-    out += line;
-    if (line.size() < 40) out.append(40 - line.size(), ' ');
+    const size_t start = out.size();
+    isa::append_disassembly(out, insns[pc], pc, ctx);
+    if (out.size() - start < 40) out.append(40 - (out.size() - start), ' ');
     out += " # ";
-    out += fmt::format_int(pc).c_str();
+    const fmt::format_int n(pc);
+    out.append(n.data(), n.size());
     out += '\n';
+    if (out.size() >= kPiece) {
+      sink(out);
+      out.clear();
+    }
   }
-  return out;
+  sink(out);
 }
 
 }  // namespace gpnpu::isa

@@ -171,8 +171,15 @@ const OpInfo* find_mnemonic(std::string_view mnemonic) {
     for (const OpInfo& o : table()) m.emplace(o.mnemonic, &o);
     return m;
   }();
+  // The kernel builder looks up millions of string literals: a small cache keyed by the
+  // text's address answers most of them (a hit is checked against the text itself, so a
+  // reused address can never return another row).
+  thread_local std::array<const OpInfo*, 256> recent{};
+  const OpInfo*& slot = recent[(reinterpret_cast<uintptr_t>(mnemonic.data()) >> 3 ^ mnemonic.size()) & 255];
+  if (slot && mnemonic == slot->mnemonic) return slot;
   auto it = by_mnemonic.find(mnemonic);
-  return it == by_mnemonic.end() ? nullptr : it->second;
+  if (it == by_mnemonic.end()) return nullptr;
+  return slot = it->second;
 }
 
 const OpInfo* find_opcode(uint8_t opcode) {
@@ -266,8 +273,14 @@ static void append_int(std::string& s, int64_t v) {
 }
 
 std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx) {
+  std::string s;
+  append_disassembly(s, insn, pc, ctx);
+  return s;
+}
+
+void append_disassembly(std::string& s, const Insn& insn, uint32_t pc, const DisasmContext& ctx) {
   const OpInfo& info = *insn.info;
-  std::string s = info.mnemonic;
+  s += info.mnemonic;
   auto to = std::back_inserter(s);
   for (int k = 0; k < info.nops; ++k) {
     const OperandSpec& o = info.ops[k];
@@ -310,7 +323,6 @@ std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx)
     }
   }
   if (info.predicated && insn.p) fmt::format_to(to, " @p{}", insn.p);
-  return s;
 }
 
 }  // namespace gpnpu::isa

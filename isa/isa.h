@@ -111,6 +111,8 @@ struct DisasmContext {
   std::function<std::string(uint32_t)> label_of;
 };
 std::string disassemble(const Insn& insn, uint32_t pc, const DisasmContext& ctx = {});
+// The same text appended to `s` (no string per instruction).
+void append_disassembly(std::string& s, const Insn& insn, uint32_t pc, const DisasmContext& ctx = {});
 
 // pc-relative target of a label operand, if the row has one.
 bool branch_target(const Insn& insn, uint32_t pc, uint32_t& target);

@@ -41,6 +41,11 @@ struct Program {
   std::vector<Insn> decode() const;
   // The whole program as assembly text that assembles back to the same words.
   std::string disassemble() const;
+  // The same text, handed to `sink` in pieces of about 1 MiB (a multi-million-instruction
+  // program's text need not sit in memory whole); write_assembly writes it to a file
+  // (atomically, as every output).
+  void disassemble(const std::function<void(std::string_view)>& sink) const;
+  void write_assembly(const std::string& path) const;
 };
 
 // Assembles `text`; errors are gpnpu::Error "FILE:LINE:COL: message".

@@ -265,7 +265,6 @@ double ew_estimate_cycles(const sim::Config& cfg, const EwArgs& a, EwMapping m) 
   }
   const double ops = (has_b(a.op) && a.op != EwOp::bias_add) ? 3 : 2;  // 64 B operands per chunk through the port
   const Plan p = make_plan(cfg, a, m != EwMapping::rows);
-  const uint32_t npe = cfg.npe();
   if (p.spread) {
     const double steps = p.nfull + (p.tail ? 1 : 0);
     return p.rows * (steps * std::max(comp, ops * p.P * 64 / port) + lat);

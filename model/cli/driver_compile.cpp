@@ -192,8 +192,8 @@ void add_compile_commands(CLI::App& app) {
     std::filesystem::create_directories(out_dir);
     dec.program.write_binary(path("decode.bin"));
     img.program.write_binary(path("image.bin"));
-    sim::write_file_atomic(path("decode.s"), dec.program.disassemble());
-    sim::write_file_atomic(path("image.s"), img.program.disassemble());
+    dec.program.write_assembly(path("decode.s"));
+    img.program.write_assembly(path("image.s"));
     nlohmann::ordered_json layout;
     for (const DdrTensor& t : comp.layout().tensors())
       layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});
