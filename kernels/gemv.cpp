@@ -11,6 +11,9 @@ namespace gpnpu::kernels {
 
 namespace {
 constexpr uint32_t kBlock = 128;
+// The narrowest tile (gemv.h, "Tile width"): every array of 16x16 PEs or more then runs the
+// same tiles, and the simulator runs a quarter of the instructions of 64-column tiles.
+constexpr uint32_t kMinTileCols = 256;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 
@@ -56,7 +59,7 @@ bool port_bound(const sim::Config& cfg, uint32_t T) {
 
 uint32_t gemv_tile_cols(const sim::Config& cfg) {
   const uint32_t npe = cfg.npe();
-  for (uint32_t T = std::min(npe, 64u); T < npe; T *= 2)
+  for (uint32_t T = std::min(npe, kMinTileCols); T < npe; T *= 2)
     if (port_bound(cfg, T)) return T;
   return npe;
 }
