@@ -287,12 +287,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.op("vlaneid", {V{21}});
   b.op("vsplati", {V{20}, int64_t(0)});
   b.op("vcmpeq.i32", {V{21}, V{21}, V{20}});  // lane-0 mask
-  // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd.
+  // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd;
+  // on a sub-array, of the view's PEs only.
   auto even_odd = [&] {
     b.pset_cols_mod(P{2}, 0, 2, cfg.pe_cols, xT1, xT2, xT3, P{5});
     b.op("pnot", {P{3}, P{2}});
+    if (a.sub_array) {
+      b.li(xT3, npe);
+      b.op("pset.range", {P{5}, X{0}, xT3});
+      b.op("pand", {P{2}, P{2}, P{5}});
+      b.op("pand", {P{3}, P{3}, P{5}});
+    }
   };
   if (S == 2) even_odd();
+  // Sub-array, split 1: p7 = the view's PEs (a full tile's scatters; split 2 scatters a
+  // full tile as its even and its odd PEs).
+  if (a.sub_array && S == 1) {
+    b.li(xT3, npe);
+    b.op("pset.range", {P{7}, X{0}, xT3});
+  }
   if (tail) {
     // p6 = the narrow tile's PEs; split 2: p7 = its even ones, p5 = its odd ones.
     b.li(xT3, pl.tail_cols * S);
@@ -334,8 +347,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (pair) {
       b.op("oscatter.h", {V{r}, Mem{X{0}, src}, stride}, narrow ? P{7} : P{2});
       b.op("oscatter.h", {V{r}, Mem{X{0}, src - 2 * int64_t(nblk)}, stride}, narrow ? P{5} : P{3});
-    } else {
+    } else if (narrow || !a.sub_array) {
       b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, narrow ? P{6} : P{0});
+    } else if (S == 1) {
+      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{7});
+    } else {
+      for (uint8_t p : {2, 3}) b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{p});
     }
     flush();  // the previous unit's store issues while this scatter streams
     pending = r;

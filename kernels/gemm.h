@@ -100,6 +100,10 @@ struct GemmArgs {
   // started the others on their channels; this call scatters those during its first row
   // group (set by gemm_handoff).
   uint32_t handed_units = 0;
+  // The machine's array is larger than cfg's (the GEMM's view: the first cfg.npe() PEs,
+  // whole rows): every scatter is held to those PEs (the others compute on stale LRM and
+  // never gather). The weight is packed for the view (pack_gemm_weight(w, view)).
+  bool sub_array = false;
 };
 
 // The static plan of one call (everything the emitter derives from cfg and shapes).

@@ -188,6 +188,10 @@ class Compiler {
 
  private:
   struct LayoutOnly {};
+  // The image GEMMs' view of the array (compiler_image.cpp): the first rows of it, the
+  // fewest of (whole array, halved) whose GEMM MACs stay within 0.7 x the weights' DDR
+  // time, and at most those whose DMA code buffers take a quarter of the OCM.
+  static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg);
   Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly);
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its
@@ -209,6 +213,9 @@ class Compiler {
 
   ModelConfig model_;
   sim::Config cfg_;
+  // The image GEMMs' view of the array (gemm_view): cfg_ with the rows they use; their
+  // weights are packed for it.
+  sim::Config gemm_cfg_;
   CompileOptions opt_;
   DdrLayout ddr_;
   DecodeIo dio_;

@@ -85,6 +85,30 @@ struct Dims {
 
 }  // namespace
 
+sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg) {
+  // A GEMM tile is as wide as the PEs it uses: on a large array its DMA buffers take OCM
+  // the row tiles need, and its first and last tiles take longer to stream. Measured on
+  // 2B (docs/performance.md, "GEMMs on part of the array"): 64x64 at 2 MiB, 16 GB/s:
+  // 353.3 M cycles on all rows, 264.5 M on 16; at 16 MiB, 128 GB/s: 29.9 M on all, 42.0 M
+  // on 32 (compute-bound there). The estimate: the GEMMs of the default image program
+  // (16x16 patches, 128 tokens), MACs against their weights once over the DDR.
+  const Dims d(model);
+  const ImageShape s;
+  const double text = double(d.qkv_n) * d.H + double(d.H) * d.nq * d.hd + 3.0 * d.I * d.H;  // per row, one layer
+  const double vision = 4.0 * d.Dv * d.Dv + 2.0 * d.Iv * d.Dv;                                    // per row, one block
+  const double macs = double(s.seq_len) * text * model.text.num_hidden_layers +
+                      double(s.grid_h) * s.grid_w * vision * model.vision.depth;
+  const double ddr = (text * model.text.num_hidden_layers + vision * model.vision.depth) * 68.0 / 128.0 /
+                     cfg.ddr_bytes_per_cycle();
+  sim::Config g = cfg;
+  auto halve = [&](auto more) {
+    while (g.pe_rows % 2 == 0 && more()) g.pe_rows /= 2;
+  };
+  halve([&] { return double(g.dma_channels) * g.npe() * 64 > double(cfg.ocm_bytes) / 4; });
+  halve([&] { return macs / (g.mac_peak(true) / 2) <= 0.7 * ddr; });
+  return g;
+}
+
 void Compiler::plan_image_ddr() {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
@@ -282,8 +306,9 @@ struct ImageKernels {
            mark, lrm_since);
   }
 
-  ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const DdrLayout& d)
-      : b(bb), em(bb, c, calls), cfg(c), gcfg(c), ddr(d) {}
+  ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const sim::Config& gc,
+               const DdrLayout& d)
+      : b(bb), em(bb, c, calls), cfg(c), gcfg(gc), ddr(d) {}
 
   GemmArgs base_args(const std::string& w, uint32_t n, uint32_t k) const {
     GemmArgs g;
@@ -293,6 +318,7 @@ struct ImageKernels {
     g.scratch_ocm = GEMM;
     g.scratch_bytes = rGEMM;
     g.smem = kSmem;
+    g.sub_array = gcfg.npe() < cfg.npe();
     return g;
   }
   // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
@@ -554,7 +580,12 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 
 }  // namespace
 
-CompiledProgram Compiler::image_program(const ImageShape& s) const { return image_program(s, nullptr, nullptr); }
+CompiledProgram Compiler::image_program(const ImageShape& s) const {
+  CompiledProgram p = image_program(s, nullptr, nullptr);
+  if (gemm_cfg_.pe_rows < cfg_.pe_rows)
+    p.plan += fmt::format("; GEMMs on {} of the {} PE rows", gemm_cfg_.pe_rows, cfg_.pe_rows);
+  return p;
+}
 
 CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* into,
                                         std::vector<KernelCall>* into_calls) const {
@@ -646,7 +677,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (uint32_t ch : channel_options) {
     if (forced || res) break;
     gemm_channels = ch;
-    rGEMM = gemm_buffer_bytes(cfg_, d, ch);
+    rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch);
     const uint64_t fixed = fixed_with(rGEMM);
     for (uint32_t rcv : {N, rcv_fit}) {
       for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
@@ -705,7 +736,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder own;
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
-  ImageKernels k(b, into ? *into_calls : out.calls, cfg_, ddr_);
+  ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -1012,7 +1043,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto plan = [&](uint32_t channels) {
   Streamed p;
   p.channels = channels;
-  p.rGEMM = gemm_buffer_bytes(cfg_, d, channels);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -1071,7 +1102,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // max(m, w) + l + s; pipelined, max(m, w + l + s) (one tile's copies exposed);
   // stores behind, max(m, w + s) + l (one tile's stores exposed); each on the most rows
   // its buffers leave.
-  const double peak = cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
+  const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();  // (the row phases are GEMMs)
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
                        double wbytes, double load_row, double store_row, uint32_t& mode, double times) {
@@ -1201,7 +1232,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
 
   std::vector<ImageKernels::Gemm> gemms;
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
-    ImageKernels k(b, calls, cfg_, ddr_);
+    ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
