@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -10,7 +11,6 @@
 #include <queue>
 #include <unordered_map>
 
-#include <nlohmann/json.hpp>
 #include <unicode/normalizer2.h>
 #include <unicode/uchar.h>
 #include <unicode/unistr.h>
@@ -203,12 +203,215 @@ std::string install_hint() {
                      GPNPU_SOURCE_DIR);
 }
 
-// The parts of tokenizer.json the tokenizer reads, taken as the JSON is parsed
-// (nlohmann's SAX interface): no document tree is built, and the rest of the file
-// (pre_tokenizer, decoder, ...) is only scanned. Building the tree of the Qwen file
-// (151,643 vocab entries and 151,387 merge pairs in 11 MB) was most of the load time
-// (docs/performance.md, "Sixth stop"). A value of the wrong kind where the tokenizer
-// reads one fails with its path in the file (e.g. "model.merges[7]").
+// A JSON reader (RFC 8259: objects, arrays, strings with every escape, numbers,
+// literals; UTF-8 checked) that hands each value to a handler as it reads it, in the
+// order of the file, and keeps nothing itself. Plain runs of string bytes are copied
+// in one piece: reading the 11 MB Qwen file this way takes a fraction of what a
+// general JSON library's lexer takes (docs/performance.md, "Sixth stop").
+template <class Handler>
+class JsonReader {
+ public:
+  JsonReader(std::string_view text, Handler& h, const std::string& path) : text_(text), h_(h), path_(path) {}
+
+  void read() {
+    space();
+    value(0);
+    space();
+    if (p_ != text_.size()) error("text after the end of the top-level value");
+  }
+
+ private:
+  static constexpr int kMaxDepth = 64;  // tokenizer.json nests 6 deep
+
+  [[noreturn]] void error(std::string_view what) const {
+    const std::string_view before = text_.substr(0, p_);
+    const size_t line = 1 + static_cast<size_t>(std::count(before.begin(), before.end(), '\n'));
+    const size_t col = p_ - (line == 1 ? 0 : before.rfind('\n') + 1) + 1;
+    fail("tokenizer file '{}' is not valid JSON: {} at line {}, column {} (byte {}); reinstall it: {}", path_, what,
+         line, col, p_, install_hint());
+  }
+  bool at_end() const { return p_ >= text_.size(); }
+  char peek() const { return at_end() ? '\0' : text_[p_]; }
+  void space() {
+    while (!at_end() && (text_[p_] == ' ' || text_[p_] == '\n' || text_[p_] == '\r' || text_[p_] == '\t')) ++p_;
+  }
+  void expect(char c, std::string_view what) {
+    if (peek() != c) error(at_end() ? "unexpected end of file, expected " + std::string(what) : "expected " + std::string(what));
+    ++p_;
+  }
+
+  void value(int depth) {
+    if (depth > kMaxDepth) error(fmt::format("values nested deeper than {}", kMaxDepth));
+    switch (peek()) {
+      case '{': {
+        ++p_;
+        h_.start_object();
+        space();
+        if (peek() == '}') {
+          ++p_;
+        } else {
+          for (;;) {
+            if (peek() != '"') error(at_end() ? "unexpected end of file, expected a key" : "expected a key (a string)");
+            string(buf_);
+            h_.key(buf_);
+            space();
+            expect(':', "':' after the key");
+            space();
+            value(depth + 1);
+            space();
+            if (peek() != ',') break;
+            ++p_;
+            space();
+          }
+          expect('}', "',' or '}' in an object");
+        }
+        h_.end_object();
+        return;
+      }
+      case '[': {
+        ++p_;
+        h_.start_array();
+        space();
+        if (peek() == ']') {
+          ++p_;
+        } else {
+          for (;;) {
+            value(depth + 1);
+            space();
+            if (peek() != ',') break;
+            ++p_;
+            space();
+          }
+          expect(']', "',' or ']' in an array");
+        }
+        h_.end_array();
+        return;
+      }
+      case '"':
+        string(buf_);
+        h_.string(buf_);
+        return;
+      case 't': literal("true"), h_.boolean(true); return;
+      case 'f': literal("false"), h_.boolean(false); return;
+      case 'n': literal("null"), h_.null(); return;
+      default: number(); return;
+    }
+  }
+  void literal(std::string_view word) {
+    if (text_.substr(p_, word.size()) != word) error("not a JSON value");
+    p_ += word.size();
+  }
+  // -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+  void number() {
+    const size_t start = p_;
+    auto digits = [&] {
+      const size_t from = p_;
+      while (!at_end() && text_[p_] >= '0' && text_[p_] <= '9') ++p_;
+      return p_ - from;
+    };
+    if (peek() == '-') ++p_;
+    const size_t int_start = p_;
+    const size_t n = digits();
+    if (n == 0) error(at_end() ? "unexpected end of file, expected a value" : "not a JSON value");
+    if (n > 1 && text_[int_start] == '0') error("a number with a leading zero");
+    bool integer = true;
+    if (peek() == '.') {
+      ++p_, integer = false;
+      if (digits() == 0) error("a number without digits after '.'");
+    }
+    if (peek() == 'e' || peek() == 'E') {
+      ++p_, integer = false;
+      if (peek() == '+' || peek() == '-') ++p_;
+      if (digits() == 0) error("a number without digits in its exponent");
+    }
+    const std::string_view num = text_.substr(start, p_ - start);
+    int64_t v = 0;
+    if (integer && std::from_chars(num.data(), num.data() + num.size(), v).ec == std::errc()) h_.number_integer(v);
+    else h_.number_other(std::string(num));  // a fraction, an exponent, or beyond 64 bits: never a token id
+  }
+  // The string at p_ (at its opening quote), unescaped, into out.
+  void string(std::string& out) {
+    out.clear();
+    ++p_;
+    for (;;) {
+      size_t q = p_;
+      while (q < text_.size()) {
+        const auto c = static_cast<unsigned char>(text_[q]);
+        if (c == '"' || c == '\\' || c < 0x20 || c >= 0x80) break;
+        ++q;
+      }
+      out.append(text_.data() + p_, q - p_);
+      p_ = q;
+      if (at_end()) error("unexpected end of file in a string");
+      const auto c = static_cast<unsigned char>(text_[p_]);
+      if (c == '"') {
+        ++p_;
+        return;
+      }
+      if (c == '\\') {
+        escape(out);
+      } else if (c < 0x20) {
+        error(fmt::format("control character 0x{:02x} in a string (write it as an escape)", c));
+      } else {
+        char32_t cp;
+        const size_t len = decode_utf8(text_, p_, cp);
+        if (len == 0) error(fmt::format("byte 0x{:02x} in a string is not UTF-8", c));
+        out.append(text_.data() + p_, len);
+        p_ += len;
+      }
+    }
+  }
+  void escape(std::string& out) {
+    ++p_;  // the backslash
+    if (at_end()) error("unexpected end of file in a string");
+    const char e = text_[p_++];
+    switch (e) {
+      case '"': out += '"'; return;
+      case '\\': out += '\\'; return;
+      case '/': out += '/'; return;
+      case 'b': out += '\b'; return;
+      case 'f': out += '\f'; return;
+      case 'n': out += '\n'; return;
+      case 'r': out += '\r'; return;
+      case 't': out += '\t'; return;
+      case 'u': break;
+      default: --p_, error("an unknown escape in a string (\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX)");
+    }
+    char32_t c = hex4();
+    if (c >= 0xD800 && c <= 0xDBFF) {  // a high surrogate: a low one must follow
+      if (text_.substr(p_, 2) != "\\u") error("a high surrogate \\u escape without its low surrogate");
+      p_ += 2;
+      const char32_t lo = hex4();
+      if (lo < 0xDC00 || lo > 0xDFFF) error("a high surrogate \\u escape without its low surrogate");
+      c = 0x10000 + ((c - 0xD800) << 10) + (lo - 0xDC00);
+    } else if (c >= 0xDC00 && c <= 0xDFFF) {
+      error("a low surrogate \\u escape without a high one");
+    }
+    append_utf8(out, c);
+  }
+  char32_t hex4() {
+    char32_t v = 0;
+    for (int k = 0; k < 4; ++k, ++p_) {
+      const char h = peek();
+      const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+      if (d < 0) error("a \\u escape without four hex digits");
+      v = v << 4 | static_cast<char32_t>(d);
+    }
+    return v;
+  }
+
+  std::string_view text_;
+  Handler& h_;
+  const std::string& path_;
+  size_t p_ = 0;
+  std::string buf_;
+};
+
+// The parts of tokenizer.json the tokenizer reads, taken from JsonReader's events as
+// the file is read: no document tree is built (building one for the Qwen file, 151,643
+// vocab entries and 151,387 merge pairs, was most of the load time), and the rest of
+// the file (pre_tokenizer, decoder, ...) is only read. A value of the wrong kind where
+// the tokenizer reads one fails with its path in the file (e.g. "model.merges[7]").
 class TokenizerJson {
  public:
   explicit TokenizerJson(const std::string& path) : path_(path) {}
@@ -227,20 +430,17 @@ class TokenizerJson {
       fail("tokenizer file '{}': normalizer type is {}, only NFC (Qwen2/Qwen3) is supported", path_, normalizer_);
   }
 
-  // nlohmann::json SAX events.
-  bool null() { return take(kNull, [] { return "null"; }), true; }
-  bool boolean(bool v) { return take(kOther, [v] { return v ? "true" : "false"; }), true; }
-  bool number_float(double, const std::string& text) { return take(kOther, [&] { return text; }), true; }
-  bool binary(nlohmann::json::binary_t&) { return take(kOther, [] { return "binary data"; }), true; }
-  bool number_unsigned(uint64_t v) { return number_integer(static_cast<int64_t>(std::min<uint64_t>(v, INT64_MAX))); }
-  bool number_integer(int64_t v) {
+  // JsonReader's events.
+  void null() { take(kNull, [] { return "null"; }); }
+  void boolean(bool v) { take(kOther, [v] { return v ? "true" : "false"; }); }
+  void number_other(const std::string& text) { take(kOther, [&] { return text; }); }
+  void number_integer(int64_t v) {
     const Slot s = take(kInteger, [v] { return std::to_string(v); });
     if (s != Slot::ignore && v < 0) bad(s, "a token id >= 0", std::to_string(v));
     if (s == Slot::vocab_id) vocab.emplace_back(std::move(vocab_key_), v);
     if (s == Slot::added_id) token_id_ = v;
-    return true;
   }
-  bool string(std::string& v) {
+  void string(std::string& v) {
     switch (take(kString, [&] { return "\"" + v + "\""; })) {
       case Slot::model_type: model_type_ = v; break;
       case Slot::normalizer_type: normalizer_ = v == "NFC" ? v : "\"" + v + "\""; break;
@@ -254,13 +454,9 @@ class TokenizerJson {
       }
       default: break;
     }
-    return true;
   }
-  bool key(std::string& k) {
-    (stack_.back() == Ctx::vocab ? vocab_key_ : key_) = std::move(k);
-    return true;
-  }
-  bool start_object(size_t) {
+  void key(std::string& k) { (stack_.back() == Ctx::vocab ? vocab_key_ : key_) = std::move(k); }
+  void start_object() {
     Ctx next = Ctx::skip;
     switch (take(kObject, [] { return "an object"; })) {
       case Slot::root: next = Ctx::root; break;
@@ -271,9 +467,8 @@ class TokenizerJson {
       default: break;
     }
     stack_.push_back(next);
-    return true;
   }
-  bool end_object() {
+  void end_object() {
     const bool token = stack_.back() == Ctx::added_token;
     stack_.pop_back();
     if (token) {
@@ -282,9 +477,8 @@ class TokenizerJson {
       if (token_content_.empty()) fail("tokenizer file '{}': added token id {} has empty content", path_, token_id_);
       added.emplace_back(std::move(token_content_), token_id_);
     }
-    return true;
   }
-  bool start_array(size_t) {
+  void start_array() {
     Ctx next = Ctx::skip;
     switch (take(kArray, [] { return "an array"; })) {
       case Slot::merges: next = Ctx::merges, seen_merges_ = true; break;
@@ -293,19 +487,14 @@ class TokenizerJson {
       default: break;
     }
     stack_.push_back(next);
-    return true;
   }
-  bool end_array() {
+  void end_array() {
     const bool pair = stack_.back() == Ctx::merge_pair;
     stack_.pop_back();
     if (pair) {
       if (pair_n_ != 2) bad(Slot::merge, "[\"a\",\"b\"]", fmt::format("an array of {} values", pair_n_));
       merges.emplace_back(std::move(pair_[0]), std::move(pair_[1]));
     }
-    return true;
-  }
-  bool parse_error(size_t, const std::string&, const nlohmann::json::exception& e) {
-    fail("tokenizer file '{}' is not valid JSON ({}); reinstall it: {}", path_, e.what(), install_hint());
   }
 
  private:
@@ -469,7 +658,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
   if (!fs::exists(path, ec)) fail("tokenizer file '{}' not found; {}", path, install_hint());
   const std::string text = io::read_input(path, "tokenizer file", 256 * io::kMiB);
   TokenizerJson tj(path);
-  nlohmann::json::sax_parse(text, &tj);  // parse errors and misplaced values throw from the reader
+  JsonReader(text, tj, path).read();  // bad JSON and misplaced values throw
   tj.check_complete();
 
   Tokenizer t;

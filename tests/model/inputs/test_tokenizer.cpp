@@ -431,28 +431,47 @@ TEST(Tokenizer, LoadComparisonSeesAChangedFile) {
   EXPECT_GT(m.bpe, 100) << m.first;  // words with "in" in them
 }
 
-// JSON escapes in token texts (\u0120 for "Ġ", \" and \\) load as the characters they
-// stand for, as the document tree reads them.
+// JSON escapes in token texts (\u0120 for "Ġ", \" and \\, a surrogate pair) load as the
+// characters they stand for, as the document tree reads them.
 TEST(Tokenizer, EscapedTokenTexts) {
   const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_escapes.json").string();
   std::string vocab;
   for (int b = 0; b < 256; ++b) vocab += nlohmann::json(byte_level()[b]).dump() + ":" + std::to_string(b) + ",";
   std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {)" << vocab
                       << R"("\u0120a": 256, "\"\\": 257}, "merges": ["\u0120 a", ["\"", "\\"]]},
-                          "added_tokens": [{"id": 258, "content": "<\u007c>"}], "normalizer": null})";
+                          "added_tokens": [{"id": 258, "content": "<\u007c>"}, {"id": 259, "content": "\ud83d\ude00\t"}],
+                          "normalizer": null, "x": [1.5e3, -0, true, false, "\/\b\f\n\r"]})";
   const Tokenizer t = Tokenizer::load(path);
   std::filesystem::remove(path);
   EXPECT_EQ(t.token_id("\xC4\xA0" "a"), 256);
-  EXPECT_EQ(t.encode(" a\"\\<|>"), (std::vector<int>{256, 257, 258}));
-  EXPECT_EQ(t.decode({256, 257, 258}), " a\"\\<|>");
+  EXPECT_EQ(t.encode(" a\"\\<|>\U0001F600\t"), (std::vector<int>{256, 257, 258, 259}));
+  EXPECT_EQ(t.decode({256, 257, 258, 259}), " a\"\\<|>\U0001F600\t");
 }
 
 // Each kind of bad tokenizer.json gets a message that names the file and the place in it.
 TEST(Tokenizer, BadFilesNameThePlace) {
   const std::string model = R"("model": {"type": "BPE", "vocab": {"a": 0}, "merges": []})";
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"", {"is not valid JSON", "line 1, column 1", "reinstall"}},
-      {R"({"model": {"type": "BPE", "vocab": {"a": 0,)", {"is not valid JSON", "line 1, column 44"}},
+      {"", {"is not valid JSON: unexpected end of file, expected a value at line 1, column 1", "reinstall"}},
+      {R"({"model": {"type": "BPE", "vocab": {"a": 0,)", {"unexpected end of file, expected a key at line 1, column 44"}},
+      {"{\n  \"a\": tru\n}", {"not a JSON value at line 2, column 8 (byte 9)"}},
+      {"{\"a\": 1} x", {"text after the end of the top-level value at line 1, column 10"}},
+      {"{\"a\": 1 \"b\": 2}", {"expected ',' or '}' in an object at line 1, column 9"}},
+      {"{\"a\" 1}", {"expected ':' after the key at line 1, column 6"}},
+      {"{1: 2}", {"expected a key (a string) at line 1, column 2"}},
+      // In a key the tokenizer does not read ("x"): the JSON itself is wrong.
+      {R"({"x": [1 2]})", {"expected ',' or ']' in an array at line 1, column 10"}},
+      {R"({"x": [01]})", {"a number with a leading zero at line 1, column 10"}},
+      {R"({"x": [1.]})", {"a number without digits after '.'"}},
+      {R"({"x": [1e]})", {"a number without digits in its exponent"}},
+      {R"({"x": ["a\x"]})", {"an unknown escape in a string"}},
+      {R"({"x": ["\u12G4"]})", {"a \\u escape without four hex digits"}},
+      {R"({"x": ["\ud83d"]})", {"a high surrogate \\u escape without its low surrogate"}},
+      {R"({"x": ["\ude00"]})", {"a low surrogate \\u escape without a high one"}},
+      {"{\"x\": [\"a\tb\"]}", {"control character 0x09 in a string"}},
+      {"{\"x\": [\"a\xff\"]}", {"byte 0xff in a string is not UTF-8 at line 1, column 10"}},
+      {R"({"x": ["abc)", {"unexpected end of file in a string"}},
+      {R"({"x": )" + std::string(100, '[') + std::string(100, ']') + "}", {"values nested deeper than 64"}},
       {"[1, 2]", {"the top level is an array, expected an object"}},
       {R"({"model": []})", {"model is an array, expected an object"}},
       {R"({"model": {"type": "WordPiece", "vocab": {}, "merges": []}})", {"model.type is \"WordPiece\", expected \"BPE\""}},
