@@ -3,7 +3,7 @@
 //   BM_TokenizerLoad: Tokenizer::load of the Qwen tokenizer.json (11 MB: 151,643 vocab
 //     entries, 151,387 merges, 26 added tokens), the whole load: read, parse, tables.
 //   BM_TokenizerJsonTree: nlohmann::json::parse of the same file into a document tree,
-//     as load() did before the sixth stop: the part of the old load that the SAX reader
+//     as load() did before the sixth stop: the part of the old load that the JSON reader
 //     replaced.
 // Figures and the command are in docs/performance.md ("Sixth stop").
 #include <benchmark/benchmark.h>

@@ -32,7 +32,7 @@ using gpnpu::model::Tokenizer;
 
 namespace {
 
-// The real tokenizer, loaded once per process (about 0.7 s).
+// The real tokenizer, loaded once per process (about 0.2 s).
 const Tokenizer& qwen() {
   static const Tokenizer t = Tokenizer::load(Tokenizer::default_path());
   return t;
@@ -318,7 +318,7 @@ TEST(Tokenizer, MalformedFileNamesTheKey) {
   std::filesystem::remove(path);
 }
 
-// load() reads tokenizer.json with its own SAX reader into its own hash tables. The
+// load() reads tokenizer.json with its own JSON reader into its own hash tables. The
 // checks below read the same file as load() did before (nlohmann's document tree) and
 // tokenise with a plain BPE written from the definition (merge the adjacent pair of
 // lowest rank, leftmost on ties, until no pair merges), then compare.
