@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -40,6 +41,11 @@ const Tokenizer& qwen() {
 }
 
 std::string data_path(const std::string& name) { return std::string(GPNPU_SOURCE_DIR) + "/tests/model/data/" + name; }
+
+// A temporary file of this process (other checkouts may run the same tests at once).
+std::string temp_json(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("gpnpu_tok_" + name + "_" + std::to_string(getpid()) + ".json")).string();
+}
 
 struct RefCase {
   std::string text;
@@ -423,7 +429,7 @@ TEST(Tokenizer, LoadComparisonSeesAChangedFile) {
   ASSERT_EQ(merges[2], nlohmann::json::array({"i", "n"}));
   merges.push_back(merges[2]);
   merges.erase(2);
-  const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_changed.json").string();
+  const std::string path = temp_json("changed");
   std::ofstream(path) << j.dump();
   const Tokenizer changed = Tokenizer::load(path);
   std::filesystem::remove(path);
@@ -435,7 +441,7 @@ TEST(Tokenizer, LoadComparisonSeesAChangedFile) {
 // JSON escapes in token texts (\u0120 for "Ġ", \" and \\, a surrogate pair) load as the
 // characters they stand for, as the document tree reads them.
 TEST(Tokenizer, EscapedTokenTexts) {
-  const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_escapes.json").string();
+  const std::string path = temp_json("escapes");
   std::string vocab;
   for (int b = 0; b < 256; ++b) vocab += nlohmann::json(byte_level()[b]).dump() + ":" + std::to_string(b) + ",";
   std::ofstream(path) << R"({"model": {"type": "BPE", "vocab": {)" << vocab
@@ -499,7 +505,7 @@ TEST(Tokenizer, BadFilesNameThePlace) {
       {"{" + model + R"(, "added_tokens": [7]})", {"added_tokens[0] is 7, expected an object"}},
       {R"({"added_tokens": [], "pre_tokenizer": {"x": [1, {"y": null}]}})", {"missing key 'model'"}},
   };
-  const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_bad_cases.json").string();
+  const std::string path = temp_json("bad_cases");
   for (const auto& [text, expected] : cases) {
     std::ofstream(path) << text;
     try {
@@ -526,7 +532,7 @@ TEST(Tokenizer, JsonReaderAgreesWithNlohmannOnMutants) {
     "special": true}], "normalizer": {"type": "NFC"}, "x": [-1.5e+3, 0, 12, true, false, "\ud83d\ude00\/\b\f\n\r\t"],
     "model": {"type": "BPE", "vocab": {)" + vocab + R"("\u0120a": 256, "\"\\": 257}, "merges": ["\u0120 a", ["\"", "\\"]]}})";
   ASSERT_TRUE(nlohmann::json::accept(base));
-  const std::string path = (std::filesystem::temp_directory_path() / "gpnpu_tok_mutant.json").string();
+  const std::string path = temp_json("mutant");
   const std::string alphabet = std::string("{}[]\",:\\/ \t\n0123456789.-+eEuntrfalsbx\xC3\xA9\x80\xFF", 48) + '\0' + '\x1f';
   std::mt19937 rng(16);
   int invalid = 0, valid = 0, flagged = 0, disagree = 0;  // flagged: invalid, and load() says so
