@@ -11,7 +11,8 @@
 // the odd-k PE's sum is added); one rounding to fp16 at the end. Tests: bit-exact or
 // one fp16 ulp from ops::linear on round_f16(dequantise(W)).
 //
-// Mapping: a tile is T = npe / S output columns; PE e owns column col0 + e / S and,
+// Mapping: a tile is T = npe / S output columns (npe of cfg: on a sub-array, GemmArgs::
+// sub_array, the first cfg.npe() PEs of a larger machine); PE e owns column col0 + e / S and,
 // at split S = 2, only the k of parity e % 2 (the pair's sums are added at the end).
 // A PE keeps its codes and meta for the whole tile in its LRM (double buffered: the
 // next tile's weights are filled while this tile computes). Rows go in groups of
