@@ -11,9 +11,9 @@ namespace gpnpu::kernels {
 
 namespace {
 constexpr uint32_t kBlock = 128;
-// The narrowest tile (gemv.h, "Tile width"): every array of 16x16 PEs or more then runs the
-// same tiles, and the simulator runs a quarter of the instructions of 64-column tiles.
-constexpr uint32_t kMinTileCols = 256;
+// The narrowest tile (gemv.h, "Tile width"): every array of 32x32 PEs or more then runs the
+// same tiles, and the simulator runs no more instructions than at the qc-u array.
+constexpr uint32_t kMinTileCols = 1024;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 }  // namespace
 

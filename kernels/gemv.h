@@ -15,15 +15,15 @@
 // of the last, narrower tile are shorter (the descriptor's size is rewritten when the DMA
 // side reaches them, the consumer switches to the narrow routine).
 //
-// Tile width: T is the narrowest power of two from 256 whose block keeps the DDR port
+// Tile width: T is the narrowest power of two from 1,024 whose block keeps the DDR port
 // 1.25x as long as the array takes to consume it, so the array never falls behind, and
-// at most npe. Narrow tiles make short chunks, so a call's first chunk arrives and its
-// last is consumed sooner (2B decode, one block a chunk, 32 GB/s: 48,886,400 cycles with
-// 1,024-column tiles, 48,862,167 with 256, 48,841,574 with 64); below 256 columns the
-// gain is 0.04% and the program runs 4x the instructions (each tile repeats the block's
-// ~40), which the simulator pays: a timing-only decode step took 0.55 s of CPU at 64
-// columns against 0.03 s at 1,024. From 256 up every array of 16x16 PEs or more runs the
-// same tiles and cycles.
+// at most npe: every array of 32x32 PEs or more runs the same tiles and cycles (a wider
+// tile only delays a call's first chunk and its last block). Narrower tiles would be
+// faster still, by 0.03% (2B decode, one block a chunk, 32 GB/s: 48,856,516 cycles at
+// 1,024 columns, 48,844,385 at 256, 48,841,574 at 64), but every tile repeats the block's
+// ~40 instructions and the simulator pays for them: a functional decode step took 7.35 s
+// of CPU at 256 columns against 2.24 s at 1,024, a timing-only one 0.15 s against 0.05 s.
+// So a 16x16 array (256-column tiles) decodes 0.02 to 0.09% faster than the larger ones.
 //
 // Tiling rule: one OCM buffer (one chunk) per DMA channel used, the most channels
 // (<= dma_channels) whose buffers fit the scratch area; G = 1 when the port bounds the
