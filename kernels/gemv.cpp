@@ -20,9 +20,40 @@ uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 uint64_t gemv_weight_bytes(uint32_t n, uint32_t k) { return uint64_t(n) * (k / kBlock) * kGemvColumnBlockBytes; }
 
 namespace {
+// A tile wider than the array: PE e owns columns e, e + npe, ... (groups of npe columns,
+// at most 4), group j accumulating into acc(j, 0) and acc(j, 1).
+constexpr uint32_t kMaxGroups = 4;
+V acc(uint32_t j, uint32_t h) {
+  static constexpr uint8_t regs[kMaxGroups][2] = {{8, 9}, {5, 6}, {7, 26}, {27, 28}};
+  return V{regs[j][h]};
+}
+uint32_t groups(uint32_t W, uint32_t npe) { return ceil_div(W, npe); }
+// Group j of a tile of W columns: all PEs, or (the last, partial one) p2.
+P group_pred(uint32_t W, uint32_t npe, uint32_t j) { return (j + 1) * npe <= W ? P{0} : P{2}; }
+
 // One 128-block of a tile of W columns from the buffer at x7 (x5: x; x8, x9, x10: the
-// scatter strides; v30, v31: the masks), accumulated into v8 and v9.
-void emit_block(Builder& b, uint32_t W, P pred) {
+// scatter strides; v30, v31: the masks), accumulated into v8 and v9 (W <= npe: the tile's
+// PEs are `pred`) or, on a wider tile, into each group's accumulators.
+void emit_block(Builder& b, uint32_t W, P pred, uint32_t npe) {
+  if (W > npe) {
+    for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
+    for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
+    for (uint32_t j = 0; j < groups(W, npe); ++j) {
+      const P pj = group_pred(W, npe, j);
+      b.op("oscatter", {V{0}, Mem{X{7}, int64_t(j) * npe * 64}, X{8}}, pj);
+      b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64 + int64_t(j) * npe * 2}, X{9}}, pj);
+      b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66 + int64_t(j) * npe}, X{10}}, pj);
+      b.op("vcvt.f32.f16", {V{2}, V{1}});
+      b.op("vand", {V{3}, V{3}, V{30}});
+      b.op("vcvt.f32.i32", {V{3}, V{3}});
+      b.op("vsel", {V{4}, V{2}, V{3}, V{31}});
+      for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
+      for (int n = 0; n < 8; ++n) b.op("vmla.f32", {acc(j, n % 2), V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
+    }
+    b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
+    b.op("addi", {X{5}, X{5}, kBlock * 2});
+    return;
+  }
   b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}}, pred);
   b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64}, X{9}}, pred);
   b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66}, X{10}}, pred);
@@ -42,12 +73,12 @@ void emit_block(Builder& b, uint32_t W, P pred) {
 // Issue cycles of one block of W columns: the occupancies of its instructions, in order.
 uint64_t block_cycles(const sim::Config& cfg, uint32_t W) {
   Builder b;
-  emit_block(b, W, P{0});
+  emit_block(b, W, P{0}, cfg.npe());
   const isa::Program p = b.finish();
   const sim::Timing timing(cfg);
   uint64_t cycles = 0;
   for (uint32_t pc = 0; pc < p.words.size(); ++pc)
-    cycles += std::max<uint32_t>(1, timing.cost_of(isa::decode(p.words[pc], pc), W).occupancy);
+    cycles += std::max<uint32_t>(1, timing.cost_of(isa::decode(p.words[pc], pc), std::min(W, cfg.npe())).occupancy);
   return cycles;
 }
 
@@ -59,7 +90,11 @@ bool port_bound(const sim::Config& cfg, uint32_t T) {
 
 uint32_t gemv_tile_cols(const sim::Config& cfg) {
   const uint32_t npe = cfg.npe();
-  for (uint32_t T = std::min(npe, kMinTileCols); T < npe; T *= 2)
+  // An array of fewer PEs than the narrowest tile takes it in column groups when npe, a
+  // power of two, divides it (at most kMaxGroups), else tiles of npe columns.
+  if (npe < kMinTileCols)
+    return (npe & (npe - 1)) == 0 ? std::min(kMinTileCols, kMaxGroups * npe) : npe;
+  for (uint32_t T = kMinTileCols; T < npe; T *= 2)
     if (port_bound(cfg, T)) return T;
   return npe;
 }
@@ -175,6 +210,8 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("vcmpeq.i32", {V{31}, V{31}, V{29}});  // lane-0 mask
   b.op("vsplati", {V{8}, int64_t(0)});
   b.op("vsplati", {V{9}, int64_t(0)});
+  for (uint32_t j = 1; j < groups(T, cfg.npe()); ++j)
+    for (uint32_t h : {0u, 1u}) b.op("vsplati", {acc(j, h), int64_t(0)});
   for (uint32_t c = 0; c < ch; ++c)
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), C == Ct ? tail_chunk_bytes : chunk_bytes);
   // issue = false: the chunk is in flight already (prefetched); only the registers move on.
@@ -213,37 +250,73 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("jal", {X{0}, round});
 
   // ---- subroutine: G blocks of one tile of W columns from the buffer at x7 ----
+  const uint32_t npe = cfg.npe();
+  // (column groups: a narrow tile narrower than the array reads with p2, its PEs)
   auto blocks = [&](uint32_t W) {
-    if (G == 1) return emit_block(b, W, P{1});  // no loop: it would cost more than the block
-    b.loop(X{13}, [&] { emit_block(b, W, P{1}); });
+    const P pred = T <= npe ? P{1} : W < npe ? P{2} : P{0};
+    if (G == 1) return emit_block(b, W, pred, npe);  // no loop: it would cost more than the block
+    b.loop(X{13}, [&] { emit_block(b, W, pred, npe); });
   };
   Label ret = b.label(), narrow = b.label(), tile_end = b.label();
   b.bind(chunk);
-  if (tail) {
-    b.op("blt", {X{15}, X{16}, narrow});  // fewer columns left than PEs: the narrow tile
-    blocks(T);
-    b.op("jal", {X{0}, tile_end});
-    b.bind(narrow);
-    blocks(tail);  // only the tile's PEs read (p1 = its columns)
-    b.bind(tile_end);
+  if (T > npe) {
+    // Column groups (T = g npe): each tile kind has its own routine and tile end; p2 = the
+    // narrow tile's last, partial group.
+    if (tail % npe) {
+      b.li(X{17}, tail % npe);
+      b.op("pset.range", {P{2}, X{0}, X{17}});
+    }
+    auto routine = [&](uint32_t W) {
+      blocks(W);
+      b.op("addi", {X{4}, X{4}, int64_t(G)});
+      b.op("bne", {X{4}, X{11}, ret});
+      for (uint32_t j = 0; j < groups(W, npe); ++j) {
+        b.op("vadd.f32", {acc(j, 0), acc(j, 0), acc(j, 1)});
+        b.op("vredsum.f32", {acc(j, 0), acc(j, 0)});
+        b.op("vcvt.f16.f32", {acc(j, 0), acc(j, 0)});
+        b.op("ogather.h1", {acc(j, 0), Mem{X{6}, int64_t(j) * npe * 2}, X{9}}, group_pred(W, npe, j));
+        b.op("vsplati", {acc(j, 0), int64_t(0)});
+        b.op("vsplati", {acc(j, 1), int64_t(0)});
+      }
+      b.li(X{4}, 0);
+      b.li(X{5}, a.x_ocm);
+      b.op("addi", {X{6}, X{6}, int64_t(T) * 2});
+      b.op("sub", {X{15}, X{15}, X{16}});
+      b.op("jal", {X{0}, ret});
+    };
+    if (tail) b.op("blt", {X{15}, X{16}, narrow});
+    routine(T);
+    if (tail) {
+      b.bind(narrow);
+      routine(tail);
+    }
   } else {
-    blocks(T);
+    if (tail) {
+      b.op("blt", {X{15}, X{16}, narrow});  // fewer columns left than PEs: the narrow tile
+      blocks(T);
+      b.op("jal", {X{0}, tile_end});
+      b.bind(narrow);
+      blocks(tail);  // only the tile's PEs read (p1 = its columns)
+      b.bind(tile_end);
+    } else {
+      blocks(T);
+    }
+    b.op("addi", {X{4}, X{4}, int64_t(G)});
+    b.op("bne", {X{4}, X{11}, ret});
+    // Tile done: sum the lanes, store one fp16 per column, move to the next tile.
+    b.op("vadd.f32", {V{8}, V{8}, V{9}});
+    b.op("vredsum.f32", {V{8}, V{8}});
+    b.op("vcvt.f16.f32", {V{8}, V{8}});
+    b.op("ogather.h1", {V{8}, Mem{X{6}, 0}, X{9}}, P{1});
+    b.op("vsplati", {V{8}, int64_t(0)});
+    b.op("vsplati", {V{9}, int64_t(0)});
+    b.li(X{4}, 0);
+    b.li(X{5}, a.x_ocm);
+    b.op("addi", {X{6}, X{6}, int64_t(T) * 2});
+    b.op("sub", {X{15}, X{15}, X{16}});
+    b.op("min", {X{17}, X{15}, X{16}});
+    b.op("pset.range", {P{1}, X{0}, X{17}});
   }
-  b.op("addi", {X{4}, X{4}, int64_t(G)});
-  b.op("bne", {X{4}, X{11}, ret});
-  // Tile done: sum the lanes, store one fp16 per column, move to the next tile.
-  b.op("vadd.f32", {V{8}, V{8}, V{9}});
-  b.op("vredsum.f32", {V{8}, V{8}});
-  b.op("vcvt.f16.f32", {V{8}, V{8}});
-  b.op("ogather.h1", {V{8}, Mem{X{6}, 0}, X{9}}, P{1});
-  b.op("vsplati", {V{8}, int64_t(0)});
-  b.op("vsplati", {V{9}, int64_t(0)});
-  b.li(X{4}, 0);
-  b.li(X{5}, a.x_ocm);
-  b.op("addi", {X{6}, X{6}, int64_t(T) * 2});
-  b.op("sub", {X{15}, X{15}, X{16}});
-  b.op("min", {X{17}, X{15}, X{16}});
-  b.op("pset.range", {P{1}, X{0}, X{17}});
   b.bind(ret);
   b.op("jalr", {X{0}, X{14}, 0});
   b.bind(done);

@@ -32,8 +32,10 @@ uint32_t pc_of(const isa::Program& p, const std::string& prefix) {
   return 0;
 }
 
+// The cases below run a GEMV of 100 columns on mini: a full tile (4 column groups of 16
+// PEs), then the narrow one, so the full tile's routine, first in the program, runs first.
 TEST(TraceDiff, FindsASeededOneInstructionChangeAtItsCycle) {
-  KernelCase a = gemv_case(), b = gemv_case();
+  KernelCase a = gemv_case(100), b = gemv_case(100);
   // Seed: the x pointer step of the block loop, 256 -> 192 bytes (a classic stride bug).
   uint32_t pc = pc_of(b.program, "addi x5, x5, 256");
   isa::Fields f = isa::unpack(b.program.words[pc]);
@@ -57,7 +59,7 @@ TEST(TraceDiff, FindsASeededOneInstructionChangeAtItsCycle) {
 }
 
 TEST(TraceDiff, FindsADataChangeAtTheFirstDifferingWrite) {
-  KernelCase a = gemv_case(), b = gemv_case();
+  KernelCase a = gemv_case(100), b = gemv_case(100);
   auto load = b.load;
   b.load = [load](sim::Platform& p) {
     load(p);
@@ -75,7 +77,7 @@ TEST(TraceDiff, FindsADataChangeAtTheFirstDifferingWrite) {
 }
 
 TEST(TraceDiff, NegativeControlIdenticalRunsAreTheSame) {
-  KernelCase a = gemv_case();
+  KernelCase a = gemv_case(100);
   std::vector<TraceLine> t1 = trace_of(a, temp_path("gemv_1.trace")), t2 = trace_of(a, temp_path("gemv_2.gtrc"));
   TraceDivergence d = diff_traces(t1, t2);
   EXPECT_TRUE(d.same) << d.report;
@@ -92,7 +94,7 @@ TEST(TraceDiff, NegativeControlIdenticalRunsAreTheSame) {
 // diff reports timing, the values-only diff calls them the same. A changed input value
 // is still found by the values-only diff, at the first write it changes.
 TEST(TraceDiff, ValuesOnlyIgnoresTimingButNotValues) {
-  KernelCase a = gemv_case(), retimed = gemv_case(), changed = gemv_case();
+  KernelCase a = gemv_case(100), retimed = gemv_case(100), changed = gemv_case(100);
   retimed.cfg.set("ddr_gbps", "8");
   retimed.cfg.set("lat.mac16", "13");
   retimed.cfg.validate();

@@ -250,7 +250,7 @@ TEST(ImageOcm, FullSizeCyclesChangeWithOcm) {
 TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   std::string m;
   try {
-    Compiler c(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=340KiB"}));
+    Compiler c(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=400KiB"}));
     c.image_program(ImageShape{});
   } catch (const Error& e) {
     m = e.what();
@@ -259,7 +259,7 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   const size_t at = m.find("raise ocm_bytes to ");
   ASSERT_NE(at, std::string::npos) << m;
   const uint64_t least = std::stoull(m.substr(at + 19));
-  EXPECT_GT(least, 348160u);
+  EXPECT_GT(least, 409600u);
   // The named size works.
   Compiler c(config_tiny(), sim::Config::make("qc-u", {fmt::format("ocm_bytes={}", least)}));
   EXPECT_TRUE(c.image_program(ImageShape{}).plan.starts_with("streamed"));
