@@ -35,37 +35,41 @@ P group_pred(uint32_t W, uint32_t npe, uint32_t j) { return (j + 1) * npe <= W ?
 // scatter strides; v30, v31: the masks), accumulated into v8 and v9 (W <= npe: the tile's
 // PEs are `pred`) or, on a wider tile, into each group's accumulators.
 void emit_block(Builder& b, uint32_t W, P pred, uint32_t npe) {
+  // Group j's codes, scale and zero (v0, v4: lane 0 scale, lane 1 zero), then its 128
+  // weights dequantised into v18..v25 (staged over the 8 groups of 16 codes, so no
+  // instruction waits on the one before it).
+  auto codes = [&](uint32_t j, P p) {
+    b.op("oscatter", {V{0}, Mem{X{7}, int64_t(j) * npe * 64}, X{8}}, p);
+    b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64 + int64_t(j) * npe * 2}, X{9}}, p);
+    b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66 + int64_t(j) * npe}, X{10}}, p);
+    b.op("vcvt.f32.f16", {V{2}, V{1}});
+    b.op("vand", {V{3}, V{3}, V{30}});
+    b.op("vcvt.f32.i32", {V{3}, V{3}});
+    b.op("vsel", {V{4}, V{2}, V{3}, V{31}});
+  };
+  auto dequant = [&] {
+    for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
+  };
+  auto x = [&] { for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}}); };
+  auto x_f32 = [&] { for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}}); };
+  auto mla = [&](uint32_t j) {
+    for (int n = 0; n < 8; ++n) b.op("vmla.f32", {acc(j, n % 2), V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
+  };
   if (W > npe) {
-    for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
-    for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
+    x();
+    x_f32();
     for (uint32_t j = 0; j < groups(W, npe); ++j) {
-      const P pj = group_pred(W, npe, j);
-      b.op("oscatter", {V{0}, Mem{X{7}, int64_t(j) * npe * 64}, X{8}}, pj);
-      b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64 + int64_t(j) * npe * 2}, X{9}}, pj);
-      b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66 + int64_t(j) * npe}, X{10}}, pj);
-      b.op("vcvt.f32.f16", {V{2}, V{1}});
-      b.op("vand", {V{3}, V{3}, V{30}});
-      b.op("vcvt.f32.i32", {V{3}, V{3}});
-      b.op("vsel", {V{4}, V{2}, V{3}, V{31}});
-      for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
-      for (int n = 0; n < 8; ++n) b.op("vmla.f32", {acc(j, n % 2), V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
+      codes(j, group_pred(W, npe, j));
+      dequant();
+      mla(j);
     }
-    b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
-    b.op("addi", {X{5}, X{5}, kBlock * 2});
-    return;
+  } else {
+    codes(0, pred);
+    x();
+    dequant();
+    x_f32();
+    mla(0);
   }
-  b.op("oscatter", {V{0}, Mem{X{7}, 0}, X{8}}, pred);
-  b.op("oscatter.w1", {V{1}, Mem{X{7}, int64_t(W) * 64}, X{9}}, pred);
-  b.op("oscatter.w1", {V{3}, Mem{X{7}, int64_t(W) * 66}, X{10}}, pred);
-  b.op("vcvt.f32.f16", {V{2}, V{1}});
-  b.op("vand", {V{3}, V{3}, V{30}});
-  b.op("vcvt.f32.i32", {V{3}, V{3}});
-  b.op("vsel", {V{4}, V{2}, V{3}, V{31}});  // meta: lane 0 scale, lane 1 zero
-  // Stages over the 8 groups of 16 codes, so no instruction waits on the one before it.
-  for (int n = 0; n < 8; ++n) b.op("obcast.h", {V{uint8_t(10 + n)}, Mem{X{5}, 32 * n}});
-  for (int n = 0; n < 8; ++n) b.op("vdq4.f32", {V{uint8_t(18 + n)}, V{0}, V{4}, int64_t(n)});
-  for (int n = 0; n < 8; ++n) b.op("vcvt.f32.f16", {V{uint8_t(10 + n)}, V{uint8_t(10 + n)}});
-  for (int n = 0; n < 8; ++n) b.op("vmla.f32", {V{uint8_t(8 + n % 2)}, V{uint8_t(18 + n)}, V{uint8_t(10 + n)}});
   b.op("addi", {X{7}, X{7}, int64_t(W) * kGemvColumnBlockBytes});
   b.op("addi", {X{5}, X{5}, kBlock * 2});
 }
