@@ -151,8 +151,8 @@ void Compiler::plan_decode_ocm() {
     docm_.f16xs = a.take(kF16RowBytes, "fp16 channels of x");
     docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");
   }
-  // The attention's key splits take what the GEMV's buffers leave (two blocks on every
-  // DMA channel, the most its tiling rule uses).
+  // The attention's key splits take what the GEMV's buffers leave (a one-block chunk on
+  // every DMA channel: its tiling rule when the port is the bound).
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1), gemv_want = gemv_scratch_bytes(cfg_, cfg_.dma_channels);
   DecodeAttnArgs probe;
   probe.q_heads = nq;
