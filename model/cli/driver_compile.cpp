@@ -149,6 +149,7 @@ void add_compile_commands(CLI::App& app) {
   static int64_t cached = 140;
   static std::string max_context = "auto";
   static bool run = false, fp16_channels = false;
+  static int gemm_rows = 0;
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
   machine.add(c);
@@ -162,6 +163,10 @@ void add_compile_commands(CLI::App& app) {
       ->check(cli::integer(INT64_MIN, INT64_MAX));  // the range: check_tokens in the callback
   add_max_context_option(c, max_context);
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
+  c->add_option("--gemm-rows", gemm_rows,
+                "run the image GEMMs on the first N PE rows (0: the compiler's choice, printed in the image plan)")
+      ->capture_default_str()
+      ->check(cli::integer(0, 1 << 16));
   c->add_flag("--fp16-channels", fp16_channels,
               "compile for a mixed-precision bundle (quantize --fp16-channels): a gather and an fp16 correction "
               "after every GEMV, GEMM and embedding lookup (docs/quantisation.md)");
@@ -182,6 +187,7 @@ void add_compile_commands(CLI::App& app) {
     // Capacity first (issue 18): every count the runs need against the KV cache, before any run.
     CompileOptions copt;
     copt.fp16_channels = fp16_channels;
+    copt.image_gemm_rows = uint32_t(gemm_rows);
     const Capacity cap = resolve_max_context(max_context, m, cfg, copt);
     check_tokens("--seq", seq, cap, fmt::format("give --seq {} or less, or a larger --max-context", cap.max_context));
     check_tokens("--cached", cached, cap,

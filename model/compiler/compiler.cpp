@@ -56,7 +56,7 @@ std::vector<std::string> gate_up_names(int layer) {
 }
 
 Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt)
-    : model_(model), cfg_(cfg), gemm_cfg_(gemm_view(model, cfg)), opt_(opt) {
+    : model_(model), cfg_(cfg), gemm_cfg_(gemm_view(model, cfg, opt)), opt_(opt) {
   cfg_.validate();
   if (opt_.max_seq == 0) fail("compiler: a KV cache of 0 slots holds no token; give a max context of at least 1");
   plan_ddr();
@@ -79,7 +79,7 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
 }
 
 Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly)
-    : model_(model), cfg_(cfg), gemm_cfg_(gemm_view(model, cfg)), opt_(opt) {
+    : model_(model), cfg_(cfg), gemm_cfg_(gemm_view(model, cfg, opt)), opt_(opt) {
   plan_ddr();
 }
 

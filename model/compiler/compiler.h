@@ -134,6 +134,8 @@ struct CompileOptions {
   // image_tile_rows rows per tile, image_attn_groups kv heads per attention call and
   // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind).
   uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0;
+  // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
+  uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
   // a gather and a correction call after it, and the image program's GEMMs run unchained.
@@ -191,7 +193,8 @@ class Compiler {
   // The image GEMMs' view of the array (compiler_image.cpp): the first rows of it, the
   // fewest of (whole array, halved) whose GEMM MACs stay within 0.7 x the weights' DDR
   // time, and at most those whose DMA code buffers take a quarter of the OCM.
-  static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg);
+  // CompileOptions::image_gemm_rows forces the rows.
+  static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
   Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly);
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its

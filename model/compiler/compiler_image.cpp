@@ -85,7 +85,15 @@ struct Dims {
 
 }  // namespace
 
-sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg) {
+sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt) {
+  sim::Config g = cfg;
+  if (opt.image_gemm_rows) {
+    if (opt.image_gemm_rows > cfg.pe_rows)
+      fail("compiler: GEMMs on {} PE rows, but the array has {} (pe_rows): give --gemm-rows 1 to {}",
+           opt.image_gemm_rows, cfg.pe_rows, cfg.pe_rows);
+    g.pe_rows = opt.image_gemm_rows;
+    return g;
+  }
   // A GEMM tile is as wide as the PEs it uses: on a large array its DMA buffers take OCM
   // the row tiles need, and its first and last tiles take longer to stream. Measured on
   // 2B (docs/performance.md, "GEMMs on part of the array"): 64x64 at 2 MiB, 16 GB/s:
@@ -100,7 +108,6 @@ sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg
                       double(s.grid_h) * s.grid_w * vision * model.vision.depth;
   const double ddr = (text * model.text.num_hidden_layers + vision * model.vision.depth) * 68.0 / 128.0 /
                      cfg.ddr_bytes_per_cycle();
-  sim::Config g = cfg;
   auto halve = [&](auto more) {
     while (g.pe_rows % 2 == 0 && more()) g.pe_rows /= 2;
   };

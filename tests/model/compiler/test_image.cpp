@@ -265,6 +265,28 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   EXPECT_TRUE(c.image_program(ImageShape{}).plan.starts_with("streamed"));
 }
 
+// The image GEMMs' view of the array (Compiler::gemm_view): the rule takes all rows at qc-u
+// and part of a 64x64 array on 2 MiB; CompileOptions::image_gemm_rows forces it (named in
+// the plan), and more rows than the array has is an error naming the range.
+TEST(Image, GemmViewRuleAndOverride) {
+  EXPECT_EQ(Compiler(config_2b(), sim::Config::make("qc-u", {})).image_program(ImageShape{}).plan.find("GEMMs on"),
+            std::string::npos);
+  const sim::Config big = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB", "ddr_gbps=16"});
+  EXPECT_NE(Compiler(config_2b(), big).image_program(ImageShape{}).plan.find("GEMMs on 16 of the 64 PE rows"),
+            std::string::npos);
+  CompileOptions o;
+  o.image_gemm_rows = 32;
+  EXPECT_NE(Compiler(config_2b(), big, o).image_program(ImageShape{}).plan.find("GEMMs on 32 of the 64 PE rows"),
+            std::string::npos);
+  o.image_gemm_rows = 65;
+  try {
+    Compiler c(config_2b(), big, o);
+    ADD_FAILURE() << "65 rows of 64 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("give --gemm-rows 1 to 64"), std::string::npos) << e.what();
+  }
+}
+
 // Acceptance: the full 2B image program (256x256 photo, 128-token prompt), timing-only.
 TEST(Image, FullSizeCyclesPerStage) {
   sim::Config cfg = sim::Config::make("qc-u", {});
