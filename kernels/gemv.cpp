@@ -216,6 +216,10 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   b.op("vsplati", {V{9}, int64_t(0)});
   for (uint32_t j = 1; j < groups(T, cfg.npe()); ++j)
     for (uint32_t h : {0u, 1u}) b.op("vsplati", {acc(j, h), int64_t(0)});
+  if (T > cfg.npe() && tail % cfg.npe()) {  // column groups: p2 = the narrow tile's last, partial group
+    b.li(X{17}, tail % cfg.npe());
+    b.op("pset.range", {P{2}, X{0}, X{17}});
+  }
   for (uint32_t c = 0; c < ch; ++c)
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), C == Ct ? tail_chunk_bytes : chunk_bytes);
   // issue = false: the chunk is in flight already (prefetched); only the registers move on.
@@ -264,12 +268,8 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   Label ret = b.label(), narrow = b.label(), tile_end = b.label();
   b.bind(chunk);
   if (T > npe) {
-    // Column groups (T = g npe): each tile kind has its own routine and tile end; p2 = the
-    // narrow tile's last, partial group.
-    if (tail % npe) {
-      b.li(X{17}, tail % npe);
-      b.op("pset.range", {P{2}, X{0}, X{17}});
-    }
+    // Column groups (T = g npe): each tile kind has its own routine and tile end (p2 set in
+    // the prologue).
     auto routine = [&](uint32_t W) {
       blocks(W);
       b.op("addi", {X{4}, X{4}, int64_t(G)});
