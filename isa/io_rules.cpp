@@ -67,7 +67,12 @@ std::string read_input(const std::string& path, const std::string& what, uint64_
   check_input(path, what, max_bytes);
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open {} '{}': {}", what, path, std::strerror(errno));
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // In 1 MiB pieces, not through a character iterator (~25 ms on the 11 MB tokenizer file,
+  // measured by the helper of the sixth stop), without relying on the size check_input saw.
+  std::string data;
+  std::vector<char> piece(1 << 20);
+  while (in.read(piece.data(), std::streamsize(piece.size())) || in.gcount() > 0)
+    data.append(piece.data(), size_t(in.gcount()));
   if (in.bad()) fail("cannot read {} '{}': read error", what, path);
   return data;
 }
