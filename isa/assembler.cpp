@@ -467,15 +467,7 @@ std::string Program::disassemble() const {
 }
 
 void Program::write_assembly(const std::string& path) const {
-  AtomicFile file(path);
-  std::FILE* f = std::fopen(file.temp().c_str(), "wb");
-  if (!f) fail("cannot write '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
-  bool ok = true;
-  disassemble([&](std::string_view piece) { ok = ok && std::fwrite(piece.data(), 1, piece.size(), f) == piece.size(); });
-  ok = ok && std::fflush(f) == 0;
-  const int err = errno;
-  if (std::fclose(f) != 0 || !ok) fail("cannot write '{}': {} (disk full or file too large?)", path, std::strerror(err));
-  file.commit();
+  write_file_atomic(path, [this](const std::function<void(std::string_view)>& put) { disassemble(put); });
 }
 
 void Program::disassemble(const std::function<void(std::string_view)>& sink) const {

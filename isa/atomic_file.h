@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -86,11 +87,15 @@ class AtomicFile {
   int temp_id_ = -1;
 };
 
-inline void write_file_atomic(const std::string& path, std::string_view bytes) {
+// The same for bytes made piece by piece: produce(put) calls put(piece) in order.
+inline void write_file_atomic(const std::string& path,
+                              const std::function<void(const std::function<void(std::string_view)>&)>& produce) {
   AtomicFile out(path);
   std::FILE* f = std::fopen(out.temp().c_str(), "wb");
   if (!f) fail("cannot write '{}': {} (check that the directory exists and is writable)", path, std::strerror(errno));
-  bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  bool ok = true;
+  produce([&](std::string_view piece) { ok = ok && std::fwrite(piece.data(), 1, piece.size(), f) == piece.size(); });
+  ok = ok && std::fflush(f) == 0;
   int err = errno;
   if (std::fclose(f) != 0 && ok) {
     ok = false;
@@ -98,6 +103,10 @@ inline void write_file_atomic(const std::string& path, std::string_view bytes) {
   }
   if (!ok) fail("cannot write '{}': {} (disk full or file too large?)", path, std::strerror(err));
   out.commit();
+}
+
+inline void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, [bytes](const std::function<void(std::string_view)>& put) { put(bytes); });
 }
 
 }  // namespace gpnpu
