@@ -261,6 +261,46 @@ IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, 
   return x;
 }
 
+// Timing-only runs skip the steady state of hardware loops. The timing of a loop
+// iteration depends only on the scoreboard relative to the issue cycle (every
+// register's ready cycle, every unit's free cycle, the array's busy and the last
+// completion, each clamped at the issue cycle: a time already past is as good as now),
+// on the instructions' costs and on the active PEs. When a body has no branch, DMA,
+// mark, predicate write or scalar store, those active PEs do not change between
+// iterations, and when two consecutive iterations start from the same relative
+// scoreboard, every later one takes the same cycles and adds the same counts. The
+// remaining iterations but the last are then skipped in one step: their semantics (the
+// scalar updates and address checks that timing-only runs execute) still run, iteration
+// by iteration, and an iteration whose semantics fail is not skipped, so the normal
+// issue loop reports the error with its pc and cycle. Cycles and stats are the same
+// as issuing every instruction (tests/sim/test_loop_skip.cpp).
+struct LoopSkip {
+  static constexpr int kState = isa::kNumRegs + 1 + isa::kNumUnits + 2;  // + kNoReg; array busy, last done
+  using State = std::array<Cycles, kState>;
+  std::vector<int8_t> eligible;  // per loop start pc: -1 unknown, 0 no, 1 yes
+  std::vector<uint32_t> run_pcs;
+  // The previous iteration start of an eligible loop.
+  uint32_t start = UINT32_MAX, remaining = 0;
+  Cycles now = 0;
+  uint64_t stall = 0, busy = 0;
+  State state{};
+
+  bool body_eligible(const std::vector<isa::Insn>& insns, const IssueRec* rec, uint32_t begin, uint32_t end) {
+    if (eligible.empty()) eligible.assign(insns.size(), -1);
+    int8_t& e = eligible[begin];
+    if (e < 0) {
+      e = 1;
+      for (uint32_t q = begin; q < end && e; ++q) {
+        const Unit u = insns[q].info->unit;
+        if (u == Unit::branch || u == Unit::ctrl || u == Unit::dma || u == Unit::smem || u == Unit::pred) e = 0;
+        if (rec[q].flags & kRun)
+          for (int k = 0; k < insns[q].ndst; ++k) e &= !(insns[q].dst[k] >= isa::kRegP);
+      }
+    }
+    return e;
+  }
+};
+
 }  // namespace
 
 Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
@@ -388,6 +428,70 @@ void Sequencer::execute_loop() {
   ClassCounts::Acc* const acc = counts.acc.data();
   Cycles* const rd = ready.data();
   uint32_t loop_end = st.loop_end();
+  LoopSkip skip;
+  skipped_ = 0;
+  // At the start of an iteration of the innermost loop (its back edge just taken):
+  // compare the relative scoreboard with the previous iteration's, and skip the
+  // remaining iterations but the last when they match (LoopSkip above).
+  auto skip_iterations = [&](uint32_t start) {
+    isa::LoopFrame& f = st.loops[st.loop_depth - 1];
+    if (!skip.body_eligible(insns_, rec, f.start, f.end)) return;
+    LoopSkip::State s;
+    size_t k = 0;
+    auto rel = [&](Cycles c) { return c > now ? c - now : 0; };
+    for (int i = 0; i <= isa::kNumRegs; ++i) s[k++] = rel(rd[i]);
+    for (Cycles c : unit_free) s[k++] = rel(c);
+    s[k++] = rel(array_busy_until);
+    s[k++] = rel(last_done);
+    const uint64_t stall = tot[Stat::stall_cycles] + counts.stall, busy = tot[Stat::array_busy_cycles];
+    const bool periodic = skip.start == start && skip.remaining == f.remaining + 1 && skip.state == s;
+    const Cycles d = now - skip.now;
+    const uint64_t dstall = stall - skip.stall, dbusy = busy - skip.busy;
+    skip.start = start, skip.remaining = f.remaining, skip.now = now, skip.stall = stall, skip.busy = busy, skip.state = s;
+    if (!periodic) return;
+    // Skipped iterations must not reach the next power window or the next check.
+    uint64_t m = f.remaining - 1;
+    m = std::min<uint64_t>(m, (window_end - now) / d);
+    m = std::min<uint64_t>(m, (next_check - 1 - now) / d);
+    if (m == 0) return;
+    skip.run_pcs.clear();
+    for (uint32_t q = f.start; q < f.end; ++q)
+      if (rec[q].flags & kRun) skip.run_pcs.push_back(q);
+    uint64_t done = 0;
+    for (; done < m; ++done) {
+      uint32_t x[isa::kXregs];
+      std::copy(std::begin(st.x), std::end(st.x), x);
+      try {
+        for (uint32_t q : skip.run_pcs) {
+          st.pc = q;
+          st.next_pc = q + 1;
+          insns_[q].exec(st, insns_[q]);
+        }
+      } catch (const Error&) {  // the issue loop runs this iteration and reports it
+        std::copy(std::begin(x), std::end(x), st.x);
+        break;
+      }
+    }
+    if (done == 0) return;
+    const Cycles shift = done * d;
+    auto move = [&](Cycles& c) {
+      if (c > now) c += shift;
+    };
+    for (int i = 0; i <= isa::kNumRegs + 1; ++i) move(rd[i]);
+    for (Cycles& c : unit_free) move(c);
+    move(array_busy_until);
+    move(last_done);
+    now += shift;
+    counts.stall += done * dstall;
+    tot[Stat::array_busy_cycles] += done * dbusy;
+    for (uint32_t q = f.start; q < f.end; ++q) {
+      acc[rec[q].cls].n += done;
+      acc[rec[q].cls].pes += done * st.pred_count[rec[q].p];
+    }
+    f.remaining -= uint32_t(done);
+    skipped_ += done;
+    skip.start = UINT32_MAX;
+  };
   for (;;) {
     if (pc >= n) fail("{}: pc {} is past the end of the program ({} instructions); end it with `halt`", where(pc ? pc - 1 : 0, now), pc, n);
     const IssueRec& x = rec[pc];
@@ -429,11 +533,13 @@ void Sequencer::execute_loop() {
       effect = st.effect != Effect::none;
       loop_end = st.loop_end();
     }
+    bool back_edge = false;
     if (next == loop_end) [[unlikely]] {
       st.next_pc = next;
       st.advance();
       next = st.next_pc;
       loop_end = st.loop_end();
+      back_edge = st.loop_depth > 0 && next == st.loops[st.loop_depth - 1].start;
     }
 
     const uint32_t pes = st.pred_count[x.p];
@@ -523,6 +629,8 @@ void Sequencer::execute_loop() {
       }
       next_check = std::min(next_sync, past_max);
     }
+    if constexpr (kTimingOnly && !kHooks)
+      if (back_edge) [[unlikely]] skip_iterations(next);
     pc = next;
   }
 }

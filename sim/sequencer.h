@@ -44,6 +44,8 @@ class Sequencer : public sc_core::sc_module {
   // Starts the prepared run (from outside SystemC, before sc_start).
   void start() { pending_ = true; start_.notify(sc_core::SC_ZERO_TIME); }
   bool done() const { return done_; }
+  // Loop iterations the last timing-only run skipped (sim/sequencer.cpp, LoopSkip).
+  uint64_t skipped_iterations() const { return skipped_; }
   const std::string& error() const { return error_; }
 
   // Called for every issued instruction when set (tracing); nothing is done when empty.
@@ -78,6 +80,7 @@ class Sequencer : public sc_core::sc_module {
   Stats* stats_ = nullptr;
   bool timing_only_ = false;
   Cycles base_ = 0;
+  uint64_t skipped_ = 0;
   bool done_ = false, pending_ = false;
   std::string error_;
 };
