@@ -11,15 +11,16 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   if (hd == 0 || hd % 32 || hd > 128) fail("rope: head_dim {} must be a multiple of 32, at most 128", hd);
   if (H == 0 || H > npe) fail("rope: {} heads do not fit the {} PEs (one PE per head of a row)", H, npe);
   if (a.rows == 0) fail("rope: rows must be positive");
-  const uint32_t hd2 = hd * 2, C = hd / 16, half = C / 2;
+  const uint32_t hd2 = hd * 2, C = hd / 16, half = C / 2;  // C 16-dim chunks, C/2 of 32 fp16 (64 B)
   if (a.x_row_stride < H * hd2 || a.out_row_stride < H * hd2)
     fail("rope: row strides {} / {} are smaller than a row of {} heads x {} fp16", a.x_row_stride, a.out_row_stride, H, hd);
   const uint32_t TR = npe / H;  // tiling rule: rows per tile
   const uint32_t tiles = (a.rows + TR - 1) / TR;
   const int64_t tchunk = a.tab_f32 ? 64 : 32;
-  auto Xr = [](uint32_t c) { return V{uint8_t(c)}; };
-  auto Cr = [](uint32_t c) { return V{uint8_t(8 + c)}; };
-  auto Sr = [](uint32_t c) { return V{uint8_t(16 + c)}; };
+  auto Xr = [](uint32_t c) { return V{uint8_t(c)}; };        // 16 dims, fp32 (c < C)
+  auto Cr = [](uint32_t c) { return V{uint8_t(8 + c)}; };    // cos of 16 dims of the first half (c < C/2)
+  auto Sr = [](uint32_t c) { return V{uint8_t(16 + c)}; };   // sin likewise
+  auto Pk = [](uint32_t j) { return V{uint8_t(28 + j)}; };   // 32 dims, fp16 pairs (j < C/2)
 
   b.li(X{1}, tiles);
   b.li(X{2}, a.rows);
@@ -31,7 +32,8 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   b.li(X{11}, hd2);
   b.loop(X{1}, [&] {
     b.op("min", {X{3}, X{2}, X{4}});
-    // ---- load the tile: per row, x (stride hd*2 across its heads) and cos/sin (stride 0) ----
+    // ---- load the tile: per row, x (32 dims a scatter, stride hd*2 across its heads) and
+    // the first half of cos/sin (stride 0) ----
     b.li(X{9}, 0);
     b.li(X{10}, H);
     b.op("addi", {X{16}, X{5}, 0});
@@ -39,11 +41,11 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     b.op("addi", {X{18}, X{7}, 0});
     b.loop(X{3}, [&] {
       b.op("pset.range", {P{1}, X{9}, X{10}});
-      for (uint32_t c = 0; c < C; ++c) b.op("oscatter.h", {Xr(c), Mem{X{16}, 32 * c}, X{11}}, P{1});
+      for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
       // (the row's PEs all take the same table bytes: one predicated broadcast each)
       const char* tl = a.tab_f32 ? "obcast" : "obcast.h";
-      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}}, P{1});
-      for (uint32_t c = 0; c < C; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}}, P{1});
+      for (uint32_t c = 0; c < half; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}}, P{1});
+      for (uint32_t c = 0; c < half; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}}, P{1});
       b.op("addi", {X{9}, X{9}, H});
       b.op("addi", {X{10}, X{10}, H});
       b.op("addi", {X{16}, X{16}, int64_t(a.x_row_stride) - int64_t(H) * hd2});
@@ -56,30 +58,34 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     b.op("mul", {X{12}, X{12}, X{3}});
     b.op("pset.range", {P{2}, X{0}, X{12}});
     if (!a.tab_f32)
-      for (uint32_t c = 0; c < C; ++c) {
+      for (uint32_t c = 0; c < half; ++c) {
         b.op("vcvt.f32.f16", {Cr(c), Cr(c)}, P{2});
         b.op("vcvt.f32.f16", {Sr(c), Sr(c)}, P{2});
       }
-    for (uint32_t c = 0; c < C; ++c) b.op("vcvt.f32.f16", {Xr(c), Xr(c)}, P{2});
+    for (uint32_t j = 0; j < half; ++j) {
+      b.op("vunpack.f16", {Xr(2 * j), Pk(j), int64_t(0)}, P{2});
+      b.op("vunpack.f16", {Xr(2 * j + 1), Pk(j), int64_t(1)}, P{2});
+    }
+    // x'[d] = x[d] cos[d] - x[d+h] sin[d], x'[d+h] = x[d+h] cos[d] + x[d] sin[d] (cos and
+    // sin of d + h are those of d)
     for (uint32_t c = 0; c < half; ++c) {
       const uint32_t lo = c, hi = c + half;
       V t1{24}, t2{25}, t3{26}, t4{27};
-      b.op("vmul.f32", {t1, Xr(lo), Cr(lo)}, P{2});
-      b.op("vmul.f32", {t2, Xr(hi), Sr(lo)}, P{2});
-      b.op("vmul.f32", {t3, Xr(hi), Cr(hi)}, P{2});
-      b.op("vmul.f32", {t4, Xr(lo), Sr(hi)}, P{2});
-      b.op("vsub.f32", {t1, t1, t2}, P{2});
-      b.op("vadd.f32", {t3, t3, t4}, P{2});
-      b.op("vcvt.f16.f32", {Xr(lo), t1}, P{2});
-      b.op("vcvt.f16.f32", {Xr(hi), t3}, P{2});
+      b.op("vmul.f32", {t1, Xr(lo), Cr(c)}, P{2});
+      b.op("vmul.f32", {t2, Xr(hi), Sr(c)}, P{2});
+      b.op("vmul.f32", {t3, Xr(hi), Cr(c)}, P{2});
+      b.op("vmul.f32", {t4, Xr(lo), Sr(c)}, P{2});
+      b.op("vsub.f32", {Xr(lo), t1, t2}, P{2});
+      b.op("vadd.f32", {Xr(hi), t3, t4}, P{2});
     }
+    for (uint32_t j = 0; j < half; ++j) b.op("vpack.f16", {Pk(j), Xr(2 * j), Xr(2 * j + 1)}, P{2});
     // ---- store the tile ----
     b.li(X{9}, 0);
     b.li(X{10}, H);
     b.op("addi", {X{19}, X{8}, 0});
     b.loop(X{3}, [&] {
       b.op("pset.range", {P{1}, X{9}, X{10}});
-      for (uint32_t c = 0; c < C; ++c) b.op("ogather.h", {Xr(c), Mem{X{19}, 32 * c}, X{11}}, P{1});
+      for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
       b.op("addi", {X{9}, X{9}, H});
       b.op("addi", {X{10}, X{10}, H});
       b.op("addi", {X{19}, X{19}, int64_t(a.out_row_stride) - int64_t(H) * hd2});
@@ -95,8 +101,9 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
 KernelCost cost_rope(const sim::Config&, const RopeArgs& a) {
   KernelCost c;
   const uint64_t tab = a.tab_f32 ? 4 : 2;
-  // x in and out (fp16) plus the row's cos and sin once (broadcast to its heads' PEs).
-  c.ocm_bytes = uint64_t(a.rows) * a.head_dim * (a.heads * (2 + 2) + 2 * tab);
+  // x in and out (fp16) plus the first half of the row's cos and sin once (broadcast to
+  // its heads' PEs).
+  c.ocm_bytes = uint64_t(a.rows) * a.head_dim * (a.heads * (2 + 2) + tab);
   return c;
 }
 

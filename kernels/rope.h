@@ -17,11 +17,15 @@
 //        (out may equal x: in place).
 //   cos, sin: fp32 (tab_f32) or fp16 in OCM, [rows][head_dim], row stride tab_row_stride.
 //
+// The kernel reads only the first half of each table row: cos[r][d + hd/2] must equal
+// cos[r][d] (and sin likewise), as the rotary tables above are built.
+//
 // Mapping: PE e = rl * heads + h holds head h of row r0 + rl of a tile of
-// TR = npe / heads rows; its 16 lanes take 16 consecutive dimensions (head_dim/16
-// registers). Per row of the tile one predicated scatter per 16 dims brings x (stride
-// head_dim*2 across the row's PEs) and one predicated broadcast the row's cos/sin; the rotation is
-// fp32 on the vector FPU; one gather per 16 dims writes the fp16 result back.
+// TR = npe / heads rows. Per row of the tile one predicated 64-byte scatter per 32 dims
+// brings x (stride head_dim*2 across the row's PEs) and one predicated broadcast per 16
+// dims the first half of the row's cos/sin; vunpack.f16 spreads each 32 dims over two fp32
+// registers (16 consecutive dimensions each), the rotation is fp32 on the vector FPU,
+// vpack.f16 rounds the pairs back, and one 64-byte gather per 32 dims writes them.
 // Tiling rule: TR = floor(npe / heads) rows per tile (fails if heads > npe);
 // head_dim must be a multiple of 32 and at most 128 (3 x head_dim/16 registers).
 #pragma once
