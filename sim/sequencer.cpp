@@ -277,7 +277,7 @@ IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, 
 struct LoopSkip {
   static constexpr int kState = isa::kNumRegs + 1 + isa::kNumUnits + 2;  // + kNoReg; array busy, last done
   using State = std::array<Cycles, kState>;
-  std::vector<int8_t> eligible;  // per loop start pc: -1 unknown, 0 no, 1 yes
+  std::vector<int8_t>& eligible;  // per loop start pc: -1 unknown, 0 no, 1 yes (kept with the issue records)
   std::vector<uint32_t> run_pcs;
   // The previous iteration start of an eligible loop.
   uint32_t start = UINT32_MAX, remaining = 0;
@@ -303,6 +303,14 @@ struct LoopSkip {
 
 }  // namespace
 
+struct Sequencer::IssueCache {
+  Timing timing;
+  bool timing_only;
+  std::vector<IssueRec> recs;
+  std::vector<EventClass> classes;
+  std::vector<int8_t> loop_eligible;
+};
+
 Sequencer::Sequencer(sc_core::sc_module_name name, const Clock& clock, DmaEngine& dma, Bus& bus)
     : sc_module(name), clock_(clock), dma_(dma), bus_(bus) {
   SC_HAS_PROCESS(Sequencer);
@@ -317,6 +325,7 @@ void Sequencer::prepare(const Config& cfg, isa::ArchState& state, const isa::Pro
   if (program.words != decoded_words_ || program.names.size() != decoded_names_) {
     decoded_words_.clear();
     insns_ = program.decode();
+    redecoded_ = true;
     decoded_words_ = program.words;
     decoded_names_ = program.names.size();
   }
@@ -394,12 +403,16 @@ void Sequencer::execute_loop() {
   } write_out{st};
   uint32_t pc = 0;
   const uint32_t n = uint32_t(insns_.size());
-  std::vector<IssueRec> recs(n);
-  std::vector<EventClass> classes;
-  std::array<int, 256> class_of_opcode;
-  class_of_opcode.fill(-1);
-  for (uint32_t k = 0; k < n; ++k) recs[k] = issue_rec(insns_[k], timing, kTimingOnly, classes, class_of_opcode);
-  ClassCounts counts{classes};
+  if (redecoded_ || !issue_cache_ || !(issue_cache_->timing == timing) || issue_cache_->timing_only != kTimingOnly) {
+    auto c = std::make_shared<IssueCache>(IssueCache{timing, kTimingOnly, std::vector<IssueRec>(n), {}, {}});
+    std::array<int, 256> class_of_opcode;
+    class_of_opcode.fill(-1);
+    for (uint32_t k = 0; k < n; ++k) c->recs[k] = issue_rec(insns_[k], timing, kTimingOnly, c->classes, class_of_opcode);
+    issue_cache_ = std::move(c);
+    redecoded_ = false;
+  }
+  const std::vector<IssueRec>& recs = issue_cache_->recs;
+  ClassCounts counts{issue_cache_->classes};
   struct FlushCounts {  // the counts reach the totals however the run ends
     ClassCounts& counts;
     Counters& tot;
@@ -428,7 +441,7 @@ void Sequencer::execute_loop() {
   ClassCounts::Acc* const acc = counts.acc.data();
   Cycles* const rd = ready.data();
   uint32_t loop_end = st.loop_end();
-  LoopSkip skip;
+  LoopSkip skip{issue_cache_->loop_eligible};
   skipped_ = 0;
   // At the start of an iteration of the innermost loop (its back edge just taken):
   // compare the relative scoreboard with the previous iteration's, and skip the

@@ -7,6 +7,7 @@
 #pragma once
 #include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <systemc>
 #include <vector>
@@ -77,6 +78,11 @@ class Sequencer : public sc_core::sc_module {
   // count of names change (a describe's decode steps rerun one program).
   std::vector<uint64_t> decoded_words_;
   size_t decoded_names_ = 0;
+  // What the issue loop reads of each instruction (sim/sequencer.cpp), made again only
+  // when the program was decoded again or the timing or the mode changed.
+  struct IssueCache;
+  std::shared_ptr<IssueCache> issue_cache_;
+  bool redecoded_ = true;
   Stats* stats_ = nullptr;
   bool timing_only_ = false;
   Cycles base_ = 0;

@@ -50,6 +50,7 @@ class Timing {
     }
     return c;
   }
+  bool operator==(const Timing&) const = default;
 
  private:
   std::array<uint32_t, isa::kNumUnits> lat_{}, occ_{};
