@@ -143,7 +143,6 @@ void Compiler::plan_decode_ocm() {
   docm_.finalw = a.take(H * 2, "final norm weight");
   dio_.cos_ocm = a.take(hd * 4, "rope cos");
   dio_.sin_ocm = a.take(hd * 4, "rope sin");
-  dio_.logits_ocm = a.take(uint64_t(V) * 2, "logits");
   dio_.max_seq = opt_.max_seq;
   docm_.norm_scratch = a.take(norm_scratch_bytes(cfg_), "norm scratch");
   docm_.embed_scratch = a.take(embed_scratch_bytes(H), "embed scratch");
@@ -152,7 +151,8 @@ void Compiler::plan_decode_ocm() {
     docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");
   }
   // The attention's key splits take what the GEMV's buffers leave (a one-block chunk on
-  // every DMA channel: its tiling rule when the port is the bound).
+  // every DMA channel: its tiling rule when the port is the bound). The logits share their
+  // region: the LM head writes them after the last layer's attention.
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1), gemv_want = gemv_scratch_bytes(cfg_, cfg_.dma_channels);
   DecodeAttnArgs probe;
   probe.q_heads = nq;
@@ -161,7 +161,8 @@ void Compiler::plan_decode_ocm() {
   probe.scratch_ocm = uint32_t(a.next());  // where take() puts it (the layout's pad depends on it)
   probe.scratch_bytes = uint32_t(std::min<uint64_t>(a.left() > gemv_want ? a.left() - gemv_want : 0, 0xffffffffu));
   docm_.attn_scratch_bytes = attention_decode_scratch_bytes(cfg_, probe);
-  docm_.attn_scratch = a.take(docm_.attn_scratch_bytes, "attention scratch");
+  docm_.attn_scratch = a.take(std::max<uint64_t>(docm_.attn_scratch_bytes, uint64_t(V) * 2), "attention scratch and logits");
+  dio_.logits_ocm = docm_.attn_scratch;
   docm_.gemv_scratch_bytes = uint32_t(std::min<uint64_t>(a.left(), 0xffffffffu));
   docm_.gemv_scratch = a.rest("GEMV DMA buffers", gemv_min);
 }
