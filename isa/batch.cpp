@@ -34,6 +34,13 @@ bool reads_scalar(const Insn& in) {
 
 bool is_vreg(uint8_t id) { return id >= kRegV && id < kRegV + kVregs; }
 
+// The register that `in` may read as a lazy broadcast's 16 lanes, or -1: vc of an
+// unpredicated vmac.f16 or vmla.f32 that reads it only there.
+int bcast_operand(const Insn& in) {
+  if (in.p != 0 || (in.exec != &sem_vmac_f16 && in.exec != &sem_vmla_f32) || in.c == in.a || in.c == in.b) return -1;
+  return in.c;
+}
+
 // Sets the window for the scope and restores the whole array's when it ends.
 struct Window {
   ArchState& s;
@@ -61,11 +68,11 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
+  const int bc = bcast_operand(in);
   if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
-    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && !(mac && id - kRegV == in.c)) push_fill(s, id - kRegV);
+      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && id - kRegV != bc) push_fill(s, id - kRegV);
     }
     for (int k = 0; k < in.ndst; ++k) {
       const uint8_t id = in.dst[k];
@@ -75,8 +82,8 @@ bool Batch::take(ArchState& s, const Insn& in) {
   Entry& e = entries_.emplace_back();
   e.in = &in;
   e.pc = s.pc;
-  if (in.exec == &sem_vmac_f16 && (s.lazy >> in.c & 1)) {  // vc is a lazy broadcast: read its lanes now
-    e.kind = Kind::mac_bcast;
+  if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
+    e.kind = Kind::bcast;
     std::memcpy(e.lanes, s.lazy_lanes[in.c], sizeof e.lanes);
   } else if (reads_scalar(in)) {
     e.xs = int32_t(xs_.size());
@@ -96,7 +103,7 @@ void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
   }
   uint32_t* a = s.vreg(in.a);
   const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
-  if (e.kind == Kind::mac_bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
+  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
   const uint32_t* c = s.vreg(in.c);
   for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
 }
@@ -119,7 +126,11 @@ void Batch::flush(ArchState& s) {
           if (cached_ == e.reg) cached_ = -1;
           continue;
         }
-        case Kind::mac_bcast: mac(s, e, lo, hi); break;
+        case Kind::bcast:
+          if (e.in->exec == &sem_vmac_f16) mac(s, e, lo, hi);
+          else lanes::mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, s.vreg(e.in->b) + size_t(lo) * kLanes, e.lanes,
+                                    size_t(hi - lo) * kLanes);
+          break;
         case Kind::exec:
           if (e.in->exec == &sem_vmac_f16) {
             mac(s, e, lo, hi);

@@ -40,14 +40,15 @@ struct Batch {
   bool empty() const { return entries_.empty(); }
 
  private:
-  enum class Kind : uint8_t { exec, fill, mac_bcast };
+  // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`.
+  enum class Kind : uint8_t { exec, fill, bcast };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
     uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
     int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
     uint32_t pc = 0;
-    uint32_t lanes[kLanes];   // fill, mac_bcast: the broadcast lanes
+    uint32_t lanes[kLanes];   // fill, bcast: the broadcast lanes
     ArchState::F16First first;
   };
   void push_fill(ArchState& s, int r);

@@ -23,7 +23,7 @@ inline void execute(ArchState& s, const Insn& in) {
   if (s.batch && s.batch->take(s, in)) return;  // deferred into the batch (isa/batch.h)
   if (s.lazy) {
     const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);
-    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
+    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16 && in.c != in.b;  // vb must be written out
     for (int k = 0; k < in.nsrc; ++k) {
       const int r = int(in.src[k]) - kRegV;
       if (r >= 0 && r < kVregs && (s.lazy >> r & 1) && !(mac && r == in.c)) s.materialise(r);

@@ -209,6 +209,14 @@ GPNPU_AVX2 void mla_f32_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, 
   if (k < n) mla_f32_scalar(a + k, b + k, c + k, n - k);
 }
 
+GPNPU_AVX2 void mla_f32_bcast_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  const __m256 c0 = load8(c16), c1 = load8(c16 + 8);
+  for (size_t k = 0; k + 16 <= n; k += 16) {
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(b + k), c0)));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(b + k + 8), c1)));
+  }
+}
+
 // The hardware conversion quiets a signalling NaN; the definition keeps its bits
 // (sign, all-ones exponent, the 10 payload bits shifted up), so NaN lanes take those.
 GPNPU_AVX2 void cvt_f32_f16_avx2(uint32_t* a, const uint32_t* b, size_t n) {
@@ -354,6 +362,13 @@ void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n)
   }
 }
 
+void mla_f32_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c16[k % 16]);
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
 void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n) {
   const float* t = f16_table();
   for (size_t k = 0; k < n; ++k) a[k] = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
@@ -457,6 +472,13 @@ void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   if (have_avx2()) return mla_f32_avx2(a, b, c, n);
 #endif
   mla_f32_scalar(a, b, c, n);
+}
+
+void mla_f32_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mla_f32_bcast_avx2(a, b, c16, n);  // AVX-512 CPUs have AVX2 too
+#endif
+  mla_f32_bcast_scalar(a, b, c16, n);
 }
 
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n) {

@@ -105,6 +105,16 @@ TEST(LanesSimd, MlaF32CvtAndPackMatchTheScalarDefinitionsBitForBit) {
   mla_f32(x.data(), b.data(), c.data(), n);
   mla_f32_scalar(y.data(), b.data(), c.data(), n);
   ASSERT_EQ(x, y);
+  {  // the broadcast form (vmla.f32 of a lazy broadcast in a batch): c16 in every PE
+    const size_t m = 4096;
+    std::vector<uint32_t> cc(m), xb(a.begin(), a.begin() + m), xs = xb, ys = xb;
+    for (size_t k = 0; k < m; ++k) cc[k] = c[k % 16];
+    mla_f32_bcast(xb.data(), b.data(), c.data(), m);
+    mla_f32_bcast_scalar(xs.data(), b.data(), c.data(), m);
+    mla_f32_scalar(ys.data(), b.data(), cc.data(), m);
+    ASSERT_EQ(xb, ys);
+    ASSERT_EQ(xs, ys);
+  }
   std::vector<uint32_t> h(n);
   for (size_t k = 0; k < n; ++k) h[k] = rng();  // every fp16 pattern incl. NaN in the low half
   cvt_f32_f16(x.data(), h.data(), n);

@@ -1,6 +1,6 @@
 // Lazy broadcasts (isa/execute.h) and PE-block batches (isa/batch.h) are invisible: a
 // program that broadcasts into registers and then uses them every way (vmac.f16's
-// broadcast operand, vcvt.f32.f16 of a broadcast, other arithmetic, predicated writes,
+// broadcast operand, vmla.f32's, vcvt.f32.f16 of a broadcast, other arithmetic, predicated writes,
 // LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
 // deferred array instructions between scalar ones (LRM loads and splats from scalar
 // registers that change within the run, a predicate over scattered PEs, fp16
@@ -80,6 +80,16 @@ Lbody:
     vcvt.f16.f32 v22, v21
     vpack.f16 v23, v20, v20
     vmul.f32 v24, v17, v14
+    vcvt.f32.f16 v29, v1
+    obcast.h v25, 0xb00(x0)
+    vcvt.f32.f16 v25, v25
+    vmla.f32 v30, v29, v25
+    vmla.f32 v30, v29, v25
+    obcast.h v26, 0xb40(x0)
+    vmac.f16 v31, v26, v26
+    obcast.h v28, 0xb80(x0)
+    vcvt.f32.f16 v28, v28
+    vmla.f32 v28, v29, v28
     mark.begin "after"
     mark.end "after"
     halt
