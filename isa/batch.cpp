@@ -50,12 +50,21 @@ struct Window {
 
 }  // namespace
 
+// The lanes of lazy register r (both patterns and the selector of a two-pattern one).
+void Batch::copy_lazy(ArchState& s, Entry& e, int r) {
+  std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
+  if (!(s.lazy2 >> r & 1)) return;
+  std::memcpy(e.lanes2, s.lazy_lanes2[r], sizeof e.lanes2);
+  e.sel = int32_t(sels_.size() / s.npe);
+  sels_.insert(sels_.end(), s.lazy_selector(r), s.lazy_selector(r) + s.npe);
+}
+
 void Batch::push_fill(ArchState& s, int r) {
   Entry& e = entries_.emplace_back();
   e.kind = Kind::fill;
   e.reg = uint8_t(r);
-  std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
-  s.lazy &= ~(1u << r);
+  copy_lazy(s, e, r);
+  s.clear_lazy(r);
 }
 
 bool Batch::take(ArchState& s, const Insn& in) {
@@ -68,7 +77,8 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
-  const int bc = bcast_operand(in);
+  int bc = bcast_operand(in);
+  if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
   if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
@@ -83,8 +93,8 @@ bool Batch::take(ArchState& s, const Insn& in) {
   e.in = &in;
   e.pc = s.pc;
   if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
-    e.kind = Kind::bcast;
-    std::memcpy(e.lanes, s.lazy_lanes[in.c], sizeof e.lanes);
+    e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
+    copy_lazy(s, e, bc);
   } else if (reads_scalar(in)) {
     e.xs = int32_t(xs_.size());
     std::copy(std::begin(s.x), std::end(s.x), xs_.emplace_back().begin());
@@ -104,6 +114,8 @@ void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
   uint32_t* a = s.vreg(in.a);
   const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
   if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
+  if (e.kind == Kind::bcast2)
+    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, fb_, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
   const uint32_t* c = s.vreg(in.c);
   for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
 }
@@ -122,10 +134,16 @@ void Batch::flush(ArchState& s) {
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
-          for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
+          if (e.sel >= 0) {
+            const uint8_t* sel = &sels_[size_t(e.sel) * s.npe];
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, sel[pe] ? e.lanes2 : e.lanes, sizeof e.lanes);
+          } else {
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
+          }
           if (cached_ == e.reg) cached_ = -1;
           continue;
         }
+        case Kind::bcast2: mac(s, e, lo, hi); break;
         case Kind::bcast:
           if (e.in->exec == &sem_vmac_f16) mac(s, e, lo, hi);
           else lanes::mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, s.vreg(e.in->b) + size_t(lo) * kLanes, e.lanes,
@@ -154,6 +172,7 @@ void Batch::flush(ArchState& s) {
     if (e.first.set && !s.f16_first.set) s.f16_first = e.first;
   entries_.clear();
   xs_.clear();
+  sels_.clear();
 }
 
 }  // namespace gpnpu::isa

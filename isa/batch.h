@@ -40,17 +40,21 @@ struct Batch {
   bool empty() const { return entries_.empty(); }
 
  private:
-  // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`.
-  enum class Kind : uint8_t { exec, fill, bcast };
+  // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
+  // bcast2: a vmac.f16 whose vc is a two-pattern lazy register (ArchState::lazy2).
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2 };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
     uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
     int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
+    int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
     uint32_t pc = 0;
-    uint32_t lanes[kLanes];   // fill, bcast: the broadcast lanes
+    uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
+    uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
     ArchState::F16First first;
   };
+  void copy_lazy(ArchState& s, Entry& e, int r);
   void push_fill(ArchState& s, int r);
   void mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi);
   std::vector<Entry> entries_;
@@ -59,6 +63,7 @@ struct Batch {
   uint32_t fb_[kBlockPes * kLanes];
   int cached_ = -1;
   std::vector<std::array<uint32_t, kXregs>> xs_;
+  std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
 };
 
 // Whether `in` may be deferred into a batch (see above).

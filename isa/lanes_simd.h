@@ -26,6 +26,10 @@ void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n
 void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n);
 void mac_f16_cvt(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
 void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
+// mac_f16_cvt_bcast over npes PEs whose c is c16_on where sel[pe] is set, else c16 (a
+// two-pattern lazy register, isa/state.h).
+void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on, const uint8_t* sel,
+                        size_t npes);
 
 // a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
@@ -64,6 +68,8 @@ void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void mac_f16_cvt_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
 void mac_f16_cvt_bcast_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
+void mac_f16_cvt_bcast2_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on,
+                               const uint8_t* sel, size_t npes);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();
 bool have_avx2();  // and F16C

@@ -69,7 +69,7 @@ void ocm_broadcast(ArchState& s, const Insn& i) {
   else std::memcpy(row, &s.ocm[addr], kVecBytes);
   if (s.lazy_broadcast && i.p == 0) {  // every PE gets the row: keep it lazy (isa/execute.h)
     std::memcpy(s.lazy_lanes[i.a], row, kVecBytes);
-    s.lazy |= 1u << i.a;
+    s.set_lazy(i.a);
     return;
   }
   uint32_t* a = s.vreg(i.a);

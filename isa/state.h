@@ -126,6 +126,16 @@ struct ArchState {
   bool lazy_broadcast = false;
   uint32_t lazy = 0;
   uint32_t lazy_lanes[kVregs][kLanes] = {};
+  // Two-pattern lazy registers (bits of lazy2, a subset of lazy): `vshr r, r, n @p` of a
+  // lazy broadcast r leaves lazy_lanes[r] on the PEs that p disables and lazy_lanes2[r]
+  // (the lanes shifted) on those it enables; lazy_sel row r is p's bytes at that time.
+  uint32_t lazy2 = 0;
+  uint32_t lazy_lanes2[kVregs][kLanes] = {};
+  std::vector<uint8_t> lazy_sel;  // [reg][pe]
+  const uint8_t* lazy_selector(int r) const { return &lazy_sel[size_t(r) * npe]; }
+  // Register r is a lazy broadcast (one pattern) or no longer lazy at all.
+  void set_lazy(int r) { lazy |= 1u << r, lazy2 &= ~(1u << r); }
+  void clear_lazy(int r) { lazy &= ~(1u << r), lazy2 &= ~(1u << r); }
   void materialise(int r);
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));

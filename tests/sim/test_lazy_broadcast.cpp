@@ -1,6 +1,8 @@
 // Lazy broadcasts (isa/execute.h) and PE-block batches (isa/batch.h) are invisible: a
 // program that broadcasts into registers and then uses them every way (vmac.f16's
-// broadcast operand, vmla.f32's, vcvt.f32.f16 of a broadcast, other arithmetic, predicated writes,
+// broadcast operand, vmla.f32's, vcvt.f32.f16 of a broadcast, a predicated vshr of a
+// broadcast onto itself (two patterns: read by vmac.f16, vmla.f32 and vcvt.f32.f16, its
+// predicate changed before the reads, left to the end), other arithmetic, predicated writes,
 // LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
 // deferred array instructions between scalar ones (LRM loads and splats from scalar
 // registers that change within the run, a predicate over scattered PEs, fp16
@@ -90,6 +92,16 @@ Lbody:
     obcast.h v28, 0xb80(x0)
     vcvt.f32.f16 v28, v28
     vmla.f32 v28, v29, v28
+    obcast v25, 0xbc0(x0)
+    vshr v25, v25, 16 @p2
+    pset.range p2, x0, x23
+    vmac.f16 v30, v1, v25
+    vmla.f32 v31, v29, v25
+    obcast v26, 0xc00(x0)
+    vshr v26, v26, 16 @p2
+    vcvt.f32.f16 v27, v26
+    obcast v28, 0xc40(x0)
+    vshr v28, v28, 3 @p2
     mark.begin "after"
     mark.end "after"
     halt
