@@ -104,33 +104,33 @@ bool Batch::take(ArchState& s, const Insn& in) {
 
 // vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
 // until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
-void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
+void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
+  ArchState& s = c.st;
   const Insn& in = *e.in;
   const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
-  if (cached_ != in.b) {
-    lanes::mac_f16_operand(fb_, b, size_t(hi - lo) * kLanes);
-    cached_ = in.b;
+  if (c.cached != in.b) {
+    lanes::mac_f16_operand(c.fb, b, size_t(hi - lo) * kLanes);
+    c.cached = in.b;
   }
   uint32_t* a = s.vreg(in.a);
-  const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
-  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
+  const uint32_t* fb = c.fb - size_t(lo) * kLanes;  // indexed like the registers
+  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, c.fb, e.lanes, size_t(hi - lo) * kLanes);
   if (e.kind == Kind::bcast2)
-    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, fb_, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
-  const uint32_t* c = s.vreg(in.c);
-  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
+    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, c.fb, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
+  const uint32_t* vc = s.vreg(in.c);
+  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, vc + k, n); });
 }
 
-void Batch::flush(ArchState& s) {
-  if (entries_.empty()) return;
-  uint32_t x[kXregs];
-  std::copy(std::begin(s.x), std::end(s.x), x);
-  const uint32_t pc = s.pc, lazy = s.lazy;
-  s.lazy = 0;  // the deferred instructions read their own lanes (fill, mac_bcast)
-  for (uint32_t lo = 0; lo < s.npe; lo += kBlockPes) {
-    const uint32_t hi = std::min(s.npe, lo + kBlockPes);
+// Every entry on the PEs [e0, e1), a block of kBlockPes at a time.
+void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
+  ArchState& s = c.st;
+  c.first.assign(entries_.size(), {});
+  for (uint32_t lo = e0; lo < e1; lo += kBlockPes) {
+    const uint32_t hi = std::min(e1, lo + kBlockPes);
     Window block(s, lo, hi);
-    cached_ = -1;
-    for (Entry& e : entries_) {
+    c.cached = -1;
+    for (size_t j = 0; j < entries_.size(); ++j) {
+      const Entry& e = entries_[j];
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
@@ -140,36 +140,62 @@ void Batch::flush(ArchState& s) {
           } else {
             for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
           }
-          if (cached_ == e.reg) cached_ = -1;
+          if (c.cached == e.reg) c.cached = -1;
           continue;
         }
-        case Kind::bcast2: mac(s, e, lo, hi); break;
+        case Kind::bcast2: mac(c, e, lo, hi); break;
         case Kind::bcast:
-          if (e.in->exec == &sem_vmac_f16) mac(s, e, lo, hi);
+          if (e.in->exec == &sem_vmac_f16) mac(c, e, lo, hi);
           else lanes::mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, s.vreg(e.in->b) + size_t(lo) * kLanes, e.lanes,
                                     size_t(hi - lo) * kLanes);
           break;
         case Kind::exec:
           if (e.in->exec == &sem_vmac_f16) {
-            mac(s, e, lo, hi);
+            mac(c, e, lo, hi);
             break;
           }
           if (e.xs >= 0) std::copy(xs_[size_t(e.xs)].begin(), xs_[size_t(e.xs)].end(), s.x);
           s.pc = e.pc;
-          s.f16_first_to = &e.first;
+          s.f16_first_to = &c.first[j];
           e.in->exec(s, *e.in);
           s.f16_first_to = nullptr;
           break;
       }
       for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
-        if (e.in->dst[k] == kRegV + cached_) cached_ = -1;
+        if (e.in->dst[k] == kRegV + c.cached) c.cached = -1;
     }
   }
-  std::copy(std::begin(x), std::end(x), s.x);
-  s.pc = pc;
-  s.lazy = lazy;
-  for (const Entry& e : entries_)  // the first non-finite fp16 in program order
-    if (e.first.set && !s.f16_first.set) s.f16_first = e.first;
+}
+
+void Batch::flush(ArchState& s) {
+  if (entries_.empty()) return;
+  // The chunks of PEs are independent (every deferred instruction touches only its own
+  // PE), so they may run on two threads (split_pes: only while a CPU is free, and only
+  // while it pays); each chunk runs with a view of the state of its own.
+  uint32_t used = 0;
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    const uint32_t j = split_chunk(s.npe, e0);
+    if (!chunks_[j]) chunks_[j] = std::make_unique<Chunk>(s);  // (a chunk runs on one thread)
+    chunks_[j]->st.sync_view(s);
+    run_chunk(*chunks_[j], e0, e1);
+  });
+  for (uint32_t j = 0; j < kSplitChunks; ++j) {
+    if (!chunks_[j] || chunks_[j]->first.empty()) continue;
+    Chunk& c = *chunks_[j];
+    used |= 1u << j;
+    s.f16.merge(c.st.f16);  // sums and maxima: in any order
+    c.st.f16 = {};
+  }
+  // The first non-finite fp16 in program order, and in PE order within an instruction
+  // (chunks in PE order).
+  for (size_t k = 0; k < entries_.size() && !s.f16_first.set; ++k)
+    for (uint32_t j = 0; j < kSplitChunks; ++j)
+      if (used >> j & 1 && chunks_[j]->first[k].set) {
+        s.f16_first = chunks_[j]->first[k];
+        break;
+      }
+  for (uint32_t j = 0; j < kSplitChunks; ++j)
+    if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
   xs_.clear();
   sels_.clear();

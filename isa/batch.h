@@ -22,8 +22,10 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "isa/lane_pool.h"
 #include "isa/state.h"
 
 namespace gpnpu::isa {
@@ -52,16 +54,25 @@ struct Batch {
     uint32_t pc = 0;
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
-    ArchState::F16First first;
+  };
+  // What one chunk of PEs runs with (the chunks of split_pes, lane_pool.h, run on two
+  // threads): a view of the state (its own pc, scalar registers, window and numerics),
+  // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
+  // a matrix tile times several activations; `cached` is that register, or -1), and
+  // each entry's first non-finite fp16 conversion in the chunk.
+  struct Chunk {
+    explicit Chunk(ArchState& s) : st(ArchState::View{}, s) {}
+    ArchState st;
+    uint32_t fb[kBlockPes * kLanes];
+    int cached = -1;
+    std::vector<ArchState::F16First> first;
   };
   void copy_lazy(ArchState& s, Entry& e, int r);
   void push_fill(ArchState& s, int r);
-  void mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi);
+  void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
+  void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
   std::vector<Entry> entries_;
-  // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
-  // a matrix tile times several activations); cached_ is that register, or -1.
-  uint32_t fb_[kBlockPes * kLanes];
-  int cached_ = -1;
+  std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
   std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
 };

@@ -23,6 +23,27 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
   clear_predicates();
 }
 
+ArchState::ArchState(View, ArchState& of)
+    : shape(of.shape),
+      npe(of.npe),
+      lrm_bytes(of.lrm_bytes),
+      lrm_stride(of.lrm_stride),
+      ocm(of.ocm),
+      win_hi(of.npe),
+      view_v_(of.vreg(0)),
+      view_pred_(of.predicate(0)),
+      view_lrm_(of.lrm_of(0)) {
+  sync_view(of);
+}
+
+void ArchState::sync_view(const ArchState& of) {
+  std::copy(std::begin(of.pred_count), std::end(of.pred_count), pred_count);
+  std::copy(std::begin(of.pred_first), std::end(of.pred_first), pred_first);
+  std::copy(std::begin(of.pred_last), std::end(of.pred_last), pred_last);
+  functional = of.functional;
+  f16_saturate = of.f16_saturate;
+}
+
 void ArchState::summarise_predicate(int p) {
   const uint8_t* pr = predicate(p);
   uint32_t n = 0;

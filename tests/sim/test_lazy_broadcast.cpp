@@ -15,6 +15,7 @@
 
 #include <cstring>
 
+#include "isa/lane_pool.h"
 #include "sim_test_util.h"
 
 using namespace gpnpu;
@@ -139,8 +140,15 @@ Result run(bool hooks) {
   return r;
 }
 
-TEST(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
-  Result lazy = run(false), eager = run(true);
+class LazyBroadcast : public ::testing::TestWithParam<bool> {};
+
+// Param: the batches' chunks of PEs forced onto two threads (isa/lane_pool.h), or as the
+// machine's load decides.
+TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
+  isa::force_split_pes(GetParam());
+  Result lazy = run(false);
+  isa::force_split_pes(false);
+  Result eager = run(true);
   EXPECT_EQ(lazy.cycles, eager.cycles);
   ASSERT_EQ(lazy.v.size(), eager.v.size());
   size_t diff = 0;
@@ -162,5 +170,6 @@ TEST(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
   bad.v[size_t(3) * npe * 16 + 5] ^= 1;
   EXPECT_NE(bad.v, eager.v);
 }
+INSTANTIATE_TEST_SUITE_P(Split, LazyBroadcast, ::testing::Bool());
 
 }  // namespace
