@@ -37,7 +37,8 @@ struct Batch {
   // Defers `in` (true), or runs the batch first when `in` needs the array state up to
   // date (false: the caller then executes `in`).
   bool take(ArchState& s, const Insn& in);
-  // Runs every deferred instruction, block by block; the batch is then empty.
+  // Runs every deferred instruction, block by block (chunks of blocks on two threads
+  // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
 
