@@ -32,7 +32,7 @@ inline void execute(ArchState& s, const Insn& in) {
   if (s.batch && s.batch->take(s, in)) return;  // deferred into the batch (isa/batch.h)
   if (s.lazy) {
     const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);
-    // vb must be written out, and a two-pattern vc
+    // vc stays lazy unless it is also vb (which must be written out) or has two patterns
     const bool mac = in.p == 0 && in.exec == &sem_vmac_f16 && in.c != in.b && !(s.lazy2 >> in.c & 1);
     for (int k = 0; k < in.nsrc; ++k) {
       const int r = int(in.src[k]) - kRegV;
