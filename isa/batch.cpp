@@ -34,6 +34,13 @@ bool reads_scalar(const Insn& in) {
 
 bool is_vreg(uint8_t id) { return id >= kRegV && id < kRegV + kVregs; }
 
+// The register that `in` may read as a lazy broadcast's 16 lanes, or -1: vc of an
+// unpredicated vmac.f16 or vmla.f32 that reads it only there.
+int bcast_operand(const Insn& in) {
+  if (in.p != 0 || (in.exec != &sem_vmac_f16 && in.exec != &sem_vmla_f32) || in.c == in.a || in.c == in.b) return -1;
+  return in.c;
+}
+
 // Sets the window for the scope and restores the whole array's when it ends.
 struct Window {
   ArchState& s;
@@ -43,12 +50,21 @@ struct Window {
 
 }  // namespace
 
+// The lanes of lazy register r (both patterns and the selector of a two-pattern one).
+void Batch::copy_lazy(ArchState& s, Entry& e, int r) {
+  std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
+  if (!(s.lazy2 >> r & 1)) return;
+  std::memcpy(e.lanes2, s.lazy_lanes2[r], sizeof e.lanes2);
+  e.sel = int32_t(sels_.size() / s.npe);
+  sels_.insert(sels_.end(), s.lazy_selector(r), s.lazy_selector(r) + s.npe);
+}
+
 void Batch::push_fill(ArchState& s, int r) {
   Entry& e = entries_.emplace_back();
   e.kind = Kind::fill;
   e.reg = uint8_t(r);
-  std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
-  s.lazy &= ~(1u << r);
+  copy_lazy(s, e, r);
+  s.clear_lazy(r);
 }
 
 bool Batch::take(ArchState& s, const Insn& in) {
@@ -61,11 +77,12 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
+  int bc = bcast_operand(in);
+  if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
   if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
-    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && !(mac && id - kRegV == in.c)) push_fill(s, id - kRegV);
+      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && id - kRegV != bc) push_fill(s, id - kRegV);
     }
     for (int k = 0; k < in.ndst; ++k) {
       const uint8_t id = in.dst[k];
@@ -75,9 +92,9 @@ bool Batch::take(ArchState& s, const Insn& in) {
   Entry& e = entries_.emplace_back();
   e.in = &in;
   e.pc = s.pc;
-  if (in.exec == &sem_vmac_f16 && (s.lazy >> in.c & 1)) {  // vc is a lazy broadcast: read its lanes now
-    e.kind = Kind::mac_bcast;
-    std::memcpy(e.lanes, s.lazy_lanes[in.c], sizeof e.lanes);
+  if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
+    e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
+    copy_lazy(s, e, bc);
   } else if (reads_scalar(in)) {
     e.xs = int32_t(xs_.size());
     std::copy(std::begin(s.x), std::end(s.x), xs_.emplace_back().begin());
@@ -87,62 +104,101 @@ bool Batch::take(ArchState& s, const Insn& in) {
 
 // vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
 // until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
-void Batch::mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi) {
+void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
+  ArchState& s = c.st;
   const Insn& in = *e.in;
   const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
-  if (cached_ != in.b) {
-    lanes::mac_f16_operand(fb_, b, size_t(hi - lo) * kLanes);
-    cached_ = in.b;
+  if (c.cached != in.b) {
+    lanes::mac_f16_operand(c.fb, b, size_t(hi - lo) * kLanes);
+    c.cached = in.b;
   }
   uint32_t* a = s.vreg(in.a);
-  const uint32_t* fb = fb_ - size_t(lo) * kLanes;  // indexed like the registers
-  if (e.kind == Kind::mac_bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, fb_, e.lanes, size_t(hi - lo) * kLanes);
-  const uint32_t* c = s.vreg(in.c);
-  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, c + k, n); });
+  const uint32_t* fb = c.fb - size_t(lo) * kLanes;  // indexed like the registers
+  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, c.fb, e.lanes, size_t(hi - lo) * kLanes);
+  if (e.kind == Kind::bcast2)
+    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, c.fb, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
+  const uint32_t* vc = s.vreg(in.c);
+  for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, vc + k, n); });
 }
 
-void Batch::flush(ArchState& s) {
-  if (entries_.empty()) return;
-  uint32_t x[kXregs];
-  std::copy(std::begin(s.x), std::end(s.x), x);
-  const uint32_t pc = s.pc, lazy = s.lazy;
-  s.lazy = 0;  // the deferred instructions read their own lanes (fill, mac_bcast)
-  for (uint32_t lo = 0; lo < s.npe; lo += kBlockPes) {
-    const uint32_t hi = std::min(s.npe, lo + kBlockPes);
+// Every entry on the PEs [e0, e1), a block of kBlockPes at a time.
+void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
+  ArchState& s = c.st;
+  c.first.assign(entries_.size(), {});
+  for (uint32_t lo = e0; lo < e1; lo += kBlockPes) {
+    const uint32_t hi = std::min(e1, lo + kBlockPes);
     Window block(s, lo, hi);
-    cached_ = -1;
-    for (Entry& e : entries_) {
+    c.cached = -1;
+    for (size_t j = 0; j < entries_.size(); ++j) {
+      const Entry& e = entries_[j];
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
-          for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
-          if (cached_ == e.reg) cached_ = -1;
+          if (e.sel >= 0) {
+            const uint8_t* sel = &sels_[size_t(e.sel) * s.npe];
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, sel[pe] ? e.lanes2 : e.lanes, sizeof e.lanes);
+          } else {
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
+          }
+          if (c.cached == e.reg) c.cached = -1;
           continue;
         }
-        case Kind::mac_bcast: mac(s, e, lo, hi); break;
+        case Kind::bcast2: mac(c, e, lo, hi); break;
+        case Kind::bcast:
+          if (e.in->exec == &sem_vmac_f16) mac(c, e, lo, hi);
+          else lanes::mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, s.vreg(e.in->b) + size_t(lo) * kLanes, e.lanes,
+                                    size_t(hi - lo) * kLanes);
+          break;
         case Kind::exec:
           if (e.in->exec == &sem_vmac_f16) {
-            mac(s, e, lo, hi);
+            mac(c, e, lo, hi);
             break;
           }
           if (e.xs >= 0) std::copy(xs_[size_t(e.xs)].begin(), xs_[size_t(e.xs)].end(), s.x);
           s.pc = e.pc;
-          s.f16_first_to = &e.first;
+          s.f16_first_to = &c.first[j];
           e.in->exec(s, *e.in);
           s.f16_first_to = nullptr;
           break;
       }
       for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
-        if (e.in->dst[k] == kRegV + cached_) cached_ = -1;
+        if (e.in->dst[k] == kRegV + c.cached) c.cached = -1;
     }
   }
-  std::copy(std::begin(x), std::end(x), s.x);
-  s.pc = pc;
-  s.lazy = lazy;
-  for (const Entry& e : entries_)  // the first non-finite fp16 in program order
-    if (e.first.set && !s.f16_first.set) s.f16_first = e.first;
+}
+
+void Batch::flush(ArchState& s) {
+  if (entries_.empty()) return;
+  // The chunks of PEs are independent (every deferred instruction touches only its own
+  // PE), so they may run on two threads (split_pes: only while a CPU is free, and only
+  // while it pays); each chunk runs with a view of the state of its own.
+  uint32_t used = 0;
+  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+    const uint32_t j = split_chunk(s.npe, e0);
+    if (!chunks_[j]) chunks_[j] = std::make_unique<Chunk>(s);  // (a chunk runs on one thread)
+    chunks_[j]->st.sync_view(s);
+    run_chunk(*chunks_[j], e0, e1);
+  });
+  for (uint32_t j = 0; j < kSplitChunks; ++j) {
+    if (!chunks_[j] || chunks_[j]->first.empty()) continue;
+    Chunk& c = *chunks_[j];
+    used |= 1u << j;
+    s.f16.merge(c.st.f16);  // sums and maxima: in any order
+    c.st.f16 = {};
+  }
+  // The first non-finite fp16 in program order, and in PE order within an instruction
+  // (chunks in PE order).
+  for (size_t k = 0; k < entries_.size() && !s.f16_first.set; ++k)
+    for (uint32_t j = 0; j < kSplitChunks; ++j)
+      if (used >> j & 1 && chunks_[j]->first[k].set) {
+        s.f16_first = chunks_[j]->first[k];
+        break;
+      }
+  for (uint32_t j = 0; j < kSplitChunks; ++j)
+    if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
   xs_.clear();
+  sels_.clear();
 }
 
 }  // namespace gpnpu::isa

@@ -22,8 +22,10 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "isa/lane_pool.h"
 #include "isa/state.h"
 
 namespace gpnpu::isa {
@@ -35,29 +37,45 @@ struct Batch {
   // Defers `in` (true), or runs the batch first when `in` needs the array state up to
   // date (false: the caller then executes `in`).
   bool take(ArchState& s, const Insn& in);
-  // Runs every deferred instruction, block by block; the batch is then empty.
+  // Runs every deferred instruction, block by block (chunks of blocks on two threads
+  // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
 
  private:
-  enum class Kind : uint8_t { exec, fill, mac_bcast };
+  // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
+  // bcast2: a vmac.f16 whose vc is a two-pattern lazy register (ArchState::lazy2).
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2 };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
     uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
     int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
+    int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
     uint32_t pc = 0;
-    uint32_t lanes[kLanes];   // fill, mac_bcast: the broadcast lanes
-    ArchState::F16First first;
+    uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
+    uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
   };
-  void push_fill(ArchState& s, int r);
-  void mac(ArchState& s, const Entry& e, uint32_t lo, uint32_t hi);
-  std::vector<Entry> entries_;
+  // What one chunk of PEs runs with (the chunks of split_pes, lane_pool.h, run on two
+  // threads): a view of the state (its own pc, scalar registers, window and numerics),
   // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
-  // a matrix tile times several activations); cached_ is that register, or -1.
-  uint32_t fb_[kBlockPes * kLanes];
-  int cached_ = -1;
+  // a matrix tile times several activations; `cached` is that register, or -1), and
+  // each entry's first non-finite fp16 conversion in the chunk.
+  struct Chunk {
+    explicit Chunk(ArchState& s) : st(ArchState::View{}, s) {}
+    ArchState st;
+    uint32_t fb[kBlockPes * kLanes];
+    int cached = -1;
+    std::vector<ArchState::F16First> first;
+  };
+  void copy_lazy(ArchState& s, Entry& e, int r);
+  void push_fill(ArchState& s, int r);
+  void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
+  void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
+  std::vector<Entry> entries_;
+  std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
+  std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
 };
 
 // Whether `in` may be deferred into a batch (see above).

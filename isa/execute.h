@@ -4,7 +4,10 @@
 // an unpredicated obcast/obcast.h (it replaces the register), the broadcast operand
 // (vc) of an unpredicated vmac.f16, which reads the 16 lanes directly, and the source
 // of an unpredicated vcvt.f32.f16, whose result is then a lazy broadcast too (16 lanes
-// converted instead of 16,384; no numerics to count: every fp16 converts exactly). Results are
+// converted instead of 16,384; no numerics to count: every fp16 converts exactly). A
+// predicated `vshr r, r, n` of a lazy broadcast makes r a two-pattern lazy register
+// (ArchState::lazy2: the shifted lanes where the predicate is on), which vmac.f16 in a
+// batch also reads directly (the tower's fc2 shifts the odd PEs' fp16 pairs). Results are
 // bit-identical to running every semantics function eagerly (the tests run both).
 // With a batch (isa/batch.h), most array instructions are deferred instead.
 #pragma once
@@ -15,15 +18,22 @@
 namespace gpnpu::isa {
 
 inline void execute(ArchState& s, const Insn& in) {
-  if (s.lazy && in.p == 0 && in.exec == &sem_vcvt_f32_f16 && (s.lazy >> in.b & 1)) {
+  if (s.lazy && in.p == 0 && in.exec == &sem_vcvt_f32_f16 && (s.lazy >> in.b & 1) && !(s.lazy2 >> in.b & 1)) {
     lanes::cvt_f32_f16(s.lazy_lanes[in.a], s.lazy_lanes[in.b], kLanes);
-    s.lazy |= 1u << in.a;
+    s.set_lazy(in.a);
+    return;
+  }
+  if (s.lazy && in.p != 0 && in.exec == &sem_vshr && in.a == in.b && (s.lazy >> in.b & 1) && !(s.lazy2 >> in.b & 1)) {
+    for (int l = 0; l < kLanes; ++l) s.lazy_lanes2[in.a][l] = s.lazy_lanes[in.a][l] >> in.d;  // as sem_vshr
+    std::memcpy(&s.lazy_sel[size_t(in.a) * s.npe], s.predicate(in.p), s.npe);
+    s.lazy2 |= 1u << in.a;
     return;
   }
   if (s.batch && s.batch->take(s, in)) return;  // deferred into the batch (isa/batch.h)
   if (s.lazy) {
     const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);
-    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16;
+    // vc stays lazy unless it is also vb (which must be written out) or has two patterns
+    const bool mac = in.p == 0 && in.exec == &sem_vmac_f16 && in.c != in.b && !(s.lazy2 >> in.c & 1);
     for (int k = 0; k < in.nsrc; ++k) {
       const int r = int(in.src[k]) - kRegV;
       if (r >= 0 && r < kVregs && (s.lazy >> r & 1) && !(mac && r == in.c)) s.materialise(r);
@@ -31,7 +41,7 @@ inline void execute(ArchState& s, const Insn& in) {
     for (int k = 0; k < in.ndst; ++k) {
       const int r = int(in.dst[k]) - kRegV;
       if (r >= 0 && r < kVregs && (s.lazy >> r & 1)) {
-        if (bcast) s.lazy &= ~(1u << r);  // replaced whole
+        if (bcast) s.clear_lazy(r);  // replaced whole
         else s.materialise(r);
       }
     }

@@ -32,12 +32,12 @@ class Pool {
     th_.join();
   }
 
-  void run(uint32_t n, PeRangeFn f) {
-    if (skip_ > 0) {  // backing off after a lost split
+  void run(uint32_t n, PeRangeFn f, bool forced) {
+    if (skip_ > 0 && !forced) {  // backing off after a lost split
       --skip_;
       return f(0, n);
     }
-    if (!machine_has_room()) return f(0, n);
+    if (!forced && !machine_has_room()) return f(0, n);
     const uint32_t s = ++job_;
     f_ = f;
     n_ = n;
@@ -174,14 +174,18 @@ std::atomic<bool>& enabled_flag() {
 }
 bool enabled() { return enabled_flag().load(std::memory_order_relaxed); }
 
+std::atomic<bool> forced{false};
+
 }  // namespace
 
 void set_split_pes(bool on) { enabled_flag().store(on); }
+void force_split_pes(bool on) { forced.store(on); }
 
 void split_pes(uint32_t n, PeRangeFn f) {
-  if (n < kMinSplitPes || !enabled()) return f(0, n);
+  const bool force = forced.load(std::memory_order_relaxed);
+  if (n < kMinSplitPes || !(enabled() || force)) return f(0, n);
   static Pool pool;
-  pool.run(n, f);
+  pool.run(n, f, force);
 }
 
 }  // namespace gpnpu::isa

@@ -203,10 +203,29 @@ GPNPU_AVX2 void mac_f16_cvt_bcast_avx2(uint32_t* a, const uint32_t* fb, const ui
   }
 }
 
+GPNPU_AVX2 void mac_f16_cvt_bcast2_avx2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on,
+                                        const uint8_t* sel, size_t npes) {
+  const __m256 c[2][2] = {{f16_lo_to_f32(c16), f16_lo_to_f32(c16 + 8)}, {f16_lo_to_f32(c16_on), f16_lo_to_f32(c16_on + 8)}};
+  for (size_t e = 0; e < npes; ++e) {
+    const __m256* ce = c[sel[e] != 0];
+    const size_t k = e * 16;
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(fb + k), ce[0])));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(fb + k + 8), ce[1])));
+  }
+}
+
 GPNPU_AVX2 void mla_f32_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(b + k), load8(c + k))));
   if (k < n) mla_f32_scalar(a + k, b + k, c + k, n - k);
+}
+
+GPNPU_AVX2 void mla_f32_bcast_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  const __m256 c0 = load8(c16), c1 = load8(c16 + 8);
+  for (size_t k = 0; k + 16 <= n; k += 16) {
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(b + k), c0)));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(b + k + 8), c1)));
+  }
 }
 
 // The hardware conversion quiets a signalling NaN; the definition keeps its bits
@@ -347,9 +366,21 @@ void mac_f16_cvt_bcast_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c
   }
 }
 
+void mac_f16_cvt_bcast2_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on,
+                               const uint8_t* sel, size_t npes) {
+  for (size_t e = 0; e < npes; ++e) mac_f16_cvt_bcast_scalar(a + e * 16, fb + e * 16, sel[e] ? c16_on : c16, 16);
+}
+
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c[k]);
+    a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
+  }
+}
+
+void mla_f32_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+  for (size_t k = 0; k < n; ++k) {
+    float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c16[k % 16]);
     a[k] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[k]) + prod);
   }
 }
@@ -451,12 +482,27 @@ void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, siz
   mac_f16_cvt_bcast_scalar(a, fb, c16, n);
 }
 
+void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on, const uint8_t* sel,
+                        size_t npes) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mac_f16_cvt_bcast2_avx2(a, fb, c16, c16_on, sel, npes);
+#endif
+  mac_f16_cvt_bcast2_scalar(a, fb, c16, c16_on, sel, npes);
+}
+
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
 #if defined(__x86_64__)
   if (have_avx512()) return mla_f32_avx512(a, b, c, n);
   if (have_avx2()) return mla_f32_avx2(a, b, c, n);
 #endif
   mla_f32_scalar(a, b, c, n);
+}
+
+void mla_f32_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n) {
+#if defined(__x86_64__)
+  if (have_avx2()) return mla_f32_bcast_avx2(a, b, c16, n);  // AVX-512 CPUs have AVX2 too
+#endif
+  mla_f32_bcast_scalar(a, b, c16, n);
 }
 
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n) {

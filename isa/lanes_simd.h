@@ -26,9 +26,15 @@ void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n
 void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n);
 void mac_f16_cvt(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
 void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
+// mac_f16_cvt_bcast over npes PEs whose c is c16_on where sel[pe] is set, else c16 (a
+// two-pattern lazy register, isa/state.h).
+void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on, const uint8_t* sel,
+                        size_t npes);
 
 // a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
+// mla_f32 with c the same 16 lanes in every PE: c16[k % 16] (n a multiple of 16).
+void mla_f32_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 
 // a[k] = f16_to_f32(b[k] & 0xffff) (vcvt.f32.f16).
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n);
@@ -55,12 +61,15 @@ void dequant4_pes(uint32_t* out, const uint32_t* codes, const uint32_t* meta, ui
 // Scalar bodies (the definitions), also used when the CPU lacks AVX-512.
 void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
+void mla_f32_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
 void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0);
 void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r);
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void mac_f16_cvt_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n);
 void mac_f16_cvt_bcast_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, size_t n);
+void mac_f16_cvt_bcast2_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on,
+                               const uint8_t* sel, size_t npes);
 void dequant4_scalar(uint32_t* out, const uint32_t* codes, float scale, float zero, uint32_t sel, bool f16);
 bool have_avx512();
 bool have_avx2();  // and F16C

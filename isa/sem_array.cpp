@@ -94,7 +94,11 @@ SEM(vcmpeq_i32) { map2(s, i, [](uint32_t b, uint32_t c) { return b == c ? 0xffff
 SEM(vsel) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c), *d = s.vreg(i.d);
-  for_lanes_int(s, i, a, [&](size_t k) { return d[k] ? b[k] : c[k]; });
+  // A bit select (both sources read): vectorises, where `d[k] ? b[k] : c[k]` branched per lane.
+  for_lanes_int(s, i, a, [&](size_t k) {
+    const uint32_t m = 0u - uint32_t(d[k] != 0);
+    return (b[k] & m) | (c[k] & ~m);
+  });
 }
 SEM(vlaneid) {
   uint32_t* a = s.vreg(i.a);

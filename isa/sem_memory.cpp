@@ -40,8 +40,12 @@ void lrm_load(ArchState& s, const Insn& i) {
   check_range("LRM", addr, kHalf ? kHalfBytes : kVecBytes, s.lrm_bytes);
   if (!s.functional) return;
   uint32_t* a = s.vreg(i.a);
+  const uint8_t* lrm = s.lrm_of(0) + addr;
+  const size_t stride = s.lrm_stride;
   for_pes(s, i, [&](uint32_t e) {
-    const uint8_t* src = s.lrm_of(e) + addr;
+    const uint8_t* src = lrm + e * stride;
+    __builtin_prefetch(src + 8 * stride);  // each PE's bytes are in another page: ask ahead
+    __builtin_prefetch(src + 8 * stride + 63);
     if constexpr (kHalf) halves_to_lanes(src, a + size_t(e) * kLanes);
     else std::memcpy(a + size_t(e) * kLanes, src, kVecBytes);
   });
@@ -69,7 +73,7 @@ void ocm_broadcast(ArchState& s, const Insn& i) {
   else std::memcpy(row, &s.ocm[addr], kVecBytes);
   if (s.lazy_broadcast && i.p == 0) {  // every PE gets the row: keep it lazy (isa/execute.h)
     std::memcpy(s.lazy_lanes[i.a], row, kVecBytes);
-    s.lazy |= 1u << i.a;
+    s.set_lazy(i.a);
     return;
   }
   uint32_t* a = s.vreg(i.a);

@@ -18,8 +18,30 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       lrm_stride(lrm_bytes_ + 64),
       lrm(size_t(shape_.npe()) * lrm_stride, 0),
       ocm(ocm_),
-      win_hi(npe) {
+      win_hi(npe),
+      lazy_sel(size_t(kVregs) * shape_.npe(), 0) {
   clear_predicates();
+}
+
+ArchState::ArchState(View, ArchState& of)
+    : shape(of.shape),
+      npe(of.npe),
+      lrm_bytes(of.lrm_bytes),
+      lrm_stride(of.lrm_stride),
+      ocm(of.ocm),
+      win_hi(of.npe),
+      view_v_(of.vreg(0)),
+      view_pred_(of.predicate(0)),
+      view_lrm_(of.lrm_of(0)) {
+  sync_view(of);
+}
+
+void ArchState::sync_view(const ArchState& of) {
+  std::copy(std::begin(of.pred_count), std::end(of.pred_count), pred_count);
+  std::copy(std::begin(of.pred_first), std::end(of.pred_first), pred_first);
+  std::copy(std::begin(of.pred_last), std::end(of.pred_last), pred_last);
+  functional = of.functional;
+  f16_saturate = of.f16_saturate;
 }
 
 void ArchState::summarise_predicate(int p) {
@@ -41,8 +63,13 @@ void ArchState::clear_predicates() {
 
 void ArchState::materialise(int r) {
   uint32_t* v = vreg(r);
-  for (uint32_t e = 0; e < npe; ++e) std::copy(lazy_lanes[r], lazy_lanes[r] + kLanes, v + size_t(e) * kLanes);
-  lazy &= ~(1u << r);
+  if (lazy2 >> r & 1) {
+    const uint8_t* sel = lazy_selector(r);
+    for (uint32_t e = 0; e < npe; ++e) std::memcpy(v + size_t(e) * kLanes, sel[e] ? lazy_lanes2[r] : lazy_lanes[r], sizeof lazy_lanes[r]);
+  } else {
+    for (uint32_t e = 0; e < npe; ++e) std::copy(lazy_lanes[r], lazy_lanes[r] + kLanes, v + size_t(e) * kLanes);
+  }
+  clear_lazy(r);
 }
 
 void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {

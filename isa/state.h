@@ -79,6 +79,12 @@ struct LoopFrame {
 
 struct ArchState {
   ArchState(ArrayShape shape, uint32_t lrm_bytes, uint32_t smem_bytes, std::span<uint8_t> ocm);
+  // A view of `of` for another thread that runs part of a batch (isa/batch.cpp): vreg(),
+  // predicate() and lrm_of() reach of's storage; the scalar fields are the view's own
+  // (sync_view() copies what the array semantics read: predicate summaries and modes).
+  struct View {};
+  ArchState(View, ArchState& of);
+  void sync_view(const ArchState& of);
 
   // scalar unit
   uint32_t x[kXregs] = {};
@@ -126,6 +132,16 @@ struct ArchState {
   bool lazy_broadcast = false;
   uint32_t lazy = 0;
   uint32_t lazy_lanes[kVregs][kLanes] = {};
+  // Two-pattern lazy registers (bits of lazy2, a subset of lazy): `vshr r, r, n @p` of a
+  // lazy broadcast r leaves lazy_lanes[r] on the PEs that p disables and lazy_lanes2[r]
+  // (the lanes shifted) on those it enables; lazy_sel row r is p's bytes at that time.
+  uint32_t lazy2 = 0;
+  uint32_t lazy_lanes2[kVregs][kLanes] = {};
+  std::vector<uint8_t> lazy_sel;  // [reg][pe]
+  const uint8_t* lazy_selector(int r) const { return &lazy_sel[size_t(r) * npe]; }
+  // Register r is a lazy broadcast (one pattern) or no longer lazy at all.
+  void set_lazy(int r) { lazy |= 1u << r, lazy2 &= ~(1u << r); }
+  void clear_lazy(int r) { lazy &= ~(1u << r), lazy2 &= ~(1u << r); }
   void materialise(int r);
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
@@ -151,10 +167,10 @@ struct ArchState {
   uint32_t effect_arg = 0;  // mark id or DMA channel
   DmaDescriptor dma;
 
-  uint32_t* vreg(int r) { return &v[size_t(r) * npe * kLanes]; }
-  const uint8_t* predicate(int p) const { return &pred[size_t(p) * npe]; }
-  uint8_t* lrm_of(uint32_t pe) { return &lrm[size_t(pe) * lrm_stride]; }
-  const uint8_t* lrm_of(uint32_t pe) const { return &lrm[size_t(pe) * lrm_stride]; }
+  uint32_t* vreg(int r) { return (view_v_ ? view_v_ : v.data()) + size_t(r) * npe * kLanes; }
+  const uint8_t* predicate(int p) const { return (view_pred_ ? view_pred_ : pred.data()) + size_t(p) * npe; }
+  uint8_t* lrm_of(uint32_t pe) { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }
+  const uint8_t* lrm_of(uint32_t pe) const { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }
 
   // A 64-bit digest of the architectural state (scalar and vector registers, predicates,
   // scalar memory, LRM and OCM) for bit-identity checks of whole runs (sim/platform.h).
@@ -171,6 +187,11 @@ struct ArchState {
   // nothing to close, whatever next_pc is).
   static constexpr uint32_t kNoLoop = UINT32_MAX;
   uint32_t loop_end() const { return loop_depth > 0 ? loops[loop_depth - 1].end : kNoLoop; }
+
+ private:
+  uint32_t* view_v_ = nullptr;  // a view's storage (null: the state's own vectors)
+  const uint8_t* view_pred_ = nullptr;
+  uint8_t* view_lrm_ = nullptr;
 };
 
 // A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.

@@ -79,6 +79,27 @@ TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
   mac_f16_bcast_scalar(x.data(), b.data(), c.data() + 16, n);
   mac_f16_cvt_bcast_scalar(y.data(), fbs.data(), c.data() + 16, n);
   EXPECT_EQ(x, y);
+  {  // two patterns (a two-pattern lazy register): c16 where sel is 0, c16_on (finite) where 1
+    uint32_t on[16];
+    std::vector<uint8_t> sel(n / 16);
+    std::vector<uint32_t> cc(n);
+    for (size_t k = 0; k < 16; ++k) on[k] = (c[16 + k] >> 1) & 0x3bffu;
+    for (size_t e = 0; e < n / 16; ++e) sel[e] = uint8_t(e % 2 == 1 || e % 7 == 0);
+    for (size_t k = 0; k < n; ++k) cc[k] = sel[k / 16] ? on[k % 16] : c[16 + k % 16];
+    x = a, y = a;
+    std::vector<uint32_t> z = a;
+    mac_f16_scalar(x.data(), b.data(), cc.data(), n);
+    mac_f16_cvt_bcast2(y.data(), fb.data(), c.data() + 16, on, sel.data(), n / 16);
+    mac_f16_cvt_bcast2_scalar(z.data(), fbs.data(), c.data() + 16, on, sel.data(), n / 16);
+    EXPECT_EQ(x, y);
+    EXPECT_EQ(x, z);
+    sel[3] ^= 1;  // negative control: one PE with the other pattern is seen
+    y = a;
+    mac_f16_cvt_bcast2(y.data(), fb.data(), c.data() + 16, on, sel.data(), n / 16);
+    EXPECT_NE(x, y);
+  }
+  x = a;
+  mac_f16_bcast_scalar(x.data(), b.data(), c.data() + 16, n);
   y = a;  // negative control: the product must use vb (a stale conversion is seen)
   mac_f16_cvt(y.data(), fbs.data() + 16, c.data(), n - 16);
   EXPECT_NE(std::vector<uint32_t>(x.begin(), x.end() - 16), std::vector<uint32_t>(y.begin(), y.end() - 16));
@@ -105,6 +126,16 @@ TEST(LanesSimd, MlaF32CvtAndPackMatchTheScalarDefinitionsBitForBit) {
   mla_f32(x.data(), b.data(), c.data(), n);
   mla_f32_scalar(y.data(), b.data(), c.data(), n);
   ASSERT_EQ(x, y);
+  {  // the broadcast form (vmla.f32 of a lazy broadcast in a batch): c16 in every PE
+    const size_t m = 4096;
+    std::vector<uint32_t> cc(m), xb(a.begin(), a.begin() + m), xs = xb, ys = xb;
+    for (size_t k = 0; k < m; ++k) cc[k] = c[k % 16];
+    mla_f32_bcast(xb.data(), b.data(), c.data(), m);
+    mla_f32_bcast_scalar(xs.data(), b.data(), c.data(), m);
+    mla_f32_scalar(ys.data(), b.data(), cc.data(), m);
+    ASSERT_EQ(xb, ys);
+    ASSERT_EQ(xs, ys);
+  }
   std::vector<uint32_t> h(n);
   for (size_t k = 0; k < n; ++k) h[k] = rng();  // every fp16 pattern incl. NaN in the low half
   cvt_f32_f16(x.data(), h.data(), n);

@@ -1,6 +1,8 @@
 // Lazy broadcasts (isa/execute.h) and PE-block batches (isa/batch.h) are invisible: a
 // program that broadcasts into registers and then uses them every way (vmac.f16's
-// broadcast operand, vcvt.f32.f16 of a broadcast, other arithmetic, predicated writes,
+// broadcast operand, vmla.f32's, vcvt.f32.f16 of a broadcast, a predicated vshr of a
+// broadcast onto itself (two patterns: read by vmac.f16, vmla.f32 and vcvt.f32.f16, its
+// predicate changed before the reads, left to the end), other arithmetic, predicated writes,
 // LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
 // deferred array instructions between scalar ones (LRM loads and splats from scalar
 // registers that change within the run, a predicate over scattered PEs, fp16
@@ -13,6 +15,7 @@
 
 #include <cstring>
 
+#include "isa/lane_pool.h"
 #include "sim_test_util.h"
 
 using namespace gpnpu;
@@ -80,6 +83,26 @@ Lbody:
     vcvt.f16.f32 v22, v21
     vpack.f16 v23, v20, v20
     vmul.f32 v24, v17, v14
+    vcvt.f32.f16 v29, v1
+    obcast.h v25, 0xb00(x0)
+    vcvt.f32.f16 v25, v25
+    vmla.f32 v30, v29, v25
+    vmla.f32 v30, v29, v25
+    obcast.h v26, 0xb40(x0)
+    vmac.f16 v31, v26, v26
+    obcast.h v28, 0xb80(x0)
+    vcvt.f32.f16 v28, v28
+    vmla.f32 v28, v29, v28
+    obcast v25, 0xbc0(x0)
+    vshr v25, v25, 16 @p2
+    pset.range p2, x0, x23
+    vmac.f16 v30, v1, v25
+    vmla.f32 v31, v29, v25
+    obcast v26, 0xc00(x0)
+    vshr v26, v26, 16 @p2
+    vcvt.f32.f16 v27, v26
+    obcast v28, 0xc40(x0)
+    vshr v28, v28, 3 @p2
     mark.begin "after"
     mark.end "after"
     halt
@@ -117,8 +140,15 @@ Result run(bool hooks) {
   return r;
 }
 
-TEST(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
-  Result lazy = run(false), eager = run(true);
+class LazyBroadcast : public ::testing::TestWithParam<bool> {};
+
+// Param: the batches' chunks of PEs forced onto two threads (isa/lane_pool.h), or as the
+// machine's load decides.
+TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
+  isa::force_split_pes(GetParam());
+  Result lazy = run(false);
+  isa::force_split_pes(false);
+  Result eager = run(true);
   EXPECT_EQ(lazy.cycles, eager.cycles);
   ASSERT_EQ(lazy.v.size(), eager.v.size());
   size_t diff = 0;
@@ -140,5 +170,6 @@ TEST(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
   bad.v[size_t(3) * npe * 16 + 5] ^= 1;
   EXPECT_NE(bad.v, eager.v);
 }
+INSTANTIATE_TEST_SUITE_P(Split, LazyBroadcast, ::testing::Bool());
 
 }  // namespace
