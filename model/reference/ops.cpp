@@ -37,12 +37,12 @@ inline __attribute__((always_inline)) v16 load16(const float* p) {
   return v;
 }
 
-// Sums the 16 lanes with the fixed halving tree.
-inline __attribute__((always_inline)) float reduce16(v16 a) {
-  float t[kLanes];
-  std::memcpy(t, &a, sizeof t);
-  for (int w = kLanes / 2; w >= 1; w /= 2)
-    for (int l = 0; l < w; ++l) t[l] += t[l + w];
+// One output from its 16 lane sums t over k < k0: the tail x[k0..n) * w[k0..n) into lanes
+// 0.. in order, then the fixed halving tree.
+inline __attribute__((always_inline)) float finish16(float* t, const float* x, const float* w, int64_t k0, int64_t n) {
+  for (int64_t kk = k0; kk < n; ++kk) t[kk - k0] += x[kk] * w[kk];
+  for (int h = kLanes / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) t[l] += t[l + h];
   return t[0];
 }
 
@@ -67,10 +67,7 @@ inline __attribute__((always_inline)) void tile(const float* const* xs, const fl
     for (int j = 0; j < RO; ++j) {
       float t[kLanes];
       std::memcpy(t, &acc[i][j], sizeof t);
-      for (int64_t kk = k; kk < n; ++kk) t[kk - k] += xs[i][kk] * ws[j][kk];
-      for (int w = kLanes / 2; w >= 1; w /= 2)
-        for (int l = 0; l < w; ++l) t[l] += t[l + w];
-      out[i * out_stride + j] = t[0];
+      out[i * out_stride + j] = finish16(t, xs[i], ws[j], k, n);
     }
 }
 
@@ -166,10 +163,7 @@ __attribute__((target("avx2"), always_inline)) inline void tile_avx2(const float
       float t[kLanes];
       _mm256_storeu_ps(t, lo[i][j]);
       _mm256_storeu_ps(t + 8, hi[i][j]);
-      for (int64_t kk = k; kk < n; ++kk) t[kk - k] += x[i * n + kk] * w[j * n + kk];
-      for (int h = kLanes / 2; h >= 1; h /= 2)
-        for (int l = 0; l < h; ++l) t[l] += t[l + h];
-      out[i * out_stride + j] = t[0];
+      out[i * out_stride + j] = finish16(t, x + i * n, w + j * n, k, n);
     }
 }
 
