@@ -446,7 +446,7 @@ void Sequencer::execute_loop() {
   // At the start of an iteration of the innermost loop (its back edge just taken):
   // compare the relative scoreboard with the previous iteration's, and skip the
   // remaining iterations but the last when they match (LoopSkip above).
-  auto skip_iterations = [&](uint32_t start) {
+  auto skip_iterations = [&] {
     isa::LoopFrame& f = st.loops[st.loop_depth - 1];
     if (!skip.body_eligible(insns_, rec, f.start, f.end)) return;
     LoopSkip::State s;
@@ -457,10 +457,10 @@ void Sequencer::execute_loop() {
     s[k++] = rel(array_busy_until);
     s[k++] = rel(last_done);
     const uint64_t stall = tot[Stat::stall_cycles] + counts.stall, busy = tot[Stat::array_busy_cycles];
-    const bool periodic = skip.start == start && skip.remaining == f.remaining + 1 && skip.state == s;
+    const bool periodic = skip.start == f.start && skip.remaining == f.remaining + 1 && skip.state == s;
     const Cycles d = now - skip.now;
     const uint64_t dstall = stall - skip.stall, dbusy = busy - skip.busy;
-    skip.start = start, skip.remaining = f.remaining, skip.now = now, skip.stall = stall, skip.busy = busy, skip.state = s;
+    skip.start = f.start, skip.remaining = f.remaining, skip.now = now, skip.stall = stall, skip.busy = busy, skip.state = s;
     if (!periodic) return;
     // Skipped iterations must not reach the next power window or the next check.
     uint64_t m = f.remaining - 1;
@@ -643,7 +643,7 @@ void Sequencer::execute_loop() {
       next_check = std::min(next_sync, past_max);
     }
     if constexpr (kTimingOnly && !kHooks)
-      if (back_edge) [[unlikely]] skip_iterations(next);
+      if (back_edge) [[unlikely]] skip_iterations();
     pc = next;
   }
 }
