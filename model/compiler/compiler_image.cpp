@@ -1080,12 +1080,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: rows / dense q [r][max(H, q)] (loaded, q stored), cos, sin (loaded), qkv [r][qkv_n],
-  // dense k, v
+  // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded)
   p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
-    return sets_of({uint64_t(r) * std::max(d.H * 2, qd), uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4,
-                    uint64_t(r) * d.qkv_n * 2, uint64_t(r) * kd, uint64_t(r) * kd},
-                   mode, 1, 3);
+    return sets_of({uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4},
+                   mode, 1, 4);
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
   p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
@@ -1492,23 +1490,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       {
-        // rows / dense q (loaded, q stored), cos, sin (loaded), as the copy mode doubles them;
-        // q|k|v, dense k and v once.
+        // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them. q, k and v
+        // stay in the q|k|v rows (row stride qkv_n * 2), as in the resident plan.
         const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
-        const size_t nd = doubled(p.spa, 1, 3);
-        const uint32_t QKV = o[3], Kd = o[4], Vd = o[5];
+        const size_t nd = doubled(p.spa, 1, 4);
+        const uint32_t qkvs = d.qkv_n * 2;
         auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
         row_phase(
             S, p.rpa, p.spa,
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
               const std::string T = name(t);
-              if (i) copy_on(cst, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
-              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, nd, u, 1)), rows * d.hd * 4);
-              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, nd, u, 2)), rows * d.hd * 4);
+              if (i) copy_on(cl, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 1)), rows * d.H * 2);
+              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, nd, u, 2)), rows * d.hd * 4);
+              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, nd, u, 3)), rows * d.hd * 4);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
           const std::string T = name(t);
-          const uint32_t X = buf(o, nd, u, 0), RC = buf(o, nd, u, 1), RS = buf(o, nd, u, 2);
+          const uint32_t QKV = buf(o, nd, u, 0), X = buf(o, nd, u, 1), RC = buf(o, nd, u, 2), RS = buf(o, nd, u, 3);
+          const uint32_t Q = QKV, K = QKV + qd, Vv = QKV + qd + kd;
           if (i == 0) {
             // Embeddings of the text rows, the image rows spliced in.
             auto [a, e] = image_rows(r0, rows);
@@ -1524,21 +1523,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           }
           k.norm(T + ".input_norm", NormKind::rms, rows, d.H, X, X, w_in, 0, teps);
           kick(1);
-          k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, d.qkv_n * 2, kNone);
-          // Dense q (over the dead input rows), k and v: the per-head norms want dense rows.
-          em.copy(T + ".split_q", ocm(QKV), ocm(X), qd, rows, d.qkv_n * 2, qd);
-          em.copy(T + ".split_k", ocm(QKV + qd), ocm(Kd), kd, rows, d.qkv_n * 2, kd);
-          em.copy(T + ".split_v", ocm(QKV + qd + kd), ocm(Vd), kd, rows, d.qkv_n * 2, kd);
-          k.head_norm(T + ".q_norm", rows, d.nq, d.hd, X, w_q, teps);
-          k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, Kd, w_k, teps);
-          k.rope(T + ".q_rope", rows, d.nq, d.hd, X, qd, RC, RS);
-          k.rope(T + ".k_rope", rows, d.nkv, d.hd, Kd, kd, RC, RS);
+          k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
+          k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
+          k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
           // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
-          k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, Kd, Vd, kd, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
-                     iio_.slot0_smem);
+          // The write overlaps q's norm and rotary.
+          k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, K, Vv, qkvs, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
+                     iio_.slot0_smem, false);
+          k.head_norm(T + ".q_norm", rows, d.nq, d.hd, Q, w_q, teps, qkvs);
+          k.rope(T + ".q_rope", rows, d.nq, d.hd, Q, qkvs, RC, RS);
+          emit_kv_write_wait(b, cfg_);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-              copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, rows * qd);
+              copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
             });
       }
       {
