@@ -132,8 +132,9 @@ struct CompileOptions {
   // Test knobs of the image program (0: the OCM rule of compiler_image.cpp decides).
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
   // image_tile_rows rows per tile, image_attn_groups kv heads per attention call and
-  // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind).
-  uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0;
+  // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind);
+  // image_prefill the streamed prefill's arrangement (1 three phases, 2 whole layers a tile).
+  uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0, image_prefill = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input

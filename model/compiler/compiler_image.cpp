@@ -664,7 +664,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   };
-  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode;
+  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode || opt_.image_prefill;
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
   auto kv_stage = [&](uint32_t g) -> uint64_t {
@@ -973,28 +973,38 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
 
 // ================= the streamed plan =================
 // When the resident regions do not fit (small OCM, large images or prompts), the
-// residual streams live in DDR (act.vh [N][Dv], act.h [S][H]) and every block or
-// layer runs in three phases:
-//   A  per row tile: load the rows (block/layer 0: patch embedding + position, or
-//      embedding + splice, stored), norm, qkv GEMM, rope; the tower stores q|k|v rows
-//      to act.vqkv, the prefill stores q to act.q and appends k, v to the KV cache;
+// residual streams live in DDR (act.vh [N][Dv], act.h [S][H]). Every tower block runs
+// in three phases (its attention sees every row):
+//   A  per row tile: load the rows (block 0: patch embedding + position, stored), norm,
+//      qkv GEMM, rope; store the q|k|v rows to act.vqkv;
 //   B  per group of kv heads: q (head-major, one 3-D DMA) and k, v of every row from
-//      DDR (the prefill reads k, v back from the KV cache), attention, the output
-//      written back over q (its columns are dead once loaded);
-//   C  per row tile: attention rows, o/proj GEMM, residual, norm, MLP (tower: fc1 on
-//      the tile; prefill: gate|up chunks and SiLU into [rows][I], down), residual,
-//      DeepStack rows, store.
+//      DDR, attention, the output written back over q (its columns are dead once loaded);
+//   C  per row tile: attention rows, proj GEMM, residual, norm, MLP (fc1 on the tile),
+//      residual, store.
+// A prefill layer runs either the same three phases (A: load the rows, layer 0:
+// embedding + splice, stored; norm, qkv GEMM, per-head norms and rope in the q|k|v rows,
+// k, v appended to the KV cache, q stored to act.q; B: per group of kv heads q, and k, v
+// of every row back from the cache, attention, the output over q; C: attention rows, o
+// GEMM, residual, norm, MLP as gate|up chunks and SiLU into [rows][I] and down, residual,
+// DeepStack rows, store) or, whole layers a tile (its attention is causal: a tile's rows
+// see only the keys up to its own), A, B and C on each tile in turn, the keys and values
+// of every row up to the tile's last read back from the cache: q and the attention
+// output never leave OCM, but each tile's attention uses rows x G x (kv heads a call)
+// PEs and reads the earlier tiles' keys again. The cost model below picks.
 // The mergers run per tile of merged rows; the head normalises the last row.
 // Tiling rule (plan() below): fixed OCM (vectors, norm/embed scratch, GEMM DMA
-// buffers), the rest W shared phase by phase. Each row phase (A, C) takes a copy mode
+// buffers), the rest W shared phase by phase. Each row phase (tower A, C; a prefill
+// layer) takes a copy mode
 // (CopyMode: every copy waited for; pipelined, the next tile's loads and the last
 // tile's stores in flight while a tile runs; stores behind, only the stores in flight)
 // and, for it, the fewest tiles whose buffers fit W (rows rounded up to a multiple of
 // 4), the pair a cost model of one tile finds fastest (MAC cycles, the weights the tile
-// re-streams, its activation copies, overlapped or not). The attention phases (B) run
-// pipelined over two buffer sets when they fit (the next call's q, k, v load while
-// this call computes), kv heads a call by the kernel's work (plan_attention_ocm) and
-// the exposed first load and last store. The mergers: the fewest tiles that fit. GEMM
+// re-streams, its activation copies, overlapped or not; the prefill's keys and values
+// read back, waited for). The tower's attention phase (B) runs pipelined over two buffer
+// sets when they fit (the next call's q, k, v load while this call computes), kv heads a
+// call by the kernel's work (plan_attention_ocm) and the exposed first load and last
+// store; the prefill's, the most kv heads (<= 4) whose staging fits beside q|k|v in the
+// MLP activation's rows. The mergers: the fewest tiles that fit. GEMM
 // DMA channels: all, or 2 when the estimated cycles are fewer (bigger tiles). A
 // program with both stages whose tower fits the resident plan alone runs it resident
 // and only the prefill streamed (image_program).
@@ -1015,13 +1025,16 @@ struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
   uint32_t sva = 1, svc = 1, spa = 1, spc = 1;  // copy modes of the row phases (kWaited, kPipelined, kStoresBehind)
+  // The prefill in whole layers a tile (fused): rows per tile, copy mode, kv heads a call.
+  bool fused = false;
+  uint32_t rpf = 0, spf = 1, gpf = 0;
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
   std::function<std::vector<uint64_t>(uint32_t)> mg;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> ta, tc, pa, pc;  // (rows, buffer sets)
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;          // (kv heads, buffer sets)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> ta, tc, pa, pc, pf;  // (rows, copy mode)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;              // (kv heads, buffer sets)
   std::vector<uint64_t> hd;
   bool ok = false;
 };
@@ -1047,6 +1060,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   using V64 = std::vector<uint64_t>;
 
   const uint32_t cap = opt_.image_tile_rows, gcap = opt_.image_attn_groups;
+  // The prefill's attention staging inside a tile's q|k|v / MLP buffer (image_streamed's
+  // plan, p.pf), offsets of q head-major [g G][r][hd], keys and values [off + S][g hd], at r
+  // rows a tile and g kv heads a call; g: the most (<= 4) whose staging fits beside q|k|v in
+  // the MLP's rows, else 1.
+  auto stage = [&](uint32_t r, uint32_t g) -> std::array<uint64_t, 3> {
+    const uint64_t q0 = detail::OcmAlloc::footprint(uint64_t(r) * d.qkv_n * 2),
+                   k0 = q0 + detail::OcmAlloc::footprint(uint64_t(g) * G * r * hd2),
+                   v0 = k0 + detail::OcmAlloc::footprint(uint64_t(off + S) * g * hd2);
+    return {q0, k0, v0};
+  };
+  auto stage_end = [&](uint32_t r, uint32_t g) { return stage(r, g)[2] + uint64_t(off + S) * g * hd2; };
+  auto prefill_groups = [&](uint32_t r) {
+    const uint32_t g = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return stage_end(r, g) <= uint64_t(r) * (d.I + cw) * 2; });
+    return g ? g : std::min(d.nkv, gcap ? gcap : 1u);
+  };
   auto plan = [&](uint32_t channels) {
   Streamed p;
   p.channels = channels;
@@ -1098,6 +1126,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
   };
+  // prefill, whole layers a tile (fused): residual [r][H]
+  // (loaded and stored), cos, sin [r][hd] fp32 (loaded), normed rows / attention output /
+  // down out [r][max(H, q)], and BIG: q|k|v [r][qkv_n] with, beyond it, the attention's
+  // staging (q head-major [g G][r][hd], keys and values [off + S][g hd] of g kv heads a
+  // call), later o out / MLP activation (as in C).
+  p.pf = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    return sets_of({uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4,
+                    uint64_t(r) * std::max(d.H * 2, qd),
+                    std::max(uint64_t(r) * std::max(d.I + cw, d.H) * 2, stage_end(r, prefill_groups(r)))},
+                   mode, 1, 3);
+  };
   // head: the last row, logits, GEMV buffers (the rest)
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
@@ -1110,7 +1149,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();  // (the row phases are GEMMs)
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
-                       double wbytes, double load_row, double store_row, uint32_t& mode, double times) {
+                       double wbytes, double load_row, double store_row, uint32_t& mode, double times,
+                       double waited_tile = 0) {
     mode = kWaited;
     if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
     double best = 0;
@@ -1121,9 +1161,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (!r) continue;
       const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
                    l = r * load_row / bw, st = r * store_row / bw;
-      const double c = md == kWaited       ? tiles * (std::max(m, w) + l + st)
-                       : md == kPipelined ? tiles * std::max(m, w + l + st) + l + st
-                                          : tiles * (std::max(m, w + st) + l) + st;
+      const double c = (md == kWaited       ? tiles * (std::max(m, w) + l + st)
+                        : md == kPipelined ? tiles * std::max(m, w + l + st) + l + st
+                                           : tiles * (std::max(m, w + st) + l) + st) +
+                       tiles * waited_tile * (off + (total + r) / 2.0) / bw;
       if (!best_r || c < best) best = c, best_r = r, mode = md;
     }
     p.cost += best * times;
@@ -1138,12 +1179,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.rvc = row_phase(N, p.tc, double(d.Dv) * (d.Dv + 2.0 * d.Iv), wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv),
                     4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
-  // (the prefill's KV-cache write, waited for in every mode, counted with the loads)
-  p.rpa = row_phase(S, p.pa, slow * d.qkv_n * d.H, wb(d.qkv_n, d.H), d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd),
-                    p.spa, layers);
-  p.rpc = row_phase(S, p.pc, slow * d.H * (d.nq * d.hd + 3.0 * d.I),
-                    wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I), double(qd) + 2.0 * d.H,
-                    2.0 * d.H, p.spc, layers);
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' work in
@@ -1152,6 +1187,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // load and the last store, which are not overlapped. More heads a call pay when their
   // passes hold more rows x heads (N = 1200: 2 heads of 512 rows a pass, 1.5 passes a
   // head instead of 2).
+  auto attn_cycles = [&](uint32_t heads, uint32_t g, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows) {
+    OcmAttnArgs at;
+    at.q_heads = g * g_size;
+    at.kv_heads = g;
+    at.head_dim = hd;
+    at.seq = rows;
+    at.causal = kv_rows != rows;  // the prefill (kv_rows = off + rows before them)
+    at.kv_offset = kv_rows - rows;
+    return std::ceil(double(heads) / g) * plan_attention_ocm(cfg_, at).work * hd * (0.47 + 0.08 * g_size);
+  };
   auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows,
                          const std::function<V64(uint32_t, uint32_t)>& sizes, uint32_t& sets) {
     if (!rows) return sets = 1;  // a run without the tower or the prefill: no such calls
@@ -1164,17 +1209,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       double best_c = 0;
       for (uint32_t g : {1u, 2u, 4u}) {
         if (g > heads || !fits(sizes(g, 2))) continue;
-        OcmAttnArgs at;
-        at.q_heads = g * g_size;
-        at.kv_heads = g;
-        at.head_dim = hd;
-        at.seq = rows;
-        at.causal = kv_rows != rows;  // the prefill (kv_rows = off + S)
-        at.kv_offset = kv_rows - rows;
-        const double calls = std::ceil(double(heads) / g),
-                     step = hd * (0.47 + 0.08 * g_size),
-                     io = double(g) * hd * 2 * (2.0 * g_size * rows + 2.0 * kv_rows) / bw;
-        const double c = calls * plan_attention_ocm(cfg_, at).work * step + io;
+        const double io = double(g) * hd * 2 * (2.0 * g_size * rows + 2.0 * kv_rows) / bw;
+        const double c = attn_cycles(heads, g, g_size, rows, hd, kv_rows) + io;
         if (!best || c < best_c * 0.99) best = g, best_c = c;
       }
       if (best) return best;
@@ -1183,8 +1219,34 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return 0u;
   };
   p.gv = attn_groups(d.hv, 1, N, d.hdv, N, p.tb, p.sv);
+  // The prefill in three phases or in whole layers a tile, the cheaper by the cost model:
+  // the row phases (above) plus the attention, in phases the larger of its calls' work
+  // and its copies (q, k, v in, the output out; pipelined), a tile at a time its calls
+  // (rows x G x g PEs a pass, the keys up to the tile's last). (The prefill's KV-cache
+  // write, waited for in every mode, is counted with the loads; a fused tile reads the
+  // keys and values of every row up to its last back, waited for: 2 kd bytes a key.)
+  const double macs_a = slow * d.qkv_n * d.H, macs_c = slow * d.H * (d.nq * d.hd + 3.0 * d.I);
+  const double wb_a = wb(d.qkv_n, d.H), wb_c = wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I);
+  const double before = p.cost;
+  p.rpa = row_phase(S, p.pa, macs_a, wb_a, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd), p.spa, layers);
+  p.rpc = row_phase(S, p.pc, macs_c, wb_c, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
   p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
-  p.ok = p.rva && p.rvc && p.rm && p.rpa && p.rpc && p.gv && p.gp && fits(p.hd);
+  const bool phased_ok = p.rpa && p.rpc && p.gp && opt_.image_prefill != 2;
+  double phased = p.cost - before;
+  if (S && p.gp)
+    phased += layers * std::max(attn_cycles(d.nkv, p.gp, G, S, d.hd, off + S), (2.0 * S * qd + 2.0 * (off + S) * kd) / bw);
+  p.cost = before;
+  p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, 2.0 * d.H, p.spf,
+                    layers, 2.0 * kd);
+  const bool fused_ok = p.rpf && opt_.image_prefill != 1;
+  double fused = p.cost - before;
+  if (S && p.rpf) {
+    p.gpf = prefill_groups(p.rpf);
+    for (auto [r0, rows] : tiles_of(S, p.rpf)) fused += layers * attn_cycles(d.nkv, p.gpf, G, rows, d.hd, off + r0 + rows);
+  }
+  p.fused = fused_ok && (!phased_ok || fused < phased);
+  p.cost = before + (p.fused ? fused : phased);
+  p.ok = p.rva && p.rvc && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
   // (the mergers: their weight passes, at the DDR rate)
   if (p.ok && Nt)
     p.cost += std::ceil(double(Nt) / p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
@@ -1204,7 +1266,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
       const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4, 1)), sum_fp(q.tc(r4, 1)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
-                                                sum_fp(q.pa(p4, 1)), sum_fp(q.pc(p4, 1)), sum_fp(q.pb(1, 1)), sum_fp(q.hd)});
+                                                sum_fp(q.pf(p4, 1)), sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
     }
     fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
@@ -1489,119 +1551,167 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       begin(L);
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
-      {
-        // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them. q, k and v
-        // stay in the q|k|v rows (row stride qkv_n * 2), as in the resident plan.
-        const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
-        const size_t nd = doubled(p.spa, 1, 4);
-        const uint32_t qkvs = d.qkv_n * 2;
-        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
-        row_phase(
-            S, p.rpa, p.spa,
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
-              const std::string T = name(t);
-              if (i) copy_on(cl, T + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 1)), rows * d.H * 2);
-              copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(buf(o, nd, u, 2)), rows * d.hd * 4);
-              copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(buf(o, nd, u, 3)), rows * d.hd * 4);
-            },
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
-          const std::string T = name(t);
-          const uint32_t QKV = buf(o, nd, u, 0), X = buf(o, nd, u, 1), RC = buf(o, nd, u, 2), RS = buf(o, nd, u, 3);
-          const uint32_t Q = QKV, K = QKV + qd, Vv = QKV + qd + kd;
-          if (i == 0) {
-            // Embeddings of the text rows, the image rows spliced in.
-            auto [a, e] = image_rows(r0, rows);
-            for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
-                                  {std::max(r0, is + ni), r0 + rows}})
-              if (s1 > s0)
-                k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"), d.V, d.H, s1 - s0,
-                        iio_.ids_smem + s0 * 4, X + (s0 - r0) * d.H * 2, ESCR);
-            if (e > a)
-              em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(X + (a - r0) * d.H * 2),
-                      (e - a) * d.H * 2);
-            em.copy(T + ".store", ocm(X), ah + r0 * d.H * 2, rows * d.H * 2);
-          }
-          k.norm(T + ".input_norm", NormKind::rms, rows, d.H, X, X, w_in, 0, teps);
-          kick(1);
-          k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
-          k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
-          k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
-          // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
-          // The write overlaps q's norm and rotary.
-          k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, K, Vv, qkvs, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
-                     iio_.slot0_smem, false);
-          k.head_norm(T + ".q_norm", rows, d.nq, d.hd, Q, w_q, teps, qkvs);
-          k.rope(T + ".q_rope", rows, d.nq, d.hd, Q, qkvs, RC, RS);
-          emit_kv_write_wait(b, cfg_);
-            },
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-              copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
-            });
-      }
-      {
-        // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of the
-        // off cached tokens before them.
-        auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", L, g0 / p.gp); };
-        auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
-          const std::string A = name(g0);
-          const bool w = ch == UINT32_MAX;
-          const uint32_t nh = ng * G;
-          if (!load)
-            return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
-          copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
-          copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
-                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
-          copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
-                  ng * hd2, ng, opt_.max_seq * hd2, hd2);
-        };
-        attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
-                        [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
-                          k.attention(name(g0) + ".attention", ng * G, ng, d.hd, S, true, u[0], hd2, S * hd2, u[1],
-                                      u[2], ng * hd2, u[3], hd2, S * hd2, 0, 0, ng, off);
-                        });
-      }
-      {
-        // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
-        // doubles them; GEMM outputs, MLP activation once.
-        const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
-        const size_t nd = doubled(p.spc, 1, 2);
-        const uint32_t ACT = o[2], as = (d.I + cw) * 2;  // MLP activation and its row stride
-        auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
-        row_phase(
-            S, p.rpc, p.spc,
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
-              copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, nd, u, 1)), rows * qd);
-              copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
-            },
-            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
-          const std::string T = name(t);
-          const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
-          k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, ACT, d.H * 2, kNone);
-          k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, ACT, 0, Hb, 0);
-          k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
-          kick(0);
-          for (uint32_t c = 0; c < nchunks; ++c) {
-            const std::string C = fmt::format("{}.mlp{}", T, c);
-            if (c == nchunks / 2) kick(1);
-            // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
-            const uint32_t at = ACT + c * cw * 2;
-            k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
-                   d.H * 2, at, as, kNone);
-            k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);
-          }
-          k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
-          k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
+      const uint32_t qkvs = d.qkv_n * 2, as = (d.I + cw) * 2;  // q|k|v and MLP activation row strides
+      // A tile's rows up to the attention: (layer 0) the embeddings into In, the image rows
+      // spliced in (stored when the residual goes through DDR), the norm into X, the q|k|v
+      // GEMM into QKV (pre_gemm() just before it), per-head norms and rope in the q|k|v
+      // rows, k and v appended to the KV cache (the write overlaps q's norm and rotary).
+      auto before_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t In, bool store_in,
+                                  uint32_t X, uint32_t QKV, uint32_t RC, uint32_t RS,
+                                  const std::function<void()>& pre_gemm) {
+        if (i == 0) {
           auto [a, e] = image_rows(r0, rows);
-          if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-            em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
+          for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
+                                {std::max(r0, is + ni), r0 + rows}})
+            if (s1 > s0)
+              k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"), d.V, d.H, s1 - s0,
+                      iio_.ids_smem + s0 * 4, In + (s0 - r0) * d.H * 2, ESCR);
+          if (e > a)
+            em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(In + (a - r0) * d.H * 2),
                     (e - a) * d.H * 2);
-            const uint32_t at = Hb + (a - r0) * d.H * 2;
-            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, X, 0, at, 0);
-          }
+          if (store_in) em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
+        }
+        k.norm(T + ".input_norm", NormKind::rms, rows, d.H, In, X, w_in, 0, teps);
+        pre_gemm();
+        const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
+        k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
+        k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
+        k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
+        // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
+        k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, K, Vv, qkvs, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
+                   iio_.slot0_smem, false);
+        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
+        k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
+        emit_kv_write_wait(b, cfg_);
+      };
+      // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into
+      // ACT, the residual Hb, its norm into X, the MLP (kick(0) before its first gate|up
+      // chunk, kick(1) before the middle one) and its residual, the DeepStack rows.
+      auto after_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t Hb, uint32_t X,
+                                 uint32_t ACT, const Kick& kick) {
+        k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, ACT, d.H * 2, kNone);
+        k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, ACT, 0, Hb, 0);
+        k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
+        kick(0);
+        for (uint32_t c = 0; c < nchunks; ++c) {
+          const std::string C = fmt::format("{}.mlp{}", T, c);
+          if (c == nchunks / 2) kick(1);
+          // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
+          const uint32_t at = ACT + c * cw * 2;
+          k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
+                 d.H * 2, at, as, kNone);
+          k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);
+        }
+        k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
+        k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
+        auto [a, e] = image_rows(r0, rows);
+        if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
+          em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
+                  (e - a) * d.H * 2);
+          const uint32_t at = Hb + (a - r0) * d.H * 2;
+          k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, X, 0, at, 0);
+        }
+      };
+      auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
+      auto load_rope = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t cl, uint32_t RC, uint32_t RS) {
+        copy_on(cl, T + ".load_rope", tcos + r0 * d.hd * 4, ocm(RC), rows * d.hd * 4);
+        copy_on(cl, T + ".load_rope_sin", tsin + r0 * d.hd * 4, ocm(RS), rows * d.hd * 4);
+      };
+      if (p.fused) {
+        // residual rows (loaded, stored), cos, sin (loaded), as the copy mode doubles them;
+        // normed rows / attention output, q|k|v (and the attention's staging) / MLP
+        // activation once.
+        const std::vector<uint32_t> o = phase(p.pf(p.rpf, p.spf));
+        const size_t nd = doubled(p.spf, 1, 3);
+        const uint32_t X = o[3], BIG = o[4], gk = p.gpf;
+        const auto [q0, k0, v0] = stage(p.rpf, gk);
+        row_phase(
+            S, p.rpf, p.spf,
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+              if (i) copy_on(cst, name(t) + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
+              load_rope(name(t), r0, rows, cl, buf(o, nd, u, 1), buf(o, nd, u, 2));
+            },
+            [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+              const std::string T = name(t);
+              const uint32_t Hb = buf(o, nd, u, 0);
+              before_attention(T, r0, rows, Hb, false, X, BIG, buf(o, nd, u, 1), buf(o, nd, u, 2), [] {});
+              // Query rows [r0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows).
+              const uint32_t keys = off + r0 + rows;
+              for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
+                const uint32_t ng = std::min(gk, d.nkv - g0);
+                const std::string A = fmt::format("{}.g{}", T, g0 / gk);
+                em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(BIG + k0), hd2, keys, hd2, ng * hd2, ng,
+                        opt_.max_seq * hd2, hd2);
+                em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(BIG + v0), hd2, keys, hd2, ng * hd2,
+                        ng, opt_.max_seq * hd2, hd2);
+                k.attention(A + ".attention", ng * G, ng, d.hd, rows, true, BIG + g0 * G * hd2, qkvs, hd2,
+                            BIG + k0, BIG + v0, ng * hd2, X + g0 * G * hd2, qd, hd2, BIG + q0, k0 - q0, 0, off + r0);
+              }
+              after_attention(T, r0, rows, Hb, X, BIG, kick);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
               copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
             });
+      } else {
+        {
+          // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them.
+          const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
+          const size_t nd = doubled(p.spa, 1, 4);
+          row_phase(
+              S, p.rpa, p.spa,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
+                if (i) copy_on(cl, name(t) + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 1)), rows * d.H * 2);
+                load_rope(name(t), r0, rows, cl, buf(o, nd, u, 2), buf(o, nd, u, 3));
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+                const uint32_t X = buf(o, nd, u, 1);
+                before_attention(name(t), r0, rows, X, true, X, buf(o, nd, u, 0), buf(o, nd, u, 2), buf(o, nd, u, 3),
+                                 [&] { kick(1); });
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
+              });
+        }
+        {
+          // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of
+          // the off cached tokens before them.
+          auto gname = [&](uint32_t g0) { return fmt::format("{}.g{}", L, g0 / p.gp); };
+          auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+            const std::string A = gname(g0);
+            const bool w = ch == UINT32_MAX;
+            const uint32_t nh = ng * G;
+            if (!load)
+              return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
+            copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+            copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
+                    ng * hd2, ng, opt_.max_seq * hd2, hd2);
+            copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
+                    ng * hd2, ng, opt_.max_seq * hd2, hd2);
+          };
+          attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
+                          [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+                            k.attention(gname(g0) + ".attention", ng * G, ng, d.hd, S, true, u[0], hd2, S * hd2, u[1],
+                                        u[2], ng * hd2, u[3], hd2, S * hd2, 0, 0, ng, off);
+                          });
+        }
+        {
+          // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
+          // doubles them; GEMM outputs, MLP activation once.
+          const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
+          const size_t nd = doubled(p.spc, 1, 2);
+          row_phase(
+              S, p.rpc, p.spc,
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
+                copy_on(cl, name(t) + ".load_attn", aq + r0 * qd, ocm(buf(o, nd, u, 1)), rows * qd);
+                copy_on(cst, name(t) + ".load_residual", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 0)), rows * d.H * 2);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+                after_attention(name(t), r0, rows, buf(o, nd, u, 0), buf(o, nd, u, 1), o[2], kick);
+              },
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
+                copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
+              });
+        }
       }
       end(L);
     }
@@ -1635,20 +1745,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (calls) out.calls = std::move(*calls);
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
+  // The prefill's part of the plan: whole layers a tile, or its qkv|MLP phases.
+  const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
+                                    : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
+  const std::string pcopies =
+      p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
+  const uint32_t pheads = p.fused ? p.gpf : p.gp;
   if (s.vision && s.prefill)
-    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {}, prefill {}|{} (qkv|MLP phases; copies "
-                           "tower {}|{}, prefill {}|{}); kv heads per attention call tower {}, prefill {} ({}|{} "
-                           "buffer sets); GEMM DMA channels {}",
-                           p.rva, p.rvc, p.rm, p.rpa, p.rpc, mode_name(p.sva), mode_name(p.svc), mode_name(p.spa),
-                           mode_name(p.spc), p.gv, p.gp, p.sv, p.sp, p.channels);
+    out.plan = fmt::format("streamed: rows per tile tower {}|{} (qkv|MLP phases), mergers {}, prefill {}; copies "
+                           "tower {}|{}, prefill {}; kv heads per attention call tower {}, prefill {} ({} buffer "
+                           "sets); GEMM DMA channels {}",
+                           p.rva, p.rvc, p.rm, prows, mode_name(p.sva), mode_name(p.svc), pcopies, p.gv, pheads,
+                           p.fused ? fmt::format("{} tower", p.sv) : fmt::format("{}|{}", p.sv, p.sp), p.channels);
   else if (s.vision)
-    out.plan = fmt::format("streamed: rows per tile tower {}|{}, mergers {} (qkv|MLP phases; copies {}|{}); kv heads "
+    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases), mergers {}; copies {}|{}; kv heads "
                            "per attention call {} ({} buffer sets); GEMM DMA channels {}",
                            p.rva, p.rvc, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
   else
-    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases; copies {}|{}); kv heads per attention "
-                           "call {} ({} buffer sets); GEMM DMA channels {}",
-                           p.rpa, p.rpc, mode_name(p.spa), mode_name(p.spc), p.gp, p.sp, p.channels);
+    out.plan = fmt::format("streamed: rows per tile {}; copies {}; kv heads per attention call {}{}; GEMM DMA "
+                           "channels {}",
+                           prows, pcopies, pheads, p.fused ? "" : fmt::format(" ({} buffer sets)", p.sp), p.channels);
   return out;
 }
 

@@ -118,6 +118,7 @@ Conversation::Conversation(const ChatOptions& o) : impl_(std::make_unique<Impl>(
   m.fit = Compiler::max_context(m.mc, m.cfg, copt);
   copt.prefill_chunk = o.chunk;
   copt.image_tile_rows = o.stream_rows;
+  copt.image_prefill = o.stream_prefill;
   copt.max_seq = o.max_context ? o.max_context : m.fit;
   m.say(fmt::format("compiling the decode program for {} ({} KV-cache slots) ...", o.machine.preset, copt.max_seq));
   m.comp = std::make_unique<Compiler>(m.mc, m.cfg, copt);

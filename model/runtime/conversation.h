@@ -57,7 +57,8 @@ struct ChatOptions {
   uint32_t max_context = 0;  // KV-cache slots (0: the most that fit the DDR, Compiler::max_context)
   int tokens = 20;           // answer tokens per turn at most (>= 1)
   uint32_t chunk = 0;        // rows per prefill chunk (0: the compiler's OCM rule)
-  uint32_t stream_rows = 0;  // test knob: CompileOptions::image_tile_rows (forces the streamed plan)
+  uint32_t stream_rows = 0;     // test knob: CompileOptions::image_tile_rows (forces the streamed plan)
+  uint32_t stream_prefill = 0;  // test knob: CompileOptions::image_prefill (1 three phases, 2 whole layers)
   bool keep_logits = false;  // keep every run's device logits (ChatRun::logits), for comparisons
   int width = 256, height = 256;
   bool timing_only = false;

@@ -70,12 +70,15 @@ TEST(Chat, TinyThreeTurnsMatchTheChainOnEveryRun) {
   EXPECT_EQ(c.turns().size(), 3u);
 }
 
-// Chunks (the image rows split across them) and the streamed plan at an offset.
+// Chunks (the image rows split across them) and the streamed plan at an offset, its
+// prefill in three phases and in whole layers a tile.
 TEST(Chat, TinyChunkedAndStreamedPrefillsMatchTheChain) {
-  for (bool streamed : {false, true}) {
+  for (uint32_t arrangement : {0u, 1u, 2u}) {
+    const bool streamed = arrangement != 0;
     ChatOptions o = tiny(2);
     o.chunk = 24;
     if (streamed) o.stream_rows = 8;
+    o.stream_prefill = arrangement;
     Conversation c(o);
     const ChatTurn& t1 = c.turn("What is in this photo?", kPhoto);
     expect_gated(t1);
@@ -84,6 +87,7 @@ TEST(Chat, TinyChunkedAndStreamedPrefillsMatchTheChain) {
       chunks += r.kind == "prefill";
       if (r.kind == "prefill") {
         EXPECT_EQ(r.plan.starts_with("streamed"), streamed) << r.plan;
+        if (streamed) EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases)"), std::string::npos) << r.plan;
       }
     }
     EXPECT_GT(chunks, 2);

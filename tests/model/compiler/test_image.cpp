@@ -158,16 +158,17 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 
 // The wide tiny model's image program on 1 MiB (resident with its GEMMs' DMA buffers on
 // one channel: with all four the plan does not fit and was streamed, 1,459,522 cycles),
-// 800 KiB (the tower resident, the prefill streamed: two tiles a phase; the GEMMs on half
+// 800 KiB (the tower resident, the prefill streamed: tiles of 48 rows through whole layers,
+// each tile's attention reading the keys up to its last row back from the cache; the GEMMs on half
 // the array's rows, Compiler::gemm_view; the LM head's GEMV on as many DMA channels as its OCM holds), forced small
 // tiles (ragged last tiles, the image rows cut by tile boundaries, several merger tiles, one
 // kv head per attention call), in each copy mode of the row phases (waited, pipelined,
-// stores behind) and 8 MiB
+// stores behind), the prefill in three phases and in whole layers a tile, and 8 MiB
 // (resident, gate|up calls of 2 packed chunks), each against the chain: logits cosine >=
 // 0.9999, the same top-1, timing-only cycles = functional cycles; 1 MiB and 4 MiB
 // cycles differ. Negative control: the streamed plan reads keys and values back from
-// the KV cache at slots [0, S) (ImageIo::slot0_smem must hold 0): a wrong slot must
-// fail the gate.
+// the KV cache from slot 0 (ImageIo::slot0_smem must hold 0): a wrong slot must fail
+// the gate.
 TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
@@ -181,9 +182,13 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   CompileOptions small;
   small.image_tile_rows = 20;
   small.image_attn_groups = 1;
+  small.image_prefill = 1;  // three phases
   CompileOptions pipelined = small, behind = small;  // the row phases' copy modes (CopyMode)
   pipelined.image_copy_mode = 2;
   behind.image_copy_mode = 3;
+  // The prefill in whole layers a tile, in each copy mode.
+  CompileOptions fused = small, fused_pipelined = pipelined, fused_behind = behind;
+  for (CompileOptions* o : {&fused, &fused_pipelined, &fused_behind}) o->image_prefill = 2;
   struct Case {
     const char* ocm;
     CompileOptions opt;
@@ -191,15 +196,21 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   };
   const std::vector<Case> cases = {
       {"1MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 1; GEMM DMA channels 1 (of 4"},
-      {"800KiB", {}, "tower resident: tower MLP rows per chunk 144; prefill streamed: rows per tile 48|48 (qkv|MLP "
-                     "phases; copies waited|waited); kv heads per attention call 1 (2 buffer sets); GEMM DMA channels "
-                     "4; GEMMs on 16 of the 32 PE rows"},
-      {"1MiB", small, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower waited|waited, prefill "
-                      "waited|waited); kv heads per attention call tower 1, prefill 1 (2|2 buffer sets)"},
-      {"1MiB", pipelined, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower pipelined|pipelined, "
-                          "prefill pipelined|pipelined)"},
-      {"1MiB", behind, "tower 20|20, mergers 5, prefill 20|20 (qkv|MLP phases; copies tower stores behind|stores "
-                       "behind, prefill stores behind|stores behind)"},
+      {"800KiB", {}, "tower resident: tower MLP rows per chunk 144; prefill streamed: rows per tile 48 (whole "
+                     "layers); copies waited; kv heads per attention call 2; GEMM DMA channels 4; GEMMs on 16 of the "
+                     "32 PE rows"},
+      {"1MiB", small, "tower 20|20 (qkv|MLP phases), mergers 5, prefill 20|20 (qkv|MLP phases); copies tower "
+                      "waited|waited, prefill waited|waited; kv heads per attention call tower 1, prefill 1 (2|2 "
+                      "buffer sets)"},
+      {"1MiB", pipelined, "prefill 20|20 (qkv|MLP phases); copies tower pipelined|pipelined, prefill "
+                          "pipelined|pipelined"},
+      {"1MiB", behind, "prefill 20|20 (qkv|MLP phases); copies tower stores behind|stores behind, prefill stores "
+                       "behind|stores behind"},
+      {"1MiB", fused, "prefill 20 (whole layers); copies tower waited|waited, prefill waited; kv heads per attention "
+                      "call tower 1, prefill 1 (2 tower buffer sets)"},
+      {"1MiB", fused_pipelined, "prefill 20 (whole layers); copies tower pipelined|pipelined, prefill pipelined"},
+      {"1MiB", fused_behind, "prefill 20 (whole layers); copies tower stores behind|stores behind, prefill stores "
+                             "behind"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
   };
   std::map<std::string, uint64_t> cycles;
@@ -219,10 +230,13 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   std::printf("tiny image program, 4MiB: %llu cycles\n", (unsigned long long)at4);
   EXPECT_NE(cycles["1MiB"], at4) << "1 MiB and 4 MiB must differ";
 
-  OcmRun bad = tiny_ocm_run("1MiB", pixels, small, 3);
-  const double cs = cosine(bad.logits, ref);
-  std::printf("negative control (keys written from slot 3, read from slot 0): logits cosine %.7f\n", cs);
-  EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+  for (const CompileOptions& o : {small, fused}) {
+    OcmRun bad = tiny_ocm_run("1MiB", pixels, o, 3);
+    const double cs = cosine(bad.logits, ref);
+    std::printf("negative control (%s; keys written from slot 3, read from slot 0): logits cosine %.7f\n",
+                bad.plan.c_str(), cs);
+    EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+  }
 }
 
 // The 2B image program, timing-only: 8 MiB spends the extra OCM (one tower MLP pass
