@@ -300,9 +300,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
   };
   if (S == 2) even_odd();
-  // Sub-array, split 1: p7 = the view's PEs (a full tile's scatters; split 2 scatters a
-  // full tile as its even and its odd PEs).
-  if (a.sub_array && S == 1) {
+  // Sub-array: p7 = the view's PEs (a full tile's scatters; split 2 with a narrow last
+  // tile, whose even PEs take p7, scatters a full tile as its even and its odd PEs).
+  if (a.sub_array && (S == 1 || !tail)) {
     b.li(xT3, npe);
     b.op("pset.range", {P{7}, X{0}, xT3});
   }
@@ -349,7 +349,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("oscatter.h", {V{r}, Mem{X{0}, src - 2 * int64_t(nblk)}, stride}, narrow ? P{5} : P{3});
     } else if (narrow || !a.sub_array) {
       b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, narrow ? P{6} : P{0});
-    } else if (S == 1) {
+    } else if (S == 1 || !tail) {
       b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{7});
     } else {
       for (uint8_t p : {2, 3}) b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{p});
