@@ -140,6 +140,12 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"}, 4, "streamed");
 }
 
+// 512 KiB: the prefill run streamed too, whole layers a tile (two tiles of 84 rows, each
+// attention reading the keys up to its last row back from the KV cache; compiler_image.cpp).
+TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
+  matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2, "(whole layers)");
+}
+
 // A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on half of its rows (Compiler::gemm_view:
 // on all of them a 64 B-per-PE DMA unit is 256 KiB, and the four channels' buffers take
 // half the OCM), every scatter held to those PEs (GemmArgs::sub_array).
