@@ -69,9 +69,9 @@ struct NormArgs {
 };
 
 // Per-head RMSNorm in place or out of place: each row is `heads` consecutive vectors of
-// head_dim, all normalised with the same w[head_dim]. Rows must be dense
-// (x_stride = y_stride = heads*head_dim*2): the kernel is the rows mapping over
-// rows*heads vectors of head_dim.
+// head_dim, all normalised with the same w[head_dim]. Dense rows (x_stride = y_stride =
+// heads*head_dim*2) run the rows mapping over rows*heads vectors of head_dim; strided ones
+// (q or k inside the q|k|v rows) one head per PE, the same arithmetic (norm.cpp).
 struct HeadNormArgs {
   uint32_t rows = 0, heads = 0, head_dim = 0;
   uint32_t x_ocm = 0, x_stride = 0;  // 0: heads*head_dim*2
