@@ -443,31 +443,10 @@ struct ImageKernels {
     r.tab_f32 = true;
     em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
   }
-  void attention(const std::string& mark, uint32_t qh, uint32_t kvh, uint32_t hd, uint32_t seq, bool causal,
-                 uint32_t q, uint32_t q_rs, uint32_t q_hs, uint32_t k, uint32_t v, uint32_t kv_rs, uint32_t o,
-                 uint32_t o_rs, uint32_t o_hs, uint32_t scratch, uint64_t scratch_bytes, uint32_t max_groups = 0,
-                 uint32_t kv_offset = 0) {
-    OcmAttnArgs at;
-    at.q_heads = qh;
-    at.kv_heads = kvh;
-    at.head_dim = hd;
-    at.seq = seq;
-    at.causal = causal;
-    at.scale = 1.0f / std::sqrt(float(hd));
-    at.q_ocm = q;
-    at.q_row_stride = q_rs;
-    at.q_head_stride = q_hs;
-    at.k_ocm = k;
-    at.v_ocm = v;
-    at.kv_row_stride = kv_rs;
-    at.out_ocm = o;
-    at.out_row_stride = o_rs;
-    at.out_head_stride = o_hs;
-    at.scratch_ocm = scratch;
-    at.scratch_bytes = uint32_t(scratch_bytes);
+  // OCM attention; the scale, smem and LRM share are the plan's (at's shape and buffers by name).
+  void attention(const std::string& mark, OcmAttnArgs at) {
+    at.scale = 1.0f / std::sqrt(float(at.head_dim));
     at.smem = kSmem;
-    at.max_groups = max_groups;
-    at.kv_offset = kv_offset;
     at.lrm_bytes = kLrmShared;  // lane masks, q and accumulator parking
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
@@ -768,12 +747,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   auto rope = [&](const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride) {
     k.rope(mark, rows, heads, hd, x, stride, ROPE, ROPE + rows * hd * 4);
   };
-  auto attention = [&](const std::string& mark, uint32_t qh, uint32_t kvh, uint32_t hd, uint32_t seq, bool causal,
-                       uint32_t q, uint32_t q_rs, uint32_t kk, uint32_t v, uint32_t kv_rs, uint32_t o, uint32_t o_rs,
-                       uint32_t scratch, uint64_t scratch_bytes) {
-    k.attention(mark, qh, kvh, hd, seq, causal, q, q_rs, hd * 2, kk, v, kv_rs, o, o_rs, hd * 2, scratch,
-                scratch_bytes);
-  };
   constexpr uint32_t kNone = UINT32_MAX;
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
@@ -811,8 +784,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
       rope(B + ".q_rope", N, d.hv, d.hdv, BIG, 3 * d.Dv * 2);
       rope(B + ".k_rope", N, d.hv, d.hdv, BIG + d.Dv * 2, 3 * d.Dv * 2);
-      attention(B + ".attention", d.hv, d.hv, d.hdv, N, false, BIG, 3 * d.Dv * 2, BIG + d.Dv * 2, BIG + 2 * d.Dv * 2,
-                3 * d.Dv * 2, XN, d.Dv * 2, TMP, rTMP);
+      k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
+                                     .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
+                                     .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
+                                     .out_ocm = XN, .out_row_stride = d.Dv * 2, .out_head_stride = d.hdv * 2,
+                                     .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)});
       prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
       gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
       ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
@@ -908,7 +884,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     if (!off) {
       // The attention reads k and v in OCM; the MLP overwrites the rows the write reads.
-      attention(L + ".attention", d.nq, d.nkv, d.hd, S, true, Q, qkvs, K, Vv, qkvs, XN, qd, TMP, rTMP);
+      k.attention(L + ".attention", {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true,
+                                     .q_ocm = Q, .q_row_stride = qkvs, .q_head_stride = d.hd * 2, .k_ocm = K,
+                                     .v_ocm = Vv, .kv_row_stride = qkvs, .out_ocm = XN, .out_row_stride = qd,
+                                     .out_head_stride = d.hd * 2, .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)});
       emit_kv_write_wait(b, cfg_);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
@@ -921,8 +900,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                 opt_.max_seq * hd2, hd2);
         em.copy(A + ".load_v", vcc + g0 * opt_.max_seq * hd2, ocm(VC), hd2, off + S, hd2, ng * hd2, ng,
                 opt_.max_seq * hd2, hd2);
-        k.attention(A + ".attention", ng * G, ng, d.hd, S, true, Q + g0 * G * hd2, qkvs, hd2, KC, VC, ng * hd2,
-                    XN + g0 * G * hd2, qd, hd2, TMP, rTMP, 0, off);
+        k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
+                                       .q_ocm = Q + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
+                                       .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
+                                       .out_ocm = XN + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2,
+                                       .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = off});
       }
     }
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
@@ -1493,8 +1475,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           };
           attention_phase(d.hv, p.gv, p.sv, phase(p.tb(p.gv, p.sv)), io,
                           [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
-                            k.attention(name(g0) + ".attention", ng, ng, d.hdv, N, false, u[0], hdv2, N * hdv2, u[1],
-                                        u[2], ng * hdv2, u[3], hdv2, N * hdv2, 0, 0, ng);
+                            k.attention(name(g0) + ".attention",
+                                        {.q_heads = ng, .kv_heads = ng, .head_dim = d.hdv, .seq = N, .causal = false,
+                                         .q_ocm = u[0], .q_row_stride = hdv2, .q_head_stride = N * hdv2,
+                                         .k_ocm = u[1], .v_ocm = u[2], .kv_row_stride = ng * hdv2, .out_ocm = u[3],
+                                         .out_row_stride = hdv2, .out_head_stride = N * hdv2, .max_groups = ng});
                           });
         }
         {
@@ -1646,8 +1631,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         opt_.max_seq * hd2, hd2);
                 em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(BIG + v0), hd2, keys, hd2, ng * hd2,
                         ng, opt_.max_seq * hd2, hd2);
-                k.attention(A + ".attention", ng * G, ng, d.hd, rows, true, BIG + g0 * G * hd2, qkvs, hd2,
-                            BIG + k0, BIG + v0, ng * hd2, X + g0 * G * hd2, qd, hd2, BIG + q0, k0 - q0, 0, off + r0);
+                k.attention(A + ".attention",
+                            {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
+                             .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
+                             .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0), .kv_row_stride = ng * hd2,
+                             .out_ocm = X + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2,
+                             .scratch_ocm = uint32_t(BIG + q0), .scratch_bytes = uint32_t(k0 - q0),
+                             .kv_offset = off + r0});
               }
               after_attention(T, r0, rows, Hb, X, BIG, kick);
             },
@@ -1692,8 +1682,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           };
           attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
                           [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
-                            k.attention(gname(g0) + ".attention", ng * G, ng, d.hd, S, true, u[0], hd2, S * hd2, u[1],
-                                        u[2], ng * hd2, u[3], hd2, S * hd2, 0, 0, ng, off);
+                            k.attention(gname(g0) + ".attention",
+                                        {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
+                                         .q_ocm = u[0], .q_row_stride = hd2, .q_head_stride = S * hd2, .k_ocm = u[1],
+                                         .v_ocm = u[2], .kv_row_stride = ng * hd2, .out_ocm = u[3],
+                                         .out_row_stride = hd2, .out_head_stride = S * hd2, .max_groups = ng,
+                                         .kv_offset = off});
                           });
         }
         {
