@@ -451,20 +451,7 @@ struct ImageKernels {
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
-  void kv_write(const std::string& mark, uint32_t kvh, uint32_t hd, uint32_t rows, uint32_t k, uint32_t v,
-                uint32_t stride, uint32_t kcache, uint32_t vcache, uint32_t max_seq, uint32_t pos_smem, bool wait = true) {
-    KvWriteArgs kv;
-    kv.wait = wait;
-    kv.kv_heads = kvh;
-    kv.head_dim = hd;
-    kv.rows = rows;
-    kv.k_ocm = k;
-    kv.v_ocm = v;
-    kv.row_stride = stride;
-    kv.k_cache_ddr = kcache;
-    kv.v_cache_ddr = vcache;
-    kv.max_seq = max_seq;
-    kv.pos_smem = pos_smem;
+  void kv_write(const std::string& mark, KvWriteArgs kv) {
     kv.smem = kSmem;
     em.call(mark, "kv_write", cost_kv_write(cfg, kv), [&] { emit_kv_write(b, cfg, kv); });
   }
@@ -878,8 +865,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // k first: its cache write (DMA) then overlaps q's norm and rotary and the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
     rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
-    k.kv_write(L + ".kv_write", d.nkv, d.hd, S, K, Vv, qkvs, ddr_.bus(layer_name(i, "kcache")),
-               ddr_.bus(layer_name(i, "vcache")), opt_.max_seq, iio_.slot0_smem, off != 0);
+    k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
+                                 .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
+                                 .v_cache_ddr = ddr_.bus(layer_name(i, "vcache")), .max_seq = opt_.max_seq,
+                                 .pos_smem = iio_.slot0_smem, .wait = off != 0});
     k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
     rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     if (!off) {
@@ -1565,8 +1554,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
         k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
-        k.kv_write(T + ".kv_write", d.nkv, d.hd, rows, K, Vv, qkvs, kc + r0 * hd2, vcache + r0 * hd2, opt_.max_seq,
-                   iio_.slot0_smem, false);
+        k.kv_write(T + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = rows, .k_ocm = K, .v_ocm = Vv,
+                                     .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
+                                     .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
         k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
         k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
         emit_kv_write_wait(b, cfg_);
