@@ -443,7 +443,8 @@ struct ImageKernels {
     r.tab_f32 = true;
     em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
   }
-  // OCM attention; the scale, smem and LRM share are the plan's (at's shape and buffers by name).
+  // OCM attention: the caller names its shape and buffers (OcmAttnArgs fields); the scale, smem
+  // and LRM share are set here.
   void attention(const std::string& mark, OcmAttnArgs at) {
     at.scale = 1.0f / std::sqrt(float(at.head_dim));
     at.smem = kSmem;
