@@ -1133,10 +1133,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (!r) continue;
       const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
                    l = r * load_row / bw, st = r * store_row / bw;
+      double keys = 0;  // read back (waited_tile bytes each): up to each tile's last row, but the first's
+      if (waited_tile)
+        for (auto [r0, rows] : tiles_of(total, r))
+          if (off + r0) keys += off + r0 + rows;
       const double c = (md == kWaited       ? tiles * (std::max(m, w) + l + st)
                         : md == kPipelined ? tiles * std::max(m, w + l + st) + l + st
                                            : tiles * (std::max(m, w + st) + l) + st) +
-                       tiles * waited_tile * (off + (total + r) / 2.0) / bw;
+                       waited_tile * keys / bw;
       if (!best_r || c < best) best = c, best_r = r, mode = md;
     }
     p.cost += best * times;
@@ -1613,22 +1617,28 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               const std::string T = name(t);
               const uint32_t Hb = buf(o, nd, u, 0);
               before_attention(T, r0, rows, Hb, false, X, BIG, buf(o, nd, u, 1), buf(o, nd, u, 2), [] {});
-              // Query rows [r0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows).
+              // Query rows [r0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows):
+              // read back from the cache, but for the first tile with none cached, whose keys
+              // are its own (read in the q|k|v rows).
               const uint32_t keys = off + r0 + rows;
+              const bool own = off + r0 == 0;
               for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
                 const uint32_t ng = std::min(gk, d.nkv - g0);
                 const std::string A = fmt::format("{}.g{}", T, g0 / gk);
-                em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(BIG + k0), hd2, keys, hd2, ng * hd2, ng,
-                        opt_.max_seq * hd2, hd2);
-                em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(BIG + v0), hd2, keys, hd2, ng * hd2,
-                        ng, opt_.max_seq * hd2, hd2);
+                if (!own) {
+                  em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(BIG + k0), hd2, keys, hd2, ng * hd2, ng,
+                          opt_.max_seq * hd2, hd2);
+                  em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(BIG + v0), hd2, keys, hd2, ng * hd2,
+                          ng, opt_.max_seq * hd2, hd2);
+                }
                 k.attention(A + ".attention",
                             {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
                              .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
-                             .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0), .kv_row_stride = ng * hd2,
-                             .out_ocm = X + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2,
-                             .scratch_ocm = uint32_t(BIG + q0), .scratch_bytes = uint32_t(k0 - q0),
-                             .kv_offset = off + r0});
+                             .k_ocm = own ? BIG + qd + g0 * hd2 : uint32_t(BIG + k0),
+                             .v_ocm = own ? BIG + qd + kd + g0 * hd2 : uint32_t(BIG + v0),
+                             .kv_row_stride = own ? qkvs : ng * hd2, .out_ocm = X + g0 * G * hd2,
+                             .out_row_stride = qd, .out_head_stride = hd2, .scratch_ocm = uint32_t(BIG + q0),
+                             .scratch_bytes = uint32_t(k0 - q0), .kv_offset = off + r0});
               }
               after_attention(T, r0, rows, Hb, X, BIG, kick);
             },
