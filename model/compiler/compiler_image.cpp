@@ -1241,8 +1241,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     uint64_t least = UINT64_MAX, fixed = 0;
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
-      const uint64_t prefill = std::min(std::max({sum_fp(q.pa(p4, 1)), sum_fp(q.pc(p4, 1)), sum_fp(q.pb(1, 1))}),
-                                        sum_fp(q.pf(p4, 1)));  // the smaller arrangement
+      // (the arrangement that needs less, or the forced one)
+      const uint64_t phases = std::max({sum_fp(q.pa(p4, 1)), sum_fp(q.pc(p4, 1)), sum_fp(q.pb(1, 1))}),
+                     layers = sum_fp(q.pf(p4, 1));
+      const uint64_t prefill = opt_.image_prefill == 1   ? phases
+                               : opt_.image_prefill == 2 ? layers
+                                                         : std::min(phases, layers);
       const uint64_t need = q.fixed + std::max({sum_fp(q.ta(r4, 1)), sum_fp(q.tc(r4, 1)), sum_fp(q.tb(1, 1)), sum_fp(q.mg(m4)),
                                                 prefill, sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
