@@ -2,6 +2,7 @@
 #include "isa/batch.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "isa/lanes_simd.h"
@@ -67,6 +68,33 @@ void Batch::push_fill(ArchState& s, int r) {
   s.clear_lazy(r);
 }
 
+void Batch::push_dq_fill(ArchState& s, int r) {
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::dq_fill;
+  e.reg = uint8_t(r);
+  e.snap = s.dq_snap[r];
+  e.sel8 = s.dq_sel[r];
+  s.drop_dq(r);
+}
+
+// The snapshot of vdq4.f32 `in`'s vb and vc: this batch's current one when it copies the
+// same registers, else one with no lazy register left (a new one if none), filled by a
+// snap entry. A snapshot that lost its last register may be refilled in the same batch:
+// each block runs the entries in order, so the earlier entries read it first.
+ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
+  if (cur_snap_ && cur_b_ == in.b && cur_c_ == in.c) return cur_snap_;
+  ArchState::DqSnapshot* sn = nullptr;
+  for (auto& p : s.dq_snaps)
+    if (p->refs == 0) sn = p.get();
+  if (!sn) sn = s.dq_snaps.emplace_back(std::make_unique<ArchState::DqSnapshot>(s.npe)).get();
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::snap;
+  e.in = &in;
+  e.snap = sn;
+  cur_snap_ = sn, cur_b_ = in.b, cur_c_ = in.c;
+  return sn;
+}
+
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
     if (!entries_.empty() && touches_array(in)) flush(s);
@@ -79,27 +107,52 @@ bool Batch::take(ArchState& s, const Insn& in) {
   }
   int bc = bcast_operand(in);
   if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
-  if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
+  // vdq4.f32 leaves va lazy; vmla.f32 reads a lazy dequantisation vb times a lazy broadcast
+  const bool dq = in.p == 0 && in.exec == &sem_vdq4_f32;
+  const int dqb = bc >= 0 && in.exec == &sem_vmla_f32 && (s.lazy >> bc & 1) && (s.lazy_dq >> in.b & 1) && in.a != in.b
+                      ? int(in.b) : -1;
+  if (s.lazy | s.lazy_dq) {  // as isa::execute(): lazy operands are written out first, here in the batch
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
       if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && id - kRegV != bc) push_fill(s, id - kRegV);
+      if (is_vreg(id) && (s.lazy_dq >> (id - kRegV) & 1) && id - kRegV != dqb) push_dq_fill(s, id - kRegV);
     }
     for (int k = 0; k < in.ndst; ++k) {
       const uint8_t id = in.dst[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1)) push_fill(s, id - kRegV);
+      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1)) {
+        if (dq) s.clear_lazy(id - kRegV);  // replaced whole
+        else push_fill(s, id - kRegV);
+      }
+      if (!dq && is_vreg(id) && (s.lazy_dq >> (id - kRegV) & 1)) push_dq_fill(s, id - kRegV);
     }
   }
+  if (dq) {
+    s.set_dq(in.a, snapshot(s, in), uint8_t(in.d));
+  } else {
+    push_entry(s, in, bc, dqb);
+  }
+  if (cur_snap_)  // its registers written: a later vdq4.f32 copies them again
+    for (int k = 0; k < in.ndst; ++k)
+      if (in.dst[k] == kRegV + cur_b_ || in.dst[k] == kRegV + cur_c_) cur_snap_ = nullptr;
+  return true;
+}
+
+void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   Entry& e = entries_.emplace_back();
   e.in = &in;
   e.pc = s.pc;
-  if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
+  if (dqb >= 0) {
+    e.kind = Kind::dq_mla;
+    copy_lazy(s, e, bc);
+    e.snap = s.dq_snap[dqb];
+    e.sel8 = s.dq_sel[dqb];
+  } else if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
     e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
     copy_lazy(s, e, bc);
   } else if (reads_scalar(in)) {
     e.xs = int32_t(xs_.size());
     std::copy(std::begin(s.x), std::end(s.x), xs_.emplace_back().begin());
   }
-  return true;
 }
 
 // vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
@@ -143,6 +196,25 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
+        case Kind::snap: {
+          const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
+          std::memcpy(&e.snap->codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&e.snap->meta[2 * pe], m + size_t(pe) * kLanes, 8);
+          continue;
+        }
+        case Kind::dq_fill: {
+          uint32_t* v = s.vreg(e.reg);
+          const ArchState::DqSnapshot& sn = *e.snap;
+          for (uint32_t pe = lo; pe < hi; ++pe)
+            lanes::dequant4_scalar(v + size_t(pe) * kLanes, &sn.codes[size_t(pe) * kLanes], std::bit_cast<float>(sn.meta[2 * pe]),
+                                   std::bit_cast<float>(sn.meta[2 * pe + 1]), e.sel8, false);
+          if (c.cached == e.reg) c.cached = -1;
+          continue;
+        }
+        case Kind::dq_mla:
+          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &e.snap->codes[size_t(lo) * kLanes], &e.snap->meta[2 * lo],
+                                   e.sel8, e.lanes, hi - lo);
+          break;
         case Kind::bcast2: mac(c, e, lo, hi); break;
         case Kind::bcast:
           if (e.in->exec == &sem_vmac_f16) mac(c, e, lo, hi);
@@ -197,6 +269,7 @@ void Batch::flush(ArchState& s) {
   for (uint32_t j = 0; j < kSplitChunks; ++j)
     if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
+  cur_snap_ = nullptr;
   xs_.clear();
   sels_.clear();
 }

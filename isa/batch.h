@@ -45,11 +45,16 @@ struct Batch {
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
   // bcast2: a vmac.f16 whose vc is a two-pattern lazy register (ArchState::lazy2).
-  enum class Kind : uint8_t { exec, fill, bcast, bcast2 };
+  // Lazy dequantisations (ArchState::lazy_dq): snap copies a vdq4.f32's vb and vc into
+  // `snap`; dq_mla is a vmla.f32 whose vb is a lazy dequantisation of `snap` and element
+  // group `sel8` and vc a lazy broadcast (`lanes`); dq_fill writes such a register out.
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
-    uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
+    uint8_t reg = 0;          // fill, dq_fill: the register a lazy one is written out to
+    uint8_t sel8 = 0;         // dq_mla, dq_fill: the element group
+    ArchState::DqSnapshot* snap = nullptr;  // snap, dq_mla, dq_fill
     int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
     int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
     uint32_t pc = 0;
@@ -70,12 +75,19 @@ struct Batch {
   };
   void copy_lazy(ArchState& s, Entry& e, int r);
   void push_fill(ArchState& s, int r);
+  void push_dq_fill(ArchState& s, int r);
+  void push_entry(ArchState& s, const Insn& in, int bc, int dqb);
+  ArchState::DqSnapshot* snapshot(ArchState& s, const Insn& in);
   void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
   void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
   std::vector<Entry> entries_;
   std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
   std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
+  // The snapshot that this batch's last snap entry fills and the registers it copies
+  // (vb, vc), while neither is written: later vdq4.f32s of the same vb and vc share it.
+  ArchState::DqSnapshot* cur_snap_ = nullptr;
+  uint8_t cur_b_ = 0, cur_c_ = 0;
 };
 
 // Whether `in` may be deferred into a batch (see above).

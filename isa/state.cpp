@@ -2,9 +2,11 @@
 #include "isa/state.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include "isa/error.h"
+#include "isa/lanes_simd.h"
 
 namespace gpnpu::isa {
 
@@ -70,6 +72,15 @@ void ArchState::materialise(int r) {
     for (uint32_t e = 0; e < npe; ++e) std::copy(lazy_lanes[r], lazy_lanes[r] + kLanes, v + size_t(e) * kLanes);
   }
   clear_lazy(r);
+}
+
+void ArchState::materialise_dq(int r) {
+  uint32_t* v = vreg(r);
+  const DqSnapshot& sn = *dq_snap[r];
+  for (uint32_t e = 0; e < npe; ++e)
+    lanes::dequant4_scalar(v + size_t(e) * kLanes, &sn.codes[size_t(e) * kLanes], std::bit_cast<float>(sn.meta[2 * e]),
+                           std::bit_cast<float>(sn.meta[2 * e + 1]), dq_sel[r], false);
+  drop_dq(r);
 }
 
 void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <span>
 #include <string>
@@ -140,12 +141,40 @@ struct ArchState {
   std::vector<uint8_t> lazy_sel;  // [reg][pe]
   const uint8_t* lazy_selector(int r) const { return &lazy_sel[size_t(r) * npe]; }
   // Register r is a lazy broadcast (one pattern) or no longer lazy at all.
-  void set_lazy(int r) { lazy |= 1u << r, lazy2 &= ~(1u << r); }
+  void set_lazy(int r) {
+    if (lazy_dq >> r & 1) drop_dq(r);
+    lazy |= 1u << r, lazy2 &= ~(1u << r);
+  }
   void clear_lazy(int r) { lazy &= ~(1u << r), lazy2 &= ~(1u << r); }
   void materialise(int r);
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
+    for (uint32_t m = lazy_dq; m; m &= m - 1) materialise_dq(__builtin_ctz(m));
   }
+  // Lazy dequantisations (isa/batch.h), never set together with lazy: in a batch, an
+  // unpredicated vdq4.f32 leaves its register r unwritten (bit r of lazy_dq) and points
+  // it at a snapshot of the codes and the scale and zero it reads (a batch entry copies
+  // them when the batch runs, so later writes to its vb and vc do not matter), with its
+  // element group in dq_sel[r]. vmla.f32 of such a register by a lazy broadcast, in a
+  // batch, dequantises straight into its products (lanes::dq4_mla_f32_bcast); anything
+  // else that reads r or writes part of it writes r out first; a whole overwrite drops it.
+  struct DqSnapshot {
+    explicit DqSnapshot(uint32_t npe) : codes(size_t(npe) * kLanes), meta(size_t(npe) * 2) {}
+    std::vector<uint32_t> codes;  // [pe][16]: vb
+    std::vector<uint32_t> meta;   // [pe][2]: lanes 0 and 1 of vc (scale, zero)
+    int refs = 0;                 // lazy registers that point at it
+  };
+  uint32_t lazy_dq = 0;
+  std::vector<std::unique_ptr<DqSnapshot>> dq_snaps;  // a pool (isa/batch.cpp takes one with no refs)
+  DqSnapshot* dq_snap[kVregs] = {};
+  uint8_t dq_sel[kVregs] = {};
+  void set_dq(int r, DqSnapshot* sn, uint8_t sel) {
+    ++sn->refs;
+    if (lazy_dq >> r & 1) drop_dq(r);
+    lazy_dq |= 1u << r, dq_snap[r] = sn, dq_sel[r] = sel;
+  }
+  void drop_dq(int r) { --dq_snap[r]->refs, dq_snap[r] = nullptr, lazy_dq &= ~(1u << r); }
+  void materialise_dq(int r);  // from a complete snapshot: outside a batch's run
 
   // Numerics of functional runs (no timing): the range of every fp32 -> fp16 conversion
   // (vpack.f16, vcvt.f16.f32) since the sequencer last took it, which it attributes to

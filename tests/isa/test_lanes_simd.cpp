@@ -238,5 +238,40 @@ TEST(LanesSimd, Dequant4MatchesTheScalarDefinitionBitForBit) {
   }
 }
 
+
+// isa/batch.h: a vmla.f32 of a lazy dequantisation by a broadcast dequantises straight
+// into its products. The same bits as vdq4.f32 (dequant4_pes) into a register and then
+// mla_f32_bcast, on the body this CPU runs and the scalar one, over PEs with their own
+// scale and zero (zero, negative, tiny, huge, inf: inf * 0 makes NaNs). Negative
+// control: the other element group's products are seen.
+TEST(LanesSimd, Dq4MlaF32BcastMatchesDequantThenMlaBitForBit) {
+  std::mt19937 rng(13);
+  const uint32_t npes = 37;
+  const float scales[] = {0.0f, 1.0f, -0.5f, 3e-8f, 1.5e-3f, 700.0f, 65504.0f, 3e38f, INFINITY};
+  std::vector<uint32_t> codes(npes * 16), meta(npes * 16), meta2(npes * 2), a(npes * 16);
+  for (uint32_t e = 0; e < npes; ++e) {
+    for (int l = 0; l < 16; ++l) codes[e * 16 + l] = rng(), meta[e * 16 + l] = rng();
+    meta[e * 16] = std::bit_cast<uint32_t>(e < 9 ? scales[e] : std::ldexp(float(rng() % 2048) / 1024.0f, int(rng() % 40) - 30));
+    meta[e * 16 + 1] = std::bit_cast<uint32_t>(float(rng() % 16) - (e % 3 == 0 ? 0.5f : 0.0f));
+    meta2[2 * e] = meta[e * 16], meta2[2 * e + 1] = meta[e * 16 + 1];
+  }
+  for (uint32_t& w : a) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -30));
+  uint32_t c16[16];
+  for (uint32_t& w : c16) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -31));
+  c16[3] = 0, c16[7] = std::bit_cast<uint32_t>(-0.0f), c16[9] = std::bit_cast<uint32_t>(1e30f);
+  for (uint32_t sel = 0; sel < 8; ++sel) {
+    std::vector<uint32_t> x = a, y = a, z = a, w = a, dq(npes * 16), dq_other(npes * 16);
+    dq4_mla_f32_bcast(x.data(), codes.data(), meta2.data(), sel, c16, npes);
+    dq4_mla_f32_bcast_scalar(y.data(), codes.data(), meta2.data(), sel, c16, npes);
+    dequant4_pes(dq.data(), codes.data(), meta.data(), 0, npes, nullptr, sel, false);
+    mla_f32_bcast_scalar(z.data(), dq.data(), c16, npes * 16);
+    ASSERT_EQ(x, z) << "sel " << sel;
+    ASSERT_EQ(y, z) << "sel " << sel;
+    dequant4_pes(dq_other.data(), codes.data(), meta.data(), 0, npes, nullptr, (sel + 1) % 8, false);
+    mla_f32_bcast_scalar(w.data(), dq_other.data(), c16, npes * 16);
+    EXPECT_NE(x, w) << "sel " << sel;
+  }
+}
+
 }  // namespace
 }  // namespace gpnpu::isa::lanes

@@ -6,7 +6,10 @@
 // LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
 // deferred array instructions between scalar ones (LRM loads and splats from scalar
 // registers that change within the run, a predicate over scattered PEs, fp16
-// conversions that overflow in two instructions, the later one at a lower PE) leaves
+// conversions that overflow in two instructions, the later one at a lower PE), and lazy
+// dequantisations (vdq4.f32 read by vmla.f32 of a broadcast, sharing a snapshot, its vb
+// and vc written before the reads, read otherwise, written in part, gathered, overwritten
+// whole, va = vb, one left to the end) leaves
 // bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
 // whether it runs lazily and batched (no trace hook) or eagerly instruction by
 // instruction (a trace hook turns both off). Negative control: the comparison sees a
@@ -103,6 +106,30 @@ Lbody:
     vcvt.f32.f16 v27, v26
     obcast v28, 0xc40(x0)
     vshr v28, v28, 3 @p2
+    vdq4.f32 v2, v1, v29, 0
+    vdq4.f32 v3, v1, v29, 5
+    obcast.h v4, 0xd00(x0)
+    vcvt.f32.f16 v4, v4
+    vmla.f32 v5, v2, v4
+    vmla.f32 v5, v3, v4
+    vadd.i32 v1, v1, v17
+    vmla.f32 v5, v2, v4
+    vdq4.f32 v6, v1, v29, 2
+    vmul.f32 v29, v29, v29
+    vmla.f32 v7, v6, v4
+    vadd.f32 v8, v3, v3
+    vdq4.f32 v9, v9, v29, 1
+    vmla.f32 v10, v9, v4 @p2
+    vdq4.f32 v11, v1, v29, 7
+    vsplat v11, x6 @p2
+    vdq4.f32 v12, v1, v29, 3
+    ogather v12, 0(x13), x3
+    vdq4.f32 v14, v1, v29, 4
+    obcast v14, 0xd40(x0)
+    vdq4.f32 v15, v1, v29, 6
+    vmla.f32 v16, v15, v4
+    vdq4.f32 v15, v1, v29, 2
+    vmla.f32 v16, v15, v4
     mark.begin "after"
     mark.end "after"
     halt
