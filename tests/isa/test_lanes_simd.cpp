@@ -273,5 +273,49 @@ TEST(LanesSimd, Dq4MlaF32BcastMatchesDequantThenMlaBitForBit) {
   }
 }
 
+
+// vcvt.f16.f32 of 16-lane runs that are all NaN (the zero-weight model's 0/0) takes a
+// vector path: the same bits, counts, first index and value as the tracked scalar
+// definition, for NaNs of both signs and any payload (signalling ones included), runs
+// that start at an offset, and runs mixed with finite, huge and tiny values. Negative
+// control: one payload bit changed in the input is seen in the output.
+TEST(LanesSimd, CvtF16F32OfNaNRunsMatchesTheTrackedDefinition) {
+  std::mt19937 rng(17);
+  const size_t n = 16 * 12 + 5;
+  std::vector<uint32_t> b(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t run = k / 16;
+    const uint32_t nan = (rng() & 0x80000000u) | 0x7f800000u | (rng() & 0x7fffff) | (rng() % 2 ? 0x400000u : 1u);
+    if (run % 3 != 2 || rng() % 4) b[k] = nan;
+    else b[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), int(rng() % 60) - 60));
+  }
+  b[16 * 5 + 3] = std::bit_cast<uint32_t>(1e6f), b[16 * 8 + 9] = std::bit_cast<uint32_t>(1e-30f);
+  for (size_t k0 : {size_t(0), size_t(16), size_t(3)})
+    for (bool sat : {false, true}) {
+      std::vector<uint32_t> x(n), y(n);
+      F16Range rx, ry;
+      cvt_f16_f32(x.data(), b.data(), k0, n - k0, sat, rx);
+      cvt_f16_f32_scalar(y.data(), b.data(), k0, n - k0, sat, ry);
+      ASSERT_EQ(x, y) << k0;
+      for (size_t k = k0; k < n; ++k) {  // the definition, lane by lane
+        F16Range r;
+        ASSERT_EQ(y[k], f32_to_f16_tracked(std::bit_cast<float>(b[k]), sat, r, 0)) << k;
+      }
+      EXPECT_EQ(rx.nan, ry.nan);
+      EXPECT_GT(rx.nan, 100u);
+      EXPECT_EQ(rx.overflow, ry.overflow);
+      EXPECT_EQ(rx.underflow, ry.underflow);
+      EXPECT_EQ(rx.max_abs, ry.max_abs);
+      EXPECT_EQ(rx.first, ry.first);
+      EXPECT_EQ(rx.first, int64_t(k0));
+      EXPECT_EQ(std::bit_cast<uint32_t>(rx.first_value), std::bit_cast<uint32_t>(ry.first_value));
+      std::vector<uint32_t> c = b, z(n);
+      c[16 * 4 + 7] ^= 0x100000;  // a payload bit the fp16 NaN keeps
+      F16Range rz;
+      cvt_f16_f32(z.data(), c.data(), k0, n - k0, sat, rz);
+      EXPECT_NE(z, y);
+    }
+}
+
 }  // namespace
 }  // namespace gpnpu::isa::lanes
