@@ -42,6 +42,17 @@ int bcast_operand(const Insn& in) {
   return in.c;
 }
 
+// Elementwise instructions that Batch::take_pl computes per PE and class of lanes: the
+// number of their source registers (fields b, c, d; no operand but an immediate besides).
+int pl_sources(const Insn& in) {
+  const SemFn f = in.exec;
+  if (f == &sem_vcvt_f32_f16 || f == &sem_vcvt_f32_i32 || f == &sem_vshr || f == &sem_vshl || f == &sem_vmov) return 1;
+  if (f == &sem_vand || f == &sem_vor || f == &sem_vxor || f == &sem_vadd_i32 || f == &sem_vsub_i32 || f == &sem_vcmpeq_i32)
+    return 2;
+  return f == &sem_vsel ? 3 : 0;
+}
+constexpr uint8_t Insn::* kSourceField[3] = {&Insn::b, &Insn::c, &Insn::d};
+
 // Sets the window for the scope and restores the whole array's when it ends.
 struct Window {
   ArchState& s;
@@ -66,6 +77,7 @@ void Batch::push_fill(ArchState& s, int r) {
   e.reg = uint8_t(r);
   copy_lazy(s, e, r);
   s.clear_lazy(r);
+  written_ |= 1u << r;
 }
 
 void Batch::push_dq_fill(ArchState& s, int r) {
@@ -75,6 +87,7 @@ void Batch::push_dq_fill(ArchState& s, int r) {
   e.snap = s.dq_snap[r];
   e.sel8 = s.dq_sel[r];
   s.drop_dq(r);
+  written_ |= 1u << r;
 }
 
 // The snapshot of vdq4.f32 `in`'s vb and vc: this batch's current one when it copies the
@@ -91,8 +104,109 @@ ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
   e.kind = Kind::snap;
   e.in = &in;
   e.snap = sn;
+  if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
+    e.pl = int32_t(plv_.size());
+    const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
+    for (uint32_t pe = 0; pe < s.npe; ++pe) plv_.push_back(scale[pe]), plv_.push_back(zero[pe]);
+  }
   cur_snap_ = sn, cur_b_ = in.b, cur_c_ = in.c;
   return sn;
+}
+
+void Batch::push_pl_fill(ArchState& s, int r) {
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::pl_fill;
+  e.reg = uint8_t(r);
+  e.pl = int32_t(plv_.size());
+  int ncls = 0;
+  for (int l = 0; l < kLanes; ++l) e.lanes[l] = s.pl_cls[r][l], ncls = std::max(ncls, s.pl_cls[r][l] + 1);
+  for (int c = 0; c < ncls; ++c) plv_.insert(plv_.end(), s.pl_of(r, c), s.pl_of(r, c) + s.npe);
+  s.lazy_pl &= ~(1u << r);
+  written_ |= 1u << r;
+}
+
+// Whether every PE of register r holds the same 16 lanes (then in `lanes`): a lazy
+// broadcast, or what ArchState::uni_yes / uni_no know, or else a look at its memory
+// (current unless an entry writes it) that they keep until r is written.
+bool Batch::lane_uniform(ArchState& s, int r, uint32_t* lanes) {
+  const uint32_t bit = 1u << r;
+  if (s.lazy & bit) {
+    if (s.lazy2 & bit) return false;
+    std::memcpy(lanes, s.lazy_lanes[r], sizeof s.lazy_lanes[r]);
+    return true;
+  }
+  if ((s.lazy_dq | s.lazy_pl) & bit) return false;
+  if (!(s.uni_yes & bit)) {
+    if ((s.uni_no | written_) & bit) return false;
+    const uint32_t* v = s.vreg(r);
+    for (uint32_t e = 1; e < s.npe; ++e)
+      if (std::memcmp(v + size_t(e) * kLanes, v, sizeof s.uni_lanes[r])) {
+        s.uni_no |= bit;
+        return false;
+      }
+    std::memcpy(s.uni_lanes[r], v, sizeof s.uni_lanes[r]);
+    s.uni_yes |= bit;
+  }
+  std::memcpy(lanes, s.uni_lanes[r], sizeof s.uni_lanes[r]);
+  return true;
+}
+
+// An unpredicated elementwise instruction (pl_sources) whose sources are per-PE lazy
+// registers or lane-uniform ones leaves va per-PE lazy: its result's classes of lanes are
+// those with the same sources' classes and uniform lanes (at most kPlClasses), and each
+// class is computed now by the instruction's own semantics, on one word per PE (scratch_:
+// npe words as npe / 16 PEs of 16 lanes).
+bool Batch::take_pl(ArchState& s, const Insn& in) {
+  const int n = in.p == 0 && s.npe % kLanes == 0 ? pl_sources(in) : 0;
+  if (n == 0) return false;
+  uint32_t uni[3][kLanes];
+  bool any = false;
+  for (int k = 0; k < n; ++k) {
+    const int r = in.*kSourceField[k];
+    if (s.lazy_pl >> r & 1) any = true;
+    else if (!lane_uniform(s, r, uni[k])) return false;
+  }
+  if (!any) return false;
+  auto key = [&](int k, int l) {
+    const int r = in.*kSourceField[k];
+    return s.lazy_pl >> r & 1 ? uint32_t(s.pl_cls[r][l]) : uni[k][l];
+  };
+  uint8_t cls[kLanes];
+  int rep[ArchState::kPlClasses], ncls = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    int c = 0;
+    for (; c < ncls; ++c) {
+      bool same = true;
+      for (int k = 0; k < n; ++k) same = same && key(k, l) == key(k, rep[c]);
+      if (same) break;
+    }
+    if (c == ncls) {
+      if (ncls == ArchState::kPlClasses) return false;
+      rep[ncls++] = l;
+    }
+    cls[l] = uint8_t(c);
+  }
+  if (!scratch_) scratch_ = std::make_unique<ArchState>(ArrayShape{1, s.npe / kLanes}, 0, 0, std::span<uint8_t>{});
+  ArchState& t = *scratch_;
+  Insn x = in;
+  x.a = 0;
+  for (int k = 0; k < n; ++k) x.*kSourceField[k] = uint8_t(k + 1);
+  const size_t bytes = size_t(s.npe) * 4;
+  for (int c = 0; c < ncls; ++c) {
+    for (int k = 0; k < n; ++k) {
+      const int r = in.*kSourceField[k];
+      uint32_t* v = t.vreg(k + 1);
+      if (s.lazy_pl >> r & 1) std::memcpy(v, s.pl_of(r, s.pl_cls[r][rep[c]]), bytes);
+      else std::fill(v, v + s.npe, uni[k][rep[c]]);
+    }
+    x.exec(t, x);
+    std::memcpy(t.vreg(4 + c), t.vreg(0), bytes);  // (va may be a source)
+  }
+  for (int c = 0; c < ncls; ++c) std::memcpy(s.pl_of(in.a, c), t.vreg(4 + c), bytes);
+  std::memcpy(s.pl_cls[in.a], cls, sizeof cls);
+  s.set_pl(in.a);
+  if (cur_snap_ && (in.a == cur_b_ || in.a == cur_c_)) cur_snap_ = nullptr;
+  return true;
 }
 
 bool Batch::take(ArchState& s, const Insn& in) {
@@ -105,25 +219,29 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
+  if (s.lazy_pl && take_pl(s, in)) return true;
   int bc = bcast_operand(in);
   if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
   // vdq4.f32 leaves va lazy; vmla.f32 reads a lazy dequantisation vb times a lazy broadcast
   const bool dq = in.p == 0 && in.exec == &sem_vdq4_f32;
   const int dqb = bc >= 0 && in.exec == &sem_vmla_f32 && (s.lazy >> bc & 1) && (s.lazy_dq >> in.b & 1) && in.a != in.b
                       ? int(in.b) : -1;
-  if (s.lazy | s.lazy_dq) {  // as isa::execute(): lazy operands are written out first, here in the batch
+  if (s.lazy | s.lazy_dq | s.lazy_pl) {  // as isa::execute(): lazy operands are written out first, here in the batch
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && id - kRegV != bc) push_fill(s, id - kRegV);
-      if (is_vreg(id) && (s.lazy_dq >> (id - kRegV) & 1) && id - kRegV != dqb) push_dq_fill(s, id - kRegV);
+      if (!is_vreg(id)) continue;
+      const int r = id - kRegV;
+      if ((s.lazy >> r & 1) && r != bc) push_fill(s, r);
+      if ((s.lazy_dq >> r & 1) && r != dqb) push_dq_fill(s, r);
+      if ((s.lazy_pl >> r & 1) && !(dq && r == in.c && r != in.b)) push_pl_fill(s, r);  // (vdq4.f32 copies its vc)
     }
-    for (int k = 0; k < in.ndst; ++k) {
+    for (int k = 0; k < in.ndst; ++k) {  // vdq4.f32 replaces va whole (set_dq)
       const uint8_t id = in.dst[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1)) {
-        if (dq) s.clear_lazy(id - kRegV);  // replaced whole
-        else push_fill(s, id - kRegV);
-      }
-      if (!dq && is_vreg(id) && (s.lazy_dq >> (id - kRegV) & 1)) push_dq_fill(s, id - kRegV);
+      if (!is_vreg(id) || dq) continue;
+      const int r = id - kRegV;
+      if (s.lazy >> r & 1) push_fill(s, r);
+      if (s.lazy_dq >> r & 1) push_dq_fill(s, r);
+      if (s.lazy_pl >> r & 1) push_pl_fill(s, r);
     }
   }
   if (dq) {
@@ -131,9 +249,10 @@ bool Batch::take(ArchState& s, const Insn& in) {
   } else {
     push_entry(s, in, bc, dqb);
   }
-  if (cur_snap_)  // its registers written: a later vdq4.f32 copies them again
-    for (int k = 0; k < in.ndst; ++k)
-      if (in.dst[k] == kRegV + cur_b_ || in.dst[k] == kRegV + cur_c_) cur_snap_ = nullptr;
+  for (int k = 0; k < in.ndst; ++k) {
+    if (in.dst[k] == kRegV + cur_b_ || in.dst[k] == kRegV + cur_c_) cur_snap_ = nullptr;  // a later vdq4.f32 copies them again
+    if (!dq && is_vreg(in.dst[k])) written_ |= 1u << (in.dst[k] - kRegV);
+  }
   return true;
 }
 
@@ -199,7 +318,16 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
         case Kind::snap: {
           const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
           std::memcpy(&e.snap->codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
-          for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&e.snap->meta[2 * pe], m + size_t(pe) * kLanes, 8);
+          if (e.pl >= 0) std::memcpy(&e.snap->meta[2 * lo], &plv_[size_t(e.pl) + 2 * lo], size_t(hi - lo) * 8);
+          else
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&e.snap->meta[2 * pe], m + size_t(pe) * kLanes, 8);
+          continue;
+        }
+        case Kind::pl_fill: {
+          uint32_t* v = s.vreg(e.reg);
+          for (uint32_t pe = lo; pe < hi; ++pe)
+            for (int l = 0; l < kLanes; ++l) v[size_t(pe) * kLanes + size_t(l)] = plv_[size_t(e.pl) + e.lanes[l] * s.npe + pe];
+          if (c.cached == e.reg) c.cached = -1;
           continue;
         }
         case Kind::dq_fill: {
@@ -270,6 +398,8 @@ void Batch::flush(ArchState& s) {
     if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
   cur_snap_ = nullptr;
+  written_ = 0;
+  plv_.clear();
   xs_.clear();
   sels_.clear();
 }

@@ -48,13 +48,16 @@ struct Batch {
   // Lazy dequantisations (ArchState::lazy_dq): snap copies a vdq4.f32's vb and vc into
   // `snap`; dq_mla is a vmla.f32 whose vb is a lazy dequantisation of `snap` and element
   // group `sel8` and vc a lazy broadcast (`lanes`); dq_fill writes such a register out.
-  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill };
+  // pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes` holds each
+  // lane's class, its words are in plv_ from `pl`.
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
     uint8_t reg = 0;          // fill, dq_fill: the register a lazy one is written out to
     uint8_t sel8 = 0;         // dq_mla, dq_fill: the element group
     ArchState::DqSnapshot* snap = nullptr;  // snap, dq_mla, dq_fill
+    int32_t pl = -1;          // pl_fill: its words in plv_; snap: vc's scale and zero ([pe][2]) there, or -1
     int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
     int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
     uint32_t pc = 0;
@@ -77,6 +80,9 @@ struct Batch {
   void push_fill(ArchState& s, int r);
   void push_dq_fill(ArchState& s, int r);
   void push_entry(ArchState& s, const Insn& in, int bc, int dqb);
+  void push_pl_fill(ArchState& s, int r);
+  bool lane_uniform(ArchState& s, int r, uint32_t* lanes);
+  bool take_pl(ArchState& s, const Insn& in);
   ArchState::DqSnapshot* snapshot(ArchState& s, const Insn& in);
   void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
   void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
@@ -88,6 +94,9 @@ struct Batch {
   // (vb, vc), while neither is written: later vdq4.f32s of the same vb and vc share it.
   ArchState::DqSnapshot* cur_snap_ = nullptr;
   uint8_t cur_b_ = 0, cur_c_ = 0;
+  uint32_t written_ = 0;       // registers that the entries write (their memory is not yet current)
+  std::vector<uint32_t> plv_;  // words of per-PE lazy registers copied at issue
+  std::unique_ptr<ArchState> scratch_;  // take_pl: one word per PE as 16 lanes of npe / 16 PEs
 };
 
 // Whether `in` may be deferred into a batch (see above).

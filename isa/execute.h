@@ -31,25 +31,34 @@ inline void execute(ArchState& s, const Insn& in) {
     s.lazy2 |= 1u << in.a;
     return;
   }
+  if (s.uni_yes | s.uni_no)  // what is known of lane-uniform registers: not of those written
+    for (int k = 0; k < in.ndst; ++k)
+      if (in.dst[k] >= kRegV && in.dst[k] < kRegV + kVregs) s.forget_uniform(in.dst[k] - kRegV);
   if (s.batch && s.batch->take(s, in)) return;  // deferred into the batch (isa/batch.h)
-  if (s.lazy | s.lazy_dq) {
+  if (s.lazy | s.lazy_dq | s.lazy_pl) {
     const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);
+    const bool pl = in.exec == &sem_oscatter_w1 && oscatter_w1_lazy(s, in);  // va stays (or becomes) per-PE lazy
     // vc stays lazy unless it is also vb (which must be written out) or has two patterns
     const bool mac = in.p == 0 && in.exec == &sem_vmac_f16 && in.c != in.b && !(s.lazy2 >> in.c & 1);
     for (int k = 0; k < in.nsrc; ++k) {
       const int r = int(in.src[k]) - kRegV;
       if (r >= 0 && r < kVregs && (s.lazy >> r & 1) && !(mac && r == in.c)) s.materialise(r);
       if (r >= 0 && r < kVregs && (s.lazy_dq >> r & 1)) s.materialise_dq(r);
+      if (r >= 0 && r < kVregs && (s.lazy_pl >> r & 1)) s.materialise_pl(r);
     }
     for (int k = 0; k < in.ndst; ++k) {
       const int r = int(in.dst[k]) - kRegV;
       if (r >= 0 && r < kVregs && (s.lazy >> r & 1)) {
-        if (bcast) s.clear_lazy(r);  // replaced whole
+        if (bcast || pl) s.clear_lazy(r);  // replaced whole
         else s.materialise(r);
       }
       if (r >= 0 && r < kVregs && (s.lazy_dq >> r & 1)) {
-        if (bcast) s.drop_dq(r);
+        if (bcast || pl) s.drop_dq(r);
         else s.materialise_dq(r);
+      }
+      if (r >= 0 && r < kVregs && (s.lazy_pl >> r & 1) && !pl) {
+        if (bcast) s.lazy_pl &= ~(1u << r);
+        else s.materialise_pl(r);
       }
     }
   }

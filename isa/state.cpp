@@ -21,7 +21,8 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       lrm(size_t(shape_.npe()) * lrm_stride, 0),
       ocm(ocm_),
       win_hi(npe),
-      lazy_sel(size_t(kVregs) * shape_.npe(), 0) {
+      lazy_sel(size_t(kVregs) * shape_.npe(), 0),
+      pl_vals(size_t(kVregs) * kPlClasses * shape_.npe(), 0) {
   clear_predicates();
 }
 
@@ -81,6 +82,15 @@ void ArchState::materialise_dq(int r) {
     lanes::dequant4_scalar(v + size_t(e) * kLanes, &sn.codes[size_t(e) * kLanes], std::bit_cast<float>(sn.meta[2 * e]),
                            std::bit_cast<float>(sn.meta[2 * e + 1]), dq_sel[r], false);
   drop_dq(r);
+}
+
+void ArchState::materialise_pl(int r) {
+  uint32_t* v = vreg(r);
+  for (int l = 0; l < kLanes; ++l) {
+    const uint32_t* w = pl_of(r, pl_cls[r][l]);
+    for (uint32_t e = 0; e < npe; ++e) v[size_t(e) * kLanes + size_t(l)] = w[e];
+  }
+  lazy_pl &= ~(1u << r);
 }
 
 void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {

@@ -143,6 +143,7 @@ struct ArchState {
   // Register r is a lazy broadcast (one pattern) or no longer lazy at all.
   void set_lazy(int r) {
     if (lazy_dq >> r & 1) drop_dq(r);
+    lazy_pl &= ~(1u << r);
     lazy |= 1u << r, lazy2 &= ~(1u << r);
   }
   void clear_lazy(int r) { lazy &= ~(1u << r), lazy2 &= ~(1u << r); }
@@ -150,7 +151,30 @@ struct ArchState {
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
     for (uint32_t m = lazy_dq; m; m &= m - 1) materialise_dq(__builtin_ctz(m));
+    for (uint32_t m = lazy_pl; m; m &= m - 1) materialise_pl(__builtin_ctz(m));
   }
+  // Per-PE lazy registers (isa/batch.h), never set together with the other lazy kinds:
+  // lane l of PE e of register r (bit r of lazy_pl) is pl_of(r, pl_cls[r][l])[e], one word
+  // per PE and class of lanes (an oscatter.w1 splats one word per PE: one class; a vsel
+  // by a lane mask makes two). In a batch, elementwise instructions of such registers and
+  // lane-uniform ones compute one word per PE and class instead of 16.
+  static constexpr int kPlClasses = 2;
+  uint32_t lazy_pl = 0;
+  uint8_t pl_cls[kVregs][kLanes] = {};
+  std::vector<uint32_t> pl_vals;  // [reg][class][pe]
+  uint32_t* pl_of(int r, int c) { return &pl_vals[(size_t(r) * kPlClasses + size_t(c)) * npe]; }
+  void set_pl(int r) {  // (pl_of and pl_cls of r written)
+    if (lazy_dq >> r & 1) drop_dq(r);
+    clear_lazy(r);
+    lazy_pl |= 1u << r;
+  }
+  void materialise_pl(int r);
+  // What is known of registers whose every PE holds the same 16 lanes (uni_lanes[r]):
+  // bits of uni_yes and uni_no; an instruction that writes r forgets it (execute()), and
+  // isa/batch.cpp looks when neither bit is set.
+  uint32_t uni_yes = 0, uni_no = 0;
+  uint32_t uni_lanes[kVregs][kLanes] = {};
+  void forget_uniform(int r) { uni_yes &= ~(1u << r), uni_no &= ~(1u << r); }
   // Lazy dequantisations (isa/batch.h), never set together with lazy: in a batch, an
   // unpredicated vdq4.f32 leaves its register r unwritten (bit r of lazy_dq) and points
   // it at a snapshot of the codes and the scale and zero it reads (a batch entry copies
@@ -171,6 +195,8 @@ struct ArchState {
   void set_dq(int r, DqSnapshot* sn, uint8_t sel) {
     ++sn->refs;
     if (lazy_dq >> r & 1) drop_dq(r);
+    clear_lazy(r);
+    lazy_pl &= ~(1u << r);
     lazy_dq |= 1u << r, dq_snap[r] = sn, dq_sel[r] = sel;
   }
   void drop_dq(int r) { --dq_snap[r]->refs, dq_snap[r] = nullptr, lazy_dq &= ~(1u << r); }

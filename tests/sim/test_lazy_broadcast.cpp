@@ -9,7 +9,10 @@
 // conversions that overflow in two instructions, the later one at a lower PE), and lazy
 // dequantisations (vdq4.f32 read by vmla.f32 of a broadcast, sharing a snapshot, its vb
 // and vc written before the reads, read otherwise, written in part, gathered, overwritten
-// whole, va = vb, one left to the end) leaves
+// whole, va = vb, one left to the end), and per-PE lazy registers (oscatter.w1 onto every
+// PE and onto some, elementwise instructions of them and of lane-uniform registers, a vsel
+// by a lane mask, read as vdq4.f32's scale and zero, read otherwise, a uniform register
+// written in part before its next use, too many classes of lanes, one left to the end) leaves
 // bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
 // whether it runs lazily and batched (no trace hook) or eagerly instruction by
 // instruction (a trace hook turns both off). Negative control: the comparison sees a
@@ -130,6 +133,31 @@ Lbody:
     vmla.f32 v16, v15, v4
     vdq4.f32 v15, v1, v29, 2
     vmla.f32 v16, v15, v4
+    li   x25, 4
+    vsplati v20, 255
+    vlaneid v21
+    vsplati v22, 0
+    vcmpeq.i32 v21, v21, v22
+    oscatter.w1 v23, 0x100(x0), x25
+    oscatter.w1 v24, 0x1100(x0), x25
+    vcvt.f32.f16 v25, v23
+    vand v24, v24, v20
+    vcvt.f32.i32 v24, v24
+    vsel v26, v25, v24, v21
+    vadd.i32 v17, v26, v23
+    obcast.h v12, 0xd80(x0)
+    vcvt.f32.f16 v12, v12
+    vdq4.f32 v27, v1, v26, 3
+    vmla.f32 v28, v27, v12
+    oscatter.w1 v23, 0x2100(x0), x25 @p2
+    vadd.i32 v29, v23, v23
+    vmul.f32 v9, v26, v25
+    vsplat v20, x25 @p2
+    vadd.i32 v30, v24, v20
+    oscatter.w1 v31, 0x3100(x0), x25 @p2
+    vsel v22, v23, v25, v19
+    vlaneid v18
+    vadd.i32 v18, v18, v24
     mark.begin "after"
     mark.end "after"
     halt
