@@ -2,7 +2,6 @@
 #include "isa/batch.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "isa/lanes_simd.h"
@@ -107,7 +106,9 @@ ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
   if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
     e.pl = int32_t(plv_.size());
     const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
-    for (uint32_t pe = 0; pe < s.npe; ++pe) plv_.push_back(scale[pe]), plv_.push_back(zero[pe]);
+    plv_.resize(plv_.size() + 2 * size_t(s.npe));
+    uint32_t* m = &plv_[size_t(e.pl)];
+    for (uint32_t pe = 0; pe < s.npe; ++pe) m[2 * pe] = scale[pe], m[2 * pe + 1] = zero[pe];
   }
   cur_snap_ = sn, cur_b_ = in.b, cur_c_ = in.c;
   return sn;
@@ -331,11 +332,7 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           continue;
         }
         case Kind::dq_fill: {
-          uint32_t* v = s.vreg(e.reg);
-          const ArchState::DqSnapshot& sn = *e.snap;
-          for (uint32_t pe = lo; pe < hi; ++pe)
-            lanes::dequant4_scalar(v + size_t(pe) * kLanes, &sn.codes[size_t(pe) * kLanes], std::bit_cast<float>(sn.meta[2 * pe]),
-                                   std::bit_cast<float>(sn.meta[2 * pe + 1]), e.sel8, false);
+          e.snap->dequant(s.vreg(e.reg), lo, hi, e.sel8);
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }

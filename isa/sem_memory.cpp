@@ -125,8 +125,12 @@ void ocm_scatter_word(ArchState& s, const Insn& i) {
     const bool all = i.p == 0 || s.pred_count[i.p] == s.npe;
     const uint8_t* pr = s.predicate(i.p);
     uint32_t* w = s.pl_of(i.a, 0);
-    for (uint32_t e = 0; e < s.npe; ++e)
-      if (all || pr[e]) std::memcpy(&w[e], &s.ocm[base + size_t(e) * stride], 4);
+    const uint8_t* src = &s.ocm[base];
+    if (all)
+      for (uint32_t e = 0; e < s.npe; ++e) std::memcpy(&w[e], src + size_t(e) * stride, 4);
+    else
+      for (uint32_t e = 0; e < s.npe; ++e)
+        if (pr[e]) std::memcpy(&w[e], src + size_t(e) * stride, 4);
     std::fill(std::begin(s.pl_cls[i.a]), std::end(s.pl_cls[i.a]), uint8_t(0));
     s.set_pl(i.a);
     return;

@@ -2,7 +2,6 @@
 #include "isa/state.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 
 #include "isa/error.h"
@@ -75,12 +74,15 @@ void ArchState::materialise(int r) {
   clear_lazy(r);
 }
 
+void ArchState::DqSnapshot::dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const {
+  for (uint32_t e = lo; e < hi; ++e) {
+    const uint32_t m[kLanes] = {meta[2 * e], meta[2 * e + 1]};  // as vdq4.f32 reads vc: lanes 0 and 1
+    lanes::dequant4_pes(v + size_t(e) * kLanes, &codes[size_t(e) * kLanes], m, 0, 1, nullptr, sel, false);
+  }
+}
+
 void ArchState::materialise_dq(int r) {
-  uint32_t* v = vreg(r);
-  const DqSnapshot& sn = *dq_snap[r];
-  for (uint32_t e = 0; e < npe; ++e)
-    lanes::dequant4_scalar(v + size_t(e) * kLanes, &sn.codes[size_t(e) * kLanes], std::bit_cast<float>(sn.meta[2 * e]),
-                           std::bit_cast<float>(sn.meta[2 * e + 1]), dq_sel[r], false);
+  dq_snap[r]->dequant(vreg(r), 0, npe, dq_sel[r]);
   drop_dq(r);
 }
 

@@ -187,6 +187,8 @@ struct ArchState {
     std::vector<uint32_t> codes;  // [pe][16]: vb
     std::vector<uint32_t> meta;   // [pe][2]: lanes 0 and 1 of vc (scale, zero)
     int refs = 0;                 // lazy registers that point at it
+    // vdq4.f32 of element group sel on the PEs [lo, hi) into register storage v.
+    void dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const;
   };
   uint32_t lazy_dq = 0;
   std::vector<std::unique_ptr<DqSnapshot>> dq_snaps;  // a pool (isa/batch.cpp takes one with no refs)
