@@ -155,8 +155,10 @@ bool Batch::lane_uniform(ArchState& s, int r, uint32_t* lanes) {
 // An unpredicated elementwise instruction (pl_sources) whose sources are per-PE lazy
 // registers or lane-uniform ones leaves va per-PE lazy: its result's classes of lanes are
 // those with the same sources' classes and uniform lanes (at most kPlClasses), and each
-// class is computed now by the instruction's own semantics, on one word per PE (scratch_:
-// npe words as npe / 16 PEs of 16 lanes).
+// class is computed now by the instruction's own semantics, on one word per PE: scratch_
+// sees ArchState::pl_vals as registers of npe / 16 PEs (register r * kPlClasses + c is
+// class c of r; the spare rows after them hold the uniform sources' lanes and results
+// that va's other class still has to read).
 bool Batch::take_pl(ArchState& s, const Insn& in) {
   const int n = in.p == 0 && s.npe % kLanes == 0 ? pl_sources(in) : 0;
   if (n == 0) return false;
@@ -187,23 +189,30 @@ bool Batch::take_pl(ArchState& s, const Insn& in) {
     }
     cls[l] = uint8_t(c);
   }
-  if (!scratch_) scratch_ = std::make_unique<ArchState>(ArrayShape{1, s.npe / kLanes}, 0, 0, std::span<uint8_t>{});
+  if (!scratch_) {
+    scratch_ = std::make_unique<ArchState>(ArrayShape{1, s.npe / kLanes}, 0, 0, std::span<uint8_t>{});
+    scratch_->view_registers(s.pl_vals.data());
+  }
   ArchState& t = *scratch_;
+  constexpr int kSpare = kVregs * ArchState::kPlClasses;  // the first spare row
+  bool reads_a = false;  // then a class of va is computed into a spare row first
+  for (int k = 0; k < n; ++k) reads_a = reads_a || (in.*kSourceField[k] == in.a && (s.lazy_pl >> in.a & 1));
+  reads_a = reads_a && ncls > 1;
   Insn x = in;
-  x.a = 0;
-  for (int k = 0; k < n; ++k) x.*kSourceField[k] = uint8_t(k + 1);
-  const size_t bytes = size_t(s.npe) * 4;
   for (int c = 0; c < ncls; ++c) {
     for (int k = 0; k < n; ++k) {
       const int r = in.*kSourceField[k];
-      uint32_t* v = t.vreg(k + 1);
-      if (s.lazy_pl >> r & 1) std::memcpy(v, s.pl_of(r, s.pl_cls[r][rep[c]]), bytes);
-      else std::fill(v, v + s.npe, uni[k][rep[c]]);
+      if (s.lazy_pl >> r & 1) {
+        x.*kSourceField[k] = uint8_t(r * ArchState::kPlClasses + s.pl_cls[r][rep[c]]);
+      } else {
+        x.*kSourceField[k] = uint8_t(kSpare + k);
+        std::fill(t.vreg(kSpare + k), t.vreg(kSpare + k) + s.npe, uni[k][rep[c]]);
+      }
     }
+    x.a = uint8_t(reads_a && c == 0 ? kSpare + 3 : in.a * ArchState::kPlClasses + c);
     x.exec(t, x);
-    std::memcpy(t.vreg(4 + c), t.vreg(0), bytes);  // (va may be a source)
   }
-  for (int c = 0; c < ncls; ++c) std::memcpy(s.pl_of(in.a, c), t.vreg(4 + c), bytes);
+  if (reads_a) std::memcpy(s.pl_of(in.a, 0), t.vreg(kSpare + 3), size_t(s.npe) * 4);
   std::memcpy(s.pl_cls[in.a], cls, sizeof cls);
   s.set_pl(in.a);
   if (cur_snap_ && (in.a == cur_b_ || in.a == cur_c_)) cur_snap_ = nullptr;

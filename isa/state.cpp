@@ -21,7 +21,7 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       ocm(ocm_),
       win_hi(npe),
       lazy_sel(size_t(kVregs) * shape_.npe(), 0),
-      pl_vals(size_t(kVregs) * kPlClasses * shape_.npe(), 0) {
+      pl_vals((size_t(kVregs) * kPlClasses + kPlSpare) * shape_.npe(), 0) {
   clear_predicates();
 }
 

@@ -161,7 +161,9 @@ struct ArchState {
   static constexpr int kPlClasses = 2;
   uint32_t lazy_pl = 0;
   uint8_t pl_cls[kVregs][kLanes] = {};
-  std::vector<uint32_t> pl_vals;  // [reg][class][pe]
+  // [reg][class][pe], and kPlSpare more rows of npe words (isa/batch.cpp: take_pl)
+  static constexpr int kPlSpare = 4;
+  std::vector<uint32_t> pl_vals;
   uint32_t* pl_of(int r, int c) { return &pl_vals[(size_t(r) * kPlClasses + size_t(c)) * npe]; }
   void set_pl(int r) {  // (pl_of and pl_cls of r written)
     if (lazy_dq >> r & 1) drop_dq(r);
@@ -225,6 +227,8 @@ struct ArchState {
   DmaDescriptor dma;
 
   uint32_t* vreg(int r) { return (view_v_ ? view_v_ : v.data()) + size_t(r) * npe * kLanes; }
+  // Registers r at base + r * npe * 16 from now on (a scratch state's view of other storage).
+  void view_registers(uint32_t* base) { view_v_ = base; }
   const uint8_t* predicate(int p) const { return (view_pred_ ? view_pred_ : pred.data()) + size_t(p) * npe; }
   uint8_t* lrm_of(uint32_t pe) { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }
   const uint8_t* lrm_of(uint32_t pe) const { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }

@@ -11,7 +11,7 @@
 // and vc written before the reads, read otherwise, written in part, gathered, overwritten
 // whole, va = vb, one left to the end), and per-PE lazy registers (oscatter.w1 onto every
 // PE and onto some, elementwise instructions of them and of lane-uniform registers, a vsel
-// by a lane mask, read as vdq4.f32's scale and zero, read otherwise, a uniform register
+// by a lane mask (onto a source), read as vdq4.f32's scale and zero, read otherwise, a uniform register
 // written in part before its next use, too many classes of lanes, one left to the end) leaves
 // bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
 // whether it runs lazily and batched (no trace hook) or eagerly instruction by
@@ -151,6 +151,7 @@ Lbody:
     vmla.f32 v28, v27, v12
     oscatter.w1 v23, 0x2100(x0), x25 @p2
     vadd.i32 v29, v23, v23
+    vsel v23, v25, v23, v21
     vmul.f32 v9, v26, v25
     vsplat v20, x25 @p2
     vadd.i32 v30, v24, v20
