@@ -297,6 +297,8 @@ GPNPU_AVX2 void cvt_f16_f32_avx2(uint32_t* a, const uint32_t* b, size_t k, size_
     if (f16_special8(a0) | f16_special8(a1)) {
       if ((_mm256_movemask_ps(_mm256_cmp_ps(v0, v0, _CMP_UNORD_Q)) & _mm256_movemask_ps(_mm256_cmp_ps(v1, v1, _CMP_UNORD_Q))) ==
           0xff) {  // 16 NaNs (what f32_to_f16_tracked makes of them: sign, 0x7e00, the payload's top 9 bits)
+        r.nan += 16;
+        if (r.first < 0) r.first = int64_t(j), r.first_value = std::bit_cast<float>(b[j]);  // (before a, maybe b, is written)
         for (size_t h = j; h < j + 16; h += 8) {
           const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + h));
           const __m256i f = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
@@ -304,8 +306,6 @@ GPNPU_AVX2 void cvt_f16_f32_avx2(uint32_t* a, const uint32_t* b, size_t k, size_
                                                             _mm256_srli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffff)), 13)));
           _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + h), f);
         }
-        r.nan += 16;
-        if (r.first < 0) r.first = int64_t(j), r.first_value = std::bit_cast<float>(b[j]);
         continue;
       }
       cvt_f16_f32_scalar(a, b, j, 16, saturate, r);

@@ -277,7 +277,8 @@ TEST(LanesSimd, Dq4MlaF32BcastMatchesDequantThenMlaBitForBit) {
 // vcvt.f16.f32 of 16-lane runs that are all NaN (the zero-weight model's 0/0) takes a
 // vector path: the same bits, counts, first index and value as the tracked scalar
 // definition, for NaNs of both signs and any payload (signalling ones included), runs
-// that start at an offset, and runs mixed with finite, huge and tiny values. Negative
+// that start at an offset, runs mixed with finite, huge and tiny values, and in place
+// (the first value is the input's, read before it is overwritten). Negative
 // control: one payload bit changed in the input is seen in the output.
 TEST(LanesSimd, CvtF16F32OfNaNRunsMatchesTheTrackedDefinition) {
   std::mt19937 rng(17);
@@ -309,6 +310,12 @@ TEST(LanesSimd, CvtF16F32OfNaNRunsMatchesTheTrackedDefinition) {
       EXPECT_EQ(rx.first, ry.first);
       EXPECT_EQ(rx.first, int64_t(k0));
       EXPECT_EQ(std::bit_cast<uint32_t>(rx.first_value), std::bit_cast<uint32_t>(ry.first_value));
+      std::vector<uint32_t> in_place = b;  // vcvt.f16.f32 v, v: the same, the first value the input's
+      F16Range ri;
+      cvt_f16_f32(in_place.data(), in_place.data(), k0, n - k0, sat, ri);
+      for (size_t k = k0; k < n; ++k) ASSERT_EQ(in_place[k], y[k]) << k;
+      EXPECT_EQ(ri.first, ry.first);
+      EXPECT_EQ(std::bit_cast<uint32_t>(ri.first_value), std::bit_cast<uint32_t>(ry.first_value));
       std::vector<uint32_t> c = b, z(n);
       c[16 * 4 + 7] ^= 0x100000;  // a payload bit the fp16 NaN keeps
       F16Range rz;
