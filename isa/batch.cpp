@@ -83,7 +83,7 @@ void Batch::push_dq_fill(ArchState& s, int r) {
   Entry& e = entries_.emplace_back();
   e.kind = Kind::dq_fill;
   e.reg = uint8_t(r);
-  e.snap = s.dq_snap[r];
+  e.sel = snap_index(s.dq_snap[r]);
   e.sel8 = s.dq_sel[r];
   s.drop_dq(r);
   written_ |= 1u << r;
@@ -102,12 +102,12 @@ ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
   Entry& e = entries_.emplace_back();
   e.kind = Kind::snap;
   e.in = &in;
-  e.snap = sn;
+  e.sel = snap_index(sn);
   if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
-    e.pl = int32_t(plv_.size());
+    e.xs = int32_t(plv_.size());
     const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
     plv_.resize(plv_.size() + 2 * size_t(s.npe));
-    uint32_t* m = &plv_[size_t(e.pl)];
+    uint32_t* m = &plv_[size_t(e.xs)];
     for (uint32_t pe = 0; pe < s.npe; ++pe) m[2 * pe] = scale[pe], m[2 * pe + 1] = zero[pe];
   }
   cur_snap_ = sn, cur_b_ = in.b, cur_c_ = in.c;
@@ -118,7 +118,7 @@ void Batch::push_pl_fill(ArchState& s, int r) {
   Entry& e = entries_.emplace_back();
   e.kind = Kind::pl_fill;
   e.reg = uint8_t(r);
-  e.pl = int32_t(plv_.size());
+  e.xs = int32_t(plv_.size());
   int ncls = 0;
   for (int l = 0; l < kLanes; ++l) e.lanes[l] = s.pl_cls[r][l], ncls = std::max(ncls, s.pl_cls[r][l] + 1);
   for (int c = 0; c < ncls; ++c) plv_.insert(plv_.end(), s.pl_of(r, c), s.pl_of(r, c) + s.npe);
@@ -273,7 +273,7 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   if (dqb >= 0) {
     e.kind = Kind::dq_mla;
     copy_lazy(s, e, bc);
-    e.snap = s.dq_snap[dqb];
+    e.sel = snap_index(s.dq_snap[dqb]);
     e.sel8 = s.dq_sel[dqb];
   } else if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
     e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
@@ -327,27 +327,28 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
         }
         case Kind::snap: {
           const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
-          std::memcpy(&e.snap->codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
-          if (e.pl >= 0) std::memcpy(&e.snap->meta[2 * lo], &plv_[size_t(e.pl) + 2 * lo], size_t(hi - lo) * 8);
+          ArchState::DqSnapshot& sn = *snaps_[size_t(e.sel)];
+          std::memcpy(&sn.codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          if (e.xs >= 0) std::memcpy(&sn.meta[2 * lo], &plv_[size_t(e.xs) + 2 * lo], size_t(hi - lo) * 8);
           else
-            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&e.snap->meta[2 * pe], m + size_t(pe) * kLanes, 8);
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&sn.meta[2 * pe], m + size_t(pe) * kLanes, 8);
           continue;
         }
         case Kind::pl_fill: {
           uint32_t* v = s.vreg(e.reg);
           for (uint32_t pe = lo; pe < hi; ++pe)
-            for (int l = 0; l < kLanes; ++l) v[size_t(pe) * kLanes + size_t(l)] = plv_[size_t(e.pl) + e.lanes[l] * s.npe + pe];
+            for (int l = 0; l < kLanes; ++l) v[size_t(pe) * kLanes + size_t(l)] = plv_[size_t(e.xs) + e.lanes[l] * s.npe + pe];
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
         case Kind::dq_fill: {
-          e.snap->dequant(s.vreg(e.reg), lo, hi, e.sel8);
+          snaps_[size_t(e.sel)]->dequant(s.vreg(e.reg), lo, hi, e.sel8);
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
         case Kind::dq_mla:
-          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &e.snap->codes[size_t(lo) * kLanes], &e.snap->meta[2 * lo],
-                                   e.sel8, e.lanes, hi - lo);
+          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &snaps_[size_t(e.sel)]->codes[size_t(lo) * kLanes],
+                                   &snaps_[size_t(e.sel)]->meta[2 * lo], e.sel8, e.lanes, hi - lo);
           break;
         case Kind::bcast2: mac(c, e, lo, hi); break;
         case Kind::bcast:
@@ -406,6 +407,7 @@ void Batch::flush(ArchState& s) {
   cur_snap_ = nullptr;
   written_ = 0;
   plv_.clear();
+  snaps_.clear();
   xs_.clear();
   sels_.clear();
 }

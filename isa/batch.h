@@ -45,21 +45,23 @@ struct Batch {
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
   // bcast2: a vmac.f16 whose vc is a two-pattern lazy register (ArchState::lazy2).
-  // Lazy dequantisations (ArchState::lazy_dq): snap copies a vdq4.f32's vb and vc into
-  // `snap`; dq_mla is a vmla.f32 whose vb is a lazy dequantisation of `snap` and element
-  // group `sel8` and vc a lazy broadcast (`lanes`); dq_fill writes such a register out.
-  // pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes` holds each
-  // lane's class, its words are in plv_ from `pl`.
+  // Lazy dequantisations (ArchState::lazy_dq): snap copies a vdq4.f32's vb and vc into a
+  // snapshot; dq_mla is a vmla.f32 whose vb is a lazy dequantisation (a snapshot and
+  // element group `sel8`) and vc a lazy broadcast (`lanes`); dq_fill writes such a
+  // register out. pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes`
+  // holds each lane's class.
   enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
     uint8_t reg = 0;          // fill, dq_fill: the register a lazy one is written out to
     uint8_t sel8 = 0;         // dq_mla, dq_fill: the element group
-    ArchState::DqSnapshot* snap = nullptr;  // snap, dq_mla, dq_fill
-    int32_t pl = -1;          // pl_fill: its words in plv_; snap: vc's scale and zero ([pe][2]) there, or -1
-    int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
-    int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
+    // exec: index of the scalar registers' copy, or -1; pl_fill: its words in plv_; snap:
+    // vc's scale and zero ([pe][2]) there, or -1
+    int32_t xs = -1;
+    // fill, bcast2 of a two-pattern register: its selector's copy in sels_; snap, dq_mla,
+    // dq_fill: the snapshot's index in snaps_
+    int32_t sel = -1;
     uint32_t pc = 0;
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
@@ -90,6 +92,11 @@ struct Batch {
   std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
   std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
+  std::vector<ArchState::DqSnapshot*> snaps_;  // the snapshots that entries name
+  int32_t snap_index(ArchState::DqSnapshot* sn) {
+    snaps_.push_back(sn);
+    return int32_t(snaps_.size() - 1);
+  }
   // The snapshot that this batch's last snap entry fills and the registers it copies
   // (vb, vc), while neither is written: later vdq4.f32s of the same vb and vc share it.
   ArchState::DqSnapshot* cur_snap_ = nullptr;
