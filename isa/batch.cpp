@@ -121,7 +121,8 @@ void Batch::push_pl_fill(ArchState& s, int r) {
   e.xs = int32_t(plv_.size());
   int ncls = 0;
   for (int l = 0; l < kLanes; ++l) e.lanes[l] = s.pl_cls[r][l], ncls = std::max(ncls, s.pl_cls[r][l] + 1);
-  for (int c = 0; c < ncls; ++c) plv_.insert(plv_.end(), s.pl_of(r, c), s.pl_of(r, c) + s.npe);
+  for (int c = 0; c < ArchState::kPlClasses; ++c)  // (a class not used: any words)
+    plv_.insert(plv_.end(), s.pl_of(r, std::min(c, ncls - 1)), s.pl_of(r, std::min(c, ncls - 1)) + s.npe);
   s.lazy_pl &= ~(1u << r);
   written_ |= 1u << r;
 }
@@ -335,9 +336,9 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           continue;
         }
         case Kind::pl_fill: {
-          uint32_t* v = s.vreg(e.reg);
-          for (uint32_t pe = lo; pe < hi; ++pe)
-            for (int l = 0; l < kLanes; ++l) v[size_t(pe) * kLanes + size_t(l)] = plv_[size_t(e.xs) + e.lanes[l] * s.npe + pe];
+          uint8_t cls[kLanes];
+          for (int l = 0; l < kLanes; ++l) cls[l] = uint8_t(e.lanes[l]);
+          write_pl(s.vreg(e.reg), &plv_[size_t(e.xs)], &plv_[size_t(e.xs) + s.npe], cls, lo, hi);
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }

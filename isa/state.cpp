@@ -86,12 +86,19 @@ void ArchState::materialise_dq(int r) {
   drop_dq(r);
 }
 
-void ArchState::materialise_pl(int r) {
-  uint32_t* v = vreg(r);
-  for (int l = 0; l < kLanes; ++l) {
-    const uint32_t* w = pl_of(r, pl_cls[r][l]);
-    for (uint32_t e = 0; e < npe; ++e) v[size_t(e) * kLanes + size_t(l)] = w[e];
+void write_pl(uint32_t* v, const uint32_t* w0, const uint32_t* w1, const uint8_t* cls, uint32_t lo, uint32_t hi) {
+  uint32_t m[kLanes];
+  for (int l = 0; l < kLanes; ++l) m[l] = cls[l] ? ~0u : 0u;
+  for (uint32_t e = lo; e < hi; ++e) {
+    const uint32_t x0 = w0[e], x1 = w1[e];
+    uint32_t t[kLanes];
+    for (int l = 0; l < kLanes; ++l) t[l] = (x1 & m[l]) | (x0 & ~m[l]);
+    std::memcpy(v + size_t(e) * kLanes, t, sizeof t);
   }
+}
+
+void ArchState::materialise_pl(int r) {
+  write_pl(vreg(r), pl_of(r, 0), pl_of(r, 1), pl_cls[r], 0, npe);
   lazy_pl &= ~(1u << r);
 }
 

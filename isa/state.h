@@ -255,6 +255,10 @@ struct ArchState {
   uint8_t* view_lrm_ = nullptr;
 };
 
+// A per-PE lazy register written out (ArchState::lazy_pl) on the PEs [lo, hi): lane l of
+// PE e of v = w1[e] where cls[l] is 1, else w0[e].
+void write_pl(uint32_t* v, const uint32_t* w0, const uint32_t* w1, const uint8_t* cls, uint32_t lo, uint32_t hi);
+
 // A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.
 uint64_t digest_bytes(const void* data, size_t n, uint64_t h);
 
