@@ -216,9 +216,16 @@ bool Batch::take_pl(ArchState& s, const Insn& in) {
   if (reads_a) std::memcpy(s.pl_of(in.a, 0), t.vreg(kSpare + 3), size_t(s.npe) * 4);
   std::memcpy(s.pl_cls[in.a], cls, sizeof cls);
   s.set_pl(in.a);
-  if (cur_snap_ && (in.a == cur_b_ || in.a == cur_c_)) cur_snap_ = nullptr;
   return true;
 }
+
+namespace {
+// What take_pl may have learnt of va's uniform lanes, before va is written, is stale.
+void forget_written(ArchState& s, const Insn& in) {
+  for (int k = 0; k < in.ndst; ++k)
+    if (is_vreg(in.dst[k])) s.forget_uniform(in.dst[k] - kRegV);
+}
+}  // namespace
 
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
@@ -230,7 +237,9 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
-  if (s.lazy_pl && take_pl(s, in)) return true;
+  const bool pl = s.lazy_pl && take_pl(s, in);
+  if (s.uni_yes) forget_written(s, in);
+  if (pl) return true;
   int bc = bcast_operand(in);
   if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
   // vdq4.f32 leaves va lazy; vmla.f32 reads a lazy dequantisation vb times a lazy broadcast
@@ -260,10 +269,8 @@ bool Batch::take(ArchState& s, const Insn& in) {
   } else {
     push_entry(s, in, bc, dqb);
   }
-  for (int k = 0; k < in.ndst; ++k) {
-    if (in.dst[k] == kRegV + cur_b_ || in.dst[k] == kRegV + cur_c_) cur_snap_ = nullptr;  // a later vdq4.f32 copies them again
-    if (!dq && is_vreg(in.dst[k])) written_ |= 1u << (in.dst[k] - kRegV);
-  }
+  for (int k = 0; k < in.ndst && !dq; ++k)
+    if (is_vreg(in.dst[k])) written_ |= 1u << (in.dst[k] - kRegV);
   return true;
 }
 

@@ -41,6 +41,12 @@ struct Batch {
   // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
+  // Register r is written (by `in`, before any of its effects): what is known of r
+  // (lane-uniform, ArchState::uni_yes / uni_no) and the current snapshot of r are stale.
+  void wrote(ArchState& s, int r) {
+    s.forget_uniform(r);
+    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
+  }
 
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
@@ -98,7 +104,8 @@ struct Batch {
     return int32_t(snaps_.size() - 1);
   }
   // The snapshot that this batch's last snap entry fills and the registers it copies
-  // (vb, vc), while neither is written: later vdq4.f32s of the same vb and vc share it.
+  // (vb, vc), while neither is written (wrote()): later vdq4.f32s of the same vb and vc
+  // share it.
   ArchState::DqSnapshot* cur_snap_ = nullptr;
   uint8_t cur_b_ = 0, cur_c_ = 0;
   uint32_t written_ = 0;       // registers that the entries write (their memory is not yet current)

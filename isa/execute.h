@@ -20,6 +20,9 @@
 namespace gpnpu::isa {
 
 inline void execute(ArchState& s, const Insn& in) {
+  if (s.batch)  // what a batch knows of the registers written (however they are written below)
+    for (int k = 0; k < in.ndst; ++k)
+      if (in.dst[k] >= kRegV && in.dst[k] < kRegV + kVregs) s.batch->wrote(s, in.dst[k] - kRegV);
   if (s.lazy && in.p == 0 && in.exec == &sem_vcvt_f32_f16 && (s.lazy >> in.b & 1) && !(s.lazy2 >> in.b & 1)) {
     lanes::cvt_f32_f16(s.lazy_lanes[in.a], s.lazy_lanes[in.b], kLanes);
     s.set_lazy(in.a);
@@ -31,9 +34,6 @@ inline void execute(ArchState& s, const Insn& in) {
     s.lazy2 |= 1u << in.a;
     return;
   }
-  if (s.uni_yes | s.uni_no)  // what is known of lane-uniform registers: not of those written
-    for (int k = 0; k < in.ndst; ++k)
-      if (in.dst[k] >= kRegV && in.dst[k] < kRegV + kVregs) s.forget_uniform(in.dst[k] - kRegV);
   if (s.batch && s.batch->take(s, in)) return;  // deferred into the batch (isa/batch.h)
   if (s.lazy | s.lazy_dq | s.lazy_pl) {
     const bool bcast = in.p == 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h);

@@ -172,8 +172,8 @@ struct ArchState {
   }
   void materialise_pl(int r);
   // What is known of registers whose every PE holds the same 16 lanes (uni_lanes[r]):
-  // bits of uni_yes and uni_no; an instruction that writes r forgets it (execute()), and
-  // isa/batch.cpp looks when neither bit is set.
+  // bits of uni_yes and uni_no; an instruction that writes r forgets it (execute(),
+  // Batch::wrote), and isa/batch.cpp looks when neither bit is set.
   uint32_t uni_yes = 0, uni_no = 0;
   uint32_t uni_lanes[kVregs][kLanes] = {};
   void forget_uniform(int r) { uni_yes &= ~(1u << r), uni_no &= ~(1u << r); }

@@ -8,11 +8,11 @@
 // registers that change within the run, a predicate over scattered PEs, fp16
 // conversions that overflow in two instructions, the later one at a lower PE), and lazy
 // dequantisations (vdq4.f32 read by vmla.f32 of a broadcast, sharing a snapshot, its vb
-// and vc written before the reads, read otherwise, written in part, gathered, overwritten
+// and vc written before the reads (vc by a lazy broadcast between two vdq4.f32s), read otherwise, written in part, gathered, overwritten
 // whole, va = vb, one left to the end), and per-PE lazy registers (oscatter.w1 onto every
 // PE and onto some, elementwise instructions of them and of lane-uniform registers, a vsel
 // by a lane mask (onto a source), read as vdq4.f32's scale and zero, read otherwise, a uniform register
-// written in part before its next use, too many classes of lanes, one left to the end) leaves
+// written in part before its next use, a uniform source that is also va, too many classes of lanes, one left to the end) leaves
 // bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
 // whether it runs lazily and batched (no trace hook) or eagerly instruction by
 // instruction (a trace hook turns both off). Negative control: the comparison sees a
@@ -159,6 +159,15 @@ Lbody:
     vsel v22, v23, v25, v19
     vlaneid v18
     vadd.i32 v18, v18, v24
+    vdq4.f32 v2, v1, v29, 0
+    obcast v29, 0xe00(x0)
+    vdq4.f32 v3, v1, v29, 1
+    vmla.f32 v5, v3, v12
+    vsplati v20, 7
+    oscatter.w1 v24, 0x1100(x0), x25
+    vadd.i32 v20, v20, v24
+    vmul.f32 v9, v20, v20
+    vadd.i32 v30, v24, v20
     mark.begin "after"
     mark.end "after"
     halt
