@@ -8,8 +8,9 @@
 // predicated `vshr r, r, n` of a lazy broadcast makes r a two-pattern lazy register
 // (ArchState::lazy2: the shifted lanes where the predicate is on), which vmac.f16 in a
 // batch also reads directly (the tower's fc2 shifts the odd PEs' fp16 pairs). In a batch,
-// vdq4.f32 leaves lazy dequantisations (ArchState::lazy_dq), written out here as the
-// broadcasts are. Results are
+// vdq4.f32 leaves lazy dequantisations (ArchState::lazy_dq) and oscatter.w1 and the
+// elementwise instructions of its results per-PE lazy registers (ArchState::lazy_pl),
+// written out here as the broadcasts are. Results are
 // bit-identical to running every semantics function eagerly (the tests run both).
 // With a batch (isa/batch.h), most array instructions are deferred instead.
 #pragma once
