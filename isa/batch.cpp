@@ -41,6 +41,17 @@ int bcast_operand(const Insn& in) {
   return in.c;
 }
 
+// Elementwise instructions that Batch::take_pl computes per PE and class of lanes: the
+// number of their source registers (fields b, c, d; no operand but an immediate besides).
+int pl_sources(const Insn& in) {
+  const SemFn f = in.exec;
+  if (f == &sem_vcvt_f32_f16 || f == &sem_vcvt_f32_i32 || f == &sem_vshr || f == &sem_vshl || f == &sem_vmov) return 1;
+  if (f == &sem_vand || f == &sem_vor || f == &sem_vxor || f == &sem_vadd_i32 || f == &sem_vsub_i32 || f == &sem_vcmpeq_i32)
+    return 2;
+  return f == &sem_vsel ? 3 : 0;
+}
+constexpr uint8_t Insn::* kSourceField[3] = {&Insn::b, &Insn::c, &Insn::d};
+
 // Sets the window for the scope and restores the whole array's when it ends.
 struct Window {
   ArchState& s;
@@ -65,7 +76,156 @@ void Batch::push_fill(ArchState& s, int r) {
   e.reg = uint8_t(r);
   copy_lazy(s, e, r);
   s.clear_lazy(r);
+  written_ |= 1u << r;
 }
+
+void Batch::push_dq_fill(ArchState& s, int r) {
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::dq_fill;
+  e.reg = uint8_t(r);
+  e.sel = snap_index(s.dq_snap[r]);
+  e.sel8 = s.dq_sel[r];
+  s.drop_dq(r);
+  written_ |= 1u << r;
+}
+
+// The snapshot of vdq4.f32 `in`'s vb and vc: this batch's current one when it copies the
+// same registers, else one with no lazy register left (a new one if none), filled by a
+// snap entry. A snapshot that lost its last register may be refilled in the same batch:
+// each block runs the entries in order, so the earlier entries read it first.
+ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
+  if (cur_snap_ && cur_b_ == in.b && cur_c_ == in.c) return cur_snap_;
+  ArchState::DqSnapshot* sn = nullptr;
+  for (auto& p : s.dq_snaps)
+    if (p->refs == 0) sn = p.get();
+  if (!sn) sn = s.dq_snaps.emplace_back(std::make_unique<ArchState::DqSnapshot>(s.npe)).get();
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::snap;
+  e.in = &in;
+  e.sel = snap_index(sn);
+  if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
+    e.xs = int32_t(plv_.size());
+    const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
+    plv_.resize(plv_.size() + 2 * size_t(s.npe));
+    uint32_t* m = &plv_[size_t(e.xs)];
+    for (uint32_t pe = 0; pe < s.npe; ++pe) m[2 * pe] = scale[pe], m[2 * pe + 1] = zero[pe];
+  }
+  cur_snap_ = sn, cur_b_ = in.b, cur_c_ = in.c;
+  return sn;
+}
+
+void Batch::push_pl_fill(ArchState& s, int r) {
+  Entry& e = entries_.emplace_back();
+  e.kind = Kind::pl_fill;
+  e.reg = uint8_t(r);
+  e.xs = int32_t(plv_.size());
+  int ncls = 0;
+  for (int l = 0; l < kLanes; ++l) e.lanes[l] = s.pl_cls[r][l], ncls = std::max(ncls, s.pl_cls[r][l] + 1);
+  for (int c = 0; c < ArchState::kPlClasses; ++c)  // (a class not used: any words)
+    plv_.insert(plv_.end(), s.pl_of(r, std::min(c, ncls - 1)), s.pl_of(r, std::min(c, ncls - 1)) + s.npe);
+  s.lazy_pl &= ~(1u << r);
+  written_ |= 1u << r;
+}
+
+// Whether every PE of register r holds the same 16 lanes (then in `lanes`): a lazy
+// broadcast, or what ArchState::uni_yes / uni_no know, or else a look at its memory
+// (current unless an entry writes it) that they keep until r is written.
+bool Batch::lane_uniform(ArchState& s, int r, uint32_t* lanes) {
+  const uint32_t bit = 1u << r;
+  if (s.lazy & bit) {
+    if (s.lazy2 & bit) return false;
+    std::memcpy(lanes, s.lazy_lanes[r], sizeof s.lazy_lanes[r]);
+    return true;
+  }
+  if ((s.lazy_dq | s.lazy_pl) & bit) return false;
+  if (!(s.uni_yes & bit)) {
+    if ((s.uni_no | written_) & bit) return false;
+    const uint32_t* v = s.vreg(r);
+    for (uint32_t e = 1; e < s.npe; ++e)
+      if (std::memcmp(v + size_t(e) * kLanes, v, sizeof s.uni_lanes[r])) {
+        s.uni_no |= bit;
+        return false;
+      }
+    std::memcpy(s.uni_lanes[r], v, sizeof s.uni_lanes[r]);
+    s.uni_yes |= bit;
+  }
+  std::memcpy(lanes, s.uni_lanes[r], sizeof s.uni_lanes[r]);
+  return true;
+}
+
+// An unpredicated elementwise instruction (pl_sources) whose sources are per-PE lazy
+// registers or lane-uniform ones leaves va per-PE lazy: its result's classes of lanes are
+// those with the same sources' classes and uniform lanes (at most kPlClasses), and each
+// class is computed now by the instruction's own semantics, on one word per PE: scratch_
+// sees ArchState::pl_vals as registers of npe / 16 PEs (register r * kPlClasses + c is
+// class c of r; the spare rows after them hold the uniform sources' lanes and results
+// that va's other class still has to read).
+bool Batch::take_pl(ArchState& s, const Insn& in) {
+  const int n = in.p == 0 && s.npe % kLanes == 0 ? pl_sources(in) : 0;
+  if (n == 0) return false;
+  uint32_t uni[3][kLanes];
+  bool any = false;
+  for (int k = 0; k < n; ++k) {
+    const int r = in.*kSourceField[k];
+    if (s.lazy_pl >> r & 1) any = true;
+    else if (!lane_uniform(s, r, uni[k])) return false;
+  }
+  if (!any) return false;
+  auto key = [&](int k, int l) {
+    const int r = in.*kSourceField[k];
+    return s.lazy_pl >> r & 1 ? uint32_t(s.pl_cls[r][l]) : uni[k][l];
+  };
+  uint8_t cls[kLanes];
+  int rep[ArchState::kPlClasses], ncls = 0;
+  for (int l = 0; l < kLanes; ++l) {
+    int c = 0;
+    for (; c < ncls; ++c) {
+      bool same = true;
+      for (int k = 0; k < n; ++k) same = same && key(k, l) == key(k, rep[c]);
+      if (same) break;
+    }
+    if (c == ncls) {
+      if (ncls == ArchState::kPlClasses) return false;
+      rep[ncls++] = l;
+    }
+    cls[l] = uint8_t(c);
+  }
+  if (!scratch_) {
+    scratch_ = std::make_unique<ArchState>(ArrayShape{1, s.npe / kLanes}, 0, 0, std::span<uint8_t>{});
+    scratch_->view_registers(s.pl_vals.data());
+  }
+  ArchState& t = *scratch_;
+  constexpr int kSpare = kVregs * ArchState::kPlClasses;  // the first spare row
+  bool reads_a = false;  // then a class of va is computed into a spare row first
+  for (int k = 0; k < n; ++k) reads_a = reads_a || (in.*kSourceField[k] == in.a && (s.lazy_pl >> in.a & 1));
+  reads_a = reads_a && ncls > 1;
+  Insn x = in;
+  for (int c = 0; c < ncls; ++c) {
+    for (int k = 0; k < n; ++k) {
+      const int r = in.*kSourceField[k];
+      if (s.lazy_pl >> r & 1) {
+        x.*kSourceField[k] = uint8_t(r * ArchState::kPlClasses + s.pl_cls[r][rep[c]]);
+      } else {
+        x.*kSourceField[k] = uint8_t(kSpare + k);
+        std::fill(t.vreg(kSpare + k), t.vreg(kSpare + k) + s.npe, uni[k][rep[c]]);
+      }
+    }
+    x.a = uint8_t(reads_a && c == 0 ? kSpare + 3 : in.a * ArchState::kPlClasses + c);
+    x.exec(t, x);
+  }
+  if (reads_a) std::memcpy(s.pl_of(in.a, 0), t.vreg(kSpare + 3), size_t(s.npe) * 4);
+  std::memcpy(s.pl_cls[in.a], cls, sizeof cls);
+  s.set_pl(in.a);
+  return true;
+}
+
+namespace {
+// What take_pl may have learnt of va's uniform lanes, before va is written, is stale.
+void forget_written(ArchState& s, const Insn& in) {
+  for (int k = 0; k < in.ndst; ++k)
+    if (is_vreg(in.dst[k])) s.forget_uniform(in.dst[k] - kRegV);
+}
+}  // namespace
 
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
@@ -77,29 +237,59 @@ bool Batch::take(ArchState& s, const Insn& in) {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
   }
+  const bool pl = s.lazy_pl && take_pl(s, in);
+  if (s.uni_yes) forget_written(s, in);
+  if (pl) return true;
   int bc = bcast_operand(in);
   if (bc >= 0 && (s.lazy2 >> bc & 1) && in.exec != &sem_vmac_f16) bc = -1;  // two patterns: vmac.f16 only
-  if (s.lazy) {  // as isa::execute(): lazy operands are written out first, here in the batch
+  // vdq4.f32 leaves va lazy; vmla.f32 reads a lazy dequantisation vb times a lazy broadcast
+  const bool dq = in.p == 0 && in.exec == &sem_vdq4_f32;
+  const int dqb = bc >= 0 && in.exec == &sem_vmla_f32 && (s.lazy >> bc & 1) && (s.lazy_dq >> in.b & 1) && in.a != in.b
+                      ? int(in.b) : -1;
+  if (s.lazy | s.lazy_dq | s.lazy_pl) {  // as isa::execute(): lazy operands are written out first, here in the batch
     for (int k = 0; k < in.nsrc; ++k) {
       const uint8_t id = in.src[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1) && id - kRegV != bc) push_fill(s, id - kRegV);
+      if (!is_vreg(id)) continue;
+      const int r = id - kRegV;
+      if ((s.lazy >> r & 1) && r != bc) push_fill(s, r);
+      if ((s.lazy_dq >> r & 1) && r != dqb) push_dq_fill(s, r);
+      if ((s.lazy_pl >> r & 1) && !(dq && r == in.c && r != in.b)) push_pl_fill(s, r);  // (vdq4.f32 copies its vc)
     }
-    for (int k = 0; k < in.ndst; ++k) {
+    for (int k = 0; k < in.ndst; ++k) {  // vdq4.f32 replaces va whole (set_dq)
       const uint8_t id = in.dst[k];
-      if (is_vreg(id) && (s.lazy >> (id - kRegV) & 1)) push_fill(s, id - kRegV);
+      if (!is_vreg(id) || dq) continue;
+      const int r = id - kRegV;
+      if (s.lazy >> r & 1) push_fill(s, r);
+      if (s.lazy_dq >> r & 1) push_dq_fill(s, r);
+      if (s.lazy_pl >> r & 1) push_pl_fill(s, r);
     }
   }
+  if (dq) {
+    s.set_dq(in.a, snapshot(s, in), uint8_t(in.d));
+  } else {
+    push_entry(s, in, bc, dqb);
+  }
+  for (int k = 0; k < in.ndst && !dq; ++k)
+    if (is_vreg(in.dst[k])) written_ |= 1u << (in.dst[k] - kRegV);
+  return true;
+}
+
+void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   Entry& e = entries_.emplace_back();
   e.in = &in;
   e.pc = s.pc;
-  if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
+  if (dqb >= 0) {
+    e.kind = Kind::dq_mla;
+    copy_lazy(s, e, bc);
+    e.sel = snap_index(s.dq_snap[dqb]);
+    e.sel8 = s.dq_sel[dqb];
+  } else if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
     e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
     copy_lazy(s, e, bc);
   } else if (reads_scalar(in)) {
     e.xs = int32_t(xs_.size());
     std::copy(std::begin(s.x), std::end(s.x), xs_.emplace_back().begin());
   }
-  return true;
 }
 
 // vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
@@ -143,6 +333,31 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
+        case Kind::snap: {
+          const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
+          ArchState::DqSnapshot& sn = *snaps_[size_t(e.sel)];
+          std::memcpy(&sn.codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          if (e.xs >= 0) std::memcpy(&sn.meta[2 * lo], &plv_[size_t(e.xs) + 2 * lo], size_t(hi - lo) * 8);
+          else
+            for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&sn.meta[2 * pe], m + size_t(pe) * kLanes, 8);
+          continue;
+        }
+        case Kind::pl_fill: {
+          uint8_t cls[kLanes];
+          for (int l = 0; l < kLanes; ++l) cls[l] = uint8_t(e.lanes[l]);
+          write_pl(s.vreg(e.reg), &plv_[size_t(e.xs)], &plv_[size_t(e.xs) + s.npe], cls, lo, hi);
+          if (c.cached == e.reg) c.cached = -1;
+          continue;
+        }
+        case Kind::dq_fill: {
+          snaps_[size_t(e.sel)]->dequant(s.vreg(e.reg), lo, hi, e.sel8);
+          if (c.cached == e.reg) c.cached = -1;
+          continue;
+        }
+        case Kind::dq_mla:
+          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &snaps_[size_t(e.sel)]->codes[size_t(lo) * kLanes],
+                                   &snaps_[size_t(e.sel)]->meta[2 * lo], e.sel8, e.lanes, hi - lo);
+          break;
         case Kind::bcast2: mac(c, e, lo, hi); break;
         case Kind::bcast:
           if (e.in->exec == &sem_vmac_f16) mac(c, e, lo, hi);
@@ -197,6 +412,10 @@ void Batch::flush(ArchState& s) {
   for (uint32_t j = 0; j < kSplitChunks; ++j)
     if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
+  cur_snap_ = nullptr;
+  written_ = 0;
+  plv_.clear();
+  snaps_.clear();
   xs_.clear();
   sels_.clear();
 }

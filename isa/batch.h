@@ -41,17 +41,33 @@ struct Batch {
   // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
+  // Register r is written (by `in`, before any of its effects): what is known of r
+  // (lane-uniform, ArchState::uni_yes / uni_no) and the current snapshot of r are stale.
+  void wrote(ArchState& s, int r) {
+    s.forget_uniform(r);
+    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
+  }
 
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
   // bcast2: a vmac.f16 whose vc is a two-pattern lazy register (ArchState::lazy2).
-  enum class Kind : uint8_t { exec, fill, bcast, bcast2 };
+  // Lazy dequantisations (ArchState::lazy_dq): snap copies a vdq4.f32's vb and vc into a
+  // snapshot; dq_mla is a vmla.f32 whose vb is a lazy dequantisation (a snapshot and
+  // element group `sel8`) and vc a lazy broadcast (`lanes`); dq_fill writes such a
+  // register out. pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes`
+  // holds each lane's class.
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
-    uint8_t reg = 0;          // fill: the register a lazy broadcast is written out to
-    int32_t xs = -1;          // exec: index of the scalar registers' copy, or -1
-    int32_t sel = -1;         // fill, bcast2 of a two-pattern register: its selector's copy in sels_
+    uint8_t reg = 0;          // fill, dq_fill: the register a lazy one is written out to
+    uint8_t sel8 = 0;         // dq_mla, dq_fill: the element group
+    // exec: index of the scalar registers' copy, or -1; pl_fill: its words in plv_; snap:
+    // vc's scale and zero ([pe][2]) there, or -1
+    int32_t xs = -1;
+    // fill, bcast2 of a two-pattern register: its selector's copy in sels_; snap, dq_mla,
+    // dq_fill: the snapshot's index in snaps_
+    int32_t sel = -1;
     uint32_t pc = 0;
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
@@ -70,12 +86,31 @@ struct Batch {
   };
   void copy_lazy(ArchState& s, Entry& e, int r);
   void push_fill(ArchState& s, int r);
+  void push_dq_fill(ArchState& s, int r);
+  void push_entry(ArchState& s, const Insn& in, int bc, int dqb);
+  void push_pl_fill(ArchState& s, int r);
+  bool lane_uniform(ArchState& s, int r, uint32_t* lanes);
+  bool take_pl(ArchState& s, const Insn& in);
+  ArchState::DqSnapshot* snapshot(ArchState& s, const Insn& in);
   void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
   void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
   std::vector<Entry> entries_;
   std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
   std::vector<uint8_t> sels_;  // selectors of two-pattern registers, npe bytes each
+  std::vector<ArchState::DqSnapshot*> snaps_;  // the snapshots that entries name
+  int32_t snap_index(ArchState::DqSnapshot* sn) {
+    snaps_.push_back(sn);
+    return int32_t(snaps_.size() - 1);
+  }
+  // The snapshot that this batch's last snap entry fills and the registers it copies
+  // (vb, vc), while neither is written (wrote()): later vdq4.f32s of the same vb and vc
+  // share it.
+  ArchState::DqSnapshot* cur_snap_ = nullptr;
+  uint8_t cur_b_ = 0, cur_c_ = 0;
+  uint32_t written_ = 0;       // registers that the entries write (their memory is not yet current)
+  std::vector<uint32_t> plv_;  // words of per-PE lazy registers copied at issue
+  std::unique_ptr<ArchState> scratch_;  // take_pl: one word per PE as 16 lanes of npe / 16 PEs
 };
 
 // Whether `in` may be deferred into a batch (see above).

@@ -166,6 +166,14 @@ GPNPU_AVX2 inline int f16_special8(__m256 ax) {
 }
 constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
+// The 16 lanes of one PE's vdq4.f32 element group w0 (lanes 0..7), w1 (lanes 8..15): as
+// dequant4_pes_avx2, the code minus zero, times scale (two roundings).
+GPNPU_AVX2 inline void dq4_f32_8x2(uint32_t w0, uint32_t w1, __m256 vz, __m256 vs, __m256& v0, __m256& v1) {
+  const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), nib = _mm256_set1_epi32(15);
+  v0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w0)), sh), nib)), vz), vs);
+  v1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w1)), sh), nib)), vz), vs);
+}
+
 GPNPU_AVX2 void mac_f16_avx2(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(f16_lo_to_f32(b + k), f16_lo_to_f32(c + k))));
@@ -211,6 +219,19 @@ GPNPU_AVX2 void mac_f16_cvt_bcast2_avx2(uint32_t* a, const uint32_t* fb, const u
     const size_t k = e * 16;
     store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(fb + k), ce[0])));
     store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(fb + k + 8), ce[1])));
+  }
+}
+
+GPNPU_AVX2 void dq4_mla_f32_bcast_avx2(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel,
+                                       const uint32_t* c16, size_t npes) {
+  const __m256 c0 = load8(c16), c1 = load8(c16 + 8);
+  for (size_t e = 0; e < npes; ++e) {
+    const size_t k = e * 16;
+    __m256 v0, v1;
+    dq4_f32_8x2(codes[k + 2 * sel], codes[k + 2 * sel + 1], _mm256_set1_ps(std::bit_cast<float>(meta2[2 * e + 1])),
+                _mm256_set1_ps(std::bit_cast<float>(meta2[2 * e])), v0, v1);
+    store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(v0, c0)));
+    store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(v1, c1)));
   }
 }
 
@@ -274,6 +295,19 @@ GPNPU_AVX2 void cvt_f16_f32_avx2(uint32_t* a, const uint32_t* b, size_t k, size_
   for (; j + 16 <= k + n; j += 16) {
     const __m256 v0 = load8(b + j), v1 = load8(b + j + 8), a0 = abs8(v0), a1 = abs8(v1);
     if (f16_special8(a0) | f16_special8(a1)) {
+      if ((_mm256_movemask_ps(_mm256_cmp_ps(v0, v0, _CMP_UNORD_Q)) & _mm256_movemask_ps(_mm256_cmp_ps(v1, v1, _CMP_UNORD_Q))) ==
+          0xff) {  // 16 NaNs (what f32_to_f16_tracked makes of them: sign, 0x7e00, the payload's top 9 bits)
+        r.nan += 16;
+        if (r.first < 0) r.first = int64_t(j), r.first_value = std::bit_cast<float>(b[j]);  // (before a, maybe b, is written)
+        for (size_t h = j; h < j + 16; h += 8) {
+          const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + h));
+          const __m256i f = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000)),
+                                            _mm256_or_si256(_mm256_set1_epi32(0x7e00),
+                                                            _mm256_srli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffff)), 13)));
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(a + h), f);
+        }
+        continue;
+      }
       cvt_f16_f32_scalar(a, b, j, 16, saturate, r);
       continue;
     }
@@ -288,16 +322,13 @@ GPNPU_AVX2 void cvt_f16_f32_avx2(uint32_t* a, const uint32_t* b, size_t k, size_
 
 GPNPU_AVX2 void dequant4_pes_avx2(uint32_t* out, const uint32_t* codes, const uint32_t* meta, uint32_t e0, uint32_t e1,
                                   const uint8_t* pred, uint32_t sel, bool f16) {
-  const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), nib = _mm256_set1_epi32(15);
   for (uint32_t e = e0; e < e1; ++e) {
     if (pred && !pred[e]) continue;
     const size_t k = size_t(e) * 16;
     const float scale = std::bit_cast<float>(meta[k]), zero = std::bit_cast<float>(meta[k + 1]);
-    const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps(zero);
     // Lanes 0..7 read word 2 * sel at nibble l, lanes 8..15 word 2 * sel + 1 (out may alias codes).
-    const uint32_t w0 = codes[k + 2 * sel], w1 = codes[k + 2 * sel + 1];
-    const __m256 v0 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w0)), sh), nib)), vz), vs);
-    const __m256 v1 = _mm256_mul_ps(_mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(w1)), sh), nib)), vz), vs);
+    __m256 v0, v1;
+    dq4_f32_8x2(codes[k + 2 * sel], codes[k + 2 * sel + 1], _mm256_set1_ps(zero), _mm256_set1_ps(scale), v0, v1);
     if (!f16) {
       store8(out + k, v0);
       store8(out + k + 8, v1);
@@ -488,6 +519,23 @@ void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, co
   if (have_avx2()) return mac_f16_cvt_bcast2_avx2(a, fb, c16, c16_on, sel, npes);
 #endif
   mac_f16_cvt_bcast2_scalar(a, fb, c16, c16_on, sel, npes);
+}
+
+void dq4_mla_f32_bcast(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,
+                       size_t npes) {
+#if defined(__x86_64__)
+  if (have_avx2()) return dq4_mla_f32_bcast_avx2(a, codes, meta2, sel, c16, npes);
+#endif
+  dq4_mla_f32_bcast_scalar(a, codes, meta2, sel, c16, npes);
+}
+
+void dq4_mla_f32_bcast_scalar(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,
+                              size_t npes) {
+  for (size_t e = 0; e < npes; ++e) {
+    uint32_t dq[16];
+    dequant4_scalar(dq, codes + e * 16, std::bit_cast<float>(meta2[2 * e]), std::bit_cast<float>(meta2[2 * e + 1]), sel, false);
+    mla_f32_bcast_scalar(a + e * 16, dq, c16, 16);
+  }
 }
 
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {

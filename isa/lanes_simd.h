@@ -36,6 +36,13 @@ void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 // mla_f32 with c the same 16 lanes in every PE: c16[k % 16] (n a multiple of 16).
 void mla_f32_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 
+// vdq4.f32 then vmla.f32 by a broadcast, without the dequantised register: over npes PEs,
+// a[e * 16 + l] += dq(e, l) * c16[l], dq(e, l) = (code(sel * 16 + l) - zero) * scale as
+// vdq4.f32 computes it from the PE's 16 code words at codes + e * 16 and its scale and
+// zero at meta2[2e], meta2[2e + 1] (isa/batch.h: lazy dequantisations).
+void dq4_mla_f32_bcast(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,
+                       size_t npes);
+
 // a[k] = f16_to_f32(b[k] & 0xffff) (vcvt.f32.f16).
 void cvt_f32_f16(uint32_t* a, const uint32_t* b, size_t n);
 
@@ -63,6 +70,8 @@ void mac_f16_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, s
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 void mla_f32_bcast_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n);
 void cvt_f32_f16_scalar(uint32_t* a, const uint32_t* b, size_t n);
+void dq4_mla_f32_bcast_scalar(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,
+                              size_t npes);
 void pack_f16_scalar(uint32_t* out, const uint32_t* lo, const uint32_t* hi, bool saturate, F16Range& r, int64_t idx0);
 void cvt_f16_f32_scalar(uint32_t* a, const uint32_t* b, size_t k, size_t n, bool saturate, F16Range& r);
 void mac_f16_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);

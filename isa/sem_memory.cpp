@@ -121,6 +121,20 @@ void ocm_scatter_word(ArchState& s, const Insn& i) {
   uint32_t base = address(s, i), stride = X(s, i.c);
   check_strided(s, i, base, stride, 4);
   if (!s.functional) return;
+  if (oscatter_w1_lazy(s, i)) {  // one word per PE (isa/batch.h)
+    const bool all = i.p == 0 || s.pred_count[i.p] == s.npe;
+    const uint8_t* pr = s.predicate(i.p);
+    uint32_t* w = s.pl_of(i.a, 0);
+    const uint8_t* src = &s.ocm[base];
+    if (all)
+      for (uint32_t e = 0; e < s.npe; ++e) std::memcpy(&w[e], src + size_t(e) * stride, 4);
+    else
+      for (uint32_t e = 0; e < s.npe; ++e)
+        if (pr[e]) std::memcpy(&w[e], src + size_t(e) * stride, 4);
+    std::fill(std::begin(s.pl_cls[i.a]), std::end(s.pl_cls[i.a]), uint8_t(0));
+    s.set_pl(i.a);
+    return;
+  }
   uint32_t* a = s.vreg(i.a);
   for_pes(s, i, [&](uint32_t e) {
     uint32_t w;

@@ -18,6 +18,17 @@ namespace gpnpu::isa {
 
 #define SEM(ident) void sem_##ident([[maybe_unused]] ArchState& s, [[maybe_unused]] const Insn& i)
 
+// Whether oscatter.w1 `i` leaves va a per-PE lazy register (ArchState::lazy_pl; in a
+// batch's run): it writes every PE, or va is one already with one class of lanes.
+inline bool oscatter_w1_lazy(const ArchState& s, const Insn& i) {
+  if (!s.batch || !s.lazy_broadcast) return false;
+  if (i.p == 0 || s.pred_count[i.p] == s.npe) return true;
+  if (!(s.lazy_pl >> i.a & 1)) return false;
+  for (int l = 0; l < kLanes; ++l)
+    if (s.pl_cls[i.a][l]) return false;
+  return true;
+}
+
 // scalar registers; x0 reads 0 and ignores writes
 inline uint32_t X(const ArchState& s, int r) { return s.x[r]; }
 inline void WX(ArchState& s, int r, uint32_t v) {

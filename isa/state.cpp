@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "isa/error.h"
+#include "isa/lanes_simd.h"
 
 namespace gpnpu::isa {
 
@@ -19,7 +20,8 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       lrm(size_t(shape_.npe()) * lrm_stride, 0),
       ocm(ocm_),
       win_hi(npe),
-      lazy_sel(size_t(kVregs) * shape_.npe(), 0) {
+      lazy_sel(size_t(kVregs) * shape_.npe(), 0),
+      pl_vals((size_t(kVregs) * kPlClasses + kPlSpare) * shape_.npe(), 0) {
   clear_predicates();
 }
 
@@ -70,6 +72,34 @@ void ArchState::materialise(int r) {
     for (uint32_t e = 0; e < npe; ++e) std::copy(lazy_lanes[r], lazy_lanes[r] + kLanes, v + size_t(e) * kLanes);
   }
   clear_lazy(r);
+}
+
+void ArchState::DqSnapshot::dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const {
+  for (uint32_t e = lo; e < hi; ++e) {
+    const uint32_t m[kLanes] = {meta[2 * e], meta[2 * e + 1]};  // as vdq4.f32 reads vc: lanes 0 and 1
+    lanes::dequant4_pes(v + size_t(e) * kLanes, &codes[size_t(e) * kLanes], m, 0, 1, nullptr, sel, false);
+  }
+}
+
+void ArchState::materialise_dq(int r) {
+  dq_snap[r]->dequant(vreg(r), 0, npe, dq_sel[r]);
+  drop_dq(r);
+}
+
+void write_pl(uint32_t* v, const uint32_t* w0, const uint32_t* w1, const uint8_t* cls, uint32_t lo, uint32_t hi) {
+  uint32_t m[kLanes];
+  for (int l = 0; l < kLanes; ++l) m[l] = cls[l] ? ~0u : 0u;
+  for (uint32_t e = lo; e < hi; ++e) {
+    const uint32_t x0 = w0[e], x1 = w1[e];
+    uint32_t t[kLanes];
+    for (int l = 0; l < kLanes; ++l) t[l] = (x1 & m[l]) | (x0 & ~m[l]);
+    std::memcpy(v + size_t(e) * kLanes, t, sizeof t);
+  }
+}
+
+void ArchState::materialise_pl(int r) {
+  write_pl(vreg(r), pl_of(r, 0), pl_of(r, 1), pl_cls[r], 0, npe);
+  lazy_pl &= ~(1u << r);
 }
 
 void ArchState::note_f16(const F16Range& r, uint32_t per_pe) {

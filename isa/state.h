@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <span>
 #include <string>
@@ -140,12 +141,70 @@ struct ArchState {
   std::vector<uint8_t> lazy_sel;  // [reg][pe]
   const uint8_t* lazy_selector(int r) const { return &lazy_sel[size_t(r) * npe]; }
   // Register r is a lazy broadcast (one pattern) or no longer lazy at all.
-  void set_lazy(int r) { lazy |= 1u << r, lazy2 &= ~(1u << r); }
+  void set_lazy(int r) {
+    if (lazy_dq >> r & 1) drop_dq(r);
+    lazy_pl &= ~(1u << r);
+    lazy |= 1u << r, lazy2 &= ~(1u << r);
+  }
   void clear_lazy(int r) { lazy &= ~(1u << r), lazy2 &= ~(1u << r); }
   void materialise(int r);
   void materialise_all() {
     for (uint32_t m = lazy; m; m &= m - 1) materialise(__builtin_ctz(m));
+    for (uint32_t m = lazy_dq; m; m &= m - 1) materialise_dq(__builtin_ctz(m));
+    for (uint32_t m = lazy_pl; m; m &= m - 1) materialise_pl(__builtin_ctz(m));
   }
+  // Per-PE lazy registers (isa/batch.h), never set together with the other lazy kinds:
+  // lane l of PE e of register r (bit r of lazy_pl) is pl_of(r, pl_cls[r][l])[e], one word
+  // per PE and class of lanes (an oscatter.w1 splats one word per PE: one class; a vsel
+  // by a lane mask makes two). In a batch, elementwise instructions of such registers and
+  // lane-uniform ones compute one word per PE and class instead of 16.
+  static constexpr int kPlClasses = 2;
+  uint32_t lazy_pl = 0;
+  uint8_t pl_cls[kVregs][kLanes] = {};
+  // [reg][class][pe], and kPlSpare more rows of npe words (isa/batch.cpp: take_pl)
+  static constexpr int kPlSpare = 4;
+  std::vector<uint32_t> pl_vals;
+  uint32_t* pl_of(int r, int c) { return &pl_vals[(size_t(r) * kPlClasses + size_t(c)) * npe]; }
+  void set_pl(int r) {  // (pl_of and pl_cls of r written)
+    if (lazy_dq >> r & 1) drop_dq(r);
+    clear_lazy(r);
+    lazy_pl |= 1u << r;
+  }
+  void materialise_pl(int r);
+  // What is known of registers whose every PE holds the same 16 lanes (uni_lanes[r]):
+  // bits of uni_yes and uni_no; an instruction that writes r forgets it (execute(),
+  // Batch::wrote), and isa/batch.cpp looks when neither bit is set.
+  uint32_t uni_yes = 0, uni_no = 0;
+  uint32_t uni_lanes[kVregs][kLanes] = {};
+  void forget_uniform(int r) { uni_yes &= ~(1u << r), uni_no &= ~(1u << r); }
+  // Lazy dequantisations (isa/batch.h), never set together with lazy: in a batch, an
+  // unpredicated vdq4.f32 leaves its register r unwritten (bit r of lazy_dq) and points
+  // it at a snapshot of the codes and the scale and zero it reads (a batch entry copies
+  // them when the batch runs, so later writes to its vb and vc do not matter), with its
+  // element group in dq_sel[r]. vmla.f32 of such a register by a lazy broadcast, in a
+  // batch, dequantises straight into its products (lanes::dq4_mla_f32_bcast); anything
+  // else that reads r or writes part of it writes r out first; a whole overwrite drops it.
+  struct DqSnapshot {
+    explicit DqSnapshot(uint32_t npe) : codes(size_t(npe) * kLanes), meta(size_t(npe) * 2) {}
+    std::vector<uint32_t> codes;  // [pe][16]: vb
+    std::vector<uint32_t> meta;   // [pe][2]: lanes 0 and 1 of vc (scale, zero)
+    int refs = 0;                 // lazy registers that point at it
+    // vdq4.f32 of element group sel on the PEs [lo, hi) into register storage v.
+    void dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const;
+  };
+  uint32_t lazy_dq = 0;
+  std::vector<std::unique_ptr<DqSnapshot>> dq_snaps;  // a pool (isa/batch.cpp takes one with no refs)
+  DqSnapshot* dq_snap[kVregs] = {};
+  uint8_t dq_sel[kVregs] = {};
+  void set_dq(int r, DqSnapshot* sn, uint8_t sel) {
+    ++sn->refs;
+    if (lazy_dq >> r & 1) drop_dq(r);
+    clear_lazy(r);
+    lazy_pl &= ~(1u << r);
+    lazy_dq |= 1u << r, dq_snap[r] = sn, dq_sel[r] = sel;
+  }
+  void drop_dq(int r) { --dq_snap[r]->refs, dq_snap[r] = nullptr, lazy_dq &= ~(1u << r); }
+  void materialise_dq(int r);  // from a complete snapshot: outside a batch's run
 
   // Numerics of functional runs (no timing): the range of every fp32 -> fp16 conversion
   // (vpack.f16, vcvt.f16.f32) since the sequencer last took it, which it attributes to
@@ -168,6 +227,8 @@ struct ArchState {
   DmaDescriptor dma;
 
   uint32_t* vreg(int r) { return (view_v_ ? view_v_ : v.data()) + size_t(r) * npe * kLanes; }
+  // Registers r at base + r * npe * 16 from now on (a scratch state's view of other storage).
+  void view_registers(uint32_t* base) { view_v_ = base; }
   const uint8_t* predicate(int p) const { return (view_pred_ ? view_pred_ : pred.data()) + size_t(p) * npe; }
   uint8_t* lrm_of(uint32_t pe) { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }
   const uint8_t* lrm_of(uint32_t pe) const { return (view_lrm_ ? view_lrm_ : lrm.data()) + size_t(pe) * lrm_stride; }
@@ -193,6 +254,10 @@ struct ArchState {
   const uint8_t* view_pred_ = nullptr;
   uint8_t* view_lrm_ = nullptr;
 };
+
+// A per-PE lazy register written out (ArchState::lazy_pl) on the PEs [lo, hi): lane l of
+// PE e of v = w1[e] where cls[l] is 1, else w0[e].
+void write_pl(uint32_t* v, const uint32_t* w0, const uint32_t* w1, const uint8_t* cls, uint32_t lo, uint32_t hi);
 
 // A fast, non-cryptographic 64-bit hash of n bytes, continuing from h.
 uint64_t digest_bytes(const void* data, size_t n, uint64_t h);

@@ -385,6 +385,7 @@ void Sequencer::execute_loop() {
   // Lazy broadcasts only where nobody looks at the registers between instructions
   // (no trace hooks); every register is written out when the run ends, however it ends.
   st.lazy_broadcast = !kHooks && !kTimingOnly;
+  st.uni_yes = st.uni_no = 0;  // (the registers may have changed since the last run)
   st.effect = Effect::none;
   st.f16 = {};
   st.f16_first = {};

@@ -238,5 +238,91 @@ TEST(LanesSimd, Dequant4MatchesTheScalarDefinitionBitForBit) {
   }
 }
 
+
+// isa/batch.h: a vmla.f32 of a lazy dequantisation by a broadcast dequantises straight
+// into its products. The same bits as vdq4.f32 (dequant4_pes) into a register and then
+// mla_f32_bcast, on the body this CPU runs and the scalar one, over PEs with their own
+// scale and zero (zero, negative, tiny, huge, inf: inf * 0 makes NaNs). Negative
+// control: the other element group's products are seen.
+TEST(LanesSimd, Dq4MlaF32BcastMatchesDequantThenMlaBitForBit) {
+  std::mt19937 rng(13);
+  const uint32_t npes = 37;
+  const float scales[] = {0.0f, 1.0f, -0.5f, 3e-8f, 1.5e-3f, 700.0f, 65504.0f, 3e38f, INFINITY};
+  std::vector<uint32_t> codes(npes * 16), meta(npes * 16), meta2(npes * 2), a(npes * 16);
+  for (uint32_t e = 0; e < npes; ++e) {
+    for (int l = 0; l < 16; ++l) codes[e * 16 + l] = rng(), meta[e * 16 + l] = rng();
+    meta[e * 16] = std::bit_cast<uint32_t>(e < 9 ? scales[e] : std::ldexp(float(rng() % 2048) / 1024.0f, int(rng() % 40) - 30));
+    meta[e * 16 + 1] = std::bit_cast<uint32_t>(float(rng() % 16) - (e % 3 == 0 ? 0.5f : 0.0f));
+    meta2[2 * e] = meta[e * 16], meta2[2 * e + 1] = meta[e * 16 + 1];
+  }
+  for (uint32_t& w : a) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -30));
+  uint32_t c16[16];
+  for (uint32_t& w : c16) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -31));
+  c16[3] = 0, c16[7] = std::bit_cast<uint32_t>(-0.0f), c16[9] = std::bit_cast<uint32_t>(1e30f);
+  for (uint32_t sel = 0; sel < 8; ++sel) {
+    std::vector<uint32_t> x = a, y = a, z = a, w = a, dq(npes * 16), dq_other(npes * 16);
+    dq4_mla_f32_bcast(x.data(), codes.data(), meta2.data(), sel, c16, npes);
+    dq4_mla_f32_bcast_scalar(y.data(), codes.data(), meta2.data(), sel, c16, npes);
+    dequant4_pes(dq.data(), codes.data(), meta.data(), 0, npes, nullptr, sel, false);
+    mla_f32_bcast_scalar(z.data(), dq.data(), c16, npes * 16);
+    ASSERT_EQ(x, z) << "sel " << sel;
+    ASSERT_EQ(y, z) << "sel " << sel;
+    dequant4_pes(dq_other.data(), codes.data(), meta.data(), 0, npes, nullptr, (sel + 1) % 8, false);
+    mla_f32_bcast_scalar(w.data(), dq_other.data(), c16, npes * 16);
+    EXPECT_NE(x, w) << "sel " << sel;
+  }
+}
+
+
+// vcvt.f16.f32 of 16-lane runs that are all NaN (the zero-weight model's 0/0) takes a
+// vector path: the same bits, counts, first index and value as the tracked scalar
+// definition, for NaNs of both signs and any payload (signalling ones included), runs
+// that start at an offset, runs mixed with finite, huge and tiny values, and in place
+// (the first value is the input's, read before it is overwritten). Negative
+// control: one payload bit changed in the input is seen in the output.
+TEST(LanesSimd, CvtF16F32OfNaNRunsMatchesTheTrackedDefinition) {
+  std::mt19937 rng(17);
+  const size_t n = 16 * 12 + 5;
+  std::vector<uint32_t> b(n);
+  for (size_t k = 0; k < n; ++k) {
+    const size_t run = k / 16;
+    const uint32_t nan = (rng() & 0x80000000u) | 0x7f800000u | (rng() & 0x7fffff) | (rng() % 2 ? 0x400000u : 1u);
+    if (run % 3 != 2 || rng() % 4) b[k] = nan;
+    else b[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), int(rng() % 60) - 60));
+  }
+  b[16 * 5 + 3] = std::bit_cast<uint32_t>(1e6f), b[16 * 8 + 9] = std::bit_cast<uint32_t>(1e-30f);
+  for (size_t k0 : {size_t(0), size_t(16), size_t(3)})
+    for (bool sat : {false, true}) {
+      std::vector<uint32_t> x(n), y(n);
+      F16Range rx, ry;
+      cvt_f16_f32(x.data(), b.data(), k0, n - k0, sat, rx);
+      cvt_f16_f32_scalar(y.data(), b.data(), k0, n - k0, sat, ry);
+      ASSERT_EQ(x, y) << k0;
+      for (size_t k = k0; k < n; ++k) {  // the definition, lane by lane
+        F16Range r;
+        ASSERT_EQ(y[k], f32_to_f16_tracked(std::bit_cast<float>(b[k]), sat, r, 0)) << k;
+      }
+      EXPECT_EQ(rx.nan, ry.nan);
+      EXPECT_GT(rx.nan, 100u);
+      EXPECT_EQ(rx.overflow, ry.overflow);
+      EXPECT_EQ(rx.underflow, ry.underflow);
+      EXPECT_EQ(rx.max_abs, ry.max_abs);
+      EXPECT_EQ(rx.first, ry.first);
+      EXPECT_EQ(rx.first, int64_t(k0));
+      EXPECT_EQ(std::bit_cast<uint32_t>(rx.first_value), std::bit_cast<uint32_t>(ry.first_value));
+      std::vector<uint32_t> in_place = b;  // vcvt.f16.f32 v, v: the same, the first value the input's
+      F16Range ri;
+      cvt_f16_f32(in_place.data(), in_place.data(), k0, n - k0, sat, ri);
+      for (size_t k = k0; k < n; ++k) ASSERT_EQ(in_place[k], y[k]) << k;
+      EXPECT_EQ(ri.first, ry.first);
+      EXPECT_EQ(std::bit_cast<uint32_t>(ri.first_value), std::bit_cast<uint32_t>(ry.first_value));
+      std::vector<uint32_t> c = b, z(n);
+      c[16 * 4 + 7] ^= 0x100000;  // a payload bit the fp16 NaN keeps
+      F16Range rz;
+      cvt_f16_f32(z.data(), c.data(), k0, n - k0, sat, rz);
+      EXPECT_NE(z, y);
+    }
+}
+
 }  // namespace
 }  // namespace gpnpu::isa::lanes

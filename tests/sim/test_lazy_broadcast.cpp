@@ -6,7 +6,13 @@
 // LRM stores, OCM gathers, overwrites, a second broadcast over a lazy one), and runs of
 // deferred array instructions between scalar ones (LRM loads and splats from scalar
 // registers that change within the run, a predicate over scattered PEs, fp16
-// conversions that overflow in two instructions, the later one at a lower PE) leaves
+// conversions that overflow in two instructions, the later one at a lower PE), and lazy
+// dequantisations (vdq4.f32 read by vmla.f32 of a broadcast, sharing a snapshot, its vb
+// and vc written before the reads (vc by a lazy broadcast between two vdq4.f32s), read otherwise, written in part, gathered, overwritten
+// whole, va = vb, one left to the end), and per-PE lazy registers (oscatter.w1 onto every
+// PE and onto some, elementwise instructions of them and of lane-uniform registers, a vsel
+// by a lane mask (onto a source), read as vdq4.f32's scale and zero, read otherwise, a uniform register
+// written in part before its next use, a uniform source that is also va, too many classes of lanes, one left to the end) leaves
 // bit-identical registers, LRM and OCM, the same fp16 numerics and the same cycles
 // whether it runs lazily and batched (no trace hook) or eagerly instruction by
 // instruction (a trace hook turns both off). Negative control: the comparison sees a
@@ -103,6 +109,65 @@ Lbody:
     vcvt.f32.f16 v27, v26
     obcast v28, 0xc40(x0)
     vshr v28, v28, 3 @p2
+    vdq4.f32 v2, v1, v29, 0
+    vdq4.f32 v3, v1, v29, 5
+    obcast.h v4, 0xd00(x0)
+    vcvt.f32.f16 v4, v4
+    vmla.f32 v5, v2, v4
+    vmla.f32 v5, v3, v4
+    vadd.i32 v1, v1, v17
+    vmla.f32 v5, v2, v4
+    vdq4.f32 v6, v1, v29, 2
+    vmul.f32 v29, v29, v29
+    vmla.f32 v7, v6, v4
+    vadd.f32 v8, v3, v3
+    vdq4.f32 v9, v9, v29, 1
+    vmla.f32 v10, v9, v4 @p2
+    vdq4.f32 v11, v1, v29, 7
+    vsplat v11, x6 @p2
+    vdq4.f32 v12, v1, v29, 3
+    ogather v12, 0(x13), x3
+    vdq4.f32 v14, v1, v29, 4
+    obcast v14, 0xd40(x0)
+    vdq4.f32 v15, v1, v29, 6
+    vmla.f32 v16, v15, v4
+    vdq4.f32 v15, v1, v29, 2
+    vmla.f32 v16, v15, v4
+    li   x25, 4
+    vsplati v20, 255
+    vlaneid v21
+    vsplati v22, 0
+    vcmpeq.i32 v21, v21, v22
+    oscatter.w1 v23, 0x100(x0), x25
+    oscatter.w1 v24, 0x1100(x0), x25
+    vcvt.f32.f16 v25, v23
+    vand v24, v24, v20
+    vcvt.f32.i32 v24, v24
+    vsel v26, v25, v24, v21
+    vadd.i32 v17, v26, v23
+    obcast.h v12, 0xd80(x0)
+    vcvt.f32.f16 v12, v12
+    vdq4.f32 v27, v1, v26, 3
+    vmla.f32 v28, v27, v12
+    oscatter.w1 v23, 0x2100(x0), x25 @p2
+    vadd.i32 v29, v23, v23
+    vsel v23, v25, v23, v21
+    vmul.f32 v9, v26, v25
+    vsplat v20, x25 @p2
+    vadd.i32 v30, v24, v20
+    oscatter.w1 v31, 0x3100(x0), x25 @p2
+    vsel v22, v23, v25, v19
+    vlaneid v18
+    vadd.i32 v18, v18, v24
+    vdq4.f32 v2, v1, v29, 0
+    obcast v29, 0xe00(x0)
+    vdq4.f32 v3, v1, v29, 1
+    vmla.f32 v5, v3, v12
+    vsplati v20, 7
+    oscatter.w1 v24, 0x1100(x0), x25
+    vadd.i32 v20, v20, v24
+    vmul.f32 v9, v20, v20
+    vadd.i32 v30, v24, v20
     mark.begin "after"
     mark.end "after"
     halt
