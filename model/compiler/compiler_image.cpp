@@ -452,6 +452,16 @@ struct ImageKernels {
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
+  // Keys and values of kv heads [g0, g0 + ng), cache slots [0, keys), from a layer's KV
+  // cache (kc, vc: [heads][max_seq][hd]) into k, v in OCM ([keys][ng hd] each), waited for.
+  void load_kv(const std::string& mark, uint32_t kc, uint32_t vc, uint32_t max_seq, uint32_t hd, uint32_t g0,
+               uint32_t ng, uint32_t keys, uint32_t k, uint32_t v) {
+    const uint32_t hd2 = hd * 2;
+    em.copy(mark + ".load_k", kc + g0 * max_seq * hd2, sim::ocm_addr(k), hd2, keys, hd2, ng * hd2, ng, max_seq * hd2,
+            hd2);
+    em.copy(mark + ".load_v", vc + g0 * max_seq * hd2, sim::ocm_addr(v), hd2, keys, hd2, ng * hd2, ng, max_seq * hd2,
+            hd2);
+  }
   void kv_write(const std::string& mark, KvWriteArgs kv) {
     kv.smem = kSmem;
     em.call(mark, "kv_write", cost_kv_write(cfg, kv), [&] { emit_kv_write(b, cfg, kv); });
@@ -886,10 +896,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
         const uint32_t ng = std::min(gk, d.nkv - g0);
         const std::string A = fmt::format("{}.g{}", L, g0 / gk);
-        em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(KC), hd2, off + S, hd2, ng * hd2, ng,
-                opt_.max_seq * hd2, hd2);
-        em.copy(A + ".load_v", vcc + g0 * opt_.max_seq * hd2, ocm(VC), hd2, off + S, hd2, ng * hd2, ng,
-                opt_.max_seq * hd2, hd2);
+        k.load_kv(A, kc, vcc, opt_.max_seq, d.hd, g0, ng, off + S, KC, VC);
         k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
                                        .q_ocm = Q + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
                                        .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
@@ -1629,12 +1636,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
                 const uint32_t ng = std::min(gk, d.nkv - g0);
                 const std::string A = fmt::format("{}.g{}", T, g0 / gk);
-                if (!own) {
-                  em.copy(A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(BIG + k0), hd2, keys, hd2, ng * hd2, ng,
-                          opt_.max_seq * hd2, hd2);
-                  em.copy(A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(BIG + v0), hd2, keys, hd2, ng * hd2,
-                          ng, opt_.max_seq * hd2, hd2);
-                }
+                if (!own) k.load_kv(A, kc, vcache, opt_.max_seq, d.hd, g0, ng, keys, BIG + k0, BIG + v0);
                 k.attention(A + ".attention",
                             {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
                              .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
