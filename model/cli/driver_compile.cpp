@@ -150,6 +150,7 @@ void add_compile_commands(CLI::App& app) {
   static std::string max_context = "auto";
   static bool run = false, fp16_channels = false;
   static int gemm_rows = 0;
+  static std::string prefill = "auto";
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
   machine.add(c);
@@ -167,6 +168,11 @@ void add_compile_commands(CLI::App& app) {
                 "run the image GEMMs on the first N PE rows (0: the compiler's choice, printed in the image plan)")
       ->capture_default_str()
       ->check(cli::integer(0, 1 << 16));
+  c->add_option("--prefill", prefill,
+                "the streamed prefill's arrangement: auto (the compiler's cost model), phases (three phases a layer) "
+                "or layers (whole layers a row tile); phases and layers force the streamed plan")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "phases", "layers"}));
   c->add_flag("--fp16-channels", fp16_channels,
               "compile for a mixed-precision bundle (quantize --fp16-channels): a gather and an fp16 correction "
               "after every GEMV, GEMM and embedding lookup (docs/quantisation.md)");
@@ -188,6 +194,7 @@ void add_compile_commands(CLI::App& app) {
     CompileOptions copt;
     copt.fp16_channels = fp16_channels;
     copt.image_gemm_rows = uint32_t(gemm_rows);
+    copt.image_prefill = prefill == "phases" ? 1 : prefill == "layers" ? 2 : 0;
     const Capacity cap = resolve_max_context(max_context, m, cfg, copt);
     check_tokens("--seq", seq, cap, fmt::format("give --seq {} or less, or a larger --max-context", cap.max_context));
     check_tokens("--cached", cached, cap,

@@ -133,7 +133,8 @@ struct CompileOptions {
   // Non-zero forces the streamed plan (activations in DDR, row tiles) with at most
   // image_tile_rows rows per tile, image_attn_groups kv heads per attention call and
   // image_copy_mode the row phases' copies (1 waited, 2 pipelined, 3 stores behind);
-  // image_prefill the streamed prefill's arrangement (1 three phases, 2 whole layers a tile).
+  // image_prefill the streamed prefill's arrangement (1 three phases, 2 whole layers a tile;
+  // `gpnpu compile --prefill`).
   uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0, image_prefill = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;

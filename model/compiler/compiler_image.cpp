@@ -641,7 +641,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   };
-  const bool forced = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode || opt_.image_prefill;
+  // The test knobs force the streamed plan; image_prefill only where there is a prefill, and
+  // the tower may still run resident beside it (placement per stage, below).
+  const bool knobs = opt_.image_tile_rows || opt_.image_attn_groups || opt_.image_copy_mode;
+  const bool forced = knobs || (opt_.image_prefill && s.prefill);
   // A chunk after cached tokens stages their keys and values (and its own) from the cache,
   // g kv heads per attention call: [off + S][g head_dim] each.
   auto kv_stage = [&](uint32_t g) -> uint64_t {
@@ -677,7 +680,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return o;
   };
   if (!res && s.plan_only) return plan_only("streamed");
-  if (!res && s.vision && s.prefill && !forced && !into) {
+  if (!res && s.vision && s.prefill && !knobs && !into) {
     // Placement per stage: the tower resident when it fits alone, the prefill streamed
     // (they meet in DDR: act.img and the DeepStack rows).
     ImageShape tower = s;

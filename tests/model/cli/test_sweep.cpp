@@ -231,5 +231,20 @@ TEST(Sweep, AxesAreCanonicalAndTheProductIsOrdered) {
   EXPECT_EQ(sweep_csv_path("r.hdf"), "r.hdf.csv");
 }
 
+// `gpnpu compile --prefill` forces the streamed prefill's arrangement (docs/performance.md
+// compares both this way); the plan line names it; a value outside the three is refused.
+TEST(CompileCli, PrefillArrangementIsForcedAndNamed) {
+  TempDir tmp("prefill");
+  const Cli phases = gpnpu("compile --model synthetic:tiny --prefill phases --out " + (tmp / "p"), tmp);
+  EXPECT_EQ(phases.code, 0) << phases.output;
+  EXPECT_NE(phases.output.find("(qkv|MLP phases); copies"), std::string::npos) << phases.output;
+  const Cli layers = gpnpu("compile --model synthetic:tiny --prefill layers --out " + (tmp / "l"), tmp);
+  EXPECT_EQ(layers.code, 0) << layers.output;
+  EXPECT_NE(layers.output.find("(whole layers)"), std::string::npos) << layers.output;
+  const Cli bad = gpnpu("compile --model synthetic:tiny --prefill fused --out " + (tmp / "b"), tmp);
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.output.find("--prefill"), std::string::npos) << bad.output;
+}
+
 }  // namespace
 }  // namespace gpnpu::model
