@@ -134,6 +134,10 @@ SEM(pset_cols) {
   const uint32_t cols = s.shape.cols;  // e % cols in [lo, hi), in each row
   set_pred_runs(s, i.a, s.shape.rows, cols, std::min(X(s, i.b), cols), std::min(X(s, i.c), cols));
 }
+SEM(pset_cmod) {
+  const uint32_t cols = s.shape.cols, h = X(s, i.b), m = X(s, i.c);
+  set_pred(s, i.a, [&](uint32_t e) { return m != 0 && (e % cols) % m == h; });
+}
 // pand, por and pnot of predicates whose active PEs are one run each (what pset.range
 // and pset.rows write) give at most two runs: written with memset and their summary,
 // without the per-PE loop and summarise_predicate(), which the decode program's por at

@@ -106,17 +106,10 @@ void Builder::mark(const std::string& name, const std::function<void()>& body) {
   op("mark.end", {Name{name}});
 }
 
-void Builder::pset_cols_mod(P pa, uint32_t h, uint32_t H, uint32_t pe_cols, X lo, X hi, X n, P tmp) {
-  op("pset.range", {pa, X{0}, X{0}});
-  li(lo, h);
-  li(hi, h + 1);
-  li(n, pe_cols / H);
-  loop(n, [&] {
-    op("pset.cols", {tmp, lo, hi});
-    op("por", {pa, pa, tmp});
-    op("addi", {lo, lo, int64_t(H)});
-    op("addi", {hi, hi, int64_t(H)});
-  });
+void Builder::pset_cols_mod(P pa, uint32_t h, uint32_t H, X xh, X xH) {
+  li(xh, h);
+  li(xH, H);
+  op("pset.cmod", {pa, xh, xH});
 }
 
 void Builder::descriptor(uint32_t smem, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows,

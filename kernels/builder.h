@@ -52,9 +52,8 @@ class Builder {
   void li(X rd, int64_t value) { op("li", {rd, value}); }
   // A hardware loop running `body` `count` times (count in a register).
   void loop(X count, const std::function<void()>& body);
-  // pa = the PEs whose array column is h mod H (a hardware loop over the pe_cols / H
-  // columns; clobbers lo, hi, n and the predicate tmp).
-  void pset_cols_mod(P pa, uint32_t h, uint32_t H, uint32_t pe_cols, X lo, X hi, X n, P tmp);
+  // pa = the PEs whose array column is h mod H (pset.cmod; clobbers xh and xH).
+  void pset_cols_mod(P pa, uint32_t h, uint32_t H, X xh, X xH);
   // A stats region around `body`.
   void mark(const std::string& name, const std::function<void()>& body);
   // Writes a DMA descriptor (9 words) into scalar memory at `smem` (uses x31).

@@ -71,7 +71,9 @@ Plan make_plan(const sim::Config& cfg, const EwArgs& a, bool spread) {
   p.nchunks = ceil_div(p.n, kChunk);
   const uint32_t npe = cfg.npe();
   if (spread) {
-    p.P = std::min(npe, p.nchunks);
+    // As few steps as npe PEs allow, their chunks spread evenly over the PEs (a
+    // larger array never takes a step more, nor a shorter last one that costs as much).
+    p.P = ceil_div(p.nchunks, ceil_div(p.nchunks, std::min(npe, p.nchunks)));
     const uint32_t c = ceil_div(p.nchunks, p.P);
     p.rem = p.nchunks - (c - 1) * p.P;
     p.tail = p.rem != p.P || p.n % kChunk != 0;
@@ -346,14 +348,14 @@ void emit_elementwise(Builder& b, const sim::Config& cfg, const EwArgs& a) {
     b.op("vsplati", {V{0}, int64_t(p.nfull) * kChunk});
     emit_masks(b, V{0}, p.n);
   }
-  // Tiles of R rows (npe without parts). Parts: p7 = PEs of column h mod H (p3 + h, built
-  // once), each tile's p1 = its H x rows PEs and p3 + h = p1 & its columns.
+  // Tiles of R rows (npe without parts). Parts: p3 + h = the PEs of the columns h mod H
+  // (built once), each tile's p1 = its H x rows PEs and p3 + h = p1 & its columns.
   if (p.H > 1) {
     b.li(X{8}, p.as / p.H);
     b.li(X{9}, p.bs / p.H);
     b.li(X{11}, p.os / p.H);
     for (uint32_t h = 0; h < p.H; ++h)
-      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, cfg.pe_cols, X{23}, X{24}, X{21}, P{7});
+      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, X{23}, X{24});
   }
   b.li(X{20}, p.rows);
   if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)

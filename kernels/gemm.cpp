@@ -290,7 +290,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd;
   // on a sub-array, of the view's PEs only.
   auto even_odd = [&] {
-    b.pset_cols_mod(P{2}, 0, 2, cfg.pe_cols, xT1, xT2, xT3, P{5});
+    b.pset_cols_mod(P{2}, 0, 2, xT1, xT2);
     b.op("pnot", {P{3}, P{2}});
     if (a.sub_array) {
       b.li(xT3, npe);

@@ -376,7 +376,7 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
       emit_masks(b, V{2}, a.dim);
     }
     for (uint32_t h = 0; h < p.H && p.H > 1; ++h)  // p3 + h = the PEs of the columns h mod H
-      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, cfg.pe_cols, X{25}, X{26}, X{21}, P{7});
+      b.pset_cols_mod(P{uint8_t(3 + h)}, h, p.H, X{25}, X{26});
     b.li(X{20}, a.rows);
     if (p.H > 1) b.li(X{22}, p.R);  // (x22 = npe otherwise)
     b.li(X{1}, ceil_div(a.rows, p.R));

@@ -434,6 +434,17 @@ TEST_F(Golden, pset_cols) {
   EXPECT_EQ(s.pred_count[3], 2u);
 }
 
+TEST_F(Golden, pset_cmod) {
+  s.x[2] = 1;
+  s.x[3] = 2;
+  run("pset.cmod p3, x2, x3");  // 2 x 3 PEs: the odd columns
+  EXPECT_EQ(pred_bits(s, 3), (std::vector<int>{0, 1, 0, 0, 1, 0}));
+  EXPECT_EQ(s.pred_count[3], 2u);
+  s.x[3] = 0;
+  run("pset.cmod p3, x2, x3");
+  EXPECT_EQ(s.pred_count[3], 0u);
+}
+
 // The pset forms write their bytes and summary without the per-PE test
 // (sem_scalar.cpp): every bound pair, empty, clipped and past 2^31 included, against
 // the rows' definitions and against summarise_predicate() of the written bytes.
@@ -449,6 +460,7 @@ TEST(PsetRanges, MatchTheDefinitionsAndSummary) {
       {"pset.range p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e >= lo && e < hi; }},
       {"pset.rows p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e / 5 >= lo && e / 5 < hi; }},
       {"pset.cols p2, x2, x3", [](uint32_t e, uint32_t lo, uint32_t hi) { return e % 5 >= lo && e % 5 < hi; }},
+      {"pset.cmod p2, x2, x3", [](uint32_t e, uint32_t h, uint32_t m) { return m != 0 && e % 5 % m == h; }},
   };
   for (const Form& f : forms)
     for (uint32_t lo : bounds)
