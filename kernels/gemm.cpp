@@ -142,7 +142,7 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   return next.handed_off;
 }
 
-uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
+uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
   if (k == 0 || k % kBlock) fail("gemm: K = {} must be a positive multiple of {}", k, kBlock);
   const uint32_t nblk = k / kBlock;
   auto ok = [&](uint32_t s) {
@@ -156,6 +156,10 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
            split, k, cfg.pe_cols, nblk, lrm_need(nblk, std::max(split, 1u)), cfg.lrm_bytes);
     return split;
   }
+  // Split 2 where its tiles (npe / 2 columns, each half the MAC steps a row) take fewer
+  // PE-steps than split 1's: the N columns leave part of split 1's last tile idle.
+  const uint32_t npe = cfg.npe();
+  if (ok(2) && ceil_div(2 * n, npe) < 2 * ceil_div(n, npe)) return 2;
   for (uint32_t s = 1; s <= 2; s *= 2)
     if (ok(s)) return s;
   fail("gemm: K = {} does not fit: two LRM buffers of {} blocks need {} bytes, lrm_bytes = {} (split 2 needs an "
@@ -166,7 +170,7 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split) {
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
   if (n == 0) fail("gemm: N must be positive");
   GemmPlan p;
-  p.split = gemm_split(cfg, k, split);
+  p.split = gemm_split(cfg, n, k, split);
   p.cols = cfg.npe() / p.split;
   p.tiles = ceil_div(n, p.cols);
   p.blocks = k / kBlock;

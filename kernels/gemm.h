@@ -43,7 +43,8 @@
 //
 // Tiling rule: S is the smallest of 1, 2 (dividing pe_cols and B) for which two LRM
 // buffers fit: 2 * (ceil(B/8) * 32 + 64 * B / S) + 64 <= lrm_bytes (qc-u: S = 1 up to
-// K = 3584, S = 2 for K = 4096 and 6144). Units stream DDR -> OCM through one buffer
+// K = 3584, S = 2 for K = 4096 and 6144); S = 2 also where it fits and its tiles take
+// fewer PE-steps: ceil(2N / npe) < 2 ceil(N / npe) (N = 1024 on 2,048 PEs or more). Units stream DDR -> OCM through one buffer
 // per DMA channel (C = the most channels <= dma_channels dividing the D = B/S units;
 // unit d on channel d % C; a channel's next unit starts as soon as its buffer is
 // scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
@@ -131,8 +132,8 @@ struct GemmPlan {
   uint32_t last_rows = 0;    // real rows of the last group
 };
 
-// split 0: the tiling rule. Throws gpnpu::Error if K does not fit any split.
-uint32_t gemm_split(const sim::Config& cfg, uint32_t k, uint32_t split = 0);
+// split 0: the tiling rule above. Throws gpnpu::Error if K does not fit any split.
+uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 // OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.

@@ -65,6 +65,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
          "tokens fit; lower --max-context or raise ddr_bytes",
          opt_.max_seq, ddr_.total(), cfg_.ddr_bytes, max_context(model_, cfg_, opt_));
   plan_decode_ocm();
+  settle_gemm_view();
 }
 
 void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {

@@ -195,8 +195,14 @@ class Compiler {
   // The image GEMMs' view of the array (compiler_image.cpp): the first rows of it, the
   // fewest of (whole array, halved) whose GEMM MACs stay within 0.7 x the weights' DDR
   // time, and at most those whose DMA code buffers take a quarter of the OCM.
-  // CompileOptions::image_gemm_rows forces the rows.
+  // CompileOptions::image_gemm_rows forces the rows. settle_gemm_view then halves it once
+  // more where only that keeps the default image program resident.
   static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
+  void settle_gemm_view();
+  struct GemmLoad {
+    double macs, ddr_cycles;
+  };
+  static GemmLoad gemm_load(const ModelConfig& model, const sim::Config& cfg);
   Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly);
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its

@@ -98,22 +98,27 @@ sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg
   // the row tiles need, and its first and last tiles take longer to stream. Measured on
   // 2B (docs/performance.md, "GEMMs on part of the array"): 64x64 at 2 MiB, 16 GB/s:
   // 353.3 M cycles on all rows, 264.5 M on 16; at 16 MiB, 128 GB/s: 29.9 M on all, 42.0 M
-  // on 32 (compute-bound there). The estimate: the GEMMs of the default image program
-  // (16x16 patches, 128 tokens), MACs against their weights once over the DDR.
-  const Dims d(model);
-  const ImageShape s;
-  const double text = double(d.qkv_n) * d.H + double(d.H) * d.nq * d.hd + 3.0 * d.I * d.H;  // per row, one layer
-  const double vision = 4.0 * d.Dv * d.Dv + 2.0 * d.Iv * d.Dv;                                    // per row, one block
-  const double macs = double(s.seq_len) * text * model.text.num_hidden_layers +
-                      double(s.grid_h) * s.grid_w * vision * model.vision.depth;
-  const double ddr = (text * model.text.num_hidden_layers + vision * model.vision.depth) * 68.0 / 128.0 /
-                     cfg.ddr_bytes_per_cycle();
+  // on 32 (compute-bound there).
+  const GemmLoad l = gemm_load(model, cfg);
   auto halve = [&](auto more) {
     while (g.pe_rows % 2 == 0 && more()) g.pe_rows /= 2;
   };
   halve([&] { return double(g.dma_channels) * g.npe() * 64 > double(cfg.ocm_bytes) / 4; });
-  halve([&] { return macs / (g.mac_peak(true) / 2) <= 0.7 * ddr; });
+  halve([&] { return l.macs / (g.mac_peak(true) / 2) <= 0.7 * l.ddr_cycles; });
   return g;
+}
+
+Compiler::GemmLoad Compiler::gemm_load(const ModelConfig& model, const sim::Config& cfg) {
+  // The GEMMs of the default image program (16x16 patches, 128 tokens): their MACs, and
+  // their weights once over the DDR.
+  const Dims d(model);
+  const ImageShape s;
+  const double text = double(d.qkv_n) * d.H + double(d.H) * d.nq * d.hd + 3.0 * d.I * d.H;  // per row, one layer
+  const double vision = 4.0 * d.Dv * d.Dv + 2.0 * d.Iv * d.Dv;                                    // per row, one block
+  return {double(s.seq_len) * text * model.text.num_hidden_layers +
+              double(s.grid_h) * s.grid_w * vision * model.vision.depth,
+          (text * model.text.num_hidden_layers + vision * model.vision.depth) * 68.0 / 128.0 /
+              cfg.ddr_bytes_per_cycle()};
 }
 
 void Compiler::plan_image_ddr() {
@@ -563,6 +568,30 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 }
 
 }  // namespace
+
+void Compiler::settle_gemm_view() {
+  // The GEMMs' DMA buffers (npe x 64 B a channel) are OCM the resident plan's activations
+  // need: where the view makes the default image program spill and half its rows keep it
+  // resident, the half, unless its GEMM MACs would take over 1.5 x the weights' DDR time.
+  // 64x64 at 4 MiB: 64 GB/s (1.1 x) 48.99 -> 48.29 M cycles, slower than 32x64 without
+  // it; 128 GB/s (2.2 x) 36.48 -> 42.84 M, so kept whole.
+  if (!opt_.image || opt_.image_gemm_rows || gemm_cfg_.pe_rows % 2) return;
+  sim::Config half = gemm_cfg_;
+  half.pe_rows /= 2;
+  const GemmLoad l = gemm_load(model_, cfg_);
+  if (l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles) return;
+  ImageShape s;
+  s.plan_only = true;
+  try {
+    check_image_shape(s, opt_, cfg_, iio_);
+  } catch (const Error&) {
+    return;  // the model's limits do not take the default shape: keep the rule's view
+  }
+  auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
+  if (resident()) return;
+  std::swap(gemm_cfg_, half);
+  if (!resident()) std::swap(gemm_cfg_, half);
+}
 
 CompiledProgram Compiler::image_program(const ImageShape& s) const {
   CompiledProgram p = image_program(s, nullptr, nullptr);

@@ -195,7 +195,7 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
     const char* plan;  // expected in the plan description
   };
   const std::vector<Case> cases = {
-      {"1MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 1; GEMM DMA channels 1 (of 4"},
+      {"1MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 1; GEMM DMA channels 2 (of 4"},
       {"800KiB", {}, "tower resident: tower MLP rows per chunk 144; prefill streamed: rows per tile 48 (whole "
                      "layers); copies waited; kv heads per attention call 2; GEMM DMA channels 4; GEMMs on 16 of the "
                      "32 PE rows"},
