@@ -44,10 +44,10 @@
 // Tiling rule: S is the smallest of 1, 2 (dividing pe_cols and B) for which two LRM
 // buffers fit: 2 * (ceil(B/8) * 32 + 64 * B / S) + 64 <= lrm_bytes (qc-u: S = 1 up to
 // K = 3584, S = 2 for K = 4096 and 6144); S = 2 also where it fits and its tiles take
-// fewer PE-steps: ceil(2N / npe) < 2 ceil(N / npe) (N = 1024 on 2,048 PEs or more). Units stream DDR -> OCM through one buffer
-// per DMA channel (C = the most channels <= dma_channels dividing the D = B/S units;
-// unit d on channel d % C; a channel's next unit starts as soon as its buffer is
-// scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
+// fewer PE-steps: ceil(2N / npe) < 2 ceil(N / npe) (N = 1024 on 2,048 PEs or more).
+// Units stream DDR -> OCM through one buffer per DMA channel (C = the most channels <=
+// dma_channels dividing the D = B/S units; unit d on channel d % C; a channel's next
+// unit starts as soon as its buffer is scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
 // scratch's start, channel c >= 1 at dma_channels - c code buffers from its end), so the
 // next call's unit c starts as soon as this call's last unit on c is scattered. The units
 // of tile t+1 are taken during tile t: units [(g-1)D/G, gD/G) at the start of row group
