@@ -534,8 +534,18 @@ namespace {
 std::string describe(const json& meta) {
   std::string keys;
   for (const auto& k : meta.at("keys")) keys += (keys.empty() ? "" : ", ") + k.get<std::string>();
-  return fmt::format("model {}, preset {}, workload {}, keys ({})", meta.at("model").get<std::string>(),
-                     meta.at("preset").get<std::string>(), meta.at("workload").get<std::string>(), keys);
+  return fmt::format("model {}, preset {}, workload {}, keys ({}), gpnpu build {}", meta.at("model").get<std::string>(),
+                     meta.at("preset").get<std::string>(), meta.at("workload").get<std::string>(), keys,
+                     meta.value("build", std::string("unknown")));
+}
+
+// The running gpnpu executable's bytes, hashed (FNV-1a, 64 bits): a sweep resumed or
+// merged with rows of another build would mix two compilers' or timing models' figures.
+std::string build_stamp() {
+  const std::string exe = io::read_input("/proc/self/exe", "the gpnpu executable", uint64_t(1) << 32);
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : exe) h = (h ^ c) * 0x100000001b3ull;
+  return fmt::format("{:016x}", h);
 }
 
 }  // namespace
@@ -671,6 +681,7 @@ void run_sweep(const SweepOptions& o) {
   table.meta["keys"] = json::array();
   for (const SweepAxis& a : axes) table.meta["keys"].push_back(a.key);
   table.meta["decode_context"] = kDecodeContext;
+  table.meta["build"] = build_stamp();
   if (o.spec.workload != "decode") {
     const ImageShape s = sweep_image_shape();
     table.meta["image_grid"] = {s.grid_h, s.grid_w};

@@ -173,6 +173,18 @@ TEST(Sweep, ResumableAfterAKillAndShardsMergeToTheSameFile) {
   r = gpnpu("sweep-merge " + a + " " + (tmp / "other.h5") + " --out " + (tmp / "bad.h5"), tmp);
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.output.find("different sweep"), std::string::npos) << r.output;
+
+  // Rows of another gpnpu build are not resumed: the file names its build.
+  SweepTable t = SweepTable::read(b);
+  ASSERT_TRUE(t.meta.contains("build"));
+  const std::string ours = t.meta["build"];
+  t.meta["build"] = "0123456789abcdef";
+  t.write(b, tmp / "b.csv");
+  r = gpnpu(kSmall + " --out " + b, tmp);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.output.find("holds a different sweep"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpnpu build 0123456789abcdef"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpnpu build " + ours), std::string::npos) << r.output;
 }
 
 // Acceptance 5: bad sweep input is a one-line error naming the key and the value,
