@@ -582,15 +582,15 @@ void Compiler::settle_gemm_view() {
   if (l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles) return;
   ImageShape s;
   s.plan_only = true;
-  try {
-    check_image_shape(s, opt_, cfg_, iio_);
-  } catch (const Error&) {
-    return;  // the model's limits do not take the default shape: keep the rule's view
-  }
   auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
-  if (resident()) return;
-  std::swap(gemm_cfg_, half);
-  if (!resident()) std::swap(gemm_cfg_, half);
+  const sim::Config whole = gemm_cfg_;
+  try {
+    if (resident()) return;
+    gemm_cfg_ = half;
+    if (!resident()) gemm_cfg_ = whole;
+  } catch (const Error&) {
+    gemm_cfg_ = whole;  // the default shape does not fit this model's limits: the rule's view
+  }
 }
 
 CompiledProgram Compiler::image_program(const ImageShape& s) const {
