@@ -292,21 +292,55 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   }
 }
 
-// vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
-// until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
+// vb of the vmac.f16s on the block [lo, hi) in fp32 (lanes::mac_f16_operand: as
+// sem_vmac_f16 converts it, NaNs included), converted once for every vmac.f16 that reads
+// it until it is written; each conversion takes a new version (deferred items still read
+// the older ones).
+const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
+  if (c.cached == b) return c.fb_cur;
+  if (c.pend >> b & 1) settle(c, 1u << b, lo, hi);  // vb's own items first
+  if (c.nver == Chunk::kVersions) {
+    settle(c, c.pend, lo, hi);
+    c.nver = 0;
+  }
+  uint32_t* fb = &c.fbv[size_t(c.nver++) * Chunk::kVersionStride];
+  lanes::mac_f16_operand(fb, c.st.vreg(b) + size_t(lo) * kLanes, size_t(hi - lo) * kLanes);
+  c.cached = b;
+  c.fb_cur = fb;
+  return fb;
+}
+
+// Runs the deferred items of the registers `regs` (Chunk) on the block [lo, hi). Several
+// registers run 8 PEs at a time, each register's chain in turn, so that the versions of
+// vb that their chains share stay in the L1 cache.
+void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
+  regs &= c.pend;
+  if (!regs) return;
+  const uint32_t n = hi - lo;
+  const uint32_t step = regs & (regs - 1) ? 8 : n;
+  for (uint32_t e = 0; e < n; e += step)
+    for (uint32_t m = regs; m; m &= m - 1) {
+      const int r = __builtin_ctz(m);
+      const std::vector<lanes::MacItem>& it = c.items[r];
+      lanes::mac_f16_cvt_chain(c.st.vreg(r) + size_t(lo) * kLanes, it.data(), it.size(), e, std::min(n, e + step));
+    }
+  for (uint32_t m = regs; m; m &= m - 1) c.items[__builtin_ctz(m)].clear();
+  c.pend &= ~regs;
+}
+
+// vmac.f16 on the block [lo, hi): by a broadcast, deferred (Chunk); else now.
 void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
   ArchState& s = c.st;
   const Insn& in = *e.in;
-  const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
-  if (c.cached != in.b) {
-    lanes::mac_f16_operand(c.fb, b, size_t(hi - lo) * kLanes);
-    c.cached = in.b;
+  const uint32_t* fb = operand(c, in.b, lo, hi);
+  if (e.kind == Kind::bcast || e.kind == Kind::bcast2) {
+    const uint32_t* cf = &cf_[size_t(e.cf)];
+    c.items[in.a].push_back({fb, cf, cf + kLanes, e.kind == Kind::bcast2 ? &sels_[size_t(e.sel) * s.npe + lo] : nullptr});
+    c.pend |= 1u << in.a;
+    return;
   }
   uint32_t* a = s.vreg(in.a);
-  const uint32_t* fb = c.fb - size_t(lo) * kLanes;  // indexed like the registers
-  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, c.fb, e.lanes, size_t(hi - lo) * kLanes);
-  if (e.kind == Kind::bcast2)
-    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, c.fb, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
+  fb -= size_t(lo) * kLanes;  // indexed like the registers
   const uint32_t* vc = s.vreg(in.c);
   for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, vc + k, n); });
 }
@@ -319,8 +353,10 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
     const uint32_t hi = std::min(e1, lo + kBlockPes);
     Window block(s, lo, hi);
     c.cached = -1;
+    c.nver = 0;
     for (size_t j = 0; j < entries_.size(); ++j) {
       const Entry& e = entries_[j];
+      if (c.pend & touch_[j] && e.cf < 0) settle(c, touch_[j], lo, hi);  // (a deferred vmac.f16 settles its vb)
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
@@ -379,6 +415,7 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
       for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
         if (e.in->dst[k] == kRegV + c.cached) c.cached = -1;
     }
+    settle(c, c.pend, lo, hi);
   }
 }
 
@@ -387,6 +424,29 @@ void Batch::flush(ArchState& s) {
   // The chunks of PEs are independent (every deferred instruction touches only its own
   // PE), so they may run on two threads (split_pes: only while a CPU is free, and only
   // while it pays); each chunk runs with a view of the state of its own.
+  // What each entry names (the deferred vmac.f16s' items settle before another entry
+  // touches their accumulator) and the deferred vmac.f16s' lanes in fp32.
+  touch_.resize(entries_.size());
+  cf_.clear();
+  for (size_t j = 0; j < entries_.size(); ++j) {
+    Entry& e = entries_[j];
+    uint32_t m = 0;
+    if (e.kind == Kind::fill || e.kind == Kind::dq_fill || e.kind == Kind::pl_fill) m |= 1u << e.reg;
+    if (e.in) {
+      for (int k = 0; k < e.in->nsrc; ++k)
+        if (is_vreg(e.in->src[k])) m |= 1u << (e.in->src[k] - kRegV);
+      for (int k = 0; k < e.in->ndst; ++k)
+        if (is_vreg(e.in->dst[k])) m |= 1u << (e.in->dst[k] - kRegV);
+    }
+    touch_[j] = m;
+    e.cf = -1;
+    if ((e.kind == Kind::bcast || e.kind == Kind::bcast2) && e.in->exec == &sem_vmac_f16) {
+      e.cf = int32_t(cf_.size());
+      cf_.resize(cf_.size() + 2 * kLanes);
+      lanes::mac_f16_operand(&cf_[size_t(e.cf)], e.lanes, kLanes);
+      if (e.kind == Kind::bcast2) lanes::mac_f16_operand(&cf_[size_t(e.cf) + kLanes], e.lanes2, kLanes);
+    }
+  }
   uint32_t used = 0;
   split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
     const uint32_t j = split_chunk(s.npe, e0);
