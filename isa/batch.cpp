@@ -84,6 +84,7 @@ void Batch::push_dq_fill(ArchState& s, int r) {
   e.kind = Kind::dq_fill;
   e.reg = uint8_t(r);
   e.sel = snap_index(s.dq_snap[r]);
+  e.codes = s.dq_snap[r]->codes;
   e.sel8 = s.dq_sel[r];
   s.drop_dq(r);
   written_ |= 1u << r;
@@ -93,16 +94,28 @@ void Batch::push_dq_fill(ArchState& s, int r) {
 // same registers, else one with no lazy register left (a new one if none), filled by a
 // snap entry. A snapshot that lost its last register may be refilled in the same batch:
 // each block runs the entries in order, so the earlier entries read it first.
+// The snapshot shares vb's storage (ArchState::DqSnapshot) unless va is vb (a write-out
+// of va would overwrite it) or another snapshot that lazy registers point at shares it:
+// then the snap entry copies vb into a pool buffer.
 ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
   if (cur_snap_ && cur_b_ == in.b && cur_c_ == in.c) return cur_snap_;
   ArchState::DqSnapshot* sn = nullptr;
-  for (auto& p : s.dq_snaps)
+  bool share = in.a != in.b;
+  for (auto& p : s.dq_snaps) {
     if (p->refs == 0) sn = p.get();
+    else if (p->shared == in.b) share = false;
+  }
   if (!sn) sn = s.dq_snaps.emplace_back(std::make_unique<ArchState::DqSnapshot>(s.npe)).get();
+  s.release_codes(*sn);
   Entry& e = entries_.emplace_back();
   e.kind = Kind::snap;
   e.in = &in;
   e.sel = snap_index(sn);
+  if (share) {
+    sn->codes = s.vreg(in.b), sn->shared = in.b;
+  } else {
+    sn->codes = e.codes = s.take_buffer(), sn->owned = true;
+  }
   if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
     e.xs = int32_t(plv_.size());
     const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
@@ -227,6 +240,54 @@ void forget_written(ArchState& s, const Insn& in) {
 }
 }  // namespace
 
+namespace {
+// Whether `in` overwrites every lane of register r on every PE without reading r.
+bool overwrites(const Insn& in, int r) {
+  if (in.p != 0) return false;
+  const SemFn f = in.exec;
+  if (f != &sem_oscatter && f != &sem_oscatter_h && f != &sem_vld && f != &sem_vld_h && f != &sem_obcast &&
+      f != &sem_obcast_h && f != &sem_oscatter_w1)
+    return false;
+  for (int k = 0; k < in.nsrc; ++k)
+    if (in.src[k] == kRegV + r) return false;
+  return true;
+}
+}  // namespace
+
+void Batch::before(ArchState& s, const Insn& in) {
+  uint32_t dst = 0;
+  for (int k = 0; k < in.ndst; ++k)
+    if (is_vreg(in.dst[k])) dst |= 1u << (in.dst[k] - kRegV);
+  if (!dst) return;
+  if (!entries_.empty() && !batchable(in) && touches_array(in)) flush(s);  // (take() would, before `in` runs)
+  for (uint32_t m = dst; m; m &= m - 1) {
+    const int r = __builtin_ctz(m);
+    s.forget_uniform(r);
+    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
+    for (auto& p : s.dq_snaps) {
+      ArchState::DqSnapshot& sn = *p;
+      if (sn.shared != r) continue;
+      if (sn.refs == 0) {  // (entries already made read it before `in` writes it)
+        s.release_codes(sn);
+      } else if (entries_.empty() && overwrites(in, r)) {  // r renamed: the snapshot keeps the storage
+        s.set_storage(r, s.take_buffer());
+        sn.owned = true, sn.shared = -1;
+      } else {  // a copy, made now or in the batch's order
+        uint32_t* c = s.take_buffer();
+        if (entries_.empty()) {
+          std::memcpy(c, sn.codes, size_t(s.npe) * kLanes * 4);
+        } else {
+          Entry& e = entries_.emplace_back();
+          e.kind = Kind::copy;
+          e.reg = uint8_t(r);
+          e.codes = c;
+        }
+        sn.codes = c, sn.owned = true, sn.shared = -1;
+      }
+    }
+  }
+}
+
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
     if (!entries_.empty() && touches_array(in)) flush(s);
@@ -266,6 +327,7 @@ bool Batch::take(ArchState& s, const Insn& in) {
   }
   if (dq) {
     s.set_dq(in.a, snapshot(s, in), uint8_t(in.d));
+    if (in.a == cur_b_ || in.a == cur_c_) cur_snap_ = nullptr;  // va is vb or vc: the next vdq4.f32 reads its new value
   } else {
     push_entry(s, in, bc, dqb);
   }
@@ -282,6 +344,7 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
     e.kind = Kind::dq_mla;
     copy_lazy(s, e, bc);
     e.sel = snap_index(s.dq_snap[dqb]);
+    e.codes = s.dq_snap[dqb]->codes;
     e.sel8 = s.dq_sel[dqb];
   } else if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
     e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
@@ -369,10 +432,13 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
+        case Kind::copy:
+          std::memcpy(e.codes + size_t(lo) * kLanes, s.vreg(e.reg) + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          continue;
         case Kind::snap: {
           const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
           ArchState::DqSnapshot& sn = *snaps_[size_t(e.sel)];
-          std::memcpy(&sn.codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          if (e.codes) std::memcpy(e.codes + size_t(lo) * kLanes, b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
           if (e.xs >= 0) std::memcpy(&sn.meta[2 * lo], &plv_[size_t(e.xs) + 2 * lo], size_t(hi - lo) * 8);
           else
             for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&sn.meta[2 * pe], m + size_t(pe) * kLanes, 8);
@@ -386,12 +452,12 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           continue;
         }
         case Kind::dq_fill: {
-          snaps_[size_t(e.sel)]->dequant(s.vreg(e.reg), lo, hi, e.sel8);
+          snaps_[size_t(e.sel)]->dequant(e.codes, s.vreg(e.reg), lo, hi, e.sel8);
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
         case Kind::dq_mla:
-          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &snaps_[size_t(e.sel)]->codes[size_t(lo) * kLanes],
+          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, e.codes + size_t(lo) * kLanes,
                                    &snaps_[size_t(e.sel)]->meta[2 * lo], e.sel8, e.lanes, hi - lo);
           break;
         case Kind::bcast2: mac(c, e, lo, hi); break;
@@ -431,7 +497,7 @@ void Batch::flush(ArchState& s) {
   for (size_t j = 0; j < entries_.size(); ++j) {
     Entry& e = entries_[j];
     uint32_t m = 0;
-    if (e.kind == Kind::fill || e.kind == Kind::dq_fill || e.kind == Kind::pl_fill) m |= 1u << e.reg;
+    if (e.kind == Kind::fill || e.kind == Kind::dq_fill || e.kind == Kind::pl_fill || e.kind == Kind::copy) m |= 1u << e.reg;
     if (e.in) {
       for (int k = 0; k < e.in->nsrc; ++k)
         if (is_vreg(e.in->src[k])) m |= 1u << (e.in->src[k] - kRegV);

@@ -42,12 +42,12 @@ struct Batch {
   // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
-  // Register r is written (by `in`, before any of its effects): what is known of r
-  // (lane-uniform, ArchState::uni_yes / uni_no) and the current snapshot of r are stale.
-  void wrote(ArchState& s, int r) {
-    s.forget_uniform(r);
-    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
-  }
+  // `in` is about to execute (isa::execute(), before any of its effects): an instruction
+  // that take() would not defer runs the batch first; then, for each register r that `in`
+  // writes, what is known of r (lane-uniform, ArchState::uni_yes / uni_no) and the current
+  // snapshot of r are stale, and a snapshot that shares r's storage stops sharing it
+  // (ArchState::DqSnapshot: r renamed, or the snapshot given a copy).
+  void before(ArchState& s, const Insn& in);
 
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
@@ -57,7 +57,9 @@ struct Batch {
   // element group `sel8`) and vc a lazy broadcast (`lanes`); dq_fill writes such a
   // register out. pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes`
   // holds each lane's class.
-  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill };
+  // copy copies register `reg` into `codes` (a snapshot that stops sharing the register's
+  // storage while entries are pending).
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill, copy };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
@@ -70,6 +72,9 @@ struct Batch {
     // dq_fill: the snapshot's index in snaps_
     int32_t sel = -1;
     uint32_t pc = 0;
+    // dq_mla, dq_fill: the snapshot's codes when the entry was made; snap: where it copies
+    // vb (null: it shares vb's storage and copies only the scale and zero)
+    uint32_t* codes = nullptr;
     int32_t cf = -1;          // a vmac.f16 of kind bcast or bcast2: its lanes in fp32 in cf_
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
