@@ -110,8 +110,8 @@ TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
 // other through mac_f16_cvt_bcast / mac_f16_cvt_bcast2 (the body this CPU runs, and the
 // scalar bodies), over a block whose PE count is not a multiple of 4, items of one and of
 // two patterns, vb versions with NaNs (never meeting a NaN lane of c: see above), sums that
-// overflow to inf and come back to NaN. Negative controls: two items swapped, one PE's
-// selector flipped.
+// overflow to inf and come back to NaN; the AVX2 and the AVX-512 bodies where the CPU has
+// them. Negative controls: two items swapped, one PE's selector flipped.
 TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
   std::mt19937 rng(23);
   const size_t npes = 63, n = npes * 16, items = 9;
@@ -160,6 +160,7 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
     }
     return x;
   };
+  int body = 0;  // 0: as dispatched; 1, 2: the AVX2 / AVX-512 body
   auto chain = [&](bool scalar, const std::vector<size_t>& order) {
     std::vector<MacItem> it;
     for (size_t t : order) {
@@ -170,7 +171,10 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
     if (scalar) {
       mac_f16_cvt_chain_scalar(x.data(), it.data(), it.size(), 0, 21);
       mac_f16_cvt_chain_scalar(x.data(), it.data(), it.size(), 21, npes);
-    } else {  // in two ranges, the first not a multiple of 4 PEs
+    } else if (body) {
+      EXPECT_TRUE(mac_f16_cvt_chain_body(body, x.data(), it.data(), it.size(), 0, 21));
+      mac_f16_cvt_chain_body(body, x.data(), it.data(), it.size(), 21, npes);
+    } else {  // in two ranges, the first not a multiple of 4 (or 8) PEs
       mac_f16_cvt_chain(x.data(), it.data(), it.size(), 0, 21);
       mac_f16_cvt_chain(x.data(), it.data(), it.size(), 21, npes);
     }
@@ -187,6 +191,10 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
   EXPECT_GT(infs + nans, 0u);
   // A chain of one item is one vmac.f16.
   EXPECT_EQ(chain(false, {2}), one_by_one(false, {2}));
+  // Both vector bodies where the CPU has them (this one runs the AVX-512 body if it can).
+  for (body = 1; body <= 2; ++body)
+    if (mac_f16_cvt_chain_body(body, nullptr, nullptr, 0, 0, 0)) EXPECT_EQ(chain(false, order), want) << "body " << body;
+  body = 0;
   // Negative controls: the order of the items matters (two roundings per item), and so
   // does each PE's selector.
   std::vector<size_t> swapped = order;
