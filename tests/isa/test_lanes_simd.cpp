@@ -63,6 +63,16 @@ TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
       if (nan16(b[j]) && nan16(c[16 + k])) b[j] ^= 0x4000;
   mac_f16_operand(fb.data(), b.data(), n);
   cvt_f32_f16_scalar(fbs.data(), b.data(), n);
+  {  // the bodies' scalar tail (fewer lanes than a vector) converts as the vector part: signalling NaNs quiet
+    const std::vector<uint32_t> h = {0x7c01, 0xfd00, 0x7e00, 0x3c00, 0x0001, 0x8000, 0x7c00, 0x7dff, 0xfc3f,
+                                     0x1234, 0xfe01, 0x7c02, 0x5555, 0x7d01, 0x0400, 0xfbff, 0x7c01};
+    std::vector<uint32_t> whole(17), tail(13);
+    mac_f16_operand(whole.data(), h.data(), 17);  // 16 through the vector part (8 and 8 on AVX2)
+    mac_f16_operand(tail.data(), h.data() + 1, 13);
+    EXPECT_EQ(tail, std::vector<uint32_t>(whole.begin() + 1, whole.begin() + 14));
+    EXPECT_EQ(whole[16], whole[0]);
+    EXPECT_EQ(whole[0], 0x7fc02000u);  // quieted
+  }
   std::vector<uint32_t> x = a, y = a;
   mac_f16(x.data(), b.data(), c.data(), n);
   mac_f16_cvt(y.data(), fb.data(), c.data(), n);
