@@ -84,6 +84,7 @@ void Batch::push_dq_fill(ArchState& s, int r) {
   e.kind = Kind::dq_fill;
   e.reg = uint8_t(r);
   e.sel = snap_index(s.dq_snap[r]);
+  e.codes = s.dq_snap[r]->codes;
   e.sel8 = s.dq_sel[r];
   s.drop_dq(r);
   written_ |= 1u << r;
@@ -93,16 +94,28 @@ void Batch::push_dq_fill(ArchState& s, int r) {
 // same registers, else one with no lazy register left (a new one if none), filled by a
 // snap entry. A snapshot that lost its last register may be refilled in the same batch:
 // each block runs the entries in order, so the earlier entries read it first.
+// The snapshot shares vb's storage (ArchState::DqSnapshot) unless va is vb (a write-out
+// of va would overwrite it) or another snapshot that lazy registers point at shares it:
+// then the snap entry copies vb into a pool buffer.
 ArchState::DqSnapshot* Batch::snapshot(ArchState& s, const Insn& in) {
   if (cur_snap_ && cur_b_ == in.b && cur_c_ == in.c) return cur_snap_;
   ArchState::DqSnapshot* sn = nullptr;
-  for (auto& p : s.dq_snaps)
+  bool share = in.a != in.b;
+  for (auto& p : s.dq_snaps) {
     if (p->refs == 0) sn = p.get();
+    else if (p->shared == in.b) share = false;
+  }
   if (!sn) sn = s.dq_snaps.emplace_back(std::make_unique<ArchState::DqSnapshot>(s.npe)).get();
+  s.release_codes(*sn);
   Entry& e = entries_.emplace_back();
   e.kind = Kind::snap;
   e.in = &in;
   e.sel = snap_index(sn);
+  if (share) {
+    sn->codes = s.vreg(in.b), sn->shared = in.b;
+  } else {
+    sn->codes = e.codes = s.take_buffer(), sn->owned = true;
+  }
   if (s.lazy_pl >> in.c & 1) {  // a per-PE lazy vc: its lanes 0 and 1 now
     e.xs = int32_t(plv_.size());
     const uint32_t *scale = s.pl_of(in.c, s.pl_cls[in.c][0]), *zero = s.pl_of(in.c, s.pl_cls[in.c][1]);
@@ -227,6 +240,54 @@ void forget_written(ArchState& s, const Insn& in) {
 }
 }  // namespace
 
+namespace {
+// Whether `in` overwrites every lane of register r on every PE without reading r.
+bool overwrites(const Insn& in, int r) {
+  if (in.p != 0) return false;
+  const SemFn f = in.exec;
+  if (f != &sem_oscatter && f != &sem_oscatter_h && f != &sem_vld && f != &sem_vld_h && f != &sem_obcast &&
+      f != &sem_obcast_h && f != &sem_oscatter_w1)
+    return false;
+  for (int k = 0; k < in.nsrc; ++k)
+    if (in.src[k] == kRegV + r) return false;
+  return true;
+}
+}  // namespace
+
+void Batch::before(ArchState& s, const Insn& in) {
+  uint32_t dst = 0;
+  for (int k = 0; k < in.ndst; ++k)
+    if (is_vreg(in.dst[k])) dst |= 1u << (in.dst[k] - kRegV);
+  if (!dst) return;
+  if (!entries_.empty() && !batchable(in) && touches_array(in)) flush(s);  // (take() would, before `in` runs)
+  for (uint32_t m = dst; m; m &= m - 1) {
+    const int r = __builtin_ctz(m);
+    s.forget_uniform(r);
+    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
+    for (auto& p : s.dq_snaps) {
+      ArchState::DqSnapshot& sn = *p;
+      if (sn.shared != r) continue;
+      if (sn.refs == 0) {  // (entries already made read it before `in` writes it)
+        s.release_codes(sn);
+      } else if (entries_.empty() && overwrites(in, r)) {  // r renamed: the snapshot keeps the storage
+        s.set_storage(r, s.take_buffer());
+        sn.owned = true, sn.shared = -1;
+      } else {  // a copy, made now or in the batch's order
+        uint32_t* c = s.take_buffer();
+        if (entries_.empty()) {
+          std::memcpy(c, sn.codes, size_t(s.npe) * kLanes * 4);
+        } else {
+          Entry& e = entries_.emplace_back();
+          e.kind = Kind::copy;
+          e.reg = uint8_t(r);
+          e.codes = c;
+        }
+        sn.codes = c, sn.owned = true, sn.shared = -1;
+      }
+    }
+  }
+}
+
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
     if (!entries_.empty() && touches_array(in)) flush(s);
@@ -266,6 +327,7 @@ bool Batch::take(ArchState& s, const Insn& in) {
   }
   if (dq) {
     s.set_dq(in.a, snapshot(s, in), uint8_t(in.d));
+    if (in.a == cur_b_ || in.a == cur_c_) cur_snap_ = nullptr;  // va is vb or vc: the next vdq4.f32 reads its new value
   } else {
     push_entry(s, in, bc, dqb);
   }
@@ -282,6 +344,7 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
     e.kind = Kind::dq_mla;
     copy_lazy(s, e, bc);
     e.sel = snap_index(s.dq_snap[dqb]);
+    e.codes = s.dq_snap[dqb]->codes;
     e.sel8 = s.dq_sel[dqb];
   } else if (bc >= 0 && (s.lazy >> bc & 1)) {  // vc is a lazy broadcast: read its lanes now
     e.kind = s.lazy2 >> bc & 1 ? Kind::bcast2 : Kind::bcast;
@@ -292,21 +355,55 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   }
 }
 
-// vmac.f16 on the block [lo, hi) with vb converted once for every vmac.f16 that reads it
-// until it is written (lanes::mac_f16_cvt: the same bits as sem_vmac_f16, NaNs included).
+// vb of the vmac.f16s on the block [lo, hi) in fp32 (lanes::mac_f16_operand: as
+// sem_vmac_f16 converts it, NaNs included), converted once for every vmac.f16 that reads
+// it until it is written; each conversion takes a new version (deferred items still read
+// the older ones).
+const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
+  if (c.cached == b) return c.fb_cur;
+  if (c.pend >> b & 1) settle(c, 1u << b, lo, hi);  // vb's own items first
+  if (c.nver == Chunk::kVersions) {
+    settle(c, c.pend, lo, hi);
+    c.nver = 0;
+  }
+  uint32_t* fb = &c.fbv[size_t(c.nver++) * Chunk::kVersionStride];
+  lanes::mac_f16_operand(fb, c.st.vreg(b) + size_t(lo) * kLanes, size_t(hi - lo) * kLanes);
+  c.cached = b;
+  c.fb_cur = fb;
+  return fb;
+}
+
+// Runs the deferred items of the registers `regs` (Chunk) on the block [lo, hi). Several
+// registers run 8 PEs at a time, each register's chain in turn, so that the versions of
+// vb that their chains share stay in the L1 cache.
+void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
+  regs &= c.pend;
+  if (!regs) return;
+  const uint32_t n = hi - lo;
+  const uint32_t step = regs & (regs - 1) ? 8 : n;
+  for (uint32_t e = 0; e < n; e += step)
+    for (uint32_t m = regs; m; m &= m - 1) {
+      const int r = __builtin_ctz(m);
+      const std::vector<lanes::MacItem>& it = c.items[r];
+      lanes::mac_f16_cvt_chain(c.st.vreg(r) + size_t(lo) * kLanes, it.data(), it.size(), e, std::min(n, e + step));
+    }
+  for (uint32_t m = regs; m; m &= m - 1) c.items[__builtin_ctz(m)].clear();
+  c.pend &= ~regs;
+}
+
+// vmac.f16 on the block [lo, hi): by a broadcast, deferred (Chunk); else now.
 void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
   ArchState& s = c.st;
   const Insn& in = *e.in;
-  const uint32_t* b = s.vreg(in.b) + size_t(lo) * kLanes;
-  if (c.cached != in.b) {
-    lanes::mac_f16_operand(c.fb, b, size_t(hi - lo) * kLanes);
-    c.cached = in.b;
+  const uint32_t* fb = operand(c, in.b, lo, hi);
+  if (e.kind == Kind::bcast || e.kind == Kind::bcast2) {
+    const uint32_t* cf = &cf_[size_t(e.cf)];
+    c.items[in.a].push_back({fb, cf, cf + kLanes, e.kind == Kind::bcast2 ? &sels_[size_t(e.sel) * s.npe + lo] : nullptr});
+    c.pend |= 1u << in.a;
+    return;
   }
   uint32_t* a = s.vreg(in.a);
-  const uint32_t* fb = c.fb - size_t(lo) * kLanes;  // indexed like the registers
-  if (e.kind == Kind::bcast) return lanes::mac_f16_cvt_bcast(a + size_t(lo) * kLanes, c.fb, e.lanes, size_t(hi - lo) * kLanes);
-  if (e.kind == Kind::bcast2)
-    return lanes::mac_f16_cvt_bcast2(a + size_t(lo) * kLanes, c.fb, e.lanes, e.lanes2, &sels_[size_t(e.sel) * s.npe + lo], hi - lo);
+  fb -= size_t(lo) * kLanes;  // indexed like the registers
   const uint32_t* vc = s.vreg(in.c);
   for_lane_runs(s, in, [&](size_t k, size_t n) { lanes::mac_f16_cvt(a + k, fb + k, vc + k, n); });
 }
@@ -319,8 +416,10 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
     const uint32_t hi = std::min(e1, lo + kBlockPes);
     Window block(s, lo, hi);
     c.cached = -1;
+    c.nver = 0;
     for (size_t j = 0; j < entries_.size(); ++j) {
       const Entry& e = entries_[j];
+      if (c.pend & touch_[j] && e.cf < 0) settle(c, touch_[j], lo, hi);  // (a deferred vmac.f16 settles its vb)
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
@@ -333,10 +432,13 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
+        case Kind::copy:
+          std::memcpy(e.codes + size_t(lo) * kLanes, s.vreg(e.reg) + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          continue;
         case Kind::snap: {
           const uint32_t *b = s.vreg(e.in->b), *m = s.vreg(e.in->c);
           ArchState::DqSnapshot& sn = *snaps_[size_t(e.sel)];
-          std::memcpy(&sn.codes[size_t(lo) * kLanes], b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
+          if (e.codes) std::memcpy(e.codes + size_t(lo) * kLanes, b + size_t(lo) * kLanes, size_t(hi - lo) * kLanes * 4);
           if (e.xs >= 0) std::memcpy(&sn.meta[2 * lo], &plv_[size_t(e.xs) + 2 * lo], size_t(hi - lo) * 8);
           else
             for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(&sn.meta[2 * pe], m + size_t(pe) * kLanes, 8);
@@ -350,12 +452,12 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           continue;
         }
         case Kind::dq_fill: {
-          snaps_[size_t(e.sel)]->dequant(s.vreg(e.reg), lo, hi, e.sel8);
+          snaps_[size_t(e.sel)]->dequant(e.codes, s.vreg(e.reg), lo, hi, e.sel8);
           if (c.cached == e.reg) c.cached = -1;
           continue;
         }
         case Kind::dq_mla:
-          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, &snaps_[size_t(e.sel)]->codes[size_t(lo) * kLanes],
+          lanes::dq4_mla_f32_bcast(s.vreg(e.in->a) + size_t(lo) * kLanes, e.codes + size_t(lo) * kLanes,
                                    &snaps_[size_t(e.sel)]->meta[2 * lo], e.sel8, e.lanes, hi - lo);
           break;
         case Kind::bcast2: mac(c, e, lo, hi); break;
@@ -379,6 +481,7 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
       for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
         if (e.in->dst[k] == kRegV + c.cached) c.cached = -1;
     }
+    settle(c, c.pend, lo, hi);
   }
 }
 
@@ -387,6 +490,29 @@ void Batch::flush(ArchState& s) {
   // The chunks of PEs are independent (every deferred instruction touches only its own
   // PE), so they may run on two threads (split_pes: only while a CPU is free, and only
   // while it pays); each chunk runs with a view of the state of its own.
+  // What each entry names (the deferred vmac.f16s' items settle before another entry
+  // touches their accumulator) and the deferred vmac.f16s' lanes in fp32.
+  touch_.resize(entries_.size());
+  cf_.clear();
+  for (size_t j = 0; j < entries_.size(); ++j) {
+    Entry& e = entries_[j];
+    uint32_t m = 0;
+    if (e.kind == Kind::fill || e.kind == Kind::dq_fill || e.kind == Kind::pl_fill || e.kind == Kind::copy) m |= 1u << e.reg;
+    if (e.in) {
+      for (int k = 0; k < e.in->nsrc; ++k)
+        if (is_vreg(e.in->src[k])) m |= 1u << (e.in->src[k] - kRegV);
+      for (int k = 0; k < e.in->ndst; ++k)
+        if (is_vreg(e.in->dst[k])) m |= 1u << (e.in->dst[k] - kRegV);
+    }
+    touch_[j] = m;
+    e.cf = -1;
+    if ((e.kind == Kind::bcast || e.kind == Kind::bcast2) && e.in->exec == &sem_vmac_f16) {
+      e.cf = int32_t(cf_.size());
+      cf_.resize(cf_.size() + 2 * kLanes);
+      lanes::mac_f16_operand(&cf_[size_t(e.cf)], e.lanes, kLanes);
+      if (e.kind == Kind::bcast2) lanes::mac_f16_operand(&cf_[size_t(e.cf) + kLanes], e.lanes2, kLanes);
+    }
+  }
   uint32_t used = 0;
   split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
     const uint32_t j = split_chunk(s.npe, e0);

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "isa/lane_pool.h"
+#include "isa/lanes_simd.h"
 #include "isa/state.h"
 
 namespace gpnpu::isa {
@@ -41,12 +42,12 @@ struct Batch {
   // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
-  // Register r is written (by `in`, before any of its effects): what is known of r
-  // (lane-uniform, ArchState::uni_yes / uni_no) and the current snapshot of r are stale.
-  void wrote(ArchState& s, int r) {
-    s.forget_uniform(r);
-    if (cur_snap_ && (r == cur_b_ || r == cur_c_)) cur_snap_ = nullptr;
-  }
+  // `in` is about to execute (isa::execute(), before any of its effects): an instruction
+  // that take() would not defer runs the batch first; then, for each register r that `in`
+  // writes, what is known of r (lane-uniform, ArchState::uni_yes / uni_no) and the current
+  // snapshot of r are stale, and a snapshot that shares r's storage stops sharing it
+  // (ArchState::DqSnapshot: r renamed, or the snapshot given a copy).
+  void before(ArchState& s, const Insn& in);
 
  private:
   // bcast: a vmac.f16 or vmla.f32 whose vc is a lazy broadcast, read from `lanes`;
@@ -56,7 +57,9 @@ struct Batch {
   // element group `sel8`) and vc a lazy broadcast (`lanes`); dq_fill writes such a
   // register out. pl_fill writes a per-PE lazy register (ArchState::lazy_pl) out: `lanes`
   // holds each lane's class.
-  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill };
+  // copy copies register `reg` into `codes` (a snapshot that stops sharing the register's
+  // storage while entries are pending).
+  enum class Kind : uint8_t { exec, fill, bcast, bcast2, snap, dq_mla, dq_fill, pl_fill, copy };
   struct Entry {
     const Insn* in = nullptr;
     Kind kind = Kind::exec;
@@ -69,19 +72,38 @@ struct Batch {
     // dq_fill: the snapshot's index in snaps_
     int32_t sel = -1;
     uint32_t pc = 0;
+    // dq_mla, dq_fill: the snapshot's codes when the entry was made; snap: where it copies
+    // vb (null: it shares vb's storage and copies only the scale and zero)
+    uint32_t* codes = nullptr;
+    int32_t cf = -1;          // a vmac.f16 of kind bcast or bcast2: its lanes in fp32 in cf_
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
   };
   // What one chunk of PEs runs with (the chunks of split_pes, lane_pool.h, run on two
   // threads): a view of the state (its own pc, scalar registers, window and numerics),
   // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
-  // a matrix tile times several activations; `cached` is that register, or -1), and
-  // each entry's first non-finite fp16 conversion in the chunk.
+  // a matrix tile times several activations; `cached` is that register, or -1, and
+  // fb_cur its conversion), and each entry's first non-finite fp16 conversion in the chunk.
+  // A block's vmac.f16s by broadcasts (kinds bcast, bcast2) are deferred: each appends
+  // an item (its vb's conversion, a version in fbv that later conversions do not
+  // overwrite, and its lanes) to its accumulator's list (`pend`: the registers with
+  // items), and the items run in order when another entry names the accumulator, when
+  // the versions run out, and at the block's end (settle): the accumulator stays in host
+  // registers across them instead of streaming through the cache once per vmac.f16 (the
+  // tower's matmul: 16 accumulators, vb rotated once per 16 vmac.f16s).
   struct Chunk {
+    static constexpr uint32_t kVersions = 64;
+    // Words from one version to the next: a block's 4 KiB and 256 bytes, so that the
+    // versions of a few PEs (what a chain reads) fall in different cache sets.
+    static constexpr uint32_t kVersionStride = kBlockPes * kLanes + 64;
     explicit Chunk(ArchState& s) : st(ArchState::View{}, s) {}
     ArchState st;
-    uint32_t fb[kBlockPes * kLanes];
+    alignas(64) uint32_t fbv[kVersions * kVersionStride];
+    const uint32_t* fb_cur = nullptr;
+    uint32_t nver = 0;
     int cached = -1;
+    uint32_t pend = 0;
+    std::vector<lanes::MacItem> items[kVregs];
     std::vector<ArchState::F16First> first;
   };
   void copy_lazy(ArchState& s, Entry& e, int r);
@@ -94,6 +116,10 @@ struct Batch {
   ArchState::DqSnapshot* snapshot(ArchState& s, const Insn& in);
   void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
   void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
+  const uint32_t* operand(Chunk& c, int b, uint32_t lo, uint32_t hi);
+  void settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi);
+  std::vector<uint32_t> touch_;  // each entry's vector registers (read or written), set by flush
+  std::vector<uint32_t> cf_;     // the deferred vmac.f16s' lanes in fp32 (Entry::cf), set by flush
   std::vector<Entry> entries_;
   std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;

@@ -21,9 +21,7 @@
 namespace gpnpu::isa {
 
 inline void execute(ArchState& s, const Insn& in) {
-  if (s.batch)  // what a batch knows of the registers written (however they are written below)
-    for (int k = 0; k < in.ndst; ++k)
-      if (in.dst[k] >= kRegV && in.dst[k] < kRegV + kVregs) s.batch->wrote(s, in.dst[k] - kRegV);
+  if (s.batch) s.batch->before(s, in);  // what a batch knows of the registers written (however they are written below)
   if (s.lazy && in.p == 0 && in.exec == &sem_vcvt_f32_f16 && (s.lazy >> in.b & 1) && !(s.lazy2 >> in.b & 1)) {
     lanes::cvt_f32_f16(s.lazy_lanes[in.a], s.lazy_lanes[in.b], kLanes);
     s.set_lazy(in.a);

@@ -23,6 +23,15 @@ const float* f16_table() {
 }
 
 #if defined(__x86_64__)
+// The lanes after the vector bodies' last full vector, as the hardware conversion: NaNs quiet.
+inline void mac_f16_operand_tail(uint32_t* fb, const uint32_t* b, size_t n) {
+  const float* t = f16_table();
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t x = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
+    fb[k] = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffff) ? x | 0x400000u : x;
+  }
+}
+
 __attribute__((target("avx512f"))) void mac_f16_avx512(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   size_t k = 0;
   for (; k + 16 <= n; k += 16) {
@@ -140,6 +149,62 @@ __attribute__((target("avx512f"))) void dequant4_pes_avx512(uint32_t* out, const
     dequant4_avx512(out + k, codes + k, std::bit_cast<float>(meta[k]), std::bit_cast<float>(meta[k + 1]), sel, f16);
   }
 }
+// mac_f16_operand on AVX-512 CPUs: the same hardware conversion as the AVX2 body (NaNs
+// quieted), 16 lanes at a time.
+__attribute__((target("avx512f"))) void mac_f16_operand_avx512(uint32_t* fb, const uint32_t* b, size_t n) {
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16)
+    _mm512_storeu_ps(reinterpret_cast<float*>(fb + k), _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(b + k))));
+  if (k < n) mac_f16_operand_tail(fb + k, b + k, n - k);
+}
+
+// mac_f16_cvt_chain on AVX-512 CPUs: one PE's 16 lanes a register, eight PEs at a time,
+// with the operand order of the AVX2 bodies it must equal (mac8 and mac8_two below).
+__attribute__((target("avx512f"))) inline __m512 mac16(__m512 acc, const uint32_t* fb, __m512 c) {
+  __m512 p;
+  asm("vmulps %2, %1, %0" : "=v"(p) : "v"(c), "m"(*reinterpret_cast<const __m512*>(fb)));  // c * fb
+  asm("vaddps %0, %1, %0" : "+v"(acc) : "v"(p));                                          // p + acc
+  return acc;
+}
+__attribute__((target("avx512f"))) inline __m512 mac16_two(__m512 acc, const uint32_t* fb, const uint32_t* c) {
+  __m512 p;
+  asm("vmulps %2, %1, %0" : "=v"(p) : "v"(_mm512_loadu_ps(reinterpret_cast<const float*>(fb))),
+      "m"(*reinterpret_cast<const __m512*>(c)));  // fb * c
+  asm("vaddps %0, %1, %0" : "+v"(acc) : "v"(p));  // p + acc
+  return acc;
+}
+__attribute__((target("avx512f"))) inline __m512 ld(const uint32_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
+__attribute__((target("avx512f"))) void mac_f16_cvt_chain_avx512(uint32_t* a, const MacItem* it, size_t n, size_t e0,
+                                                                 size_t npes) {
+  size_t e = e0;
+  for (; e + 8 <= npes; e += 8) {
+    uint32_t* ae = a + e * 16;
+    __m512 x[8];
+    for (int p = 0; p < 8; ++p) x[p] = ld(ae + 16 * p);
+    for (size_t t = 0; t < n; ++t) {
+      const uint32_t* fb = it[t].fb + e * 16;
+      if (!it[t].sel) {
+        const __m512 c = ld(it[t].cf);
+        for (int p = 0; p < 8; ++p) x[p] = mac16(x[p], fb + 16 * p, c);
+      } else {
+        const uint8_t* sel = it[t].sel + e;
+        for (int p = 0; p < 8; ++p) x[p] = mac16_two(x[p], fb + 16 * p, sel[p] ? it[t].cf_on : it[t].cf);
+      }
+    }
+    for (int p = 0; p < 8; ++p) _mm512_storeu_ps(reinterpret_cast<float*>(ae + 16 * p), x[p]);
+  }
+  for (; e < npes; ++e) {
+    uint32_t* ae = a + e * 16;
+    __m512 x = ld(ae);
+    for (size_t t = 0; t < n; ++t) {
+      const uint32_t* fb = it[t].fb + e * 16;
+      if (!it[t].sel) x = mac16(x, fb, ld(it[t].cf));
+      else x = mac16_two(x, fb, it[t].sel[e] ? it[t].cf_on : it[t].cf);
+    }
+    _mm512_storeu_ps(reinterpret_cast<float*>(ae), x);
+  }
+}
+
 // AVX2 + F16C bodies (CPUs without AVX-512, e.g. AMD Zen 2/3): the same operations as the
 // AVX-512 ones on 8 lanes at a time. No FMA in the target: a product and a sum stay two
 // roundings (vmla.f32), exactly as the definitions.
@@ -191,10 +256,7 @@ GPNPU_AVX2 void mac_f16_bcast_avx2(uint32_t* a, const uint32_t* b, const uint32_
 GPNPU_AVX2 void mac_f16_operand_avx2(uint32_t* fb, const uint32_t* b, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) store8(fb + k, f16_lo_to_f32(b + k));
-  for (const float* t = f16_table(); k < n; ++k) {  // as the hardware conversion: NaNs quiet
-    const uint32_t x = std::bit_cast<uint32_t>(t[b[k] & 0xffff]);
-    fb[k] = (x & 0x7f800000u) == 0x7f800000u && (x & 0x7fffff) ? x | 0x400000u : x;
-  }
+  mac_f16_operand_tail(fb + k, b + k, n - k);
 }
 
 GPNPU_AVX2 void mac_f16_cvt_avx2(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
@@ -219,6 +281,80 @@ GPNPU_AVX2 void mac_f16_cvt_bcast2_avx2(uint32_t* a, const uint32_t* fb, const u
     const size_t k = e * 16;
     store8(a + k, _mm256_add_ps(load8(a + k), _mm256_mul_ps(load8(fb + k), ce[0])));
     store8(a + k + 8, _mm256_add_ps(load8(a + k + 8), _mm256_mul_ps(load8(fb + k + 8), ce[1])));
+  }
+}
+
+// acc + fb * c as mac_f16_cvt_bcast_avx2 and mac_f16_cvt_bcast2_avx2 compute it, with
+// their operand order pinned (x86 returns the first source's payload when both are NaN).
+// There the compiler folds the loads into the instructions: the product is the first
+// source of the sum (the accumulator is loaded), and c the first source of the product in
+// mac_f16_cvt_bcast_avx2 (fb is loaded) but fb in mac_f16_cvt_bcast2_avx2 (c is loaded).
+// Here the accumulator stays in a register, where the compiler might put it first: the
+// asm keeps the order (mac8 for one pattern, mac8_two for two).
+GPNPU_AVX2 inline __m256 mac8(__m256 acc, const uint32_t* fb, __m256 c) {
+  __m256 p;
+  asm("vmulps %2, %1, %0" : "=x"(p) : "x"(c), "m"(*reinterpret_cast<const __m256*>(fb)));  // c * fb
+  asm("vaddps %0, %1, %0" : "+x"(acc) : "x"(p));                                          // p + acc
+  return acc;
+}
+GPNPU_AVX2 inline __m256 mac8_two(__m256 acc, const uint32_t* fb, const uint32_t* c) {
+  __m256 p;
+  asm("vmulps %2, %1, %0" : "=x"(p) : "x"(load8(fb)), "m"(*reinterpret_cast<const __m256*>(c)));  // fb * c
+  asm("vaddps %0, %1, %0" : "+x"(acc) : "x"(p));                                                  // p + acc
+  return acc;
+}
+
+// Four PEs at a time: their 8 accumulator vectors stay in registers across the items.
+GPNPU_AVX2 void mac_f16_cvt_chain_avx2(uint32_t* a, const MacItem* it, size_t n, size_t e0, size_t npes) {
+  size_t e = e0;
+  for (; e + 4 <= npes; e += 4) {
+    uint32_t* ae = a + e * 16;
+    __m256 x0 = load8(ae), x1 = load8(ae + 8), x2 = load8(ae + 16), x3 = load8(ae + 24);
+    __m256 x4 = load8(ae + 32), x5 = load8(ae + 40), x6 = load8(ae + 48), x7 = load8(ae + 56);
+    for (size_t t = 0; t < n; ++t) {
+      const uint32_t* fb = it[t].fb + e * 16;
+      if (!it[t].sel) {
+        const __m256 c0 = load8(it[t].cf), c1 = load8(it[t].cf + 8);
+        x0 = mac8(x0, fb, c0);
+        x1 = mac8(x1, fb + 8, c1);
+        x2 = mac8(x2, fb + 16, c0);
+        x3 = mac8(x3, fb + 24, c1);
+        x4 = mac8(x4, fb + 32, c0);
+        x5 = mac8(x5, fb + 40, c1);
+        x6 = mac8(x6, fb + 48, c0);
+        x7 = mac8(x7, fb + 56, c1);
+      } else {
+        const uint8_t* sel = it[t].sel + e;
+        const uint32_t *p0 = sel[0] ? it[t].cf_on : it[t].cf, *p1 = sel[1] ? it[t].cf_on : it[t].cf;
+        const uint32_t *p2 = sel[2] ? it[t].cf_on : it[t].cf, *p3 = sel[3] ? it[t].cf_on : it[t].cf;
+        x0 = mac8_two(x0, fb, p0);
+        x1 = mac8_two(x1, fb + 8, p0 + 8);
+        x2 = mac8_two(x2, fb + 16, p1);
+        x3 = mac8_two(x3, fb + 24, p1 + 8);
+        x4 = mac8_two(x4, fb + 32, p2);
+        x5 = mac8_two(x5, fb + 40, p2 + 8);
+        x6 = mac8_two(x6, fb + 48, p3);
+        x7 = mac8_two(x7, fb + 56, p3 + 8);
+      }
+    }
+    store8(ae, x0), store8(ae + 8, x1), store8(ae + 16, x2), store8(ae + 24, x3);
+    store8(ae + 32, x4), store8(ae + 40, x5), store8(ae + 48, x6), store8(ae + 56, x7);
+  }
+  for (; e < npes; ++e) {
+    uint32_t* ae = a + e * 16;
+    __m256 x0 = load8(ae), x1 = load8(ae + 8);
+    for (size_t t = 0; t < n; ++t) {
+      const uint32_t* fb = it[t].fb + e * 16;
+      if (!it[t].sel) {
+        x0 = mac8(x0, fb, load8(it[t].cf));
+        x1 = mac8(x1, fb + 8, load8(it[t].cf + 8));
+        continue;
+      }
+      const uint32_t* c = it[t].sel[e] ? it[t].cf_on : it[t].cf;
+      x0 = mac8_two(x0, fb, c);
+      x1 = mac8_two(x1, fb + 8, c + 8);
+    }
+    store8(ae, x0), store8(ae + 8, x1);
   }
 }
 
@@ -402,6 +538,17 @@ void mac_f16_cvt_bcast2_scalar(uint32_t* a, const uint32_t* fb, const uint32_t* 
   for (size_t e = 0; e < npes; ++e) mac_f16_cvt_bcast_scalar(a + e * 16, fb + e * 16, sel[e] ? c16_on : c16, 16);
 }
 
+void mac_f16_cvt_chain_scalar(uint32_t* a, const MacItem* it, size_t n, size_t e0, size_t e1) {
+  for (size_t t = 0; t < n; ++t)
+    for (size_t e = e0; e < e1; ++e) {
+      const uint32_t* c = it[t].sel && it[t].sel[e] ? it[t].cf_on : it[t].cf;
+      for (size_t l = 0; l < 16; ++l) {
+        float prod = std::bit_cast<float>(it[t].fb[e * 16 + l]) * std::bit_cast<float>(c[l]);
+        a[e * 16 + l] = std::bit_cast<uint32_t>(std::bit_cast<float>(a[e * 16 + l]) + prod);
+      }
+    }
+}
+
 void mla_f32_scalar(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n) {
   for (size_t k = 0; k < n; ++k) {
     float prod = std::bit_cast<float>(b[k]) * std::bit_cast<float>(c[k]);
@@ -494,6 +641,7 @@ void mac_f16_bcast(uint32_t* a, const uint32_t* b, const uint32_t* c16, size_t n
 
 void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n) {
 #if defined(__x86_64__)
+  if (have_avx512()) return mac_f16_operand_avx512(fb, b, n);
   if (have_avx2()) return mac_f16_operand_avx2(fb, b, n);
 #endif
   cvt_f32_f16_scalar(fb, b, n);
@@ -519,6 +667,22 @@ void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, co
   if (have_avx2()) return mac_f16_cvt_bcast2_avx2(a, fb, c16, c16_on, sel, npes);
 #endif
   mac_f16_cvt_bcast2_scalar(a, fb, c16, c16_on, sel, npes);
+}
+
+bool mac_f16_cvt_chain_body(int body, uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1) {
+#if defined(__x86_64__)
+  if (body == 2 && have_avx512()) return mac_f16_cvt_chain_avx512(a, items, n, e0, e1), true;
+  if (body == 1 && have_avx2()) return mac_f16_cvt_chain_avx2(a, items, n, e0, e1), true;
+#endif
+  return false;
+}
+
+void mac_f16_cvt_chain(uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1) {
+#if defined(__x86_64__)
+  if (have_avx512()) return mac_f16_cvt_chain_avx512(a, items, n, e0, e1);
+  if (have_avx2()) return mac_f16_cvt_chain_avx2(a, items, n, e0, e1);
+#endif
+  mac_f16_cvt_chain_scalar(a, items, n, e0, e1);
 }
 
 void dq4_mla_f32_bcast(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,

@@ -31,6 +31,23 @@ void mac_f16_cvt_bcast(uint32_t* a, const uint32_t* fb, const uint32_t* c16, siz
 void mac_f16_cvt_bcast2(uint32_t* a, const uint32_t* fb, const uint32_t* c16, const uint32_t* c16_on, const uint8_t* sel,
                         size_t npes);
 
+// A chain of vmac.f16s by broadcasts into one accumulator (isa/batch.cpp defers a block's
+// vmac.f16s until something else touches the accumulator): for each item t in order, over
+// the PEs [e0, e1), a[e * 16 + l] += fb_t[e * 16 + l] * cf_t[l], cf_t the item's broadcast lanes
+// converted by mac_f16_operand (cf_on where sel[e] is set: a two-pattern register). The
+// same bits as mac_f16_cvt_bcast / mac_f16_cvt_bcast2 item by item (two roundings each),
+// with the accumulator kept in host registers across the items.
+struct MacItem {
+  const uint32_t* fb;     // vb converted (mac_f16_operand), indexed e * 16 + l
+  const uint32_t* cf;     // 16 fp32 lanes
+  const uint32_t* cf_on;  // with sel: the lanes of the PEs whose sel is set
+  const uint8_t* sel;     // null: one pattern
+};
+void mac_f16_cvt_chain(uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1);
+void mac_f16_cvt_chain_scalar(uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1);
+// The AVX2 (body 1) or AVX-512 (body 2) body, for the tests: false where the CPU lacks it.
+bool mac_f16_cvt_chain_body(int body, uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1);
+
 // a[k] += b[k] * c[k] in fp32, the product rounded first (vmla.f32: not fused).
 void mla_f32(uint32_t* a, const uint32_t* b, const uint32_t* c, size_t n);
 // mla_f32 with c the same 16 lanes in every PE: c16[k % 16] (n a multiple of 16).

@@ -22,7 +22,31 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       win_hi(npe),
       lazy_sel(size_t(kVregs) * shape_.npe(), 0),
       pl_vals((size_t(kVregs) * kPlClasses + kPlSpare) * shape_.npe(), 0) {
+  for (int r = 0; r < kVregs; ++r) own_map_[r] = slot(r);
   clear_predicates();
+}
+
+uint32_t* ArchState::take_buffer() {
+  if (free_.empty()) {
+    pool_.push_back(std::make_unique<uint32_t[]>(size_t(npe) * kLanes));
+    return pool_.back().get();
+  }
+  uint32_t* p = free_.back();
+  free_.pop_back();
+  return p;
+}
+
+void ArchState::end_renames() {
+  for (auto& sn : dq_snaps) release_codes(*sn);
+  std::vector<std::pair<int, std::vector<uint32_t>>> moved;  // (registers may hold each other's slots)
+  for (int r = 0; r < kVregs; ++r)
+    if (own_map_[r] != slot(r)) moved.emplace_back(r, std::vector<uint32_t>(own_map_[r], own_map_[r] + size_t(npe) * kLanes));
+  for (auto& [r, words] : moved) {
+    own_map_[r] = slot(r);
+    std::copy(words.begin(), words.end(), slot(r));
+  }
+  free_.clear();  // no register and no snapshot holds a pool buffer now
+  for (auto& p : pool_) free_.push_back(p.get());
 }
 
 ArchState::ArchState(View, ArchState& of)
@@ -32,7 +56,7 @@ ArchState::ArchState(View, ArchState& of)
       lrm_stride(of.lrm_stride),
       ocm(of.ocm),
       win_hi(of.npe),
-      view_v_(of.vreg(0)),
+      vmap_(of.own_map_),
       view_pred_(of.predicate(0)),
       view_lrm_(of.lrm_of(0)) {
   sync_view(of);
@@ -74,10 +98,10 @@ void ArchState::materialise(int r) {
   clear_lazy(r);
 }
 
-void ArchState::DqSnapshot::dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const {
+void ArchState::DqSnapshot::dequant(const uint32_t* codes, uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const {
   for (uint32_t e = lo; e < hi; ++e) {
     const uint32_t m[kLanes] = {meta[2 * e], meta[2 * e + 1]};  // as vdq4.f32 reads vc: lanes 0 and 1
-    lanes::dequant4_pes(v + size_t(e) * kLanes, &codes[size_t(e) * kLanes], m, 0, 1, nullptr, sel, false);
+    lanes::dequant4_pes(v + size_t(e) * kLanes, codes + size_t(e) * kLanes, m, 0, 1, nullptr, sel, false);
   }
 }
 

@@ -184,14 +184,37 @@ struct ArchState {
   // element group in dq_sel[r]. vmla.f32 of such a register by a lazy broadcast, in a
   // batch, dequantises straight into its products (lanes::dq4_mla_f32_bcast); anything
   // else that reads r or writes part of it writes r out first; a whole overwrite drops it.
+  // The codes are not copied where that can be avoided (register renaming): a snapshot
+  // shares the storage of register vb (`shared`) until vb is next written; then, if a
+  // lazy register still points at it, it keeps that storage (`owned`) and vb is given a
+  // buffer from the pool (an overwrite of every lane: oscatter, vld, ...; the decode GEMV
+  // tile's next oscatter of the codes), or it takes a copy (isa/batch.cpp: Batch::before).
   struct DqSnapshot {
-    explicit DqSnapshot(uint32_t npe) : codes(size_t(npe) * kLanes), meta(size_t(npe) * 2) {}
-    std::vector<uint32_t> codes;  // [pe][16]: vb
+    explicit DqSnapshot(uint32_t npe) : meta(size_t(npe) * 2) {}
+    uint32_t* codes = nullptr;    // [pe][16]: vb (owned, or register `shared`'s storage, or none)
+    bool owned = false;           // codes is a pool buffer that the snapshot holds
+    int shared = -1;
     std::vector<uint32_t> meta;   // [pe][2]: lanes 0 and 1 of vc (scale, zero)
     int refs = 0;                 // lazy registers that point at it
     // vdq4.f32 of element group sel on the PEs [lo, hi) into register storage v.
-    void dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const;
+    void dequant(uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const { dequant(codes, v, lo, hi, sel); }
+    void dequant(const uint32_t* codes, uint32_t* v, uint32_t lo, uint32_t hi, uint8_t sel) const;
   };
+  // The storage of register r from now on (isa/batch.cpp renames registers while no
+  // batch entry is pending; end_renames() puts every register back in v).
+  void set_storage(int r, uint32_t* p) { own_map_[r] = p; }
+  uint32_t* slot(int r) { return v.data() + size_t(r) * npe * kLanes; }
+  // A buffer of one register from the pool (a new one if none is free), and back.
+  uint32_t* take_buffer();
+  void give_buffer(uint32_t* p) { free_.push_back(p); }
+  // Detaches the snapshot from its storage (an owned buffer goes back to the pool).
+  void release_codes(DqSnapshot& sn) {
+    if (sn.owned) give_buffer(sn.codes);
+    sn.codes = nullptr, sn.owned = false, sn.shared = -1;
+  }
+  // When a run ends, after materialise_all(): every snapshot released, every register back
+  // in its slot of v (what the digest, the debugger and the next run read).
+  void end_renames();
   uint32_t lazy_dq = 0;
   std::vector<std::unique_ptr<DqSnapshot>> dq_snaps;  // a pool (isa/batch.cpp takes one with no refs)
   DqSnapshot* dq_snap[kVregs] = {};
@@ -226,7 +249,7 @@ struct ArchState {
   uint32_t effect_arg = 0;  // mark id or DMA channel
   DmaDescriptor dma;
 
-  uint32_t* vreg(int r) { return (view_v_ ? view_v_ : v.data()) + size_t(r) * npe * kLanes; }
+  uint32_t* vreg(int r) { return view_v_ ? view_v_ + size_t(r) * npe * kLanes : vmap_[r]; }
   // Registers r at base + r * npe * 16 from now on (a scratch state's view of other storage).
   void view_registers(uint32_t* base) { view_v_ = base; }
   const uint8_t* predicate(int p) const { return (view_pred_ ? view_pred_ : pred.data()) + size_t(p) * npe; }
@@ -250,7 +273,11 @@ struct ArchState {
   uint32_t loop_end() const { return loop_depth > 0 ? loops[loop_depth - 1].end : kNoLoop; }
 
  private:
-  uint32_t* view_v_ = nullptr;  // a view's storage (null: the state's own vectors)
+  uint32_t* view_v_ = nullptr;  // a scratch state's registers (view_registers)
+  uint32_t* own_map_[kVregs] = {};  // each register's storage: its slot of v unless renamed
+  uint32_t* const* vmap_ = own_map_;  // own_map_, or (a View) the owner's
+  std::vector<std::unique_ptr<uint32_t[]>> pool_;  // take_buffer's buffers
+  std::vector<uint32_t*> free_;
   const uint8_t* view_pred_ = nullptr;
   uint8_t* view_lrm_ = nullptr;
 };

@@ -399,6 +399,7 @@ void Sequencer::execute_loop() {
       if (st.batch) st.batch->flush(st);
       st.batch = nullptr;
       st.materialise_all();
+      st.end_renames();
       st.lazy_broadcast = false;
     }
   } write_out{st};

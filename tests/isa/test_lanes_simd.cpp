@@ -63,6 +63,16 @@ TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
       if (nan16(b[j]) && nan16(c[16 + k])) b[j] ^= 0x4000;
   mac_f16_operand(fb.data(), b.data(), n);
   cvt_f32_f16_scalar(fbs.data(), b.data(), n);
+  {  // the bodies' scalar tail (fewer lanes than a vector) converts as the vector part: signalling NaNs quiet
+    const std::vector<uint32_t> h = {0x7c01, 0xfd00, 0x7e00, 0x3c00, 0x0001, 0x8000, 0x7c00, 0x7dff, 0xfc3f,
+                                     0x1234, 0xfe01, 0x7c02, 0x5555, 0x7d01, 0x0400, 0xfbff, 0x7c01};
+    std::vector<uint32_t> whole(17), tail(13);
+    mac_f16_operand(whole.data(), h.data(), 17);  // 16 through the vector part (8 and 8 on AVX2)
+    mac_f16_operand(tail.data(), h.data() + 1, 13);
+    EXPECT_EQ(tail, std::vector<uint32_t>(whole.begin() + 1, whole.begin() + 14));
+    EXPECT_EQ(whole[16], whole[0]);
+    EXPECT_EQ(whole[0], 0x7fc02000u);  // quieted
+  }
   std::vector<uint32_t> x = a, y = a;
   mac_f16(x.data(), b.data(), c.data(), n);
   mac_f16_cvt(y.data(), fb.data(), c.data(), n);
@@ -103,6 +113,108 @@ TEST(LanesSimd, MacF16WithVbConvertedFirstMatchesMacF16BitForBit) {
   y = a;  // negative control: the product must use vb (a stale conversion is seen)
   mac_f16_cvt(y.data(), fbs.data() + 16, c.data(), n - 16);
   EXPECT_NE(std::vector<uint32_t>(x.begin(), x.end() - 16), std::vector<uint32_t>(y.begin(), y.end() - 16));
+}
+
+// isa/batch.cpp defers a block's vmac.f16s by broadcasts and runs each accumulator's
+// chain of them at once (mac_f16_cvt_chain): the same bits as the items one after the
+// other through mac_f16_cvt_bcast / mac_f16_cvt_bcast2 (the body this CPU runs, and the
+// scalar bodies), over a block whose PE count is not a multiple of 4, items of one and of
+// two patterns, vb versions with NaNs (never meeting a NaN lane of c: see above), sums that
+// overflow to inf and come back to NaN; the AVX2 and the AVX-512 bodies where the CPU has
+// them. Negative controls: two items swapped, one PE's selector flipped.
+TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
+  std::mt19937 rng(23);
+  const size_t npes = 63, n = npes * 16, items = 9;
+  std::vector<std::vector<uint32_t>> b(items, std::vector<uint32_t>(n)), fb = b, fbs = b;
+  std::vector<std::vector<uint32_t>> c16(items, std::vector<uint32_t>(16)), on16 = c16;
+  std::vector<std::vector<uint32_t>> cf(items, std::vector<uint32_t>(32)), cfs = cf;
+  std::vector<std::vector<uint8_t>> sel(items, std::vector<uint8_t>(npes));
+  auto nan16 = [](uint32_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff); };
+  for (size_t t = 0; t < items; ++t) {
+    for (size_t l = 0; l < 16; ++l) {
+      c16[t][l] = rng() & 0x7bff;  // finite, either sign bit below
+      if (rng() % 2) c16[t][l] |= 0x8000;
+      on16[t][l] = rng() & 0xfbff;
+    }
+    for (size_t k = 0; k < n; ++k) {
+      b[t][k] = rng();
+      if (rng() % 16 == 0) b[t][k] = 0x7c01 + (rng() & 0x3fe);  // NaNs (c is finite)
+      if (t == 4 && k % 5 == 0) b[t][k] = 0x7bff;            // 65504 * up to 65504: inf, then inf - inf
+    }
+    if (t == 4 || t == 5)
+      for (size_t l = 0; l < 16; ++l) c16[t][l] = l % 2 ? 0x7bffu : 0xfbffu, on16[t][l] = 0x7bffu;
+    for (size_t e = 0; e < npes; ++e) sel[t][e] = uint8_t(rng() % 3 == 0);
+    mac_f16_operand(fb[t].data(), b[t].data(), n);
+    cvt_f32_f16_scalar(fbs[t].data(), b[t].data(), n);
+    mac_f16_operand(cf[t].data(), c16[t].data(), 16);
+    mac_f16_operand(cf[t].data() + 16, on16[t].data(), 16);
+    cvt_f32_f16_scalar(cfs[t].data(), c16[t].data(), 16);
+    cvt_f32_f16_scalar(cfs[t].data() + 16, on16[t].data(), 16);
+    for (size_t k = 0; k < n; ++k) ASSERT_FALSE(nan16(c16[t][k % 16]) || nan16(on16[t][k % 16]));
+  }
+  std::vector<uint32_t> a(n);
+  for (size_t k = 0; k < n; ++k) a[k] = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -20));
+  auto two = [](size_t t) { return t % 3 == 1; };  // items 1, 4, 7: two patterns
+  // The vmacs one after the other, on fb / cf (this CPU's body) or fbs / cfs (scalar).
+  auto one_by_one = [&](bool scalar, const std::vector<size_t>& order) {
+    std::vector<uint32_t> x = a;
+    for (size_t t : order) {
+      const uint32_t* f = scalar ? fbs[t].data() : fb[t].data();
+      if (two(t)) {
+        if (scalar) mac_f16_cvt_bcast2_scalar(x.data(), f, c16[t].data(), on16[t].data(), sel[t].data(), npes);
+        else mac_f16_cvt_bcast2(x.data(), f, c16[t].data(), on16[t].data(), sel[t].data(), npes);
+      } else {
+        if (scalar) mac_f16_cvt_bcast_scalar(x.data(), f, c16[t].data(), n);
+        else mac_f16_cvt_bcast(x.data(), f, c16[t].data(), n);
+      }
+    }
+    return x;
+  };
+  int body = 0;  // 0: as dispatched; 1, 2: the AVX2 / AVX-512 body
+  auto chain = [&](bool scalar, const std::vector<size_t>& order) {
+    std::vector<MacItem> it;
+    for (size_t t : order) {
+      const std::vector<uint32_t>& c = scalar ? cfs[t] : cf[t];
+      it.push_back({scalar ? fbs[t].data() : fb[t].data(), c.data(), c.data() + 16, two(t) ? sel[t].data() : nullptr});
+    }
+    std::vector<uint32_t> x = a;
+    if (scalar) {
+      mac_f16_cvt_chain_scalar(x.data(), it.data(), it.size(), 0, 21);
+      mac_f16_cvt_chain_scalar(x.data(), it.data(), it.size(), 21, npes);
+    } else if (body) {
+      EXPECT_TRUE(mac_f16_cvt_chain_body(body, x.data(), it.data(), it.size(), 0, 21));
+      mac_f16_cvt_chain_body(body, x.data(), it.data(), it.size(), 21, npes);
+    } else {  // in two ranges, the first not a multiple of 4 (or 8) PEs
+      mac_f16_cvt_chain(x.data(), it.data(), it.size(), 0, 21);
+      mac_f16_cvt_chain(x.data(), it.data(), it.size(), 21, npes);
+    }
+    return x;
+  };
+  std::vector<size_t> order(items);
+  for (size_t t = 0; t < items; ++t) order[t] = t;
+  const std::vector<uint32_t> want = one_by_one(false, order);
+  EXPECT_EQ(chain(false, order), want);
+  EXPECT_EQ(chain(true, order), one_by_one(true, order));
+  EXPECT_EQ(one_by_one(true, order), want);  // (the scalar and vector bodies agree here: no NaN meets a NaN)
+  size_t infs = 0, nans = 0;
+  for (uint32_t w : want) infs += (w & 0x7fffffffu) == 0x7f800000u, nans += (w & 0x7fffffffu) > 0x7f800000u;
+  EXPECT_GT(infs + nans, 0u);
+  // A chain of one item is one vmac.f16.
+  EXPECT_EQ(chain(false, {2}), one_by_one(false, {2}));
+  // Both vector bodies where the CPU has them (this one runs the AVX-512 body if it can).
+  for (body = 1; body <= 2; ++body)
+    if (mac_f16_cvt_chain_body(body, nullptr, nullptr, 0, 0, 0)) EXPECT_EQ(chain(false, order), want) << "body " << body;
+  body = 0;
+  // Negative controls: the order of the items matters (two roundings per item), and so
+  // does each PE's selector.
+  std::vector<size_t> swapped = order;
+  std::swap(swapped[0], swapped[2]);
+  EXPECT_NE(chain(false, swapped), want);
+  sel[1][62] ^= 1;  // the last PE: outside the four-PE groups
+  EXPECT_NE(chain(false, order), want);
+  sel[1][62] ^= 1;
+  sel[7][5] ^= 1;
+  EXPECT_NE(chain(false, order), want);
 }
 
 // Random fp32 bit patterns of every class but NaN (inf, subnormal, huge, tiny).
