@@ -175,6 +175,16 @@ class BundleWeights : public WeightSource {
     m.load = [q](int64_t r0, int64_t n, float* dst) {
       for (int64_t r = 0; r < n; ++r) dequant_row_fast(*q, r0 + r, dst + r * q->cols);
     };
+    // The codes themselves (kept alive by the loader's q), where the loader is the plain
+    // (q - z) s of every weight: ops::linear reads them directly for decode.
+    if (q->fp16_cols.empty()) {
+      m.w4.codes = q->codes.data();
+      m.w4.scales = q->scales.data();
+      m.w4.zeros = q->zeros.data();
+      m.w4.row_stride = q->row_stride();
+      m.w4.nblocks = q->nblocks();
+      m.w4.block = kQuantBlock;
+    }
     return m;
   }
 

@@ -667,7 +667,10 @@ DescribeResult describe(const DescribeOptions& o) {
   sim::Stats::F16Event nonfinite;
   if (chain)
     chain_logits = std::async(std::launch::async, [&] {
-      return chain->prefill(ids, {ImagePatches{1, in.grid_h, in.grid_w, in.patches}}, pos);
+      const auto t0 = Clock::now();
+      auto l = chain->prefill(ids, {ImagePatches{1, in.grid_h, in.grid_w, in.patches}}, pos);
+      r.chain_image = since(t0);
+      return l;
     });
   StepRecord s0;
   s0.step = -1;
@@ -702,7 +705,9 @@ DescribeResult describe(const DescribeOptions& o) {
     s0.cache_expected = S;
   } else {
     std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
+    const auto t_wait = Clock::now();
     std::vector<float> ref = chain_logits.get();
+    r.chain_wait_image = since(t_wait);
     if (o.negative == NegativeControl::one_word) {
       // One fp16 word of the cache: layer 0, K, head 0, the last prompt slot, element 0.
       uint16_t big = f32_to_f16(32768.0f);
@@ -732,7 +737,12 @@ DescribeResult describe(const DescribeOptions& o) {
     std::future<std::vector<float>> next;
     chain_large.clear();
     if (chain)
-      next = std::async(std::launch::async, [&, prev, dp] { return chain->decode(prev, {dp[0], dp[1], dp[2]}); });
+      next = std::async(std::launch::async, [&, prev, dp] {
+        const auto t0 = Clock::now();
+        auto l = chain->decode(prev, {dp[0], dp[1], dp[2]});
+        r.chain_decode += since(t0);
+        return l;
+      });
     StepRecord s;
     s.step = k;
     s.pos = int(slot);
@@ -750,7 +760,9 @@ DescribeResult describe(const DescribeOptions& o) {
       s.cache_expected = int(slot) + 1;
     } else {
       std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
+      const auto t_wait = Clock::now();
       std::vector<float> ref = next.get();
+      r.chain_wait_decode += since(t_wait);
       gate(s, got, &ref, int(slot) + 1, golden_row(k + 1));
       stop_on_nonfinite(s, nonfinite, int64_t(slot));
       // The host "forgets" the slot step 0 wrote: step 1 gets a stale cache.
