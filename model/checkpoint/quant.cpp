@@ -522,6 +522,13 @@ bool QuantBundle::is_quantised(const std::string& name) const {
 }
 
 QuantTensor QuantBundle::get_quant(const std::string& name) const {
+  const uint8_t* codes = nullptr;
+  QuantTensor q = get_quant_mapped(name, codes);
+  q.codes.assign(codes, codes + q.rows * q.row_stride());
+  return q;
+}
+
+QuantTensor QuantBundle::get_quant_mapped(const std::string& name, const uint8_t*& codes) const {
   auto it = impl_->specs.find(name);
   if (it == impl_->specs.end()) fail("{}: missing tensor '{}' (not a tensor of this model)", path(), name);
   if (!it->second.quantised())
@@ -533,7 +540,7 @@ QuantTensor QuantBundle::get_quant(const std::string& name) const {
   const TensorView& c = impl_->file->get(name + kQCodesSuffix);
   const TensorView& sc = impl_->file->get(name + kScalesSuffix);
   const TensorView& z = impl_->file->get(name + kZerosSuffix);
-  q.codes.assign(c.data, c.data + c.nbytes);
+  codes = c.data;  // its shape was checked when the bundle was opened
   q.scales.resize(sc.nbytes / 2);
   std::memcpy(q.scales.data(), sc.data, sc.nbytes);
   q.zeros.assign(z.data, z.data + z.nbytes);

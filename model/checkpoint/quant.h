@@ -173,6 +173,9 @@ class QuantBundle {
   const ModelConfig& config() const;
   bool is_quantised(const std::string& name) const;
   QuantTensor get_quant(const std::string& name) const;     // copies codes/scales/zeros
+  // As get_quant, but the codes stay in the mapped file: q.codes is left empty and `codes`
+  // points at them ([rows][row_stride()] bytes), valid while this bundle lives.
+  QuantTensor get_quant_mapped(const std::string& name, const uint8_t*& codes) const;
   std::vector<float> get_dequant(const std::string& name) const;  // dequantised, [rows*cols]
   std::vector<float> get_f32(const std::string& name) const;      // a float tensor
   const std::string& path() const;

@@ -112,9 +112,10 @@ class CheckpointWeights : public WeightSource {
 
 // w = float(q - z) * s, exactly dequantise_row() of model/checkpoint/quant.h, written so that whole
 // 128-column blocks vectorise (decode reads every weight once per token).
-void dequant_row_fast(const QuantTensor& q, int64_t r, float* out) {
+// The codes are read from `codes` ([rows][row_stride()] bytes: the bundle's mapping).
+void dequant_row_fast(const QuantTensor& q, const uint8_t* codes, int64_t r, float* out) {
   const int64_t nb = q.nblocks(), cols = q.cols;
-  const uint8_t* crow = q.codes.data() + r * q.row_stride();
+  const uint8_t* crow = codes + r * q.row_stride();
   for (int64_t b = 0; b < nb; ++b) {
     const float s = f16_to_f32(q.scales[size_t(r * nb + b)]);
     const int z = q.zeros[size_t(r * nb + b)];
@@ -168,13 +169,26 @@ class BundleWeights : public WeightSource {
       m.f32 = v->data();
       return m;
     }
-    auto q = std::make_shared<QuantTensor>(b_.get_quant(name));
+    // The codes stay in the bundle's mapping (the bundle outlives the chain); scales,
+    // zeros and fp16 columns are copied (1/21 of the codes' size).
+    const uint8_t* codes = nullptr;
+    auto q = std::make_shared<QuantTensor>(b_.get_quant_mapped(name, codes));
     if (q->rows != rows || q->cols != cols)
       fail("{}: quantised tensor {} is [{}, {}], the config needs [{}, {}]", describe(), name,
            q->rows, q->cols, rows, cols);
-    m.load = [q](int64_t r0, int64_t n, float* dst) {
-      for (int64_t r = 0; r < n; ++r) dequant_row_fast(*q, r0 + r, dst + r * q->cols);
+    m.load = [q, codes](int64_t r0, int64_t n, float* dst) {
+      for (int64_t r = 0; r < n; ++r) dequant_row_fast(*q, codes, r0 + r, dst + r * q->cols);
     };
+    // The codes themselves, where the loader is the plain (q - z) s of every weight:
+    // ops::linear reads them directly for decode.
+    if (q->fp16_cols.empty()) {
+      m.w4.codes = codes;
+      m.w4.scales = q->scales.data();
+      m.w4.zeros = q->zeros.data();
+      m.w4.row_stride = q->row_stride();
+      m.w4.nblocks = q->nblocks();
+      m.w4.block = kQuantBlock;
+    }
     return m;
   }
 

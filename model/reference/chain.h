@@ -82,7 +82,8 @@ class MemoryWeights : public WeightSource {
 // fp32 mode: the original checkpoint, bf16/f16/f32 rows converted as they are read.
 std::unique_ptr<WeightSource> checkpoint_weights(const Checkpoint& ck);
 // W4A16 mode: the bundle's quantised tensors dequantised from their codes (w = (q - z) s),
-// its float tensors as stored. The codes are copied into memory once.
+// its float tensors as stored. The codes are read from the bundle's mapping (no copy);
+// scales and zeros are copied once.
 std::unique_ptr<WeightSource> bundle_weights(const QuantBundle& bundle);
 // Every tensor of the source copied into memory as fp32 (for tests that corrupt one).
 MemoryWeights copy_weights(const WeightSource& src, const ModelConfig& cfg);

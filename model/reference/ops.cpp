@@ -9,6 +9,7 @@
 #include "model/reference/ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -182,13 +183,233 @@ __attribute__((target("avx2"))) void linear_block_avx2(const float* x, int64_t M
   }
 }
 
-// AVX2 without AVX-512 takes the intrinsics (the AVX-512 clone of the generic tile keeps
-// its accumulators in registers).
+// AVX2 without AVX-512 takes the intrinsics above.
 bool use_avx2_tiles() {
   static const bool ok = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
   return ok;
 }
+
+// The same order with AVX-512 intrinsics, one 16-lane sum per register. GCC's avx512f
+// clone of the generic tile kept the accumulators in memory (perf annotate of the 2B
+// describe: a load and a store around every add); a 4 x 4 tile of registers (16
+// accumulators, 4 weight vectors, one activation vector) stays in the 32 registers.
+template <int RM, int RO>
+__attribute__((target("avx512f"), always_inline)) inline void tile_avx512(const float* x, const float* w, int64_t n,
+                                                                       float* out, int64_t out_stride) {
+  __m512 acc[RM][RO];
+#pragma GCC unroll 4
+  for (int i = 0; i < RM; ++i)
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; ++j) acc[i][j] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + kLanes <= n; k += kLanes) {
+    __m512 wv[RO];
+#pragma GCC unroll 4
+    for (int j = 0; j < RO; ++j) wv[j] = _mm512_loadu_ps(w + j * n + k);
+#pragma GCC unroll 4
+    for (int i = 0; i < RM; ++i) {
+      const __m512 xv = _mm512_loadu_ps(x + i * n + k);
+#pragma GCC unroll 4
+      for (int j = 0; j < RO; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_mul_ps(xv, wv[j]));
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RO; ++j) {
+      float t[kLanes];
+      _mm512_storeu_ps(t, acc[i][j]);
+      out[i * out_stride + j] = finish16(t, x + i * n, w + j * n, k, n);
+    }
+}
+
+template <int RM>
+__attribute__((target("avx512f"), always_inline)) inline void tile_avx512_rows(const float* x, const float* w,
+                                                                            int64_t n, int ro, float* out,
+                                                                            int64_t out_stride) {
+  switch (ro) {
+    case 1: tile_avx512<RM, 1>(x, w, n, out, out_stride); break;
+    case 2: tile_avx512<RM, 2>(x, w, n, out, out_stride); break;
+    case 3: tile_avx512<RM, 3>(x, w, n, out, out_stride); break;
+    default: tile_avx512<RM, 4>(x, w, n, out, out_stride); break;
+  }
+}
+
+__attribute__((target("avx512f"))) void linear_block_avx512(const float* x, int64_t M, int64_t K, const float* wblk,
+                                                           int64_t nb, float* y, int64_t ystride) {
+  for (int64_t m = 0; m < M; m += 4) {
+    const float* xm = x + m * K;
+    const int rm = int(std::min<int64_t>(4, M - m));
+    for (int64_t j = 0; j < nb; j += 4) {
+      const float* wj = wblk + j * K;
+      const int ro = int(std::min<int64_t>(4, nb - j));
+      float* out = y + m * ystride + j;
+      switch (rm) {
+        case 1: tile_avx512_rows<1>(xm, wj, K, ro, out, ystride); break;
+        case 2: tile_avx512_rows<2>(xm, wj, K, ro, out, ystride); break;
+        case 3: tile_avx512_rows<3>(xm, wj, K, ro, out, ystride); break;
+        default: tile_avx512_rows<4>(xm, wj, K, ro, out, ystride); break;
+      }
+    }
+  }
+}
+
+bool use_avx512_tiles() {
+  static const bool ok = __builtin_cpu_supports("avx512f");
+  return ok;
+}
 #endif
+
+// ---- W4A16 codes read directly (few activation rows: decode) ------------------------------
+//
+// Each weight is dequantised in registers as float(int(q) - z) * s (integer subtract,
+// exact conversion, one rounded multiply: the operations of the bundle's loader), then
+// multiplied and added into the 16 lane sums in the order of tile() above, and the lanes
+// combined by the same halving tree: every output keeps the bits of linear() over the
+// loaded rows. Blocks are 16 columns (8 code bytes), inside one quantisation block.
+
+// The fixed halving tree over 16 lane sums (finish16 with no tail).
+inline __attribute__((always_inline)) float tree16(float* t) {
+  for (int h = kLanes / 2; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) t[l] += t[l + h];
+  return t[0];
+}
+
+#if defined(__x86_64__)
+std::atomic<int> g_w4_isa_limit{2};
+
+int w4_isa() {
+  static const int have = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+  return std::min(have, g_w4_isa_limit.load(std::memory_order_relaxed));
+}
+
+// 16 codes -> 16 bytes in column order (byte i: column 2i in the low nibble, 2i+1 high).
+__attribute__((target("avx2"), always_inline)) inline __m128i w4_codes16(const uint8_t* c) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(c));
+  const __m128i m = _mm_set1_epi8(15);
+  return _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
+}
+
+// acc[i][j] over x rows i < RM (stride K) and weight rows o + j, j < RO; y[i * ystride + j].
+template <int RM, int RO>
+__attribute__((target("avx512f"), always_inline)) inline void w4_tile_avx512(const float* x, int64_t K,
+                                                                          const W4Codes& w, int64_t o, float* y,
+                                                                          int64_t ystride) {
+  __m512 acc[RM][RO];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RO; ++j) acc[i][j] = _mm512_setzero_ps();
+  const uint8_t* crow[RO];
+  for (int j = 0; j < RO; ++j) crow[j] = w.codes + (o + j) * w.row_stride;
+  for (int64_t b = 0; b < w.nblocks; ++b) {
+    __m512 sv[RO];
+    __m512i zv[RO];
+    for (int j = 0; j < RO; ++j) {
+      const int64_t sb = (o + j) * w.nblocks + b;
+      sv[j] = _mm512_set1_ps(f16_to_f32(w.scales[sb]));
+      zv[j] = _mm512_set1_epi32(w.zeros[sb]);
+    }
+    const int64_t k1 = std::min(K, (b + 1) * w.block);
+    for (int64_t k = b * w.block; k < k1; k += kLanes) {
+      __m512 wv[RO];
+      for (int j = 0; j < RO; ++j) {
+        const __m512i q = _mm512_cvtepu8_epi32(w4_codes16(crow[j] + k / 2));
+        wv[j] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(q, zv[j])), sv[j]);
+      }
+      for (int i = 0; i < RM; ++i) {
+        const __m512 xv = _mm512_loadu_ps(x + i * K + k);
+        for (int j = 0; j < RO; ++j) acc[i][j] = _mm512_add_ps(acc[i][j], _mm512_mul_ps(xv, wv[j]));
+      }
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RO; ++j) {
+      float t[kLanes];
+      _mm512_storeu_ps(t, acc[i][j]);
+      y[i * ystride + j] = tree16(t);
+    }
+}
+
+// The same with each 16-lane sum as two 8-lane halves.
+template <int RM, int RO>
+__attribute__((target("avx2"), always_inline)) inline void w4_tile_avx2(const float* x, int64_t K, const W4Codes& w,
+                                                                     int64_t o, float* y, int64_t ystride) {
+  __m256 lo[RM][RO], hi[RM][RO];
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RO; ++j) lo[i][j] = hi[i][j] = _mm256_setzero_ps();
+  const uint8_t* crow[RO];
+  for (int j = 0; j < RO; ++j) crow[j] = w.codes + (o + j) * w.row_stride;
+  for (int64_t b = 0; b < w.nblocks; ++b) {
+    __m256 sv[RO];
+    __m256i zv[RO];
+    for (int j = 0; j < RO; ++j) {
+      const int64_t sb = (o + j) * w.nblocks + b;
+      sv[j] = _mm256_set1_ps(f16_to_f32(w.scales[sb]));
+      zv[j] = _mm256_set1_epi32(w.zeros[sb]);
+    }
+    const int64_t k1 = std::min(K, (b + 1) * w.block);
+    for (int64_t k = b * w.block; k < k1; k += kLanes) {
+      __m256 wl[RO], wh[RO];
+      for (int j = 0; j < RO; ++j) {
+        const __m128i c = w4_codes16(crow[j] + k / 2);
+        const __m256i q0 = _mm256_cvtepu8_epi32(c), q1 = _mm256_cvtepu8_epi32(_mm_srli_si128(c, 8));
+        wl[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q0, zv[j])), sv[j]);
+        wh[j] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(q1, zv[j])), sv[j]);
+      }
+      for (int i = 0; i < RM; ++i) {
+        const __m256 xl = _mm256_loadu_ps(x + i * K + k), xh = _mm256_loadu_ps(x + i * K + k + 8);
+        for (int j = 0; j < RO; ++j) {
+          lo[i][j] = _mm256_add_ps(lo[i][j], _mm256_mul_ps(xl, wl[j]));
+          hi[i][j] = _mm256_add_ps(hi[i][j], _mm256_mul_ps(xh, wh[j]));
+        }
+      }
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int j = 0; j < RO; ++j) {
+      float t[kLanes];
+      _mm256_storeu_ps(t, lo[i][j]);
+      _mm256_storeu_ps(t + 8, hi[i][j]);
+      y[i * ystride + j] = tree16(t);
+    }
+}
+
+// y[m][o] for all M (< 8) rows and weight rows [o0, o1). One weight row pair per step for
+// one activation row (two independent chains of adds); one weight row for up to 4 rows.
+#define GPNPU_W4_ROWS(NAME, TILE, ISA)                                                                  \
+  __attribute__((target(ISA))) void NAME(const float* x, int64_t M, int64_t K, const W4Codes& w,      \
+                                         int64_t o0, int64_t o1, float* y, int64_t N) {               \
+    if (M == 1) {                                                                                     \
+      int64_t o = o0;                                                                                 \
+      for (; o + 2 <= o1; o += 2) TILE<1, 2>(x, K, w, o, y + o, N);                                   \
+      if (o < o1) TILE<1, 1>(x, K, w, o, y + o, N);                                                   \
+      return;                                                                                         \
+    }                                                                                                 \
+    for (int64_t m = 0; m < M; m += 4) {                                                              \
+      const int rm = int(std::min<int64_t>(4, M - m));                                                \
+      const float* xm = x + m * K;                                                                    \
+      for (int64_t o = o0; o < o1; ++o) {                                                             \
+        float* out = y + m * N + o;                                                                   \
+        switch (rm) {                                                                                 \
+          case 1: TILE<1, 1>(xm, K, w, o, out, N); break;                                             \
+          case 2: TILE<2, 1>(xm, K, w, o, out, N); break;                                             \
+          case 3: TILE<3, 1>(xm, K, w, o, out, N); break;                                             \
+          default: TILE<4, 1>(xm, K, w, o, out, N); break;                                            \
+        }                                                                                             \
+      }                                                                                               \
+    }                                                                                                 \
+  }
+GPNPU_W4_ROWS(w4_rows_avx512, w4_tile_avx512, "avx512f")
+GPNPU_W4_ROWS(w4_rows_avx2, w4_tile_avx2, "avx2")
+#undef GPNPU_W4_ROWS
+#else
+int w4_isa() { return 0; }
+#endif
+
+// The direct path's instruction set for M rows of W (0: none, take the loader).
+int w4_direct(const Matrix& W, int64_t M) {
+  if (W.f32 || !W.w4.codes || M >= 8 || W.cols % kLanes != 0 || W.w4.block <= 0 || W.w4.block % kLanes != 0 ||
+      W.w4.nblocks != (W.cols + W.w4.block - 1) / W.w4.block || W.w4.row_stride < (W.cols + 1) / 2)
+    return 0;
+  return w4_isa();
+}
 
 void check_size(const char* op, const char* arg, size_t got, size_t want) {
   if (got != want)
@@ -298,6 +519,20 @@ void linear(std::span<const float> x, const Matrix& W, std::span<const float> bi
   if (!bias.empty()) check_size("linear", "bias", bias.size(), size_t(N));
   if (!W.f32 && !W.load) fail("ops::linear: weight {} has neither data nor a loader", W.name);
   if (M == 0) return;
+#if defined(__x86_64__)
+  if (const int isa = w4_direct(W, M)) {
+    // Ranges of 16 weight rows (whole row pairs), each output written by one thread.
+    parallel_ranges((N + 15) / 16, threads, [&](int64_t b0, int64_t b1) {
+      const int64_t o0 = b0 * 16, o1 = std::min(N, b1 * 16);
+      if (isa == 2) w4_rows_avx512(x.data(), M, K, W.w4, o0, o1, y.data(), N);
+      else w4_rows_avx2(x.data(), M, K, W.w4, o0, o1, y.data(), N);
+      if (!bias.empty())
+        for (int64_t m = 0; m < M; ++m)
+          for (int64_t o = o0; o < o1; ++o) y[size_t(m * N + o)] += bias[size_t(o)];
+    });
+    return;
+  }
+#endif
   // Split output features into ranges aligned to the weight block.
   const int64_t kWeightBlock = weight_block(M, K);
   const int64_t nblk = (N + kWeightBlock - 1) / kWeightBlock;
@@ -314,7 +549,8 @@ void linear(std::span<const float> x, const Matrix& W, std::span<const float> bi
         wblk = buf.data();
       }
 #if defined(__x86_64__)
-      if (use_avx2_tiles()) linear_block_avx2(x.data(), M, K, wblk, nb, y.data() + o0, N);
+      if (use_avx512_tiles()) linear_block_avx512(x.data(), M, K, wblk, nb, y.data() + o0, N);
+      else if (use_avx2_tiles()) linear_block_avx2(x.data(), M, K, wblk, nb, y.data() + o0, N);
       else
 #endif
         linear_block(x.data(), M, K, wblk, nb, y.data() + o0, N);
@@ -323,6 +559,24 @@ void linear(std::span<const float> x, const Matrix& W, std::span<const float> bi
           for (int64_t j = 0; j < nb; ++j) y[size_t(m * N + o0 + j)] += bias[size_t(o0 + j)];
     }
   });
+}
+
+const char* linear_path(const Matrix& W, int64_t M) {
+  if (W.f32) return "f32";
+  switch (w4_direct(W, M)) {
+    case 2: return "w4-avx512";
+    case 1: return "w4-avx2";
+    default: return "load";
+  }
+}
+
+int limit_w4_isa(int level) {
+#if defined(__x86_64__)
+  return g_w4_isa_limit.exchange(std::clamp(level, 0, 2));
+#else
+  (void)level;
+  return 0;
+#endif
 }
 
 // ---- activations ------------------------------------------------------------------------

@@ -24,6 +24,19 @@
 
 namespace gpnpu::model::ops {
 
+// W4A16 codes that linear() may read directly, dequantising each weight in registers
+// as w = float(int(q) - z) * s, the very operations `load` performs, so the products
+// keep their bits: row r's codes start at codes + r * row_stride, two per byte (the even
+// column in the low nibble); scales (fp16 bits) and zeros are [rows][nblocks] for blocks
+// of `block` columns. Set only where `load` is exactly that (no fp16 columns).
+struct W4Codes {
+  const uint8_t* codes = nullptr;
+  const uint16_t* scales = nullptr;
+  const uint8_t* zeros = nullptr;
+  int64_t row_stride = 0, nblocks = 0;
+  int64_t block = 0;
+};
+
 // A weight matrix [rows = out features][cols = in features].
 struct Matrix {
   std::string name;        // for error messages (the checkpoint tensor name)
@@ -32,6 +45,10 @@ struct Matrix {
   // Otherwise: writes rows [row0, row0 + n) as fp32 into dst (n * cols floats).
   // Must be thread-safe (called concurrently for disjoint rows).
   std::function<void(int64_t row0, int64_t n, float* dst)> load;
+  // Optionally, the codes `load` dequantises (valid while `load` lives): linear() reads
+  // them directly for a few activation rows (decode), where dequantising each weight
+  // into memory first would cost more than the product.
+  W4Codes w4;
 
   static Matrix dense(std::string name, int64_t rows, int64_t cols, const float* data);
   // Row r as fp32: either a pointer into f32 or `scratch` (cols floats) after loading.
@@ -62,9 +79,18 @@ void layernorm_rows(std::span<const float> x, std::span<float> y, int dim,
 
 // y[m][o] = dot(x[m], W[o]) + bias[o]  (bias may be empty). rows = x.size() / W.cols.
 // threads > 1 splits the output features into contiguous ranges; the result does not
-// depend on the thread count.
+// depend on the thread count, nor on whether W.w4 is read directly or through W.load.
 void linear(std::span<const float> x, const Matrix& W, std::span<const float> bias,
             std::span<float> y, int threads = 1);
+// Which path linear() takes for M activation rows of W: "f32" (weights in memory), "load"
+// (dequantised into a buffer block by block) or "w4-avx512" / "w4-avx2" (codes read
+// directly: W.w4 set, M < 8, cols and the block a multiple of 16, and the CPU has the
+// instructions). A copy of W with w4 cleared takes "load", the
+// definition the direct paths are checked against.
+const char* linear_path(const Matrix& W, int64_t M);
+// Tests: the widest instruction set the direct paths may use (2 = AVX-512, 1 = AVX2,
+// 0 = none: "load"); returns the previous limit. Not thread-safe against running linear().
+int limit_w4_isa(int level);
 
 // ---- activations ----------------------------------------------------------------------
 

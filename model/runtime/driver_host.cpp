@@ -555,16 +555,10 @@ DescribeResult describe(const DescribeOptions& o) {
   std::unique_ptr<WeightSource> weights;
   std::vector<ChainValue> chain_large;  // of the chain's current call (numerics)
   std::unique_ptr<Chain> chain;
+  std::future<std::vector<float>> chain_logits;  // the chain's prefill (declared after the chain: waited for first)
   if (!o.timing_only) {
-    say(o, "loading the weights into the simulated DDR ...");
-    dev.load_weights(*bundle);
-    if (o.negative == NegativeControl::drop_fp16) {
-      // The device without its fp16 channels (their W16 rows zero: codes only); the chain keeps them.
-      if (!copt.fp16_channels) fail("--negative-control drop-fp16 needs a mixed-precision bundle (quantize --fp16-channels)");
-      for (const DdrTensor& t : comp.layout().tensors())
-        if (t.name.ends_with(".f16w")) dev.write_ddr(t.offset, std::vector<uint8_t>(t.bytes, 0).data(), t.bytes);
-    }
-    dev.load_image_constants(*bundle, shape);
+    if (o.negative == NegativeControl::drop_fp16 && !copt.fp16_channels)  // before the chain starts
+      fail("--negative-control drop-fp16 needs a mixed-precision bundle (quantize --fp16-channels)");
     weights = bundle_weights(*bundle);
     ChainOptions co;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -573,6 +567,22 @@ DescribeResult describe(const DescribeOptions& o) {
     co.threads = o.threads > 0 ? o.threads : std::max(1, cores - 1);
     co.on_tensor = large_values_hook(chain_large);
     chain = std::make_unique<Chain>(mc, *weights, co);
+    // Its prefill needs nothing of the device: it starts now, beside the device's setup
+    // (one thread), so that it leaves the simulator both cores for more of the image program.
+    chain_logits = std::async(std::launch::async, [&] {
+      const auto t0 = Clock::now();
+      auto l = chain->prefill(ids, {ImagePatches{1, in.grid_h, in.grid_w, in.patches}}, pos);
+      r.chain_image = since(t0);
+      return l;
+    });
+    say(o, "loading the weights into the simulated DDR ...");
+    dev.load_weights(*bundle);
+    if (o.negative == NegativeControl::drop_fp16) {
+      // The device without its fp16 channels (their W16 rows zero: codes only); the chain keeps them.
+      for (const DdrTensor& t : comp.layout().tensors())
+        if (t.name.ends_with(".f16w")) dev.write_ddr(t.offset, std::vector<uint8_t>(t.bytes, 0).data(), t.bytes);
+    }
+    dev.load_image_constants(*bundle, shape);
   }
   dev.write_patches(in.patches);  // the prompt's ids and rotary tables: after the vision run
   r.wall_setup = since(t_start);
@@ -660,15 +670,10 @@ DescribeResult describe(const DescribeOptions& o) {
     return row;
   };
 
-  // The image program, the chain's prefill beside it.
+  // The image program, the chain's prefill (started in the setup) beside it.
   say(o, fmt::format("running the image program: a vision run ({} instructions) and a prefill run ({}){} ...",
                      vis.program.words.size(), pre.program.words.size(), o.timing_only ? ", timing only" : ""));
-  std::future<std::vector<float>> chain_logits;
   sim::Stats::F16Event nonfinite;
-  if (chain)
-    chain_logits = std::async(std::launch::async, [&] {
-      return chain->prefill(ids, {ImagePatches{1, in.grid_h, in.grid_w, in.patches}}, pos);
-    });
   StepRecord s0;
   s0.step = -1;
   s0.pos = S - 1;
@@ -702,7 +707,9 @@ DescribeResult describe(const DescribeOptions& o) {
     s0.cache_expected = S;
   } else {
     std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
+    const auto t_wait = Clock::now();
     std::vector<float> ref = chain_logits.get();
+    r.chain_wait_image = since(t_wait);
     if (o.negative == NegativeControl::one_word) {
       // One fp16 word of the cache: layer 0, K, head 0, the last prompt slot, element 0.
       uint16_t big = f32_to_f16(32768.0f);
@@ -732,7 +739,12 @@ DescribeResult describe(const DescribeOptions& o) {
     std::future<std::vector<float>> next;
     chain_large.clear();
     if (chain)
-      next = std::async(std::launch::async, [&, prev, dp] { return chain->decode(prev, {dp[0], dp[1], dp[2]}); });
+      next = std::async(std::launch::async, [&, prev, dp] {
+        const auto t0 = Clock::now();
+        auto l = chain->decode(prev, {dp[0], dp[1], dp[2]});
+        r.chain_decode += since(t0);
+        return l;
+      });
     StepRecord s;
     s.step = k;
     s.pos = int(slot);
@@ -750,7 +762,9 @@ DescribeResult describe(const DescribeOptions& o) {
       s.cache_expected = int(slot) + 1;
     } else {
       std::vector<float> got = read_logits(dev, V, o.negative == NegativeControl::zero);
+      const auto t_wait = Clock::now();
       std::vector<float> ref = next.get();
+      r.chain_wait_decode += since(t_wait);
       gate(s, got, &ref, int(slot) + 1, golden_row(k + 1));
       stop_on_nonfinite(s, nonfinite, int64_t(slot));
       // The host "forgets" the slot step 0 wrote: step 1 gets a stale cache.

@@ -152,6 +152,10 @@ struct DescribeResult {
   std::vector<std::string> failures;  // every gate failure, "step N: ..."
   bool ok = true;
   double wall_setup = 0, wall_image = 0, wall_decode = 0;
+  // The chain beside the device (functional runs): the wall time of its prefill and of
+  // its decode steps together, and how long the device side then waited for it (the part
+  // of wall_image / wall_decode the chain, not the simulator, took).
+  double chain_image = 0, chain_decode = 0, chain_wait_image = 0, chain_wait_decode = 0;
   std::string config_json;
   std::vector<double> image_power_w, decode_power_w;  // W per power window: image program, first decode step
 };

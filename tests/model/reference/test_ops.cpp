@@ -10,6 +10,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
+#include "model/checkpoint/quant.h"
 #include "model/reference/ops.h"
 
 namespace gpnpu::model::ops {
@@ -89,6 +90,87 @@ TEST(Ops, LinearIsIndependentOfThreadsAndWeightStorage) {
   // Shape errors are reported, not silently truncated.
   std::vector<float> bad(M * N - 1);
   EXPECT_THROW(linear(x, dense, b, bad), gpnpu::Error);
+}
+
+// W4A16 codes read directly (decode): every output must keep the bits of the loader's
+// path, whose definition is dequantise_row() (model/checkpoint/quant.h) followed by dot().
+// Random codes, zeros and scales (normal and subnormal fp16), widths with a partial last
+// quantisation block, 1 to 7 activation rows, odd weight rows, 1 and 3 threads, each
+// instruction set this CPU has. The order is also evaluated here lane by lane (16 sums,
+// lane = k mod 16, the halving tree); negative control: the same with each product fused
+// into its add (std::fma, one rounding fewer) changes some outputs' bits.
+TEST(Ops, LinearReadsW4CodesWithTheLoadersBits) {
+  std::mt19937 g(7);
+  int isas_run = 0;
+  bool control_differs = false;
+  for (int K : {16, 128, 144, 400, 2048}) {
+    QuantTensor q;
+    q.rows = 37;
+    q.cols = K;
+    q.codes.resize(size_t(q.rows * q.row_stride()));
+    for (auto& c : q.codes) c = uint8_t(g());
+    q.scales.resize(size_t(q.rows * q.nblocks()));
+    q.zeros.resize(q.scales.size());
+    for (size_t i = 0; i < q.scales.size(); ++i) {
+      // Mostly normal scales around 2^-6, some subnormal (exponent 0), one of each sign.
+      const uint16_t mant = uint16_t(g() & 0x3ff), sign = uint16_t((g() & 1) << 15);
+      q.scales[i] = uint16_t(sign | (i % 7 == 3 ? mant : uint16_t((9 + g() % 4) << 10) | mant));
+      q.zeros[i] = uint8_t(g() % 16);
+    }
+    Matrix loaded;
+    loaded.name = "w4";
+    loaded.rows = q.rows;
+    loaded.cols = K;
+    loaded.load = [&](int64_t r0, int64_t n, float* dst) {
+      for (int64_t r = 0; r < n; ++r) dequantise_row(q, r0 + r, dst + r * K);
+    };
+    Matrix direct = loaded;
+    direct.w4 = {q.codes.data(), q.scales.data(), q.zeros.data(), q.row_stride(), q.nblocks(), kQuantBlock};
+    std::vector<float> wf = dequantise(q);
+    // The lane order by hand, plain or with fused multiply-adds (the control).
+    auto lanes = [&](const float* xr, const float* wr, bool fused) {
+      float t[16] = {};
+      for (int k = 0; k < K; ++k) t[k % 16] = fused ? std::fma(xr[k], wr[k], t[k % 16]) : t[k % 16] + xr[k] * wr[k];
+      for (int h = 8; h >= 1; h /= 2)
+        for (int l = 0; l < h; ++l) t[l] += t[l + h];
+      return t[0];
+    };
+    for (int M = 1; M < 8; ++M) {
+      auto x = randn(size_t(M) * K, uint32_t(100 + M + K)), b = randn(size_t(q.rows), 9);
+      std::vector<float> yl(size_t(M) * q.rows), yd(yl.size());
+      ASSERT_STREQ(linear_path(loaded, M), "load");
+      linear(x, loaded, b, yl, 1);
+      for (int m = 0; m < M; ++m)
+        for (int o = 0; o < q.rows; ++o) {
+          const float* xr = x.data() + size_t(m) * K;
+          const float* wr = wf.data() + size_t(o) * K;
+          const float got = yl[size_t(m) * q.rows + o];
+          ASSERT_EQ(bits(got), bits(dot(xr, wr, K) + b[size_t(o)])) << "K=" << K << " M=" << M;
+          ASSERT_EQ(bits(got), bits(lanes(xr, wr, false) + b[size_t(o)])) << "K=" << K << " M=" << M;
+          control_differs = control_differs || bits(got) != bits(lanes(xr, wr, true) + b[size_t(o)]);
+        }
+      for (int isa : {2, 1}) {
+        const int prev = limit_w4_isa(isa);
+        const std::string path = linear_path(direct, M);
+        if (path != "load") {
+          isas_run += M == 1 && K == 2048;
+          EXPECT_EQ(path, isa == 2 ? "w4-avx512" : "w4-avx2");
+          for (int th : {1, 3}) {
+            std::fill(yd.begin(), yd.end(), 0.0f);
+            linear(x, direct, b, yd, th);
+            EXPECT_TRUE(same_bits(yl, yd)) << path << " K=" << K << " M=" << M << " threads=" << th;
+          }
+        }
+        limit_w4_isa(prev);
+      }
+      EXPECT_STREQ(linear_path(direct, 8), "load");  // many rows: dequantised once per block
+    }
+  }
+  EXPECT_TRUE(control_differs) << "fused multiply-adds gave the same bits everywhere: the comparison cannot see one rounding";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2")) EXPECT_GE(isas_run, 1) << "no direct path ran on an AVX2 machine";
+#endif
+  if (isas_run == 0) GTEST_SKIP() << "no AVX2: only the loader's path exists here";
 }
 
 TEST(Ops, RmsnormRowsMatchesFormula) {
