@@ -40,11 +40,15 @@ inline __attribute__((always_inline)) v16 load16(const float* p) {
 
 // One output from its 16 lane sums t over k < k0: the tail x[k0..n) * w[k0..n) into lanes
 // 0.. in order, then the fixed halving tree.
-inline __attribute__((always_inline)) float finish16(float* t, const float* x, const float* w, int64_t k0, int64_t n) {
-  for (int64_t kk = k0; kk < n; ++kk) t[kk - k0] += x[kk] * w[kk];
+// The fixed halving tree over 16 lane sums.
+inline __attribute__((always_inline)) float tree16(float* t) {
   for (int h = kLanes / 2; h >= 1; h /= 2)
     for (int l = 0; l < h; ++l) t[l] += t[l + h];
   return t[0];
+}
+inline __attribute__((always_inline)) float finish16(float* t, const float* x, const float* w, int64_t k0, int64_t n) {
+  for (int64_t kk = k0; kk < n; ++kk) t[kk - k0] += x[kk] * w[kk];
+  return tree16(t);
 }
 
 // acc[i][j] over x rows i < RM and weight rows j < RO; the tail (n % 16 terms) goes into
@@ -183,9 +187,9 @@ __attribute__((target("avx2"))) void linear_block_avx2(const float* x, int64_t M
   }
 }
 
-// AVX2 without AVX-512 takes the intrinsics above.
+// AVX2 takes the intrinsics above (AVX-512, checked first, those below).
 bool use_avx2_tiles() {
-  static const bool ok = __builtin_cpu_supports("avx2") && !__builtin_cpu_supports("avx512f");
+  static const bool ok = __builtin_cpu_supports("avx2");
   return ok;
 }
 
@@ -265,13 +269,6 @@ bool use_avx512_tiles() {
 // multiplied and added into the 16 lane sums in the order of tile() above, and the lanes
 // combined by the same halving tree: every output keeps the bits of linear() over the
 // loaded rows. Blocks are 16 columns (8 code bytes), inside one quantisation block.
-
-// The fixed halving tree over 16 lane sums (finish16 with no tail).
-inline __attribute__((always_inline)) float tree16(float* t) {
-  for (int h = kLanes / 2; h >= 1; h /= 2)
-    for (int l = 0; l < h; ++l) t[l] += t[l + h];
-  return t[0];
-}
 
 #if defined(__x86_64__)
 std::atomic<int> g_w4_isa_limit{2};

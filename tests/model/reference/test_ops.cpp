@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -170,7 +171,8 @@ TEST(Ops, LinearReadsW4CodesWithTheLoadersBits) {
 #if defined(__x86_64__)
   if (__builtin_cpu_supports("avx2")) EXPECT_GE(isas_run, 1) << "no direct path ran on an AVX2 machine";
 #endif
-  if (isas_run == 0) GTEST_SKIP() << "no AVX2: only the loader's path exists here";
+  // Without AVX2 there is no direct path: the loader's path and the lane order were still checked.
+  if (isas_run == 0) std::printf("no AVX2 here: only the loader's path was checked\n");
 }
 
 TEST(Ops, RmsnormRowsMatchesFormula) {
