@@ -290,7 +290,10 @@ void Batch::before(ArchState& s, const Insn& in) {
 
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
-    if (!entries_.empty() && touches_array(in)) flush(s);
+    // A predicate instruction runs now, beside the batch, unless an entry runs under the
+    // predicate it writes (no deferred instruction writes a predicate).
+    const bool beside = in.info->unit == Unit::pred && !(preds_ >> in.a & 1);
+    if (!entries_.empty() && touches_array(in) && !beside) flush(s);
     return false;
   }
   if (entries_.size() >= kMaxEntries) flush(s);
@@ -339,6 +342,7 @@ bool Batch::take(ArchState& s, const Insn& in) {
 void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
   Entry& e = entries_.emplace_back();
   e.in = &in;
+  preds_ |= 1u << in.p;
   e.pc = s.pc;
   if (dqb >= 0) {
     e.kind = Kind::dq_mla;
@@ -514,7 +518,7 @@ void Batch::flush(ArchState& s) {
     }
   }
   uint32_t used = 0;
-  split_pes(s.npe, [&](uint32_t e0, uint32_t e1) {
+  split_pes(s.npe, uint32_t(entries_.size()), [&](uint32_t e0, uint32_t e1) {
     const uint32_t j = split_chunk(s.npe, e0);
     if (!chunks_[j]) chunks_[j] = std::make_unique<Chunk>(s);  // (a chunk runs on one thread)
     chunks_[j]->st.sync_view(s);
@@ -538,6 +542,7 @@ void Batch::flush(ArchState& s) {
   for (uint32_t j = 0; j < kSplitChunks; ++j)
     if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
+  preds_ = 0;
   cur_snap_ = nullptr;
   written_ = 0;
   plv_.clear();

@@ -135,6 +135,7 @@ struct Batch {
   ArchState::DqSnapshot* cur_snap_ = nullptr;
   uint8_t cur_b_ = 0, cur_c_ = 0;
   uint32_t written_ = 0;       // registers that the entries write (their memory is not yet current)
+  uint32_t preds_ = 0;         // predicates that the entries run under (field p)
   std::vector<uint32_t> plv_;  // words of per-PE lazy registers copied at issue
   std::unique_ptr<ArchState> scratch_;  // take_pl: one word per PE as 16 lanes of npe / 16 PEs
 };

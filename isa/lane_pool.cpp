@@ -42,12 +42,12 @@ class Pool {
     f_ = f;
     n_ = n;
     done_.store(0, std::memory_order_relaxed);
-    work_.store(uint64_t(s) << 32, std::memory_order_release);
+    work_.store(uint64_t(s) << 32 | kSplitChunks << 16, std::memory_order_release);
     seq_.store(s);
     const Clock::time_point t0 = Clock::now();
     if (sleeping_.load()) seq_.notify_one();  // seq_cst with the helper's sleeping_/seq_ pair: no lost wake-up
     const Clock::time_point t1 = Clock::now();
-    const uint32_t mine = take_chunks(s);
+    const uint32_t mine = take_chunks(s, true);
     int64_t gain = -(t1 - t0).count();  // the wake-up call is a cost
     if (mine < kSplitChunks) {
       const Clock::time_point t2 = Clock::now();
@@ -103,13 +103,15 @@ class Pool {
     return room_;
   }
 
-  // Takes and runs chunks of job s until none is left; returns how many it ran.
-  uint32_t take_chunks(uint32_t s) {
+  // Takes and runs chunks of job s, from the front or from the back, until none is left;
+  // returns how many it ran.
+  uint32_t take_chunks(uint32_t s, bool front) {
     uint32_t ran = 0;
     for (uint64_t w = work_.load(std::memory_order_acquire);;) {
-      if (uint32_t(w >> 32) != s || uint32_t(w) >= kSplitChunks) return ran;
-      if (!work_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
-      const uint32_t j = uint32_t(w);
+      const uint32_t lo = uint32_t(w) & 0xffff, hi = uint32_t(w) >> 16;  // chunks [lo, hi) are left
+      if (uint32_t(w >> 32) != s || lo >= hi) return ran;
+      if (!work_.compare_exchange_weak(w, front ? w + 1 : w - (uint64_t(1) << 16), std::memory_order_acq_rel)) continue;
+      const uint32_t j = front ? lo : hi - 1;
       try {
         f_(uint32_t(uint64_t(n_) * j / kSplitChunks), uint32_t(uint64_t(n_) * (j + 1) / kSplitChunks));
       } catch (...) {
@@ -144,12 +146,12 @@ class Pool {
       seen = seq_.load(std::memory_order_acquire);
       if (stop_) return;
       // Chunks of job `seen` only: the caller may have finished it and started another.
-      if (const uint32_t ran = take_chunks(seen)) done_.fetch_add(ran, std::memory_order_release);
+      if (const uint32_t ran = take_chunks(seen, false)) done_.fetch_add(ran, std::memory_order_release);
     }
   }
 
   std::atomic<uint32_t> seq_{0};    // the latest job number, for the helper's futex
-  std::atomic<uint64_t> work_{0};   // job number << 32 | next chunk
+  std::atomic<uint64_t> work_{0};   // job number << 32 | end << 16 | begin of the chunks left
   std::atomic<uint32_t> done_{0};   // chunks the helper finished in the current job
   std::atomic<bool> sleeping_{false}, stop_{false};
   PeRangeFn f_;
@@ -181,9 +183,9 @@ std::atomic<bool> forced{false};
 void set_split_pes(bool on) { enabled_flag().store(on); }
 void force_split_pes(bool on) { forced.store(on); }
 
-void split_pes(uint32_t n, PeRangeFn f) {
+void split_pes(uint32_t n, uint32_t insns, PeRangeFn f) {
   const bool force = forced.load(std::memory_order_relaxed);
-  if (n < kMinSplitPes || !(enabled() || force)) return f(0, n);
+  if (n < kMinSplitPes || !((enabled() && insns >= kMinSplitInsns) || force)) return f(0, n);
   static Pool pool;
   pool.run(n, f, force);
 }

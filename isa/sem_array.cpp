@@ -142,15 +142,13 @@ SEM(vunpack_f16) {
   });
 }
 namespace {
-// An fp32 -> fp16 conversion over the PEs, in chunks (lane_pool.h): each chunk records
-// its values' range (isa/fp16.h), merged in PE order into the state's numerics.
+// An fp32 -> fp16 conversion over the window's PEs, which records its values' range
+// (isa/fp16.h) into the state's numerics.
 template <typename F>
 void convert_f16(ArchState& s, uint32_t per_pe, F&& f) {
-  F16Range chunk[kSplitChunks];
-  const uint32_t lo = s.win_lo, n = s.win_hi - lo;
-  split_window(s, [&](uint32_t e0, uint32_t e1) { f(e0, e1, chunk[n ? split_chunk(n, e0 - lo) : 0]); });
-  for (uint32_t j = 1; j < kSplitChunks; ++j) chunk[0].merge(chunk[j]);
-  s.note_f16(chunk[0], per_pe);
+  F16Range r;
+  f(s.win_lo, s.win_hi, r);
+  s.note_f16(r, per_pe);
 }
 }  // namespace
 
@@ -161,9 +159,15 @@ SEM(vpack_f16) {
   });
 }
 
-SEM(vadd_f32) { mapf2(s, i, [](float b, float c) { return b + c; }); }
+namespace {
+// x86 keeps the first operand's NaN when both operands are NaNs, and a compiler may put
+// either operand of a commutative + or * first: the definition names vc's (quieted), as
+// the vectorised loops of the earlier builds ordered them.
+inline float nan_of_c(float c, float r) { return c != c ? as_f32(as_u32(c) | 0x400000u) : r; }
+}  // namespace
+SEM(vadd_f32) { mapf2(s, i, [](float b, float c) { return nan_of_c(c, b + c); }); }
 SEM(vsub_f32) { mapf2(s, i, [](float b, float c) { return b - c; }); }
-SEM(vmul_f32) { mapf2(s, i, [](float b, float c) { return b * c; }); }
+SEM(vmul_f32) { mapf2(s, i, [](float b, float c) { return nan_of_c(c, b * c); }); }
 SEM(vmla_f32) {
   uint32_t* a = s.vreg(i.a);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
@@ -201,9 +205,7 @@ template <bool kF16>
 void dequant4(ArchState& s, const Insn& i) {
   check_sel(i, 8);
   // Each PE reads its own codes and meta before it writes: va may alias vb or vc.
-  split_window(s, [&](uint32_t e0, uint32_t e1) {
-    lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), e0, e1, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
-  });
+  lanes::dequant4_pes(s.vreg(i.a), s.vreg(i.b), s.vreg(i.c), s.win_lo, s.win_hi, i.p ? s.predicate(i.p) : nullptr, i.d, kF16);
 }
 }  // namespace
 
@@ -213,10 +215,8 @@ SEM(vdq4_f16) { dequant4<true>(s, i); }
 SEM(vmac_f16) {
   uint32_t* a = s.vreg(i.a);
   if (s.lazy >> i.c & 1)  // vc is a lazy broadcast (unpredicated; isa/execute.h)
-    return split_window(s, [&](uint32_t e0, uint32_t e1) {
-      lanes::mac_f16_bcast(a + size_t(e0) * kLanes, s.vreg(i.b) + size_t(e0) * kLanes, s.lazy_lanes[i.c],
-                           size_t(e1 - e0) * kLanes);
-    });
+    return lanes::mac_f16_bcast(a + size_t(s.win_lo) * kLanes, s.vreg(i.b) + size_t(s.win_lo) * kLanes, s.lazy_lanes[i.c],
+                                size_t(s.win_hi - s.win_lo) * kLanes);
   const uint32_t *b = s.vreg(i.b), *c = s.vreg(i.c);
   for_lane_runs(s, i, [&](size_t k, size_t n) { lanes::mac_f16(a + k, b + k, c + k, n); });
 }

@@ -108,7 +108,7 @@ void ocm_gather(ArchState& s, const Insn& i) {
   check_strided(s, i, base, stride, bytes);
   if (!s.functional) return;
   const uint32_t* a = s.vreg(i.a);
-  for_pes_in_order(s, i, [&](uint32_t e) {
+  for_pes(s, i, [&](uint32_t e) {
     uint8_t* dst = &s.ocm[base + size_t(e) * stride];
     if constexpr (kHalf) lanes_to_halves(a + size_t(e) * kLanes, dst);
     else std::memcpy(dst, a + size_t(e) * kLanes, bytes);
@@ -148,7 +148,7 @@ void ocm_gather_element(ArchState& s, const Insn& i) {
   check_strided(s, i, base, stride, kBytes);
   if (!s.functional) return;
   const uint32_t* a = s.vreg(i.a);
-  for_pes_in_order(s, i, [&](uint32_t e) { std::memcpy(&s.ocm[base + size_t(e) * stride], a + size_t(e) * kLanes, kBytes); });
+  for_pes(s, i, [&](uint32_t e) { std::memcpy(&s.ocm[base + size_t(e) * stride], a + size_t(e) * kLanes, kBytes); });
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <cstdint>
 
 #include "isa/fp16.h"
-#include "isa/lane_pool.h"
 #include "isa/state.h"
 
 namespace gpnpu::isa {
@@ -41,32 +40,27 @@ inline uint32_t as_u32(float f) { return std::bit_cast<uint32_t>(f); }
 // Apply `f(k, n)` to every run of consecutive lanes [k, k + n) of the PEs enabled by
 // the instruction's predicate, so that vectorised loops see long contiguous ranges.
 // Only the PEs of the state's window [win_lo, win_hi) are visited (all of them but
-// while a batch runs block by block, isa/batch.h). Large arrays run in chunks on two
-// threads (lane_pool.h): `f` may write only the lanes it is given.
+// while a batch runs block by block, isa/batch.h; the batch's chunks of PEs are what
+// runs on two threads, lane_pool.h).
 template <typename F>
 inline void for_lane_runs(ArchState& s, const Insn& i, F&& f) {
   const uint32_t lo = s.win_lo, hi = s.win_hi;
   if (s.predicate_contiguous(i.p)) {  // p0, or one run of PEs (the predicate's summary): no scan
     const uint32_t b = std::max(s.pred_first[i.p], lo), e = std::min(s.pred_first[i.p] + s.pred_count[i.p], hi);
-    if (b >= e) return;
-    return split_pes(e - b, [&](uint32_t e0, uint32_t e1) {
-      f(size_t(b + e0) * kLanes, size_t(e1 - e0) * kLanes);
-    });
+    if (b < e) f(size_t(b) * kLanes, size_t(e - b) * kLanes);
+    return;
   }
   const uint8_t* pr = s.predicate(i.p);
-  split_pes(hi - lo, [&](uint32_t e0, uint32_t e1) {
-    e0 += lo, e1 += lo;
-    for (uint32_t e = e0; e < e1;) {
-      if (!pr[e]) {
-        ++e;
-        continue;
-      }
-      uint32_t end = e + 1;
-      while (end < e1 && pr[end]) ++end;
-      f(size_t(e) * kLanes, size_t(end - e) * kLanes);
-      e = end;
+  for (uint32_t e = lo; e < hi;) {
+    if (!pr[e]) {
+      ++e;
+      continue;
     }
-  });
+    uint32_t end = e + 1;
+    while (end < hi && pr[end]) ++end;
+    f(size_t(e) * kLanes, size_t(end - e) * kLanes);
+    e = end;
+  }
 }
 
 // Write a[k] = f(k) to every lane of every PE enabled by the instruction's predicate;
@@ -93,38 +87,18 @@ inline void for_lanes_int(ArchState& s, const Insn& i, uint32_t* a, F&& f) {
   });
 }
 
-// Apply `f(pe)` to every PE enabled by the predicate (in the window, as above); `f` may
-// write only that PE's lanes and LRM (the PEs run in chunks on two threads on large arrays).
+// Apply `f(pe)` to every PE enabled by the predicate (in the window, as above), in PE
+// order (the OCM forms' stores: a later PE overwrites an earlier one).
 template <typename F>
 inline void for_pes(ArchState& s, const Insn& i, F&& f) {
   const uint32_t lo = s.win_lo, hi = s.win_hi;
   if (s.predicate_contiguous(i.p)) {  // as in for_lane_runs
     const uint32_t b = std::max(s.pred_first[i.p], lo), e = std::min(s.pred_first[i.p] + s.pred_count[i.p], hi);
-    if (b >= e) return;
-    return split_pes(e - b, [&](uint32_t e0, uint32_t e1) {
-      for (uint32_t k = b + e0; k < b + e1; ++k) f(k);
-    });
+    for (uint32_t k = b; k < e; ++k) f(k);
+    return;
   }
   const uint8_t* pr = s.predicate(i.p);
-  split_pes(hi - lo, [&](uint32_t e0, uint32_t e1) {
-    for (uint32_t e = lo + e0; e < lo + e1; ++e)
-      if (pr[e]) f(e);
-  });
-}
-
-// split_pes over the window's PEs: f(e0, e1) with absolute PE indices.
-template <typename F>
-inline void split_window(const ArchState& s, F&& f) {
-  const uint32_t lo = s.win_lo;
-  split_pes(s.win_hi - lo, [&](uint32_t e0, uint32_t e1) { f(lo + e0, lo + e1); });
-}
-
-// The same in PE order on one thread: for writes into shared memory (OCM), where a
-// later PE overwrites an earlier one.
-template <typename F>
-inline void for_pes_in_order(ArchState& s, const Insn& i, F&& f) {
-  const uint8_t* pr = s.predicate(i.p);
-  for (uint32_t e = 0; e < s.npe; ++e)
+  for (uint32_t e = lo; e < hi; ++e)
     if (pr[e]) f(e);
 }
 
