@@ -9,9 +9,18 @@
 
 namespace gpnpu::isa {
 
+namespace {
+// The OCM forms that read OCM into registers and may wait in a batch (an unpredicated
+// obcast leaves a lazy broadcast at issue instead; oscatter.w1 may leave a per-PE lazy one).
+bool reads_ocm(const Insn& in) {
+  return in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ||
+         (in.p != 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h));
+}
+}  // namespace
+
 bool batchable(const Insn& in) {
   const Unit u = in.info->unit;
-  if (u == Unit::lrm) return true;
+  if (u == Unit::lrm || reads_ocm(in)) return true;
   return (unit_info(u).flags & kCompute) && in.exec != &sem_vmovn && in.exec != &sem_vext;
 }
 
@@ -269,7 +278,10 @@ void Batch::before(ArchState& s, const Insn& in) {
       if (sn.shared != r) continue;
       if (sn.refs == 0) {  // (entries already made read it before `in` writes it)
         s.release_codes(sn);
-      } else if (entries_.empty() && overwrites(in, r)) {  // r renamed: the snapshot keeps the storage
+        continue;
+      }
+      if (!entries_.empty() && reads_ocm(in) && overwrites(in, r)) flush(s);  // then rename, as below
+      if (entries_.empty() && overwrites(in, r)) {  // r renamed: the snapshot keeps the storage
         s.set_storage(r, s.take_buffer());
         sn.owned = true, sn.shared = -1;
       } else {  // a copy, made now or in the batch's order
@@ -290,9 +302,9 @@ void Batch::before(ArchState& s, const Insn& in) {
 
 bool Batch::take(ArchState& s, const Insn& in) {
   if (!batchable(in)) {
-    // A predicate instruction runs now, beside the batch, unless an entry runs under the
-    // predicate it writes (no deferred instruction writes a predicate).
-    const bool beside = in.info->unit == Unit::pred && !(preds_ >> in.a & 1);
+    // A predicate instruction runs now, beside the batch (no deferred instruction writes
+    // a predicate); entries that run under the predicate it writes keep its value.
+    const bool beside = in.info->unit == Unit::pred && (!(preds_ >> in.a & 1) || keep_predicate(s, in.a));
     if (!entries_.empty() && touches_array(in) && !beside) flush(s);
     return false;
   }
@@ -300,6 +312,12 @@ bool Batch::take(ArchState& s, const Insn& in) {
   {
     Window none(s, 0, 0);  // the instruction's checks, on no PE: an error names it
     in.exec(s, in);
+  }
+  if (reads_ocm(in) && s.pred_count[in.p]) {  // the OCM bytes it reads: a DMA write there runs the batch first
+    const uint64_t base = uint64_t(s.x[in.b]) + uint32_t(in.imm);
+    const uint64_t stride = in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ? s.x[in.c] : 0;
+    ocm_lo_ = std::min(ocm_lo_, base + stride * s.pred_first[in.p]);
+    ocm_hi_ = std::max(ocm_hi_, base + stride * s.pred_last[in.p] + in.info->mem_bytes);
   }
   const bool pl = s.lazy_pl && take_pl(s, in);
   if (s.uni_yes) forget_written(s, in);
@@ -336,6 +354,24 @@ bool Batch::take(ArchState& s, const Insn& in) {
   }
   for (int k = 0; k < in.ndst && !dq; ++k)
     if (is_vreg(in.dst[k])) written_ |= 1u << (in.dst[k] - kRegV);
+  return true;
+}
+
+// Predicate p is about to be written while entries run under it: its value goes to a
+// free slot (kPregs.., isa/state.h) and those entries run under the slot instead (false
+// when every slot is taken: the batch must run first).
+bool Batch::keep_predicate(ArchState& s, int p) {
+  if (slots_ == kPredSlots - kPregs) return false;
+  const int slot = kPregs + slots_++;
+  std::memcpy(&s.pred[size_t(slot) * s.npe], s.predicate(p), s.npe);
+  s.pred_count[slot] = s.pred_count[p], s.pred_first[slot] = s.pred_first[p], s.pred_last[slot] = s.pred_last[p];
+  for (Entry& e : entries_)
+    if (e.in && e.in->p == p) {
+      Insn& moved = moved_.emplace_back(*e.in);
+      moved.p = uint8_t(slot);
+      e.in = &moved;
+    }
+  preds_ &= ~(1u << p);
   return true;
 }
 
@@ -543,6 +579,9 @@ void Batch::flush(ArchState& s) {
     if (chunks_[j]) chunks_[j]->first.clear();
   entries_.clear();
   preds_ = 0;
+  slots_ = 0;
+  moved_.clear();
+  ocm_lo_ = UINT64_MAX, ocm_hi_ = 0;
   cur_snap_ = nullptr;
   written_ = 0;
   plv_.clear();

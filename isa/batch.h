@@ -8,20 +8,27 @@
 //
 // While the sequencer sets ArchState::batch (functional runs without trace hooks),
 // isa::execute() defers such instructions ("batchable": every kCompute instruction but
-// vmovn and vext, and the LRM loads and stores) into the batch, with what they read
-// of the rest of the state at issue time: the scalar registers (a copy, when they read
-// one) and the lanes of a lazy broadcast (isa/execute.h). Any other instruction that
-// touches the array, its predicates or the numerics (OCM forms, pset.*, vmovn, vext,
-// marks, halt) first runs the batch (flush); scalar, branch, scalar-memory and DMA
-// instructions do not (DMA moves only DDR and OCM). Each deferred instruction's checks
-// (LRM range, element group, lane number) run at issue, on an empty window, so errors
-// name the right instruction and cycle. The fp16 numerics (ArchState::f16) are sums and
+// vmovn and vext, the LRM loads and stores, and the OCM forms that read OCM into
+// registers: oscatter, oscatter.h, a predicated obcast) into the batch, with what they
+// read of the rest of the state at issue time: the scalar registers (a copy, when they
+// read one) and the lanes of a lazy broadcast (isa/execute.h). The OCM forms read OCM
+// when the batch runs: the batch keeps the range they read, and a DMA that writes into
+// it runs the batch first (before_ocm_write, called by the platform). A predicate
+// instruction runs beside the batch; entries that run under the predicate it writes keep
+// its old value in a predicate slot (kPredSlots, isa/state.h; the batch runs when the
+// slots run out). An unpredicated obcast leaves a lazy broadcast at issue. Any other
+// instruction that touches the array or the numerics (OCM gathers, oscatter.w1, vmovn,
+// vext, marks, halt) first runs the batch (flush); scalar, branch, scalar-memory and DMA
+// instructions do not. Each deferred instruction's checks (LRM range, element group,
+// lane number) run at issue, on an empty window, so errors name the right instruction
+// and cycle. The fp16 numerics (ArchState::f16) are sums and
 // maxima, and the first non-finite conversion is kept per deferred instruction and
 // taken in program order, so they equal an instruction-by-instruction run; tests/sim
 // (test_lazy_broadcast.cpp) compares both ways bit for bit.
 #pragma once
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -42,6 +49,11 @@ struct Batch {
   // where split_pes splits, lane_pool.h); the batch is then empty.
   void flush(ArchState& s);
   bool empty() const { return entries_.empty(); }
+  // OCM bytes [lo, hi) are about to be written (a DMA): runs the batch first if one of
+  // its entries reads them (the OCM forms wait in a batch, reading OCM when it runs).
+  void before_ocm_write(ArchState& s, uint64_t lo, uint64_t hi) {
+    if (lo < ocm_hi_ && ocm_lo_ < hi) flush(s);
+  }
   // `in` is about to execute (isa::execute(), before any of its effects): an instruction
   // that take() would not defer runs the batch first; then, for each register r that `in`
   // writes, what is known of r (lane-uniform, ArchState::uni_yes / uni_no) and the current
@@ -113,6 +125,7 @@ struct Batch {
   void push_pl_fill(ArchState& s, int r);
   bool lane_uniform(ArchState& s, int r, uint32_t* lanes);
   bool take_pl(ArchState& s, const Insn& in);
+  bool keep_predicate(ArchState& s, int p);
   ArchState::DqSnapshot* snapshot(ArchState& s, const Insn& in);
   void run_chunk(Chunk& c, uint32_t e0, uint32_t e1);
   void mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi);
@@ -136,6 +149,9 @@ struct Batch {
   uint8_t cur_b_ = 0, cur_c_ = 0;
   uint32_t written_ = 0;       // registers that the entries write (their memory is not yet current)
   uint32_t preds_ = 0;         // predicates that the entries run under (field p)
+  int slots_ = 0;              // predicate slots kPregs.. taken (keep_predicate)
+  std::deque<Insn> moved_;     // entries' instructions moved to a slot's predicate
+  uint64_t ocm_lo_ = UINT64_MAX, ocm_hi_ = 0;  // the OCM bytes that the entries read
   std::vector<uint32_t> plv_;  // words of per-PE lazy registers copied at issue
   std::unique_ptr<ArchState> scratch_;  // take_pl: one word per PE as 16 lanes of npe / 16 PEs
 };

@@ -14,7 +14,7 @@ ArchState::ArchState(ArrayShape shape_, uint32_t lrm_bytes_, uint32_t smem_bytes
       shape(shape_),
       npe(shape_.npe()),
       v(size_t(kVregs) * shape_.npe() * kLanes, 0),
-      pred(size_t(kPregs) * shape_.npe(), 0),
+      pred(size_t(kPredSlots) * shape_.npe(), 0),
       lrm_bytes(lrm_bytes_),
       lrm_stride(lrm_bytes_ + 64),
       lrm(size_t(shape_.npe()) * lrm_stride, 0),
@@ -84,7 +84,7 @@ void ArchState::summarise_predicate(int p) {
 void ArchState::clear_predicates() {
   std::fill(pred.begin(), pred.begin() + npe, 1);  // p0: every PE
   std::fill(pred.begin() + npe, pred.end(), 0);
-  for (int p = 0; p < kPregs; ++p) summarise_predicate(p);
+  for (int p = 0; p < kPredSlots; ++p) summarise_predicate(p);
 }
 
 void ArchState::materialise(int r) {
@@ -158,7 +158,7 @@ uint64_t ArchState::digest() const {
   uint64_t h = digest_bytes(x, sizeof x, 1);
   h = digest_bytes(smem.data(), smem.size(), h);
   h = digest_bytes(v.data(), v.size() * sizeof(uint32_t), h);
-  h = digest_bytes(pred.data(), pred.size(), h);
+  h = digest_bytes(pred.data(), size_t(kPregs) * npe, h);  // the architectural predicates
   std::vector<uint8_t> packed(size_t(npe) * lrm_bytes);  // the PEs' LRM without the padding
   for (uint32_t e = 0; e < npe; ++e) std::memcpy(&packed[size_t(e) * lrm_bytes], lrm_of(e), lrm_bytes);
   h = digest_bytes(packed.data(), packed.size(), h);

@@ -23,6 +23,10 @@ constexpr int kLanes = 16;        // 32-bit lanes per PE vector register
 constexpr int kVregs = 32;
 constexpr int kXregs = 32;
 constexpr int kPregs = 8;
+// Predicate slots kPregs.. are not architectural: a PE-block batch keeps there the value
+// that a predicate had when its deferred instructions issued, while the program writes
+// the predicate again (isa/batch.h).
+constexpr int kPredSlots = 2 * kPregs;
 constexpr int kLoopDepth = 4;     // nested hardware loops
 constexpr int kDmaDescWords = 9;  // words of a DMA descriptor in scalar memory
 
@@ -98,12 +102,12 @@ struct ArchState {
   ArrayShape shape;
   uint32_t npe;
   std::vector<uint32_t, HugeAlloc<uint32_t>> v;  // [reg][pe][lane]
-  std::vector<uint8_t> pred;    // [preg][pe], 0 or 1; p0 is all ones
+  std::vector<uint8_t> pred;    // [slot][pe], 0 or 1; p0 is all ones; kPredSlots slots
   // Summary of each predicate, kept by summarise_predicate() whenever pred[p] changes:
   // active PEs, and the first and last active PE (first = npe when none). The timing
   // model and the address checks read only these, never the 1,024 bytes.
-  uint32_t pred_count[kPregs];
-  uint32_t pred_first[kPregs], pred_last[kPregs];
+  uint32_t pred_count[kPredSlots];
+  uint32_t pred_first[kPredSlots], pred_last[kPredSlots];
   void summarise_predicate(int p);
   void clear_predicates();  // p1..p7 off, p0 all on
   // Whether predicate p's active PEs are one contiguous run [first, last] (or none).

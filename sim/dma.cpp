@@ -125,6 +125,8 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
   uint64_t off = 0;
   auto move = [&](tlm::tlm_command cmd) {
     return [&, cmd](uint64_t addr, uint64_t bytes) {
+      if (cmd == tlm::TLM_WRITE_COMMAND && before_ocm_write && in_region(kOcmRegion, addr))
+        before_ocm_write(addr - kOcmRegion.base, bytes);
       trans.set_command(cmd);
       trans.set_address(addr);
       trans.set_data_ptr(buffer_.data() + off);

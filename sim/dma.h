@@ -77,6 +77,9 @@ class DmaEngine : public sc_core::sc_module {
 
   // Called for every DMA event when set (tracing); nothing is done when empty.
   std::function<void(const DmaEvent&)> on_event;
+  // Called before a functional run writes OCM bytes [offset, offset + bytes) (the
+  // platform runs a PE-block batch that reads them first, isa/batch.h).
+  std::function<void(uint64_t offset, uint64_t bytes)> before_ocm_write;
 
   // Puts the energy events of DMA (descriptors, OCM-port bytes, DDR bytes in whole
   // bursts) into `power`'s windows as they happen, cycles relative to `base` (the run's

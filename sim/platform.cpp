@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "isa/batch.h"
 #include "isa/error.h"
 #include "sim/machine/memory_map.h"
 
@@ -86,6 +87,9 @@ void Platform::build() {
   seq_ = std::make_unique<Sequencer>("sequencer", *clock_, *dma_, *bus_);
   // Wiring from the memory map: one route per region.
   dma_->socket.bind(bus_->target);
+  dma_->before_ocm_write = [this](uint64_t offset, uint64_t bytes) {
+    if (state_ && state_->batch) state_->batch->before_ocm_write(*state_, offset, offset + bytes);
+  };
   bus_->route(kDdrRegion).bind(ddr_->socket);
   bus_->route(kOcmRegion).bind(ocm_->socket);
 }

@@ -282,6 +282,18 @@ TEST_F(Golden, vpack_f16) {
   EXPECT_EQ(m.V(6, 0, 1), 0x00027c00u);  // 70000 -> inf; 1.5 * 2^-24 ties to even: 2 * 2^-24
 }
 
+// Two NaN operands: vadd.f32 and vmul.f32 keep vc's, quieted (the definition; a compiler
+// may order the operands of a commutative + or * either way). One NaN: that one, quieted.
+// Negative control (tried): without the rule in isa/sem_array.cpp, this build gives vb's.
+template <typename Run>
+void two_nans(Machine& m, Run&& run, const char* op, float both_finite) {
+  const uint32_t qb = 0xffc00001u, sc = 0x7f800123u;  // vb: quiet, negative; vc: signalling, positive
+  m.fill(2, [&](uint32_t, int l) { return l < 8 ? qb : fbits(1.5f); });
+  m.fill(3, [&](uint32_t, int l) { return l % 2 ? sc : fbits(2.0f); });
+  run(std::string(op) + " v1, v2, v3");
+  expect_v(m, 1, [&](uint32_t, int l) { return l % 2 ? sc | 0x400000u : l < 8 ? qb : fbits(both_finite); }, op);
+}
+
 TEST_F(Golden, vadd_f32) {
   m.fillf(2, [](uint32_t e, int l) { return 0.1f * float(l) + float(e); });
   m.fillf(3, [](uint32_t, int l) { return l == 0 ? kInf : 0.7f; });
@@ -291,6 +303,7 @@ TEST_F(Golden, vadd_f32) {
   m.fillf(5, [](uint32_t, int) { return 1.0f; });
   run("vadd.f32 v1, v4, v5");  // 2^24 + 1 rounds to even: 2^24
   EXPECT_EQ(m.VF(1, 3, 7), 16777216.0f);
+  two_nans(m, [&](const std::string& t) { run(t); }, "vadd.f32", 3.5f);
 }
 
 TEST_F(Golden, vsub_f32) {
@@ -307,6 +320,7 @@ TEST_F(Golden, vmul_f32) {
   m.fillf(3, [](uint32_t, int) { return -3.0f; });
   run("vmul.f32 v1, v2, v3");
   expect_v(m, 1, [](uint32_t e, int l) { return fbits((0.1f * float(l) - float(e)) * -3.0f); });
+  two_nans(m, [&](const std::string& t) { run(t); }, "vmul.f32", 3.0f);
 }
 
 TEST_F(Golden, vmla_f32) {

@@ -403,6 +403,93 @@ TEST_P(LazyBroadcast, SharedDequantisationCodesEqualTheEagerRun) {
   Result again = run(false, kDqProgram);
   EXPECT_TRUE(again.v == lazy.v);
 }
+// OCM reads and predicates in a batch (isa/batch.h): oscatter, oscatter.h and a
+// predicated obcast wait in the batch and read OCM when it runs, so a DMA that writes
+// bytes they read runs the batch first (one that writes other bytes does not have to); a
+// predicate written while entries run under it (pset.range, pnot) leaves them its old
+// value, more times than a batch keeps (then the batch runs).
+const char* kOcmPredProgram = R"(
+    li   x3, 64
+    li   x5, 300
+    pset.range p1, x0, x5
+    li   x9, 0xe0010000
+    li   x1, 4096
+    li   x2, 16
+    li   x4, 1
+    sw   x0, 0x100(x0)
+    sw   x9, 0x104(x0)
+    sw   x1, 0x108(x0)
+    sw   x2, 0x10c(x0)
+    sw   x1, 0x110(x0)
+    sw   x1, 0x114(x0)
+    sw   x4, 0x118(x0)
+    sw   x0, 0x11c(x0)
+    sw   x0, 0x120(x0)
+    li   x9, 0xe0040000
+    sw   x0, 0x140(x0)
+    sw   x9, 0x144(x0)
+    sw   x1, 0x148(x0)
+    sw   x2, 0x14c(x0)
+    sw   x1, 0x150(x0)
+    sw   x1, 0x154(x0)
+    sw   x4, 0x158(x0)
+    sw   x0, 0x15c(x0)
+    sw   x0, 0x160(x0)
+    oscatter v1, 0x10000(x0), x3
+    oscatter.h v2, 0x10000(x0), x3 @p1
+    obcast v3, 0x10040(x0) @p1
+    oscatter v4, 0x20000(x0), x3
+    vadd.i32 v5, v1, v4
+    li   x8, 0x140
+    dma.start c1, x8
+    dma.wait c1
+    li   x8, 0x100
+    dma.start c0, x8
+    dma.wait c0
+    vadd.i32 v6, v1, v2
+    oscatter v7, 0x10000(x0), x3
+    oscatter v12, 0x40000(x0), x3
+    vadd.i32 v8, v7, v3
+    li   x6, 0
+    li   x7, 12
+    loop x7, Lp
+    vadd.i32 v9, v9, v4 @p1
+    oscatter.h v10, 0x2000(x6), x3 @p1
+    vadd.i32 v11, v11, v10 @p2
+    addi x5, x5, 61
+    pset.range p1, x6, x5
+    pnot p2, p1
+    addi x6, x6, 16
+Lp:
+    halt
+)";
+
+TEST_P(LazyBroadcast, OcmReadsAndPredicatesWaitingInTheBatchEqualTheEagerRun) {
+  isa::force_split_pes(GetParam());
+  Result lazy = run(false, kOcmPredProgram);
+  isa::force_split_pes(false);
+  Result eager = run(true, kOcmPredProgram);
+  EXPECT_EQ(lazy.cycles, eager.cycles);
+  ASSERT_EQ(lazy.v.size(), eager.v.size());
+  const uint32_t npe = Platform::get().state().npe;
+  auto zeros = [&](const Result& r, int reg) {
+    size_t n = 0;
+    for (size_t k = size_t(reg) * npe * 16; k < size_t(reg + 1) * npe * 16; ++k) n += r.v[k] == 0;
+    return n;
+  };
+  for (int r = 0; r < 32; ++r) {
+    size_t diff = 0;
+    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) diff += lazy.v[k] != eager.v[k];
+    EXPECT_EQ(diff, 0u) << "v" << r;
+  }
+  EXPECT_TRUE(lazy.ocm == eager.ocm);
+  // The reads before the DMAs saw the OCM's pattern, those after them its zeros.
+  EXPECT_EQ(zeros(lazy, 1), 0u);
+  EXPECT_EQ(zeros(lazy, 7), size_t(npe) * 16);
+  EXPECT_EQ(zeros(lazy, 12), size_t(npe) * 16);
+  for (int r : {9, 11}) EXPECT_LT(zeros(lazy, r), size_t(npe) * 16) << "v" << r;  // the loop did something
+}
+
 INSTANTIATE_TEST_SUITE_P(Split, LazyBroadcast, ::testing::Bool());
 
 }  // namespace
