@@ -400,16 +400,16 @@ void Batch::push_entry(ArchState& s, const Insn& in, int bc, int dqb) {
 // it until it is written; each conversion takes a new version (deferred items still read
 // the older ones).
 const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
-  if (c.cached == b) return c.fb_cur;
-  if (c.pend >> b & 1) settle(c, 1u << b, lo, hi);  // vb's own items first
-  if (c.nver == Chunk::kVersions) {
-    settle(c, c.pend, lo, hi);
-    c.nver = 0;
+  if (c.w->cached == b) return c.w->fb_cur;
+  if (c.w->pend >> b & 1) settle(c, 1u << b, lo, hi);  // vb's own items first
+  if (c.w->nver == Work::kVersions) {
+    settle(c, c.w->pend, lo, hi);
+    c.w->nver = 0;
   }
-  uint32_t* fb = &c.fbv[size_t(c.nver++) * Chunk::kVersionStride];
+  uint32_t* fb = &c.w->fbv[size_t(c.w->nver++) * Work::kVersionStride];
   lanes::mac_f16_operand(fb, c.st.vreg(b) + size_t(lo) * kLanes, size_t(hi - lo) * kLanes);
-  c.cached = b;
-  c.fb_cur = fb;
+  c.w->cached = b;
+  c.w->fb_cur = fb;
   return fb;
 }
 
@@ -417,18 +417,18 @@ const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
 // registers run 8 PEs at a time, each register's chain in turn, so that the versions of
 // vb that their chains share stay in the L1 cache.
 void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
-  regs &= c.pend;
+  regs &= c.w->pend;
   if (!regs) return;
   const uint32_t n = hi - lo;
   const uint32_t step = regs & (regs - 1) ? 8 : n;
   for (uint32_t e = 0; e < n; e += step)
     for (uint32_t m = regs; m; m &= m - 1) {
       const int r = __builtin_ctz(m);
-      const std::vector<lanes::MacItem>& it = c.items[r];
+      const std::vector<lanes::MacItem>& it = c.w->items[r];
       lanes::mac_f16_cvt_chain(c.st.vreg(r) + size_t(lo) * kLanes, it.data(), it.size(), e, std::min(n, e + step));
     }
-  for (uint32_t m = regs; m; m &= m - 1) c.items[__builtin_ctz(m)].clear();
-  c.pend &= ~regs;
+  for (uint32_t m = regs; m; m &= m - 1) c.w->items[__builtin_ctz(m)].clear();
+  c.w->pend &= ~regs;
 }
 
 // vmac.f16 on the block [lo, hi): by a broadcast, deferred (Chunk); else now.
@@ -438,8 +438,8 @@ void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
   const uint32_t* fb = operand(c, in.b, lo, hi);
   if (e.kind == Kind::bcast || e.kind == Kind::bcast2) {
     const uint32_t* cf = &cf_[size_t(e.cf)];
-    c.items[in.a].push_back({fb, cf, cf + kLanes, e.kind == Kind::bcast2 ? &sels_[size_t(e.sel) * s.npe + lo] : nullptr});
-    c.pend |= 1u << in.a;
+    c.w->items[in.a].push_back({fb, cf, cf + kLanes, e.kind == Kind::bcast2 ? &sels_[size_t(e.sel) * s.npe + lo] : nullptr});
+    c.w->pend |= 1u << in.a;
     return;
   }
   uint32_t* a = s.vreg(in.a);
@@ -451,15 +451,18 @@ void Batch::mac(Chunk& c, const Entry& e, uint32_t lo, uint32_t hi) {
 // Every entry on the PEs [e0, e1), a block of kBlockPes at a time.
 void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
   ArchState& s = c.st;
+  static thread_local std::unique_ptr<Work> work;  // (per thread: a chunk's versions stay in its core's cache)
+  if (!work) work = std::make_unique<Work>();
+  c.w = work.get();
   c.first.assign(entries_.size(), {});
   for (uint32_t lo = e0; lo < e1; lo += kBlockPes) {
     const uint32_t hi = std::min(e1, lo + kBlockPes);
     Window block(s, lo, hi);
-    c.cached = -1;
-    c.nver = 0;
+    c.w->cached = -1;
+    c.w->nver = 0;
     for (size_t j = 0; j < entries_.size(); ++j) {
       const Entry& e = entries_[j];
-      if (c.pend & touch_[j] && e.cf < 0) settle(c, touch_[j], lo, hi);  // (a deferred vmac.f16 settles its vb)
+      if (c.w->pend & touch_[j] && e.cf < 0) settle(c, touch_[j], lo, hi);  // (a deferred vmac.f16 settles its vb)
       switch (e.kind) {
         case Kind::fill: {
           uint32_t* v = s.vreg(e.reg);
@@ -469,7 +472,7 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           } else {
             for (uint32_t pe = lo; pe < hi; ++pe) std::memcpy(v + size_t(pe) * kLanes, e.lanes, sizeof e.lanes);
           }
-          if (c.cached == e.reg) c.cached = -1;
+          if (c.w->cached == e.reg) c.w->cached = -1;
           continue;
         }
         case Kind::copy:
@@ -488,12 +491,12 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           uint8_t cls[kLanes];
           for (int l = 0; l < kLanes; ++l) cls[l] = uint8_t(e.lanes[l]);
           write_pl(s.vreg(e.reg), &plv_[size_t(e.xs)], &plv_[size_t(e.xs) + s.npe], cls, lo, hi);
-          if (c.cached == e.reg) c.cached = -1;
+          if (c.w->cached == e.reg) c.w->cached = -1;
           continue;
         }
         case Kind::dq_fill: {
           snaps_[size_t(e.sel)]->dequant(e.codes, s.vreg(e.reg), lo, hi, e.sel8);
-          if (c.cached == e.reg) c.cached = -1;
+          if (c.w->cached == e.reg) c.w->cached = -1;
           continue;
         }
         case Kind::dq_mla:
@@ -519,9 +522,9 @@ void Batch::run_chunk(Chunk& c, uint32_t e0, uint32_t e1) {
           break;
       }
       for (int k = 0; k < e.in->ndst; ++k)  // vb written: convert it again
-        if (e.in->dst[k] == kRegV + c.cached) c.cached = -1;
+        if (e.in->dst[k] == kRegV + c.w->cached) c.w->cached = -1;
     }
-    settle(c, c.pend, lo, hi);
+    settle(c, c.w->pend, lo, hi);
   }
 }
 

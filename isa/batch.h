@@ -91,32 +91,38 @@ struct Batch {
     uint32_t lanes[kLanes];   // fill, bcast, bcast2: the broadcast lanes
     uint32_t lanes2[kLanes];  // the same, with sel: the lanes of the PEs whose selector is set
   };
-  // What one chunk of PEs runs with (the chunks of split_pes, lane_pool.h, run on two
-  // threads): a view of the state (its own pc, scalar registers, window and numerics),
-  // vb of the block's vmac.f16s converted to fp32 once (a run of vmac.f16 that share vb:
-  // a matrix tile times several activations; `cached` is that register, or -1, and
-  // fb_cur its conversion), and each entry's first non-finite fp16 conversion in the chunk.
-  // A block's vmac.f16s by broadcasts (kinds bcast, bcast2) are deferred: each appends
-  // an item (its vb's conversion, a version in fbv that later conversions do not
-  // overwrite, and its lanes) to its accumulator's list (`pend`: the registers with
-  // items), and the items run in order when another entry names the accumulator, when
-  // the versions run out, and at the block's end (settle): the accumulator stays in host
-  // registers across them instead of streaming through the cache once per vmac.f16 (the
-  // tower's matmul: 16 accumulators, vb rotated once per 16 vmac.f16s).
-  struct Chunk {
+  // What a thread runs a block's entries with: vb of the block's vmac.f16s converted to
+  // fp32 once (a run of vmac.f16 that share vb: a matrix tile times several activations;
+  // `cached` is that register, or -1, and fb_cur its conversion). A block's vmac.f16s by
+  // broadcasts (kinds bcast, bcast2) are deferred: each appends an item (its vb's
+  // conversion, a version in fbv that later conversions do not overwrite, and its lanes)
+  // to its accumulator's list (`pend`: the registers with items), and the items run in
+  // order when another entry names the accumulator, when the versions run out, and at the
+  // block's end (settle): the accumulator stays in host registers across them instead of
+  // streaming through the cache once per vmac.f16 (the tower's matmul: 16 accumulators, vb
+  // rotated once per 16 vmac.f16s). One per thread, so that its 278 KB of versions stay
+  // in that core's cache whichever chunks the thread runs.
+  struct Work {
     static constexpr uint32_t kVersions = 64;
     // Words from one version to the next: a block's 4 KiB and 256 bytes, so that the
     // versions of a few PEs (what a chain reads) fall in different cache sets.
     static constexpr uint32_t kVersionStride = kBlockPes * kLanes + 64;
-    explicit Chunk(ArchState& s) : st(ArchState::View{}, s) {}
-    ArchState st;
     alignas(64) uint32_t fbv[kVersions * kVersionStride];
     const uint32_t* fb_cur = nullptr;
     uint32_t nver = 0;
     int cached = -1;
     uint32_t pend = 0;
     std::vector<lanes::MacItem> items[kVregs];
+  };
+  // What one chunk of PEs runs with (the chunks of split_pes, lane_pool.h, run on two
+  // threads): a view of the state (its own pc, scalar registers, window and numerics),
+  // each entry's first non-finite fp16 conversion in the chunk, and the running thread's
+  // Work.
+  struct Chunk {
+    explicit Chunk(ArchState& s) : st(ArchState::View{}, s) {}
+    ArchState st;
     std::vector<ArchState::F16First> first;
+    Work* w = nullptr;
   };
   void copy_lazy(ArchState& s, Entry& e, int r);
   void push_fill(ArchState& s, int r);
