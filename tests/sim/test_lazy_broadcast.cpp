@@ -205,6 +205,15 @@ Result run(bool hooks, const char* program = kProgram) {
   return r;
 }
 
+// Register by register, so that a failure names it.
+void expect_same_registers(const Result& lazy, const Result& eager, uint32_t npe) {
+  for (int r = 0; r < 32; ++r) {
+    size_t diff = 0;
+    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) diff += lazy.v[k] != eager.v[k];
+    EXPECT_EQ(diff, 0u) << "v" << r;
+  }
+}
+
 class LazyBroadcast : public ::testing::TestWithParam<bool> {};
 
 // Param: the batches' chunks of PEs forced onto two threads (isa/lane_pool.h), or as the
@@ -298,11 +307,7 @@ TEST_P(LazyBroadcast, DeferredVmacChainsEqualTheEagerRun) {
   EXPECT_EQ(lazy.cycles, eager.cycles);
   ASSERT_EQ(lazy.v.size(), eager.v.size());
   const uint32_t npe = Platform::get().state().npe;
-  for (int r = 0; r < 32; ++r) {  // register by register, so a failure names it
-    size_t diff = 0;
-    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) diff += lazy.v[k] != eager.v[k];
-    EXPECT_EQ(diff, 0u) << "v" << r;
-  }
+  expect_same_registers(lazy, eager, npe);
   // The program did something: the accumulators moved from their start.
   for (int r : {0, 2, 3, 4, 10, 11}) {
     size_t zeros = 0;
@@ -389,11 +394,7 @@ TEST_P(LazyBroadcast, SharedDequantisationCodesEqualTheEagerRun) {
   EXPECT_EQ(lazy.cycles, eager.cycles);
   ASSERT_EQ(lazy.v.size(), eager.v.size());
   const uint32_t npe = Platform::get().state().npe;
-  for (int r = 0; r < 32; ++r) {
-    size_t diff = 0;
-    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) diff += lazy.v[k] != eager.v[k];
-    EXPECT_EQ(diff, 0u) << "v" << r;
-  }
+  expect_same_registers(lazy, eager, npe);
   for (int r : {8, 9, 11, 16, 18, 20, 22, 23, 26, 27, 28, 30, 31}) {  // the program did something
     size_t zeros = 0;
     for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) zeros += lazy.v[k] == 0;
@@ -477,11 +478,7 @@ TEST_P(LazyBroadcast, OcmReadsAndPredicatesWaitingInTheBatchEqualTheEagerRun) {
     for (size_t k = size_t(reg) * npe * 16; k < size_t(reg + 1) * npe * 16; ++k) n += r.v[k] == 0;
     return n;
   };
-  for (int r = 0; r < 32; ++r) {
-    size_t diff = 0;
-    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) diff += lazy.v[k] != eager.v[k];
-    EXPECT_EQ(diff, 0u) << "v" << r;
-  }
+  expect_same_registers(lazy, eager, npe);
   EXPECT_TRUE(lazy.ocm == eager.ocm);
   // The reads before the DMAs saw the OCM's pattern, those after them its zeros.
   EXPECT_EQ(zeros(lazy, 1), 0u);
