@@ -55,7 +55,7 @@ void set_split_pes(bool on);
 // machine's load and the balance (results must not depend on who ran which chunk).
 void force_split_pes(bool on);
 
-// The chunk index j of a call f(e0, ...) of split_pes(n, f) (0 for the whole range),
+// The chunk index j of a call f(e0, ...) of split_pes(n, insns, f) (0 for the whole range),
 // for results that are merged in PE order afterwards.
 inline uint32_t split_chunk(uint32_t n, uint32_t e0) {
   return uint32_t((uint64_t(e0) * kSplitChunks + n - 1) / n);

@@ -563,7 +563,7 @@ DescribeResult describe(const DescribeOptions& o) {
     ChainOptions co;
     const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     // The chain runs beside the simulator, which keeps one core (and borrows a second
-    // for half of each large array instruction when it is free).
+    // for the chunks of its PE-block batches when it is free, isa/lane_pool.h).
     co.threads = o.threads > 0 ? o.threads : std::max(1, cores - 1);
     co.on_tensor = large_values_hook(chain_large);
     chain = std::make_unique<Chain>(mc, *weights, co);
