@@ -120,24 +120,41 @@ void DmaEngine::run(uint32_t ch, const isa::DmaDescriptor& d) {
   sc_core::wait(clock_.to_time(done) - sc_core::sc_time_stamp());
   if (!functional_) return;
 
-  // Payload: gather the source, then scatter it to the destination.
-  buffer_.resize(d.bytes());
-  uint64_t off = 0;
-  auto move = [&](tlm::tlm_command cmd) {
-    return [&, cmd](uint64_t addr, uint64_t bytes) {
-      if (cmd == tlm::TLM_WRITE_COMMAND && before_ocm_write && in_region(kOcmRegion, addr))
-        before_ocm_write(addr - kOcmRegion.base, bytes);
-      trans.set_command(cmd);
-      trans.set_address(addr);
-      trans.set_data_ptr(buffer_.data() + off);
-      trans.set_data_length(unsigned(bytes));
-      socket->transport_dbg(trans);
-      off += bytes;
-    };
+  // Payload: the source's bytes in order to the destination's in order. Between DDR and
+  // OCM (two memories: no overlap) in pieces of kPieceBytes, which stay in the cache
+  // between their read and their write; within one memory the whole source first (the
+  // ranges may overlap).
+  struct Run {
+    uint64_t addr, bytes;
   };
-  for_runs(d.src, d, d.src_stride, d.src_plane_stride, move(tlm::TLM_READ_COMMAND));
-  off = 0;
-  for_runs(d.dst, d, d.dst_stride, d.dst_plane_stride, move(tlm::TLM_WRITE_COMMAND));
+  std::vector<Run> src, dst;
+  for_runs(d.src, d, d.src_stride, d.src_plane_stride, [&](uint64_t a, uint64_t n) { src.push_back({a, n}); });
+  for_runs(d.dst, d, d.dst_stride, d.dst_plane_stride, [&](uint64_t a, uint64_t n) { dst.push_back({a, n}); });
+  for (const Run& r : dst)
+    if (before_ocm_write && in_region(kOcmRegion, r.addr)) before_ocm_write(r.addr - kOcmRegion.base, r.bytes);
+  const uint64_t piece = in_region(kOcmRegion, d.src) != in_region(kOcmRegion, d.dst) ? kPieceBytes : d.bytes();
+  buffer_.resize(std::min<uint64_t>(piece, d.bytes()));
+  // Moves the next `n` bytes of `runs` (from run i, byte k) between them and the buffer.
+  auto move = [&](tlm::tlm_command cmd, const std::vector<Run>& runs, size_t& i, uint64_t& k, uint64_t n) {
+    for (uint64_t off = 0; off < n;) {
+      const uint64_t m = std::min(n - off, runs[i].bytes - k);
+      trans.set_command(cmd);
+      trans.set_address(runs[i].addr + k);
+      trans.set_data_ptr(buffer_.data() + off);
+      trans.set_data_length(unsigned(m));
+      socket->transport_dbg(trans);
+      off += m, k += m;
+      if (k == runs[i].bytes) ++i, k = 0;
+    }
+  };
+  size_t si = 0, di = 0;
+  uint64_t sk = 0, dk = 0;
+  for (uint64_t done_bytes = 0, total = d.bytes(); done_bytes < total;) {
+    const uint64_t n = std::min<uint64_t>(buffer_.size(), total - done_bytes);
+    move(tlm::TLM_READ_COMMAND, src, si, sk, n);
+    move(tlm::TLM_WRITE_COMMAND, dst, di, dk, n);
+    done_bytes += n;
+  }
 }
 
 }  // namespace gpnpu::sim

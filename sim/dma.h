@@ -104,6 +104,7 @@ class DmaEngine : public sc_core::sc_module {
   uint32_t active_ = 0, depth_ = 1;
   Cycles setup_ = 0;
   bool functional_ = true;
+  static constexpr uint64_t kPieceBytes = 64 << 10;  // a DDR <-> OCM payload's piece (run())
   std::vector<uint8_t> buffer_;
   PowerTrace* power_ = nullptr;
   Cycles power_base_ = 0;
