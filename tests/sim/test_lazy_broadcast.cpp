@@ -408,7 +408,8 @@ TEST_P(LazyBroadcast, SharedDequantisationCodesEqualTheEagerRun) {
 // predicated obcast wait in the batch and read OCM when it runs, so a DMA that writes
 // bytes they read runs the batch first (one that writes other bytes does not have to); a
 // predicate written while entries run under it (pset.range, pnot) leaves them its old
-// value, more times than a batch keeps (then the batch runs).
+// value, more times than a batch keeps (then the batch runs). An oscatter whose offset is
+// negative reads below its base register (32-bit address arithmetic) alone in a batch.
 const char* kOcmPredProgram = R"(
     li   x3, 64
     li   x5, 300
@@ -462,6 +463,23 @@ const char* kOcmPredProgram = R"(
     pnot p2, p1
     addi x6, x6, 16
 Lp:
+    ogather v9, 0x50000(x0), x3
+    li   x16, 0x30040
+    oscatter v13, -64(x16), x3
+    li   x9, 0xe0030000
+    sw   x0, 0x180(x0)
+    sw   x9, 0x184(x0)
+    sw   x1, 0x188(x0)
+    sw   x2, 0x18c(x0)
+    sw   x1, 0x190(x0)
+    sw   x1, 0x194(x0)
+    sw   x4, 0x198(x0)
+    sw   x0, 0x19c(x0)
+    sw   x0, 0x1a0(x0)
+    li   x8, 0x180
+    dma.start c2, x8
+    dma.wait c2
+    vadd.i32 v14, v13, v13
     halt
 )";
 
@@ -484,6 +502,7 @@ TEST_P(LazyBroadcast, OcmReadsAndPredicatesWaitingInTheBatchEqualTheEagerRun) {
   EXPECT_EQ(zeros(lazy, 1), 0u);
   EXPECT_EQ(zeros(lazy, 7), size_t(npe) * 16);
   EXPECT_EQ(zeros(lazy, 12), size_t(npe) * 16);
+  EXPECT_EQ(zeros(lazy, 13), 0u);
   for (int r : {9, 11}) EXPECT_LT(zeros(lazy, r), size_t(npe) * 16) << "v" << r;  // the loop did something
 }
 
