@@ -214,17 +214,23 @@ void expect_same_registers(const Result& lazy, const Result& eager, uint32_t npe
   }
 }
 
+// The program run lazily and batched (the batches' chunks forced onto two threads, or as
+// the machine's load decides) and eagerly; both take the same cycles.
+std::pair<Result, Result> lazy_and_eager(const char* program, bool split) {
+  isa::force_split_pes(split);
+  Result lazy = run(false, program);
+  isa::force_split_pes(false);
+  Result eager = run(true, program);
+  EXPECT_EQ(lazy.cycles, eager.cycles);
+  return {lazy, eager};
+}
+
 class LazyBroadcast : public ::testing::TestWithParam<bool> {};
 
 // Param: the batches' chunks of PEs forced onto two threads (isa/lane_pool.h), or as the
 // machine's load decides.
 TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
-  isa::force_split_pes(GetParam());
-  Result lazy = run(false);
-  isa::force_split_pes(false);
-  Result eager = run(true);
-  EXPECT_EQ(lazy.cycles, eager.cycles);
-  ASSERT_EQ(lazy.v.size(), eager.v.size());
+  const auto [lazy, eager] = lazy_and_eager(kProgram, GetParam());
   size_t diff = 0;
   for (size_t k = 0; k < lazy.v.size(); ++k) diff += lazy.v[k] != eager.v[k];
   EXPECT_EQ(diff, 0u);
@@ -300,12 +306,7 @@ Lend2:
 
 // Param: the batches' chunks forced onto two threads, or as the machine's load decides.
 TEST_P(LazyBroadcast, DeferredVmacChainsEqualTheEagerRun) {
-  isa::force_split_pes(GetParam());
-  Result lazy = run(false, kMacProgram);
-  isa::force_split_pes(false);
-  Result eager = run(true, kMacProgram);
-  EXPECT_EQ(lazy.cycles, eager.cycles);
-  ASSERT_EQ(lazy.v.size(), eager.v.size());
+  const auto [lazy, eager] = lazy_and_eager(kMacProgram, GetParam());
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
   // The program did something: the accumulators moved from their start.
@@ -387,12 +388,7 @@ Lend:
 )";
 
 TEST_P(LazyBroadcast, SharedDequantisationCodesEqualTheEagerRun) {
-  isa::force_split_pes(GetParam());
-  Result lazy = run(false, kDqProgram);
-  isa::force_split_pes(false);
-  Result eager = run(true, kDqProgram);
-  EXPECT_EQ(lazy.cycles, eager.cycles);
-  ASSERT_EQ(lazy.v.size(), eager.v.size());
+  const auto [lazy, eager] = lazy_and_eager(kDqProgram, GetParam());
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
   for (int r : {8, 9, 11, 16, 18, 20, 22, 23, 26, 27, 28, 30, 31}) {  // the program did something
@@ -484,12 +480,7 @@ Lp:
 )";
 
 TEST_P(LazyBroadcast, OcmReadsAndPredicatesWaitingInTheBatchEqualTheEagerRun) {
-  isa::force_split_pes(GetParam());
-  Result lazy = run(false, kOcmPredProgram);
-  isa::force_split_pes(false);
-  Result eager = run(true, kOcmPredProgram);
-  EXPECT_EQ(lazy.cycles, eager.cycles);
-  ASSERT_EQ(lazy.v.size(), eager.v.size());
+  const auto [lazy, eager] = lazy_and_eager(kOcmPredProgram, GetParam());
   const uint32_t npe = Platform::get().state().npe;
   auto zeros = [&](const Result& r, int reg) {
     size_t n = 0;
