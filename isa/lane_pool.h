@@ -51,8 +51,8 @@ void split_pes(uint32_t n, uint32_t insns, PeRangeFn f);
 // by default it is on with more than one CPU unless GPNPU_SIM_THREADS=1.
 void set_split_pes(bool on);
 
-// For tests: while on, every call of at least kMinSplitPes PEs runs split (any insns), whatever the
-// machine's load and the balance (results must not depend on who ran which chunk).
+// For tests: while on, every call of at least kMinSplitPes PEs runs split (whatever its
+// insns, the machine's load and the balance: results must not depend on who ran which chunk).
 void force_split_pes(bool on);
 
 // The chunk index j of a call f(e0, ...) of split_pes(n, insns, f) (0 for the whole range),

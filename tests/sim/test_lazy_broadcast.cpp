@@ -205,6 +205,13 @@ Result run(bool hooks, const char* program = kProgram) {
   return r;
 }
 
+// Lanes of register `reg` that hold 0 (whether a program did something to it).
+size_t zero_lanes(const Result& r, int reg, uint32_t npe) {
+  size_t n = 0;
+  for (size_t k = size_t(reg) * npe * 16; k < size_t(reg + 1) * npe * 16; ++k) n += r.v[k] == 0;
+  return n;
+}
+
 // Register by register, so that a failure names it.
 void expect_same_registers(const Result& lazy, const Result& eager, uint32_t npe) {
   for (int r = 0; r < 32; ++r) {
@@ -310,11 +317,7 @@ TEST_P(LazyBroadcast, DeferredVmacChainsEqualTheEagerRun) {
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
   // The program did something: the accumulators moved from their start.
-  for (int r : {0, 2, 3, 4, 10, 11}) {
-    size_t zeros = 0;
-    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) zeros += lazy.v[k] == 0;
-    EXPECT_LT(zeros, size_t(npe)) << "v" << r;
-  }
+  for (int r : {0, 2, 3, 4, 10, 11}) EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe)) << "v" << r;
   EXPECT_NE(std::memcmp(&lazy.v[0], &lazy.v[size_t(5) * npe * 16], size_t(npe) * 64), 0);
 }
 // Lazy dequantisations that share vb's storage (ArchState::DqSnapshot): a GEMV loop as the
@@ -391,11 +394,8 @@ TEST_P(LazyBroadcast, SharedDequantisationCodesEqualTheEagerRun) {
   const auto [lazy, eager] = lazy_and_eager(kDqProgram, GetParam());
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
-  for (int r : {8, 9, 11, 16, 18, 20, 22, 23, 26, 27, 28, 30, 31}) {  // the program did something
-    size_t zeros = 0;
-    for (size_t k = size_t(r) * npe * 16; k < size_t(r + 1) * npe * 16; ++k) zeros += lazy.v[k] == 0;
-    EXPECT_LT(zeros, size_t(npe) * 16 / 2) << "v" << r;
-  }
+  for (int r : {8, 9, 11, 16, 18, 20, 22, 23, 26, 27, 28, 30, 31})  // the program did something
+    EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe) * 16 / 2) << "v" << r;
   // A third run, lazy again, gives the same (nothing of the renames outlives a run).
   Result again = run(false, kDqProgram);
   EXPECT_TRUE(again.v == lazy.v);
@@ -482,11 +482,7 @@ Lp:
 TEST_P(LazyBroadcast, OcmReadsAndPredicatesWaitingInTheBatchEqualTheEagerRun) {
   const auto [lazy, eager] = lazy_and_eager(kOcmPredProgram, GetParam());
   const uint32_t npe = Platform::get().state().npe;
-  auto zeros = [&](const Result& r, int reg) {
-    size_t n = 0;
-    for (size_t k = size_t(reg) * npe * 16; k < size_t(reg + 1) * npe * 16; ++k) n += r.v[k] == 0;
-    return n;
-  };
+  auto zeros = [&](const Result& r, int reg) { return zero_lanes(r, reg, npe); };
   expect_same_registers(lazy, eager, npe);
   EXPECT_TRUE(lazy.ocm == eager.ocm);
   // The reads before the DMAs saw the OCM's pattern, those after them its zeros.
