@@ -218,14 +218,23 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
         std::memcpy(tile + (size_t(c) * B + j) * 4, meta, 4);
       }
     // Code units: PE e's code stream (k of parity e % S, in k order), 64 B per unit.
+    // Byte j of the stream holds its codes 2j (low nibble) and 2j + 1: k = 2jS + par and
+    // 2jS + S + par. With S = 1 that is the row's own byte j.
     for (uint32_t e = 0; e < pes; ++e) {
       const uint32_t col = t * p.cols + e / S, par = e % S;
-      const uint32_t per_pe = k / S;  // codes of this PE
-      for (uint32_t i = 0; i < per_pe; ++i) {
-        const uint8_t q = w.code(col, int64_t(i) * S + par);
-        const uint32_t byte = i / 2, unit = byte / 64;
-        uint8_t& dst = tile[p.meta_of(tail) + (size_t(unit) * pes + e) * 64 + byte % 64];
-        dst |= (i & 1) ? uint8_t(q << 4) : q;
+      const uint8_t* row = w.codes.data() + size_t(col) * w.row_stride();
+      auto nibble = [&](uint32_t c) { return (c & 1) ? uint8_t(row[c / 2] >> 4) : uint8_t(row[c / 2] & 15); };
+      const uint32_t stream = k / S / 2;  // bytes of this PE's codes: a whole number of 64 B units
+      for (uint32_t u = 0; u * 64 < stream; ++u) {
+        uint8_t* dst = tile + p.meta_of(tail) + (size_t(u) * pes + e) * 64;
+        if (S == 1) {
+          std::memcpy(dst, row + u * 64, 64);
+          continue;
+        }
+        for (uint32_t j = u * 64; j < u * 64 + 64; ++j) {
+          const uint32_t c = 2 * j * S + par;
+          dst[j % 64] = uint8_t(nibble(c) | nibble(c + S) << 4);
+        }
       }
     }
   }

@@ -36,8 +36,9 @@ class MemoryTarget : public sc_core::sc_module {
  public:
   tlm_utils::simple_target_socket<MemoryTarget> socket;
 
-  // sparse = true: pages of kPageBytes allocated on first write, reads of
-  // untouched pages return zeros.
+  // sparse = true: the whole size reserved as one anonymous mapping (the kernel backs
+  // it on first touch, in 2 MiB huge pages where it can); a page of kPageBytes counts
+  // as allocated from its first write, and reads of untouched pages return zeros.
   MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock);
   // Sets the size and the port, and clears the contents.
   void configure(uint64_t size, std::unique_ptr<Port> port);
@@ -48,7 +49,6 @@ class MemoryTarget : public sc_core::sc_module {
   // Dense storage (OCM only): the PE array's functional model reads it directly.
   uint8_t* dense() { return dense_.data(); }
   Port& port() { return *port_; }
-  uint64_t pages_touched() const;
   // A 64-bit digest of the contents (sparse: of the allocated pages and their offsets),
   // for bit-identity checks of whole runs (sim/platform.h).
   uint64_t digest() const;
@@ -58,14 +58,19 @@ class MemoryTarget : public sc_core::sc_module {
  private:
   void b_transport(tlm::tlm_generic_payload& trans, sc_core::sc_time& delay);
   unsigned int transport_dbg(tlm::tlm_generic_payload& trans);
-  uint8_t* page(uint64_t index);
 
   uint64_t size_ = 0;
   bool sparse_;
   const Clock& clock_;
   std::unique_ptr<Port> port_;
   std::vector<uint8_t> dense_;
-  std::vector<std::unique_ptr<uint8_t[]>> pages_;
+  struct Unmap {
+    uint64_t bytes;
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t, Unmap> mapped_{nullptr, Unmap{0}};  // sparse: the reservation
+  std::vector<bool> written_;  // sparse: per page, whether it was written
+  bool written(uint64_t page) const { return written_[page]; }
 };
 
 }  // namespace gpnpu::sim
