@@ -17,27 +17,31 @@ MemoryTarget::MemoryTarget(sc_core::sc_module_name name, bool sparse, const Cloc
   socket.register_transport_dbg(this, &MemoryTarget::transport_dbg);
 }
 
-void MemoryTarget::Unmap::operator()(uint8_t* p) const { ::munmap(p, bytes); }
+void MemoryTarget::Unmap::operator()(uint8_t*) const { ::munmap(at, bytes); }
 
 void MemoryTarget::configure(uint64_t size, std::unique_ptr<Port> port) {
   size_ = size;
   port_ = std::move(port);
   mapped_.reset();
   written_.clear();
+  huge_.clear();
   dense_.clear();
   if (!sparse_) {
     dense_.assign(size_, 0);
     return;
   }
-  // Fresh anonymous memory is zero: pages are not cleared twice (write() asks for huge
-  // pages where it fills them whole).
-  const uint64_t pages = (size_ + kPageBytes - 1) / kPageBytes, bytes = pages * kPageBytes;
+  // Fresh anonymous memory is zero: no page is cleared twice. Whole 2 MiB areas and one
+  // more, so that the storage starts on a huge page.
+  const uint64_t pages = (size_ + kPageBytes - 1) / kPageBytes, areas = (size_ + kHugeBytes - 1) / kHugeBytes,
+                 bytes = (areas + 1) * kHugeBytes;
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED)
     fail("{}: cannot reserve {} bytes of address space for the memory ({}): lower ddr_bytes", name(), bytes,
          std::strerror(errno));
-  mapped_ = {static_cast<uint8_t*>(p), Unmap{bytes}};
+  const uintptr_t base = (uintptr_t(p) + kHugeBytes - 1) & ~uintptr_t(kHugeBytes - 1);
+  mapped_ = {reinterpret_cast<uint8_t*>(base), Unmap{p, bytes}};
   written_.assign(pages, false);
+  huge_.assign(areas, false);
 }
 
 uint64_t MemoryTarget::digest() const {
@@ -69,14 +73,17 @@ void MemoryTarget::write(uint64_t addr, const void* src, uint64_t n) {
     return;
   }
   if (n == 0) return;
-  // A write that fills whole 2 MiB huge pages (the weights, loaded tensor by tensor) gets
-  // them: 512 times fewer page faults. Scattered small writes (a token's KV rows in every
-  // layer) keep 4 KiB pages, so as not to back 2 MiB for each. Only a hint: without
+  // A write of 64 KiB or more (a weight tensor, a DMA piece of activations) asks for
+  // huge pages in the 2 MiB areas it touches: 512 times fewer page faults when the
+  // weights load, and at most 32 times its bytes backed. Small writes (a token's K and V
+  // rows in every layer) keep 4 KiB pages, not 2 MiB each. Only a hint: without
   // transparent huge pages the kernel gives 4 KiB pages.
-  constexpr uintptr_t kHuge = uintptr_t(1) << 21;
-  const uintptr_t lo = (uintptr_t(mapped_.get() + addr) + kHuge - 1) & ~(kHuge - 1),
-                  hi = uintptr_t(mapped_.get() + addr + n) & ~(kHuge - 1);
-  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+  if (n >= kHugeFill)
+    for (uint64_t h = addr / kHugeBytes; h <= (addr + n - 1) / kHugeBytes; ++h)
+      if (!huge_[h]) {
+        huge_[h] = true;
+        ::madvise(mapped_.get() + h * kHugeBytes, kHugeBytes, MADV_HUGEPAGE);
+      }
   for (uint64_t i = addr / kPageBytes; i <= (addr + n - 1) / kPageBytes; ++i) written_[i] = true;
   std::memcpy(mapped_.get() + addr, in, n);
 }

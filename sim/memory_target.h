@@ -36,9 +36,9 @@ class MemoryTarget : public sc_core::sc_module {
  public:
   tlm_utils::simple_target_socket<MemoryTarget> socket;
 
-  // sparse = true: the whole size reserved as one anonymous mapping (the kernel backs
-  // it on first touch, in 2 MiB huge pages where it can); a page of kPageBytes counts
-  // as allocated from its first write, and reads of untouched pages return zeros.
+  // sparse = true: the whole size reserved as one anonymous mapping that the kernel
+  // backs on first touch (see write() for huge pages); a page of kPageBytes counts as
+  // allocated from its first write, and reads of untouched pages return zeros.
   MemoryTarget(sc_core::sc_module_name name, bool sparse, const Clock& clock);
   // Sets the size and the port, and clears the contents.
   void configure(uint64_t size, std::unique_ptr<Port> port);
@@ -64,13 +64,16 @@ class MemoryTarget : public sc_core::sc_module {
   const Clock& clock_;
   std::unique_ptr<Port> port_;
   std::vector<uint8_t> dense_;
-  struct Unmap {
+  struct Unmap {  // the reservation as mmap returned it (mapped_ is its 2 MiB-aligned part)
+    void* at;
     uint64_t bytes;
-    void operator()(uint8_t* p) const;
+    void operator()(uint8_t*) const;
   };
-  std::unique_ptr<uint8_t, Unmap> mapped_{nullptr, Unmap{0}};  // sparse: the reservation
+  std::unique_ptr<uint8_t, Unmap> mapped_{nullptr, Unmap{nullptr, 0}};  // sparse: the storage
   std::vector<bool> written_;  // sparse: per page, whether it was written
+  std::vector<bool> huge_;     // sparse: per 2 MiB, whether huge pages were asked for
   bool written(uint64_t page) const { return written_[page]; }
+  static constexpr uint64_t kHugeBytes = 1ull << 21, kHugeFill = 1ull << 16;
 };
 
 }  // namespace gpnpu::sim
