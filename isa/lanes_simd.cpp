@@ -205,6 +205,28 @@ __attribute__((target("avx512f"))) void mac_f16_cvt_chain_avx512(uint32_t* a, co
   }
 }
 
+// dq4_mla_f32_bcast on AVX-512 CPUs: one PE's 16 lanes a register, with the AVX2 body's
+// operand order ((code - z) * s, then v * c, then the product + a), so that two NaN
+// operands give the same NaN.
+__attribute__((target("avx512f"))) void dq4_mla_f32_bcast_avx512(uint32_t* a, const uint32_t* codes, const uint32_t* meta2,
+                                                                  uint32_t sel, const uint32_t* c16, size_t npes) {
+  const __m512 c = ld(c16);
+  const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m512i sh = _mm512_set_epi32(28, 24, 20, 16, 12, 8, 4, 0, 28, 24, 20, 16, 12, 8, 4, 0);
+  for (size_t e = 0; e < npes; ++e) {
+    const size_t k = e * 16;
+    const __m512i w = _mm512_permutexvar_epi32(
+        idx, _mm512_castsi128_si512(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + k + 2 * sel))));
+    __m512 v = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(w, sh), _mm512_set1_epi32(15)));
+    const __m512 z = _mm512_set1_ps(std::bit_cast<float>(meta2[2 * e + 1])), s = _mm512_set1_ps(std::bit_cast<float>(meta2[2 * e]));
+    asm("vsubps %1, %0, %0" : "+v"(v) : "v"(z));  // v - z
+    asm("vmulps %1, %0, %0" : "+v"(v) : "v"(s));  // v * s
+    asm("vmulps %1, %0, %0" : "+v"(v) : "v"(c));  // v * c
+    asm("vaddps %1, %0, %0" : "+v"(v) : "m"(*reinterpret_cast<const __m512*>(a + k)));  // v + a
+    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), v);
+  }
+}
+
 // AVX2 + F16C bodies (CPUs without AVX-512, e.g. AMD Zen 2/3): the same operations as the
 // AVX-512 ones on 8 lanes at a time. No FMA in the target: a product and a sum stay two
 // roundings (vmla.f32), exactly as the definitions.
@@ -688,6 +710,7 @@ void mac_f16_cvt_chain(uint32_t* a, const MacItem* items, size_t n, size_t e0, s
 void dq4_mla_f32_bcast(uint32_t* a, const uint32_t* codes, const uint32_t* meta2, uint32_t sel, const uint32_t* c16,
                        size_t npes) {
 #if defined(__x86_64__)
+  if (have_avx512()) return dq4_mla_f32_bcast_avx512(a, codes, meta2, sel, c16, npes);
   if (have_avx2()) return dq4_mla_f32_bcast_avx2(a, codes, meta2, sel, c16, npes);
 #endif
   dq4_mla_f32_bcast_scalar(a, codes, meta2, sel, c16, npes);
