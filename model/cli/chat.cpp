@@ -235,7 +235,7 @@ void add_chat_command(CLI::App& app) {
       std::printf("%s\n", s.c_str());
       std::fflush(stdout);
     };
-    std::printf("gpnpu chat: %s on %s%s; %s\n", o.model.c_str(), machine_summary(o.machine.config()).c_str(),
+    std::printf("gpnpu chat: %s on %s%s; %s\n", o.model.c_str(), o.machine.config().summary().c_str(),
                 o.timing_only ? ", timing only" : "",
                 o.max_context ? fmt::format("KV cache of {} tokens", o.max_context).c_str()
                               : "KV cache of the most tokens that fit the DDR");

@@ -28,27 +28,6 @@ std::string& command_line() {
   return s;
 }
 
-std::string machine_summary(const sim::Config& cfg) {
-  auto size = [](uint64_t b) {
-    if (b % (1ull << 20) == 0) return fmt::format("{} MiB", b >> 20);
-    if (b % (1ull << 10) == 0) return fmt::format("{} KiB", b >> 10);
-    return fmt::format("{} B", b);
-  };
-  sim::Config base;
-  try {
-    base = sim::Config::make(cfg.preset, {});
-  } catch (const Error&) {
-    // a preset given by a path that is gone: compare with the defaults
-  }
-  std::string changed;
-  for (const sim::ParamInfo& p : sim::param_table())
-    if (cfg.get(p.key) != base.get(p.key))
-      changed += fmt::format("{}{}={}", changed.empty() ? " with " : " ", p.key, cfg.get(p.key));
-  return fmt::format("{}{}: {}x{} PEs, {} OCM, {} LRM, {} DMA channels, {} GB/s DDR, {} GHz", cfg.preset, changed,
-                     cfg.pe_rows, cfg.pe_cols, size(cfg.ocm_bytes), size(cfg.lrm_bytes), cfg.dma_channels,
-                     cfg.ddr_gbps, cfg.clock_ghz);
-}
-
 namespace {
 
 struct CallRow {
@@ -214,7 +193,7 @@ void add_compile_commands(CLI::App& app) {
     sim::write_file_atomic(path("config.json"), cfg.to_json() + "\n");
     std::printf("compiled %s for %s\n  decode %zu instructions, image %zu instructions, DDR %.3f GB (KV cache of %u "
                 "tokens) -> %s\n  image plan: %s\n",
-                model_spec.c_str(), machine_summary(cfg).c_str(), dec.program.words.size(), img.program.words.size(),
+                model_spec.c_str(), cfg.summary().c_str(), dec.program.words.size(), img.program.words.size(),
                 comp.layout().total() / 1e9, cap.max_context, out_dir.c_str(), img.plan.c_str());
     if (!run) return;
     nlohmann::ordered_json j;

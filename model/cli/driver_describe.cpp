@@ -317,7 +317,7 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
                 {"bundle", r.bundle_path.empty() ? json(nullptr) : json(r.bundle_path)},
                 {"synthetic", o.model.starts_with("synthetic:")}};
   j["machine"] = {{"preset", o.machine.preset},
-                  {"summary", machine_summary(cfg)},
+                  {"summary", cfg.summary()},
                   {"clock_ghz", ghz},
                   {"ddr_bytes_per_cycle", cfg.ddr_bytes_per_cycle()},
                   {"mac_per_cycle_f16", cfg.mac_peak(true)},
@@ -497,7 +497,7 @@ void add_describe_command(CLI::App& app) {
       std::printf("%s\n", step_line(s).c_str());
       std::fflush(stdout);
     };
-    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %s)\n", o.model.c_str(), machine_summary(o.machine.config()).c_str(),
+    std::printf("gpnpu describe: %s on %s%s\n  image  %s (resized to %s)\n", o.model.c_str(), o.machine.config().summary().c_str(),
                 o.timing_only ? ", timing only" : "", o.image.c_str(),
                 o.width ? fmt::format("{}x{}", o.width, o.height).c_str() : "auto: the processor's smart resize");
     if (o.model.starts_with("synthetic:") && !o.timing_only)

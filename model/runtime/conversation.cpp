@@ -120,7 +120,7 @@ Conversation::Conversation(const ChatOptions& o) : impl_(std::make_unique<Impl>(
   copt.image_tile_rows = o.stream_rows;
   copt.image_prefill = o.stream_prefill;
   copt.max_seq = o.max_context ? o.max_context : m.fit;
-  m.say(fmt::format("compiling the decode program for {} ({} KV-cache slots) ...", o.machine.preset, copt.max_seq));
+  m.say(fmt::format("compiling the decode program for {} ({} KV-cache slots) ...", m.cfg.name(), copt.max_seq));
   m.comp = std::make_unique<Compiler>(m.mc, m.cfg, copt);
   m.dec = m.comp->decode_program();
   m.dev = std::make_unique<Session>(*m.comp, o.timing_only);

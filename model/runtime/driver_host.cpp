@@ -534,7 +534,7 @@ DescribeResult describe(const DescribeOptions& o) {
   copt.max_patches = std::max<uint32_t>(copt.max_patches, uint32_t(in.n_patches()));
   copt.fp16_channels = bundle && !bundle->fp16_tensors().empty();  // mixed precision (kernels/f16cols.h)
   say(o, fmt::format("compiling the image program ({} tokens, {}x{} patches) and the decode program for {} ...", S,
-                     in.grid_h, in.grid_w, o.machine.preset));
+                     in.grid_h, in.grid_w, cfg.name()));
   Compiler comp(mc, cfg, copt);
   // The image program runs as two runs (issue 18, docs/chat.md): vision (the tower; its
   // image and DeepStack rows left in DDR) and prefill (the whole prompt, the image rows

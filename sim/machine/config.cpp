@@ -323,6 +323,29 @@ void Config::validate() const {
   }
 }
 
+std::string Config::name() const {
+  Config base;
+  try {
+    base = make(preset, {});
+  } catch (const Error&) {
+    // a preset given by a path that is gone: compare with the defaults
+  }
+  std::string changed;
+  for (const ParamInfo& p : param_table())
+    if (get(p.key) != base.get(p.key)) changed += fmt::format("{}{}={}", changed.empty() ? " with " : " ", p.key, get(p.key));
+  return preset + changed;
+}
+
+std::string Config::summary() const {
+  auto size = [](uint64_t b) {
+    if (b % (1ull << 20) == 0) return fmt::format("{} MiB", b >> 20);
+    if (b % (1ull << 10) == 0) return fmt::format("{} KiB", b >> 10);
+    return fmt::format("{} B", b);
+  };
+  return fmt::format("{}: {}x{} PEs, {} OCM, {} LRM, {} DMA channels, {} GB/s DDR, {} GHz", name(), pe_rows, pe_cols,
+                     size(ocm_bytes), size(lrm_bytes), dma_channels, ddr_gbps, clock_ghz);
+}
+
 double Config::ddr_bytes_per_cycle() const {
   return dram_model() ? DramSpec::from(*this).peak_bytes_per_cycle() : ddr_gbps / clock_ghz;
 }

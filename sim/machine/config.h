@@ -59,6 +59,11 @@ struct Config {
   // Value of a key as text (for reports and `gpnpu config`).
   std::string get(const std::string& key) const;
   std::string to_json() const;  // every key, resolved, plus "preset"
+  // The machine in words, for reports: the preset and the keys that differ from it,
+  // e.g. "qc-u with pe_rows=64 pe_cols=64"; summary() adds the figures that size a
+  // design point: "...: 64x64 PEs, 4 MiB OCM, 4 KiB LRM, 4 DMA channels, 32 GB/s DDR, 1.7 GHz".
+  std::string name() const;
+  std::string summary() const;
 
   // Builds a config: qc-u defaults, then `preset` (if not empty), then `sets`.
   static Config make(const std::string& preset, const std::vector<std::string>& sets);

@@ -349,3 +349,18 @@ TEST(Determinism, QuantumDoesNotChangeCycleCounts) {
 }
 
 }  // namespace
+
+namespace {
+
+// Reports name the machine actually used: the preset and every key that differs from it
+// (a key set to the preset's own value is not a difference), then the sizing figures.
+TEST(ConfigName, NamesThePresetAndTheKeysThatDiffer) {
+  EXPECT_EQ(Config::make("qc-u", {}).name(), "qc-u");
+  EXPECT_EQ(Config::make("qc-u", {"pe_cols=32"}).name(), "qc-u");
+  const Config c = Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"});
+  EXPECT_EQ(c.name(), "qc-u with pe_rows=64 pe_cols=64 ocm_bytes=2097152");
+  EXPECT_EQ(c.summary(), "qc-u with pe_rows=64 pe_cols=64 ocm_bytes=2097152: 64x64 PEs, 2 MiB OCM, 4 KiB LRM, "
+                         "4 DMA channels, 32 GB/s DDR, 1.7 GHz");
+}
+
+}  // namespace
