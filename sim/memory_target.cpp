@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include "isa/error.h"
-
 #include "isa/state.h"
 
 namespace gpnpu::sim {
