@@ -420,7 +420,7 @@ void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
   regs &= c.w->pend;
   if (!regs) return;
   const uint32_t n = hi - lo;
-  const uint32_t step = regs & (regs - 1) ? 8 : n;
+  const uint32_t step = regs & (regs - 1) ? 16 : n;  // (16: mac_f16_cvt_chain's PEs at a time)
   for (uint32_t e = 0; e < n; e += step)
     for (uint32_t m = regs; m; m &= m - 1) {
       const int r = __builtin_ctz(m);

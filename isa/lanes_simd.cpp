@@ -174,35 +174,32 @@ __attribute__((target("avx512f"))) inline __m512 mac16_two(__m512 acc, const uin
   return acc;
 }
 __attribute__((target("avx512f"))) inline __m512 ld(const uint32_t* p) { return _mm512_loadu_ps(reinterpret_cast<const float*>(p)); }
+// G PEs' chains at a time from PE e: G independent sums hide the add's latency (16 PEs
+// ran the chains of a 64-PE block 12 to 15% faster than 8, measured in isolation).
+template <int G>
+__attribute__((target("avx512f"), always_inline)) inline void mac_chain_pes(uint32_t* a, const MacItem* it, size_t n,
+                                                                          size_t e) {
+  uint32_t* ae = a + e * 16;
+  __m512 x[G];
+  for (int p = 0; p < G; ++p) x[p] = ld(ae + 16 * p);
+  for (size_t t = 0; t < n; ++t) {
+    const uint32_t* fb = it[t].fb + e * 16;
+    if (!it[t].sel) {
+      const __m512 c = ld(it[t].cf);
+      for (int p = 0; p < G; ++p) x[p] = mac16(x[p], fb + 16 * p, c);
+    } else {
+      const uint8_t* sel = it[t].sel + e;
+      for (int p = 0; p < G; ++p) x[p] = mac16_two(x[p], fb + 16 * p, sel[p] ? it[t].cf_on : it[t].cf);
+    }
+  }
+  for (int p = 0; p < G; ++p) _mm512_storeu_ps(reinterpret_cast<float*>(ae + 16 * p), x[p]);
+}
 __attribute__((target("avx512f"))) void mac_f16_cvt_chain_avx512(uint32_t* a, const MacItem* it, size_t n, size_t e0,
                                                                  size_t npes) {
   size_t e = e0;
-  for (; e + 8 <= npes; e += 8) {
-    uint32_t* ae = a + e * 16;
-    __m512 x[8];
-    for (int p = 0; p < 8; ++p) x[p] = ld(ae + 16 * p);
-    for (size_t t = 0; t < n; ++t) {
-      const uint32_t* fb = it[t].fb + e * 16;
-      if (!it[t].sel) {
-        const __m512 c = ld(it[t].cf);
-        for (int p = 0; p < 8; ++p) x[p] = mac16(x[p], fb + 16 * p, c);
-      } else {
-        const uint8_t* sel = it[t].sel + e;
-        for (int p = 0; p < 8; ++p) x[p] = mac16_two(x[p], fb + 16 * p, sel[p] ? it[t].cf_on : it[t].cf);
-      }
-    }
-    for (int p = 0; p < 8; ++p) _mm512_storeu_ps(reinterpret_cast<float*>(ae + 16 * p), x[p]);
-  }
-  for (; e < npes; ++e) {
-    uint32_t* ae = a + e * 16;
-    __m512 x = ld(ae);
-    for (size_t t = 0; t < n; ++t) {
-      const uint32_t* fb = it[t].fb + e * 16;
-      if (!it[t].sel) x = mac16(x, fb, ld(it[t].cf));
-      else x = mac16_two(x, fb, it[t].sel[e] ? it[t].cf_on : it[t].cf);
-    }
-    _mm512_storeu_ps(reinterpret_cast<float*>(ae), x);
-  }
+  for (; e + 16 <= npes; e += 16) mac_chain_pes<16>(a, it, n, e);
+  for (; e + 8 <= npes; e += 8) mac_chain_pes<8>(a, it, n, e);
+  for (; e < npes; ++e) mac_chain_pes<1>(a, it, n, e);
 }
 
 // dq4_mla_f32_bcast on AVX-512 CPUs: one PE's 16 lanes a register, with the AVX2 body's
