@@ -158,6 +158,19 @@ __attribute__((target("avx512f"))) void mac_f16_operand_avx512(uint32_t* fb, con
   if (k < n) mac_f16_operand_tail(fb + k, b + k, n - k);
 }
 
+// mac_f16_cvt on AVX-512 CPUs, with the operand order the compiler gives the AVX2 body
+// (c * fb, then the product + a) pinned, so that two NaN operands give the same NaN.
+__attribute__((target("avx512f"))) void mac_f16_cvt_avx512(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
+  size_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    __m512 v = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_loadu_si512(c + k)));
+    asm("vmulps %1, %0, %0" : "+v"(v) : "m"(*reinterpret_cast<const __m512*>(fb + k)));  // c * fb
+    asm("vaddps %1, %0, %0" : "+v"(v) : "m"(*reinterpret_cast<const __m512*>(a + k)));   // product + a
+    _mm512_storeu_ps(reinterpret_cast<float*>(a + k), v);
+  }
+  if (k < n) mac_f16_cvt_scalar(a + k, fb + k, c + k, n - k);
+}
+
 // mac_f16_cvt_chain on AVX-512 CPUs: one PE's 16 lanes a register, eight PEs at a time,
 // with the operand order of the AVX2 bodies it must equal (mac8 and mac8_two below).
 __attribute__((target("avx512f"))) inline __m512 mac16(__m512 acc, const uint32_t* fb, __m512 c) {
@@ -668,7 +681,8 @@ void mac_f16_operand(uint32_t* fb, const uint32_t* b, size_t n) {
 
 void mac_f16_cvt(uint32_t* a, const uint32_t* fb, const uint32_t* c, size_t n) {
 #if defined(__x86_64__)
-  if (have_avx2()) return mac_f16_cvt_avx2(a, fb, c, n);  // AVX-512 CPUs have AVX2 and F16C too
+  if (have_avx512()) return mac_f16_cvt_avx512(a, fb, c, n);
+  if (have_avx2()) return mac_f16_cvt_avx2(a, fb, c, n);
 #endif
   mac_f16_cvt_scalar(a, fb, c, n);
 }
