@@ -63,7 +63,11 @@ inline uint32_t f32_to_i32_sat(float f) {
 
 }  // namespace
 
-SEM(vmov) { map1(s, i, [](uint32_t b) { return b; }); }
+SEM(vmov) {  // map1 with the identity, as one copy per run of enabled PEs
+  uint32_t* a = s.vreg(i.a);
+  const uint32_t* b = s.vreg(i.b);
+  if (a != b) for_lane_runs(s, i, [&](size_t k, size_t n) { std::memcpy(a + k, b + k, n * 4); });
+}
 SEM(vsplat) {
   uint32_t v = X(s, i.b);
   uint32_t* a = s.vreg(i.a);
