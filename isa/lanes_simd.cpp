@@ -171,7 +171,7 @@ __attribute__((target("avx512f"))) void mac_f16_cvt_avx512(uint32_t* a, const ui
   if (k < n) mac_f16_cvt_scalar(a + k, fb + k, c + k, n - k);
 }
 
-// mac_f16_cvt_chain on AVX-512 CPUs: one PE's 16 lanes a register, eight PEs at a time,
+// mac_f16_cvt_chain on AVX-512 CPUs: one PE's 16 lanes a register, 16 PEs at a time,
 // with the operand order of the AVX2 bodies it must equal (mac8 and mac8_two below).
 __attribute__((target("avx512f"))) inline __m512 mac16(__m512 acc, const uint32_t* fb, __m512 c) {
   __m512 p;
