@@ -413,14 +413,15 @@ const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
   return fb;
 }
 
-// Runs the deferred items of the registers `regs` (Chunk) on the block [lo, hi). Several
-// registers run 8 PEs at a time, each register's chain in turn, so that the versions of
-// vb that their chains share stay in the L1 cache.
+// Runs the deferred items of the registers `regs` (Work) on the block [lo, hi). Several
+// registers run 16 PEs at a time (what mac_f16_cvt_chain's AVX-512 body runs at once),
+// each register's chain in turn, so that the versions of vb that their chains share stay
+// in the L1 cache.
 void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
   regs &= c.w->pend;
   if (!regs) return;
   const uint32_t n = hi - lo;
-  const uint32_t step = regs & (regs - 1) ? 16 : n;  // (16: mac_f16_cvt_chain's PEs at a time)
+  const uint32_t step = regs & (regs - 1) ? 16 : n;
   for (uint32_t e = 0; e < n; e += step)
     for (uint32_t m = regs; m; m &= m - 1) {
       const int r = __builtin_ctz(m);

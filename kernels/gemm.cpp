@@ -223,7 +223,6 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
     for (uint32_t e = 0; e < pes; ++e) {
       const uint32_t col = t * p.cols + e / S, par = e % S;
       const uint8_t* row = w.codes.data() + size_t(col) * w.row_stride();
-      auto nibble = [&](uint32_t c) { return (c & 1) ? uint8_t(row[c / 2] >> 4) : uint8_t(row[c / 2] & 15); };
       const uint32_t stream = k / S / 2;  // bytes of this PE's codes: a whole number of 64 B units
       for (uint32_t u = 0; u * 64 < stream; ++u) {
         uint8_t* dst = tile + p.meta_of(tail) + (size_t(u) * pes + e) * 64;
@@ -233,7 +232,7 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
         }
         for (uint32_t j = u * 64; j < u * 64 + 64; ++j) {
           const uint32_t c = 2 * j * S + par;
-          dst[j % 64] = uint8_t(nibble(c) | nibble(c + S) << 4);
+          dst[j % 64] = uint8_t(w.code(col, c) | w.code(col, c + S) << 4);
         }
       }
     }
