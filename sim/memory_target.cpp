@@ -47,7 +47,7 @@ uint64_t MemoryTarget::digest() const {
   if (!sparse_) return isa::digest_bytes(dense_.data(), dense_.size(), 0);
   uint64_t h = 0;
   for (uint64_t i = 0; i < written_.size(); ++i)
-    if (written(i)) h = isa::digest_bytes(mapped_.get() + i * kPageBytes, kPageBytes, h ^ (i + 1) * 0x9e3779b97f4a7c15ull);
+    if (written_[i]) h = isa::digest_bytes(mapped_.get() + i * kPageBytes, kPageBytes, h ^ (i + 1) * 0x9e3779b97f4a7c15ull);
   return h;
 }
 
@@ -59,7 +59,7 @@ void MemoryTarget::read(uint64_t addr, void* dst, uint64_t n) const {
   }
   while (n) {
     uint64_t idx = addr / kPageBytes, off = addr % kPageBytes, k = std::min(n, kPageBytes - off);
-    if (written(idx)) std::memcpy(out, mapped_.get() + addr, k);
+    if (written_[idx]) std::memcpy(out, mapped_.get() + addr, k);
     else std::memset(out, 0, k);  // untouched: not mapped in by reading it
     out += k; addr += k; n -= k;
   }

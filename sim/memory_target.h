@@ -72,7 +72,6 @@ class MemoryTarget : public sc_core::sc_module {
   std::unique_ptr<uint8_t, Unmap> mapped_{nullptr, Unmap{nullptr, 0}};  // sparse: the storage
   std::vector<bool> written_;  // sparse: per page, whether it was written
   std::vector<bool> huge_;     // sparse: per 2 MiB, whether huge pages were asked for
-  bool written(uint64_t page) const { return written_[page]; }
   static constexpr uint64_t kHugeBytes = 1ull << 21, kHugeFill = 1ull << 16;
 };
 
