@@ -15,6 +15,10 @@
 //     GPNPU_SIM_THREADS=1) on BM_VmacF16's program (vmac) and on one 2B decode step run
 //     functionally with zero weights (decode), idle (load 0) and with `load` busy-loop
 //     processes that the benchmark starts beside itself (issue 16, acceptance 3).
+//   BM_GemmW4/<m>/<n>/<k>: one W4A16 GEMM kernel call (kernels/gemm.h) on qc-u, zero
+//     weights and activations (the arithmetic costs the same): the work of the image
+//     program's GEMMs (its vmac.f16 chains); counter lane_macs/s = the GEMM's m*n*k per
+//     wall second.
 //   BM_DecodeTimingOnly/<cached>: one 2B decode step, timing-only, with 140 or 4,096
 //     tokens cached; counter ns/insn = CPU nanoseconds per simulated instruction
 //     (issue 16, acceptance 4: the per-instruction cost must not grow with the context).
@@ -33,10 +37,12 @@
 
 #include "isa/lane_pool.h"
 #include "isa/program.h"
+#include "kernels/gemm.h"
 #include "model/checkpoint/config.h"
 #include "model/runtime/session.h"
 #include "model/cli/driver_sweep.h"
 #include "sim/machine/config.h"
+#include "sim/machine/memory_map.h"
 #include "sim/platform.h"
 #include "sim/run.h"
 
@@ -166,6 +172,27 @@ void decode_timing_only(benchmark::State& state) {
   state.counters["insns"] = double(insns) / double(state.iterations());
 }
 
+void gemm_w4(benchmark::State& state) {
+  kernels::GemmArgs a;
+  a.m = uint32_t(state.range(0)), a.n = uint32_t(state.range(1)), a.k = uint32_t(state.range(2));
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  a.x_stride = 2 * a.k;
+  a.y_ocm = a.m * a.x_stride;
+  a.y_stride = 2 * a.n;
+  a.scratch_ocm = a.y_ocm + a.m * a.y_stride;
+  a.scratch_bytes = kernels::gemm_scratch_bytes(cfg, a.n, a.k);
+  a.w_ddr = sim::ddr_addr(0);
+  kernels::Builder b;
+  kernels::emit_gemm_w4(b, cfg, a);
+  b.op("halt");
+  const isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  for (auto _ : state) p.run(prog);
+  state.counters["lane_macs/s"] =
+      benchmark::Counter(double(a.m) * a.n * a.k * double(state.iterations()), benchmark::Counter::kIsRate);
+}
+
 void BM_VmacF16(benchmark::State& s) { vmac(s, false); }
 void BM_VmacF16TimingOnly(benchmark::State& s) { vmac(s, true); }
 void BM_DmaBound(benchmark::State& s) { dma_bound(s, false); }
@@ -185,4 +212,5 @@ BENCHMARK(BM_Decode2b_ideal)->Name("BM_Decode2b/ideal")->Unit(benchmark::kMillis
 BENCHMARK(BM_Decode2b_dram)->Name("BM_Decode2b/dram")->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
 BENCHMARK(threads)->Name("BM_Threads")->ArgNames({"decode", "threads", "load"})
     ->ArgsProduct({{0, 1}, {0, 1}, {0, 2}})->Unit(benchmark::kMillisecond)->UseRealTime()->MinTime(2);
+BENCHMARK(gemm_w4)->Name("BM_GemmW4")->Args({128, 2048, 2048})->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(decode_timing_only)->Name("BM_DecodeTimingOnly")->Arg(140)->Arg(4096)->Unit(benchmark::kMillisecond)->UseRealTime();
