@@ -417,15 +417,45 @@ const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
 // registers run 16 PEs at a time (what mac_f16_cvt_chain's AVX-512 body runs at once),
 // each register's chain in turn, so that the versions of vb that their chains share stay
 // in the L1 cache.
+//
+// Registers whose items read the same vb versions with one pattern each (a GEMM's rows:
+// one weight vector, one activation per row) run kChainRows at a time
+// (mac_f16_cvt_chain_rows), each version loaded once for all of them.
 void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
   regs &= c.w->pend;
   if (!regs) return;
   const uint32_t n = hi - lo;
-  const uint32_t step = regs & (regs - 1) ? 16 : n;
+  const auto& items = c.w->items;
+  auto same_versions = [&](int r, int q) {
+    const std::vector<lanes::MacItem>& a = items[r];
+    const std::vector<lanes::MacItem>& b = items[q];
+    if (a.size() != b.size()) return false;
+    for (size_t t = 0; t < a.size(); ++t)
+      if (a[t].fb != b[t].fb || a[t].sel || b[t].sel) return false;
+    return true;
+  };
+  uint32_t rest = regs;
+  for (uint32_t m = regs; m; m &= m - 1) {
+    const int r = __builtin_ctz(m);
+    if (!(rest >> r & 1)) continue;
+    int rows[lanes::kChainRows] = {r};
+    int k = 1;
+    for (uint32_t q = rest & ~((2u << r) - 1); q && k < lanes::kChainRows; q &= q - 1)
+      if (same_versions(r, __builtin_ctz(q))) rows[k++] = __builtin_ctz(q);
+    if (k < lanes::kChainRows) continue;
+    uint32_t* a[lanes::kChainRows];
+    const lanes::MacItem* it[lanes::kChainRows];
+    for (int j = 0; j < k; ++j) {
+      a[j] = c.st.vreg(rows[j]) + size_t(lo) * kLanes, it[j] = items[rows[j]].data();
+      rest &= ~(1u << rows[j]);
+    }
+    lanes::mac_f16_cvt_chain_rows(a, it, items[r].size(), 0, n);
+  }
+  const uint32_t step = rest & (rest - 1) ? 16 : n;
   for (uint32_t e = 0; e < n; e += step)
-    for (uint32_t m = regs; m; m &= m - 1) {
+    for (uint32_t m = rest; m; m &= m - 1) {
       const int r = __builtin_ctz(m);
-      const std::vector<lanes::MacItem>& it = c.w->items[r];
+      const std::vector<lanes::MacItem>& it = items[r];
       lanes::mac_f16_cvt_chain(c.st.vreg(r) + size_t(lo) * kLanes, it.data(), it.size(), e, std::min(n, e + step));
     }
   for (uint32_t m = regs; m; m &= m - 1) c.w->items[__builtin_ctz(m)].clear();

@@ -215,6 +215,38 @@ __attribute__((target("avx512f"))) void mac_f16_cvt_chain_avx512(uint32_t* a, co
   for (; e < npes; ++e) mac_chain_pes<1>(a, it, n, e);
 }
 
+// mac_f16_cvt_chain_rows on AVX-512 CPUs: kChainRows accumulators x 4 PEs at a time, each
+// PE's conversion loaded once for the rows, with mac16's operand order.
+__attribute__((target("avx512f"), always_inline)) inline __m512 mac16r(__m512 acc, __m512 f, __m512 c) {
+  __m512 p;
+  asm("vmulps %2, %1, %0" : "=v"(p) : "v"(c), "v"(f));  // c * fb
+  asm("vaddps %0, %1, %0" : "+v"(acc) : "v"(p));        // p + acc
+  return acc;
+}
+__attribute__((target("avx512f"))) void mac_f16_cvt_chain_rows_avx512(uint32_t* const* a, const MacItem* const* it,
+                                                                      size_t n, size_t e0, size_t e1) {
+  constexpr int R = kChainRows, G = 4;
+  size_t e = e0;
+  for (; e + G <= e1; e += G) {
+    __m512 x[R][G];
+    for (int r = 0; r < R; ++r)
+      for (int p = 0; p < G; ++p) x[r][p] = ld(a[r] + (e + p) * 16);
+    for (size_t t = 0; t < n; ++t) {
+      const uint32_t* fb = it[0][t].fb + e * 16;
+      __m512 f[G];
+      for (int p = 0; p < G; ++p) f[p] = ld(fb + 16 * p);
+      for (int r = 0; r < R; ++r) {
+        const __m512 c = ld(it[r][t].cf);
+        for (int p = 0; p < G; ++p) x[r][p] = mac16r(x[r][p], f[p], c);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int p = 0; p < G; ++p) _mm512_storeu_ps(reinterpret_cast<float*>(a[r] + (e + p) * 16), x[r][p]);
+  }
+  if (e < e1)
+    for (int r = 0; r < R; ++r) mac_f16_cvt_chain_avx512(a[r], it[r], n, e, e1);
+}
+
 // dq4_mla_f32_bcast on AVX-512 CPUs: one PE's 16 lanes a register, with the AVX2 body's
 // operand order ((code - z) * s, then v * c, then the product + a), so that two NaN
 // operands give the same NaN.
@@ -708,6 +740,13 @@ bool mac_f16_cvt_chain_body(int body, uint32_t* a, const MacItem* items, size_t 
   if (body == 1 && have_avx2()) return mac_f16_cvt_chain_avx2(a, items, n, e0, e1), true;
 #endif
   return false;
+}
+
+void mac_f16_cvt_chain_rows(uint32_t* const* a, const MacItem* const* it, size_t n, size_t e0, size_t e1) {
+#if defined(__x86_64__)
+  if (have_avx512()) return mac_f16_cvt_chain_rows_avx512(a, it, n, e0, e1);
+#endif
+  for (int r = 0; r < kChainRows; ++r) mac_f16_cvt_chain(a[r], it[r], n, e0, e1);
 }
 
 void mac_f16_cvt_chain(uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1) {

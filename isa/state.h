@@ -25,8 +25,10 @@ constexpr int kXregs = 32;
 constexpr int kPregs = 8;
 // Predicate slots kPregs.. are not architectural: a PE-block batch keeps there the value
 // that a predicate had when its deferred instructions issued, while the program writes
-// the predicate again (isa/batch.h).
-constexpr int kPredSlots = 2 * kPregs;
+// the predicate again (isa/batch.h). 56 of them: a GEMM that scatters its next tile inside
+// its MAC loop writes p4 four times an iteration (kernels/gemm.h), and with 8 slots its
+// batches ran two iterations long.
+constexpr int kPredSlots = 8 * kPregs;
 constexpr int kLoopDepth = 4;     // nested hardware loops
 constexpr int kDmaDescWords = 9;  // words of a DMA descriptor in scalar memory
 

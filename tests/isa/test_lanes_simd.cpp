@@ -217,6 +217,75 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
   EXPECT_NE(chain(false, order), want);
 }
 
+// A GEMM's rows share their vb versions: kChainRows accumulators at once
+// (mac_f16_cvt_chain_rows) give the bits of each one's chain in turn, over a block whose
+// PE count is not a multiple of 4, with NaN versions and sums that overflow to inf and
+// come back to NaN. Negative controls: two rows' broadcasts swapped; two items swapped.
+TEST(LanesSimd, MacF16ChainRowsMatchEachRowsChain) {
+  std::mt19937 rng(29);
+  const size_t npes = 63, n = npes * 16, items = 7;
+  constexpr int R = kChainRows;
+  std::vector<std::vector<uint32_t>> fb(items, std::vector<uint32_t>(n));
+  std::vector<std::vector<uint32_t>> cf(items * R, std::vector<uint32_t>(16));
+  for (size_t t = 0; t < items; ++t) {
+    std::vector<uint32_t> b(n);
+    for (size_t k = 0; k < n; ++k) {
+      b[k] = rng();
+      if (rng() % 16 == 0) b[k] = 0x7c01 + (rng() & 0x3fe);  // NaNs (c is finite)
+      if (t == 3 && k % 5 == 0) b[k] = 0x7bff;              // 65504 * 65504: inf, then inf - inf
+    }
+    mac_f16_operand(fb[t].data(), b.data(), n);
+    for (int r = 0; r < R; ++r) {
+      std::vector<uint32_t> c16(16);
+      for (size_t l = 0; l < 16; ++l) c16[l] = (rng() & 0x7bff) | (rng() % 2 ? 0x8000 : 0);
+      if (t == 3 || t == 4)
+        for (size_t l = 0; l < 16; ++l) c16[l] = l % 2 ? 0x7bffu : 0xfbffu;
+      mac_f16_operand(cf[t * R + r].data(), c16.data(), 16);
+    }
+  }
+  std::vector<std::vector<uint32_t>> start(R, std::vector<uint32_t>(n));
+  for (auto& a : start)
+    for (uint32_t& w : a) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -20));
+  auto row_items = [&](int r, const std::vector<size_t>& order) {
+    std::vector<MacItem> it;
+    for (size_t t : order) it.push_back({fb[t].data(), cf[t * R + r].data(), nullptr, nullptr});
+    return it;
+  };
+  std::vector<size_t> order(items);
+  for (size_t t = 0; t < items; ++t) order[t] = t;
+  // Each row's chain in turn (the reference), in two PE ranges, the first not a multiple of 4.
+  std::vector<std::vector<uint32_t>> want = start;
+  for (int r = 0; r < R; ++r) {
+    const std::vector<MacItem> it = row_items(r, order);
+    mac_f16_cvt_chain(want[r].data(), it.data(), it.size(), 0, 21);
+    mac_f16_cvt_chain(want[r].data(), it.data(), it.size(), 21, npes);
+  }
+  auto rows = [&](const std::vector<std::vector<MacItem>>& it) {
+    std::vector<std::vector<uint32_t>> x = start;
+    uint32_t* a[R];
+    const MacItem* p[R];
+    for (int r = 0; r < R; ++r) a[r] = x[r].data(), p[r] = it[r].data();
+    mac_f16_cvt_chain_rows(a, p, it[0].size(), 0, 21);
+    mac_f16_cvt_chain_rows(a, p, it[0].size(), 21, npes);
+    return x;
+  };
+  std::vector<std::vector<MacItem>> it(R);
+  for (int r = 0; r < R; ++r) it[r] = row_items(r, order);
+  EXPECT_EQ(rows(it), want);
+  size_t infs = 0, nans = 0;
+  for (const auto& a : want)
+    for (uint32_t w : a) infs += (w & 0x7fffffffu) == 0x7f800000u, nans += (w & 0x7fffffffu) > 0x7f800000u;
+  EXPECT_GT(infs + nans, 0u);
+  // Negative controls.
+  std::swap(it[1], it[2]);
+  EXPECT_NE(rows(it), want);
+  std::swap(it[1], it[2]);
+  std::vector<size_t> swapped = order;
+  std::swap(swapped[0], swapped[2]);
+  it[3] = row_items(3, swapped);
+  EXPECT_NE(rows(it), want);
+}
+
 // Random fp32 bit patterns of every class but NaN (inf, subnormal, huge, tiny).
 uint32_t random_f32(std::mt19937& rng) {
   uint32_t x = rng();

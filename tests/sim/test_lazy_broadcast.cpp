@@ -260,7 +260,8 @@ TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
 // Deferred vmac.f16s (isa/batch.h, Batch::Chunk): a block's vmac.f16s by broadcasts wait
 // in their accumulator's chain until another entry names the accumulator. A matmul loop
 // as the tower's (accumulators v0..v3 over vb versions v24, a two-pattern vc for one of
-// them, an accumulator that is also vb), more vb versions in one batch than a chunk keeps
+// them, an accumulator that is also vb; v12..v16 and v0, v3: rows that share every vb version,
+// run four at a time, the last two in turn), more vb versions in one batch than a chunk keeps
 // (the chains run early), then an accumulator read by vadd.f32, a predicated vmac.f16 of a
 // register vc onto an accumulator, one replaced by a broadcast that a vmac.f16 then reads
 // as va (a fill), one that becomes vb and is rewritten while others' chains still read its
@@ -286,6 +287,12 @@ const char* kMacProgram = R"(
     vmac.f16 v2, v24, v29
     vmac.f16 v3, v24, v28
     vmac.f16 v4, v4, v28
+    obcast.h v30, 0x840(x6)
+    vmac.f16 v12, v24, v30
+    vmac.f16 v13, v24, v28
+    vmac.f16 v14, v24, v30
+    vmac.f16 v15, v24, v28
+    vmac.f16 v16, v24, v30
     vadd.i32 v24, v24, v21
     addi x6, x6, 4
 Lend:
@@ -317,7 +324,7 @@ TEST_P(LazyBroadcast, DeferredVmacChainsEqualTheEagerRun) {
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
   // The program did something: the accumulators moved from their start.
-  for (int r : {0, 2, 3, 4, 10, 11}) EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe)) << "v" << r;
+  for (int r : {0, 2, 3, 4, 10, 11, 12, 13, 16}) EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe)) << "v" << r;
   EXPECT_NE(std::memcmp(&lazy.v[0], &lazy.v[size_t(5) * npe * 16], size_t(npe) * 64), 0);
 }
 // Lazy dequantisations that share vb's storage (ArchState::DqSnapshot): a GEMV loop as the
