@@ -75,8 +75,15 @@ void Batch::copy_lazy(ArchState& s, Entry& e, int r) {
   std::memcpy(e.lanes, s.lazy_lanes[r], sizeof e.lanes);
   if (!(s.lazy2 >> r & 1)) return;
   std::memcpy(e.lanes2, s.lazy_lanes2[r], sizeof e.lanes2);
+  const uint8_t* sel = s.lazy_selector(r);
+  // The same selector as the last copy (a split-2 GEMM's parity, row after row): shared, so
+  // that settle sees its rows' items alike.
+  if (!sels_.empty() && std::memcmp(&sels_[sels_.size() - s.npe], sel, s.npe) == 0) {
+    e.sel = int32_t(sels_.size() / s.npe) - 1;
+    return;
+  }
   e.sel = int32_t(sels_.size() / s.npe);
-  sels_.insert(sels_.end(), s.lazy_selector(r), s.lazy_selector(r) + s.npe);
+  sels_.insert(sels_.end(), sel, sel + s.npe);
 }
 
 void Batch::push_fill(ArchState& s, int r) {
@@ -418,9 +425,11 @@ const uint32_t* Batch::operand(Chunk& c, int b, uint32_t lo, uint32_t hi) {
 // each register's chain in turn, so that the versions of vb that their chains share stay
 // in the L1 cache.
 //
-// Registers whose items read the same vb versions with one pattern each (a GEMM's rows:
-// one weight vector, one activation per row) run kChainRows at a time
-// (mac_f16_cvt_chain_rows), each version loaded once for all of them.
+// Registers whose items read the same vb versions under the same selectors (a GEMM's
+// rows: one weight vector, one activation per row) run kChainRows at a time
+// (mac_f16_cvt_chain_rows), each version loaded once for all of them; the pending
+// registers alike to one in `regs` settle with it (a chain may always run early: nothing
+// else reads its accumulator before the entry that settles it).
 void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
   regs &= c.w->pend;
   if (!regs) return;
@@ -431,9 +440,12 @@ void Batch::settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi) {
     const std::vector<lanes::MacItem>& b = items[q];
     if (a.size() != b.size()) return false;
     for (size_t t = 0; t < a.size(); ++t)
-      if (a[t].fb != b[t].fb || a[t].sel || b[t].sel) return false;
+      if (a[t].fb != b[t].fb || a[t].sel != b[t].sel) return false;
     return true;
   };
+  for (uint32_t m = regs, others = c.w->pend & ~regs; m && others; m &= m - 1)
+    for (uint32_t q = others; q; q &= q - 1)
+      if (same_versions(__builtin_ctz(m), __builtin_ctz(q))) regs |= 1u << __builtin_ctz(q), others &= ~(1u << __builtin_ctz(q));
   uint32_t rest = regs;
   for (uint32_t m = regs; m; m &= m - 1) {
     const int r = __builtin_ctz(m);

@@ -216,10 +216,16 @@ __attribute__((target("avx512f"))) void mac_f16_cvt_chain_avx512(uint32_t* a, co
 }
 
 // mac_f16_cvt_chain_rows on AVX-512 CPUs: kChainRows accumulators x 4 PEs at a time, each
-// PE's conversion loaded once for the rows, with mac16's operand order.
+// PE's conversion loaded once for the rows, with mac16's and mac16_two's operand orders.
 __attribute__((target("avx512f"), always_inline)) inline __m512 mac16r(__m512 acc, __m512 f, __m512 c) {
   __m512 p;
   asm("vmulps %2, %1, %0" : "=v"(p) : "v"(c), "v"(f));  // c * fb
+  asm("vaddps %0, %1, %0" : "+v"(acc) : "v"(p));        // p + acc
+  return acc;
+}
+__attribute__((target("avx512f"), always_inline)) inline __m512 mac16r_two(__m512 acc, __m512 f, __m512 c) {
+  __m512 p;
+  asm("vmulps %2, %1, %0" : "=v"(p) : "v"(f), "v"(c));  // fb * c (mac16_two's order)
   asm("vaddps %0, %1, %0" : "+v"(acc) : "v"(p));        // p + acc
   return acc;
 }
@@ -235,9 +241,17 @@ __attribute__((target("avx512f"))) void mac_f16_cvt_chain_rows_avx512(uint32_t* 
       const uint32_t* fb = it[0][t].fb + e * 16;
       __m512 f[G];
       for (int p = 0; p < G; ++p) f[p] = ld(fb + 16 * p);
-      for (int r = 0; r < R; ++r) {
-        const __m512 c = ld(it[r][t].cf);
-        for (int p = 0; p < G; ++p) x[r][p] = mac16r(x[r][p], f[p], c);
+      if (!it[0][t].sel) {
+        for (int r = 0; r < R; ++r) {
+          const __m512 c = ld(it[r][t].cf);
+          for (int p = 0; p < G; ++p) x[r][p] = mac16r(x[r][p], f[p], c);
+        }
+      } else {  // the rows' selectors are one (it[r][t].sel the same)
+        const uint8_t* sel = it[0][t].sel + e;
+        for (int r = 0; r < R; ++r) {
+          const __m512 c0 = ld(it[r][t].cf), c1 = ld(it[r][t].cf_on);
+          for (int p = 0; p < G; ++p) x[r][p] = mac16r_two(x[r][p], f[p], sel[p] ? c1 : c0);
+        }
       }
     }
     for (int r = 0; r < R; ++r)

@@ -48,9 +48,10 @@ void mac_f16_cvt_chain_scalar(uint32_t* a, const MacItem* items, size_t n, size_
 // The AVX2 (body 1) or AVX-512 (body 2) body, for the tests: false where the CPU lacks it.
 bool mac_f16_cvt_chain_body(int body, uint32_t* a, const MacItem* items, size_t n, size_t e0, size_t e1);
 // mac_f16_cvt_chain on kChainRows accumulators a[r] at once, with items it[r][0..n) that
-// read the same vb conversions (it[r][t].fb the same for every r) and have one pattern
-// (sel null): the bits of mac_f16_cvt_chain on each accumulator in turn, each conversion
-// loaded once for every accumulator (a GEMM's rows share its weights' vb).
+// read the same vb conversions under the same selector (it[r][t].fb and it[r][t].sel the
+// same for every r; cf, cf_on each row's own): the bits of mac_f16_cvt_chain on each
+// accumulator in turn, each conversion loaded once for every accumulator (a GEMM's rows
+// share its weights' vb).
 constexpr int kChainRows = 4;
 void mac_f16_cvt_chain_rows(uint32_t* const* a, const MacItem* const* it, size_t n, size_t e0, size_t e1);
 

@@ -219,14 +219,20 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
 
 // A GEMM's rows share their vb versions: kChainRows accumulators at once
 // (mac_f16_cvt_chain_rows) give the bits of each one's chain in turn, over a block whose
-// PE count is not a multiple of 4, with NaN versions and sums that overflow to inf and
-// come back to NaN. Negative controls: two rows' broadcasts swapped; two items swapped.
+// PE count is not a multiple of 4, with NaN versions, sums that overflow to inf and come
+// back to NaN, and items of two patterns (a selector shared by the rows, as a split-2
+// GEMM's parity). Negative controls: two rows' broadcasts swapped; two items swapped; one
+// PE's selector flipped.
 TEST(LanesSimd, MacF16ChainRowsMatchEachRowsChain) {
   std::mt19937 rng(29);
   const size_t npes = 63, n = npes * 16, items = 7;
   constexpr int R = kChainRows;
   std::vector<std::vector<uint32_t>> fb(items, std::vector<uint32_t>(n));
-  std::vector<std::vector<uint32_t>> cf(items * R, std::vector<uint32_t>(16));
+  std::vector<std::vector<uint32_t>> cf(items * R, std::vector<uint32_t>(32));
+  std::vector<std::vector<uint8_t>> sel(items, std::vector<uint8_t>(npes));
+  auto two = [](size_t t) { return t % 3 == 1; };  // items 1, 4: two patterns
+  for (auto& v : sel)
+    for (uint8_t& b : v) b = uint8_t(rng() % 2);
   for (size_t t = 0; t < items; ++t) {
     std::vector<uint32_t> b(n);
     for (size_t k = 0; k < n; ++k) {
@@ -238,9 +244,12 @@ TEST(LanesSimd, MacF16ChainRowsMatchEachRowsChain) {
     for (int r = 0; r < R; ++r) {
       std::vector<uint32_t> c16(16);
       for (size_t l = 0; l < 16; ++l) c16[l] = (rng() & 0x7bff) | (rng() % 2 ? 0x8000 : 0);
+      std::vector<uint32_t> on16(16);
+      for (size_t l = 0; l < 16; ++l) on16[l] = rng() & 0xfbff;
       if (t == 3 || t == 4)
         for (size_t l = 0; l < 16; ++l) c16[l] = l % 2 ? 0x7bffu : 0xfbffu;
       mac_f16_operand(cf[t * R + r].data(), c16.data(), 16);
+      mac_f16_operand(cf[t * R + r].data() + 16, on16.data(), 16);
     }
   }
   std::vector<std::vector<uint32_t>> start(R, std::vector<uint32_t>(n));
@@ -248,7 +257,8 @@ TEST(LanesSimd, MacF16ChainRowsMatchEachRowsChain) {
     for (uint32_t& w : a) w = std::bit_cast<uint32_t>(std::ldexp(float(int32_t(rng())), -20));
   auto row_items = [&](int r, const std::vector<size_t>& order) {
     std::vector<MacItem> it;
-    for (size_t t : order) it.push_back({fb[t].data(), cf[t * R + r].data(), nullptr, nullptr});
+    for (size_t t : order)
+      it.push_back({fb[t].data(), cf[t * R + r].data(), cf[t * R + r].data() + 16, two(t) ? sel[t].data() : nullptr});
     return it;
   };
   std::vector<size_t> order(items);
@@ -283,6 +293,10 @@ TEST(LanesSimd, MacF16ChainRowsMatchEachRowsChain) {
   std::vector<size_t> swapped = order;
   std::swap(swapped[0], swapped[2]);
   it[3] = row_items(3, swapped);
+  EXPECT_NE(rows(it), want);
+  it[3] = row_items(3, order);
+  EXPECT_EQ(rows(it), want);
+  sel[4][61] ^= 1;
   EXPECT_NE(rows(it), want);
 }
 

@@ -261,7 +261,7 @@ TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
 // in their accumulator's chain until another entry names the accumulator. A matmul loop
 // as the tower's (accumulators v0..v3 over vb versions v24, a two-pattern vc for one of
 // them, an accumulator that is also vb; v12..v16 and v0, v3: rows that share every vb version,
-// run four at a time, the last two in turn), more vb versions in one batch than a chunk keeps
+// run four at a time, the last two in turn; v2, v17..v20: such rows under one selector), more vb versions in one batch than a chunk keeps
 // (the chains run early), then an accumulator read by vadd.f32, a predicated vmac.f16 of a
 // register vc onto an accumulator, one replaced by a broadcast that a vmac.f16 then reads
 // as va (a fill), one that becomes vb and is rewritten while others' chains still read its
@@ -293,6 +293,10 @@ const char* kMacProgram = R"(
     vmac.f16 v14, v24, v30
     vmac.f16 v15, v24, v28
     vmac.f16 v16, v24, v30
+    vmac.f16 v17, v24, v29
+    vmac.f16 v18, v24, v29
+    vmac.f16 v19, v24, v29
+    vmac.f16 v20, v24, v29
     vadd.i32 v24, v24, v21
     addi x6, x6, 4
 Lend:
@@ -324,7 +328,7 @@ TEST_P(LazyBroadcast, DeferredVmacChainsEqualTheEagerRun) {
   const uint32_t npe = Platform::get().state().npe;
   expect_same_registers(lazy, eager, npe);
   // The program did something: the accumulators moved from their start.
-  for (int r : {0, 2, 3, 4, 10, 11, 12, 13, 16}) EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe)) << "v" << r;
+  for (int r : {0, 2, 3, 4, 10, 11, 12, 13, 16, 17}) EXPECT_LT(zero_lanes(lazy, r, npe), size_t(npe)) << "v" << r;
   EXPECT_NE(std::memcmp(&lazy.v[0], &lazy.v[size_t(5) * npe * 16], size_t(npe) * 64), 0);
 }
 // Lazy dequantisations that share vb's storage (ArchState::DqSnapshot): a GEMV loop as the
