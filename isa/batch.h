@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "isa/lane_pool.h"
@@ -38,19 +37,6 @@
 #include "isa/state.h"
 
 namespace gpnpu::isa {
-
-// An allocator of 64-byte aligned storage: a vector whose 16 fp32 lanes the SIMD bodies
-// load a cache line at a time (a load across two lines costs about twice).
-template <class T>
-struct LineAligned {
-  using value_type = T;
-  LineAligned() = default;
-  template <class U>
-  LineAligned(const LineAligned<U>&) {}
-  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
-  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
-  bool operator==(const LineAligned&) const { return true; }
-};
 
 struct Batch {
   static constexpr uint32_t kBlockPes = 64;      // PEs per block: 4 KiB of each register
@@ -152,7 +138,7 @@ struct Batch {
   const uint32_t* operand(Chunk& c, int b, uint32_t lo, uint32_t hi);
   void settle(Chunk& c, uint32_t regs, uint32_t lo, uint32_t hi);
   std::vector<uint32_t> touch_;  // each entry's vector registers (read or written), set by flush
-  std::vector<uint32_t, LineAligned<uint32_t>> cf_;  // the deferred vmac.f16s' lanes in fp32 (Entry::cf), set by flush
+  std::vector<uint32_t, HugeAlloc<uint32_t>> cf_;  // the deferred vmac.f16s' lanes in fp32 (Entry::cf), set by flush
   std::vector<Entry> entries_;
   std::unique_ptr<Chunk> chunks_[kSplitChunks];
   std::vector<std::array<uint32_t, kXregs>> xs_;
