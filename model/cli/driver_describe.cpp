@@ -175,8 +175,10 @@ void print_report(const json& j) {
                 commas(uint64_t(fl)).c_str(), commas(uint64_t(std::max(0.0, cy - fl))).c_str(), fl > 0 ? cy / fl : 0.0);
   }
   const json& w = j["wall_s"];
-  std::printf("\nwall: setup %.1f s, image program %.1f s, decode %.1f s, total %.1f s\n", double(w["setup"]),
-              double(w["image"]), double(w["decode"]), double(w["total"]));
+  const json& cpu = j["cpu_s"];
+  std::printf("\nwall: setup %.1f s, image program %.1f s, decode %.1f s, total %.1f s; CPU %.1f s user + %.1f s sys\n",
+              double(w["setup"]), double(w["image"]), double(w["decode"]), double(w["total"]), double(cpu["user"]),
+              double(cpu["sys"]));
   if (const json& c = j["chain_wall_s"]; !c.is_null())
     std::printf("the chain beside the device: prefill %.1f s, decode steps %.1f s; the device side then waited for it "
                 "%.1f s and %.1f s\n",
@@ -433,6 +435,7 @@ std::string report_json(const DescribeOptions& o, const DescribeResult& r) {
                 {"failures", r.failures}};
   j["wall_s"] = {{"setup", r.wall_setup}, {"image", r.wall_image}, {"decode", r.wall_decode},
                  {"total", r.wall_setup + r.wall_image + r.wall_decode}};
+  j["cpu_s"] = {{"user", r.cpu_user}, {"sys", r.cpu_sys}};
   j["chain_wall_s"] = o.timing_only ? json(nullptr)
                                     : json{{"image", r.chain_image}, {"decode", r.chain_decode},
                                            {"waited_image", r.chain_wait_image}, {"waited_decode", r.chain_wait_decode}};

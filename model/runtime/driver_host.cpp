@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 #include <hdf5.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cctype>
@@ -777,6 +778,11 @@ DescribeResult describe(const DescribeOptions& o) {
     if (o.on_step) o.on_step(r.steps.back());
   }
   r.wall_decode = since(t_dec);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  auto seconds = [](const timeval& t) { return double(t.tv_sec) + 1e-6 * double(t.tv_usec); };
+  r.cpu_user = seconds(ru.ru_utime);
+  r.cpu_sys = seconds(ru.ru_stime);
 
   r.ok = r.failures.empty();
   if (!o.timing_only) {

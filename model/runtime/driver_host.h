@@ -152,6 +152,9 @@ struct DescribeResult {
   std::vector<std::string> failures;  // every gate failure, "step N: ..."
   bool ok = true;
   double wall_setup = 0, wall_image = 0, wall_decode = 0;
+  // The process's CPU seconds when the decode ends (getrusage: every thread, the simulator,
+  // its helper and the chain), beside the wall times above.
+  double cpu_user = 0, cpu_sys = 0;
   // The chain beside the device (functional runs): the wall time of its prefill and of
   // its decode steps together, and how long the device side then waited for it (the part
   // of wall_image / wall_decode the chain, not the simulator, took).

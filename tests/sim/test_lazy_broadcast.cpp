@@ -260,9 +260,9 @@ TEST_P(LazyBroadcast, RegistersOcmAndCyclesEqualTheEagerRun) {
 // Deferred vmac.f16s (isa/batch.h, Batch::Chunk): a block's vmac.f16s by broadcasts wait
 // in their accumulator's chain until another entry names the accumulator. A matmul loop
 // as the tower's (accumulators v0..v3 over vb versions v24, a two-pattern vc for one of
-// them, an accumulator that is also vb; v12..v16 and v0, v3: rows that share every vb version,
-// run four at a time, the last two in turn; v2, v17..v20: such rows under one selector), more vb versions in one batch than a chunk keeps
-// (the chains run early), then an accumulator read by vadd.f32, a predicated vmac.f16 of a
+// them, an accumulator that is also vb; v12..v16: rows that read every vb version, run
+// four at a time and the fifth alone; v17..v20: four such rows under one selector), more
+// vb versions in one batch than a chunk keeps (the chains run early), then an accumulator read by vadd.f32, a predicated vmac.f16 of a
 // register vc onto an accumulator, one replaced by a broadcast that a vmac.f16 then reads
 // as va (a fill), one that becomes vb and is rewritten while others' chains still read its
 // old version, and chains left to the batch's end.

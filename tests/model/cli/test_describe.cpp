@@ -98,6 +98,9 @@ TEST(Describe, TinyMatchesTheGoldensTokenForTokenAndTimingOnlyCyclesAreEqual) {
   EXPECT_GT(j["energy"]["image"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["decode_per_token"]["total_mj"].get<double>(), 0.0);
   EXPECT_GT(j["energy"]["tokens_per_j"].get<double>(), 0.0);
+  // CPU seconds beside the wall times (issue 16): the run used some.
+  EXPECT_GT(j["cpu_s"]["user"].get<double>(), 0.0);
+  EXPECT_GE(j["cpu_s"]["sys"].get<double>(), 0.0);
   // The image program is a vision run and a prefill run (issue 18): each reported, the
   // step's cycles their sum.
   const nlohmann::json& runs = j["programs"]["image"]["runs"];
