@@ -375,7 +375,12 @@ __attribute__((target("avx2"), always_inline)) inline void w4_tile_avx2(const fl
                                          int64_t o0, int64_t o1, float* y, int64_t N) {               \
     if (M == 1) {                                                                                     \
       int64_t o = o0;                                                                                 \
-      for (; o + 2 <= o1; o += 2) TILE<1, 2>(x, K, w, o, y + o, N);                                   \
+      for (; o + 2 <= o1; o += 2) {                                                                   \
+        /* the codes of the row pair after next: from the page cache, a page at a time */           \
+        const char* ahead = reinterpret_cast<const char*>(w.codes + (o + 4) * w.row_stride);           \
+        for (int64_t p = 0; p < 2 * w.row_stride; p += 64) _mm_prefetch(ahead + p, _MM_HINT_T0);     \
+        TILE<1, 2>(x, K, w, o, y + o, N);                                                             \
+      }                                                                                               \
       if (o < o1) TILE<1, 1>(x, K, w, o, y + o, N);                                                   \
       return;                                                                                         \
     }                                                                                                 \
