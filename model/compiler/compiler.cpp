@@ -371,9 +371,24 @@ void Compiler::put(DdrWriter ddr, const std::string& name, const std::vector<uin
 }
 
 void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const {
+  put_weight(ddr, name, q, q.view());
+}
+
+QuantTensor Compiler::put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
+                                        const std::string& tensor) const {
+  const uint8_t* codes = nullptr;
+  QuantTensor q = bundle.get_quant_mapped(tensor, codes);
+  W4Weights w = q.view();
+  w.codes = {codes, size_t(q.rows * q.row_stride())};
+  put_weight(ddr, name, q, w);
+  return q;
+}
+
+// w: q's codes, scales and zeros (q.view(), or its codes in the mapped bundle).
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const W4Weights& w) const {
   const bool gemm = ddr_.at(name).layout == "gemm";
-  auto pack = [&](const W4Weights& w) { return gemm ? pack_gemm_weight(w, gemm_cfg_) : pack_gemv_weight(w, cfg_); };
-  put(ddr, name, pack(q.view()));
+  auto pack = [&](const W4Weights& v) { return gemm ? pack_gemm_weight(v, gemm_cfg_) : pack_gemv_weight(v, cfg_); };
+  put(ddr, name, pack(w));
   if (!opt_.fp16_channels) return;
   if (q.fp16_cols.size() > kF16Cols)
     fail("compiler: weight '{}' keeps {} input channels in fp16 (the union over its fused tensors); the device takes "
@@ -390,19 +405,18 @@ void Compiler::load_weights(const QuantBundle& bundle, DdrWriter ddr) const {
          bundle.path(), bundle.fp16_tensors().size(), bundle.fp16_tensors().front());
   const TextConfig& t = model_.text;
   auto put_f16 = [&](const std::string& name, const std::vector<float>& v) { put(ddr, name, detail::f16_bytes(v)); };
-  const QuantTensor embed = bundle.get_quant(kEmbedTokens);
-  put_weight(ddr, "embed", embed);
+  const QuantTensor embed = put_bundle_weight(ddr, "embed", bundle, kEmbedTokens);
   if (opt_.fp16_channels) put(ddr, "embed.f16onehot", f16cols_onehot(embed.fp16_cols, embed.cols));
   put_f16("final_norm", bundle.get_f32(kFinalNorm));
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
     put_weight(ddr, layer_name(i, "qkv"), detail::concat_rows(qkv));
-    put_weight(ddr, layer_name(i, "o"), bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")));
+    put_bundle_weight(ddr, layer_name(i, "o"), bundle, text_layer_name(i, "self_attn.o_proj.weight"));
     std::vector<QuantTensor> gu;
     for (const std::string& n : gate_up_names(i)) gu.push_back(bundle.get_quant(n));
     put_weight(ddr, layer_name(i, "gateup"), detail::concat_rows(gu));
-    put_weight(ddr, layer_name(i, "down"), bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")));
+    put_bundle_weight(ddr, layer_name(i, "down"), bundle, text_layer_name(i, "mlp.down_proj.weight"));
     std::vector<float> norms = bundle.get_f32(text_layer_name(i, "input_layernorm.weight"));
     for (const char* leaf : {"post_attention_layernorm.weight", "self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
       std::vector<float> v = bundle.get_f32(text_layer_name(i, leaf));

@@ -18,6 +18,7 @@
 
 #include "isa/program.h"
 #include "kernels/cost.h"
+#include "kernels/w4_weights.h"
 #include "model/checkpoint/config.h"
 #include "sim/machine/config.h"
 
@@ -214,6 +215,12 @@ class Compiler {
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
   // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
   void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
+  // The bundle's tensor `tensor` as put_weight packs it, its codes read in place from the
+  // mapped file (QuantBundle::get_quant_mapped) instead of from a copy; returns the tensor
+  // without its codes (scales, zeros, fp16 parts).
+  QuantTensor put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
+                                const std::string& tensor) const;
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const kernels::W4Weights& w) const;
   // The image program; with `into`, emitted into *into and its calls appended to *calls:
   // image_program (the resident plan) then leaves out the halt and the finish (a resident
   // tower before a streamed prefill), image_streamed finishes the program.

@@ -169,6 +169,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
   auto gemm = [&](const std::string& name, const QuantTensor& q) { put_weight(ddr, name, q); };
+  auto gemm_of = [&](const std::string& name, const std::string& tensor) { put_bundle_weight(ddr, name, bundle, tensor); };
   auto vec = [&](const std::string& name, const std::vector<std::string>& parts) {
     std::vector<float> all;
     for (const std::string& p : parts) {
@@ -177,13 +178,13 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     }
     put(ddr, name, detail::f16_bytes(all));
   };
-  gemm("V.patch", bundle.get_quant(kPatchEmbedWeight));
+  gemm_of("V.patch", kPatchEmbedWeight);
   vec("V.patch_bias", {kPatchEmbedBias});
   for (int b = 0; b < v.depth; ++b) {
-    gemm(vname(b, "qkv"), bundle.get_quant(vision_block_name(b, "attn.qkv.weight")));
-    gemm(vname(b, "proj"), bundle.get_quant(vision_block_name(b, "attn.proj.weight")));
-    gemm(vname(b, "fc1"), bundle.get_quant(vision_block_name(b, "mlp.linear_fc1.weight")));
-    gemm(vname(b, "fc2"), bundle.get_quant(vision_block_name(b, "mlp.linear_fc2.weight")));
+    gemm_of(vname(b, "qkv"), vision_block_name(b, "attn.qkv.weight"));
+    gemm_of(vname(b, "proj"), vision_block_name(b, "attn.proj.weight"));
+    gemm_of(vname(b, "fc1"), vision_block_name(b, "mlp.linear_fc1.weight"));
+    gemm_of(vname(b, "fc2"), vision_block_name(b, "mlp.linear_fc2.weight"));
     std::vector<std::string> parts;
     for (const char* leaf : {"norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "attn.qkv.bias",
                              "attn.proj.bias", "mlp.linear_fc1.bias", "mlp.linear_fc2.bias"})
@@ -195,8 +196,8 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     auto leaf = [&](const char* l) {
       return j < 0 ? std::string(kMergerPrefix) + l : deepstack_merger_name(j, l);
     };
-    gemm(mname(j, "fc1"), bundle.get_quant(leaf("linear_fc1.weight")));
-    gemm(mname(j, "fc2"), bundle.get_quant(leaf("linear_fc2.weight")));
+    gemm_of(mname(j, "fc1"), leaf("linear_fc1.weight"));
+    gemm_of(mname(j, "fc2"), leaf("linear_fc2.weight"));
     vec(mname(j, "vec"), {leaf("norm.weight"), leaf("norm.bias"), leaf("linear_fc1.bias"), leaf("linear_fc2.bias")});
   }
   const uint32_t cw = gate_up_chunk(d.I);
@@ -204,12 +205,12 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
     gemm(layer_name(i, "qkv.gemm"), detail::concat_rows(qkv));
-    gemm(layer_name(i, "o.gemm"), bundle.get_quant(text_layer_name(i, "self_attn.o_proj.weight")));
+    gemm_of(layer_name(i, "o.gemm"), text_layer_name(i, "self_attn.o_proj.weight"));
     QuantTensor gate = bundle.get_quant(gate_up_names(i)[0]), up = bundle.get_quant(gate_up_names(i)[1]);
     for (uint32_t k = 0; k < d.I / cw; ++k)
       gemm(layer_name(i, fmt::format("gu{}.gemm", k).c_str()),
            detail::concat_rows({detail::slice_rows(gate, k * cw, cw), detail::slice_rows(up, k * cw, cw)}));
-    gemm(layer_name(i, "down.gemm"), bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight")));
+    gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
   }
 }
 
