@@ -483,7 +483,7 @@ KernelCost cost_attention_decode(const sim::Config&, const DecodeAttnArgs& a, ui
 
 OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a) {
   const uint32_t npe = cfg.npe(), KV = a.kv_heads, G = a.q_heads / KV, S = a.seq;
-  const uint32_t cap = std::min({KV, 5u, a.max_groups ? a.max_groups : 5u});
+  const uint32_t cap = std::min({KV, kMaxGroups, a.max_groups ? a.max_groups : kMaxGroups});
   // R rows of up to g groups a pass, the groups spread evenly over the fewest passes.
   auto tiling = [&](uint32_t g) {
     const uint32_t group_passes = (KV + g - 1) / g, gp = (KV + group_passes - 1) / group_passes;
@@ -511,7 +511,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
-  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p5), the groups
+  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p6), the groups
   // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
   const OcmAttnTiling tiling = plan_attention_ocm(cfg, a);
   const uint32_t R = tiling.rows, GP = tiling.groups;
@@ -836,14 +836,17 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   };
   Label end = b.label();
   // Pass start (inline): predicates, bases, q of the pass's rows and heads, the state.
+  // Group gl's PEs in p(1 + gl); p6 (a sixth group) only after emit_init, which uses p6
+  // for its sub-groups (emit_group_pred).
+  auto emit_group_pred = [&](const Pass& p, uint32_t gl) {
+    uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
+    b.li(X{9}, lo);
+    b.li(X{15}, hi);
+    b.op("pset.range", {P{uint8_t(1 + gl)}, X{9}, X{15}});
+  };
   auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    for (uint32_t gl = 0; gl < GP; ++gl) {
-      uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
-      b.li(X{20}, lo);
-      b.li(X{21}, hi);
-      b.op("pset.range", {P{uint8_t(1 + gl)}, X{20}, X{21}});
-    }
+    for (uint32_t gl = 0; gl < std::min(GP, 5u); ++gl) emit_group_pred(p, gl);
     b.li(X{20}, p.ng * G * R);
     b.op("pset.range", {P{7}, X{0}, X{20}});
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
@@ -929,6 +932,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     if (p) {
       emit_setup(*p);
       emit_init(*p);
+      if (GP > 5) emit_group_pred(*p, 5);
       if (head) emit_block_body(calls[0].first, calls[0].second);
     }
     schedule_region(b, begin, cfg, true);

@@ -48,7 +48,7 @@
 // Causal rows mask keys j > row once per block. The output must not overlap k or v (a
 // pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
-// of at most min(npe / (G*R), 5) groups (predicates p1..p5).
+// of at most min(npe / (G*R), kMaxGroups) groups (predicates p1..p6).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) q is copied into head-major
 // scratch [q_heads][seq][head_dim] and the output written there and copied back, per
@@ -116,13 +116,16 @@ struct OcmAttnArgs {
   uint32_t lrm_bytes = 0;
 };
 // Tiling rule: passes of `rows` query rows of `groups` kv groups (rows x groups x G <= the
-// PEs; at most 5 groups), the groups spread evenly over the fewest passes. A pass costs its
+// PEs; at most kMaxGroups), the groups spread evenly over the fewest passes. A pass costs its
 // keys (causal: those its last row sees) times (1 + kBcastPerGroup per group: each group's
 // broadcasts take issue slots; measured at qc-u, 4 groups a pass cost 3% more a key step
 // than 1); of the rules "the most rows a pass" and "fewer rows, more groups", the one of
 // less work (2% margin). qc-u, the streamed tower at 1,200 patches, 2 heads a call: 3
 // passes of 512 rows instead of 4 of 1,024 and 176 (24.3 M cycles instead of 32.0 M).
 constexpr double kBcastPerGroup = 0.01;
+// Group predicates p1..p6 (p7 holds the pass's PEs; p6 also the sub-group ranges at a
+// pass's start and end, so the sixth group's is set after them).
+constexpr uint32_t kMaxGroups = 6;
 struct OcmAttnTiling {
   uint32_t rows = 0, groups = 0;
   double work = 0;  // keys x (1 + kBcastPerGroup x groups), summed over the passes

@@ -813,8 +813,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
       prefetch(vname(blk, "proj"), d.Dv, d.Dv);
       gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
-      rope(B + ".q_rope", N, d.hv, d.hdv, BIG, 3 * d.Dv * 2);
-      rope(B + ".k_rope", N, d.hv, d.hdv, BIG + d.Dv * 2, 3 * d.Dv * 2);
+      rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
                                      .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
@@ -906,15 +905,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
-    // k first: its cache write (DMA) then overlaps q's norm and rotary and the attention.
+    // q and k heads are adjacent in the rows: one rotary call for both; the cache write
+    // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
-    rope(L + ".k_rope", S, d.nkv, d.hd, K, qkvs);
+    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    rope(L + ".qk_rope", S, d.nq + d.nkv, d.hd, Q, qkvs);
     k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
                                  .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
                                  .v_cache_ddr = ddr_.bus(layer_name(i, "vcache")), .max_seq = opt_.max_seq,
                                  .pos_smem = iio_.slot0_smem, .wait = off != 0});
-    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
-    rope(L + ".q_rope", S, d.nq, d.hd, Q, qkvs);
     if (!off) {
       // The attention reads k and v in OCM; the MLP overwrites the rows the write reads.
       k.attention(L + ".attention", {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true,
@@ -1488,8 +1487,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 kick(1);
                 k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
                        vv_qkvb);
-                k.rope(T + ".q_rope", rows, d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);
-                k.rope(T + ".k_rope", rows, d.hv, d.hdv, QKV + d.Dv * 2, 3 * d.Dv * 2, RC, RS);
+                k.rope(T + ".qk_rope", rows, 2 * d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);  // q and k heads adjacent
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, nd, u, 0)), vqkv + r0 * 3 * d.Dv * 2,
@@ -1601,13 +1599,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
         k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
         k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
-        k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
+        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
+        k.rope(T + ".qk_rope", rows, d.nq + d.nkv, d.hd, QKV, qkvs, RC, RS);  // q and k heads adjacent: one call
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
         k.kv_write(T + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = rows, .k_ocm = K, .v_ocm = Vv,
                                      .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
                                      .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
-        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
-        k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
         emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into

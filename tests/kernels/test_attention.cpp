@@ -307,6 +307,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"mini", 8, 4, 128, 33, true, true, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 16, 16, 64, 100, false, true, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 64},
+                                           // six kv groups a pass (the sixth's predicate p6 set after the
+                                           // sub-group setup that also uses p6): passes of 6, 6 and 4 groups;
+                                           // two causal passes of 6 with staged q and out
+                                           OcmShape{"qc-u", 16, 16, 64, 256, false, false, 1.0f, 1.5f, 0, 64},
+                                           OcmShape{"mini", 12, 12, 64, 40, true, false, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 16, 8, 128, 29, true, false, 1.0f, 1.5f, 7, 8, 2048},
                                            OcmShape{"mini", 4, 4, 64, 35, false, false, 1.0f, 1.5f, 0, 8, 1024},
                                            OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512},
