@@ -1599,12 +1599,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
         k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
         k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
-        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
-        k.rope(T + ".qk_rope", rows, d.nq + d.nkv, d.hd, QKV, qkvs, RC, RS);  // q and k heads adjacent: one call
+        k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
         k.kv_write(T + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = rows, .k_ocm = K, .v_ocm = Vv,
                                      .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
                                      .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
+        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
+        k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
         emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into
