@@ -2,6 +2,7 @@
 #include "model/runtime/driver_host.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <hdf5.h>
 #include <sys/resource.h>
 
@@ -276,8 +277,6 @@ TensorHook large_values_hook(std::vector<ChainValue>& out) {
   };
 }
 
-// The chain intermediate (model/reference/chain.h) that holds what a kernel call writes, "" if the
-// chain has none: L<l>/P<l>.<op> are the LM layers (decode, prefill), V<b>.<op> the tower.
 std::string chain_tensor_of(const std::string& mark) {
   if (mark == "embed" || mark == "embed.after_image") return "lm.embed";
   if (mark == "lm_head") return "logits";
@@ -320,25 +319,26 @@ std::string nonfinite_message(const sim::Stats::F16Event& e, int64_t row0, const
                          : fmt::format("fp16 overflow: kernel call {} ({}, PE {} element {}) rounded the fp32 value {:.6g} "
                                        "to {}inf (the largest fp16 is 65504)",
                                        call, e.where, e.pe, e.element, e.value, e.value < 0 ? "-" : "+");
-  const std::string tensor = chain_tensor_of(e.mark);
+  const std::vector<std::string> tensors = chain_tensors_of(e.mark);
   const ChainValue* best = nullptr;
   for (const ChainValue& c : chain) {
-    if (c.tensor != tensor) continue;
+    if (std::find(tensors.begin(), tensors.end(), c.tensor) == tensors.end()) continue;
     if (nan ? std::isnan(c.value) && !best
             : std::isfinite(c.value) && (!best || std::fabs(c.value - e.value) < std::fabs(best->value - e.value)))
       best = &c;
   }
   std::string where;
-  const bool lm = tensor.starts_with("lm.");
-  if (tensor.empty())
+  if (tensors.empty()) {
     where = "; the chain keeps no intermediate for this kernel call, so no row and column";
-  else if (!best)
+  } else if (!best) {
     where = fmt::format("; the chain's {} has no {} value, so no row and column (what this call read on the device "
                         "already differed from the chain)",
-                        tensor, nan ? "non-finite" : "such");
-  else
+                        fmt::join(tensors, " and "), nan ? "non-finite" : "such");
+  } else {
+    const bool lm = best->tensor.starts_with("lm.");
     where = fmt::format("; at row {}{}, column {} of the chain's {} (its element nearest that value) the chain has {:.6g}",
-                        best->row + (lm ? row0 : 0), lm ? " (token position)" : "", best->col, tensor, best->value);
+                        best->row + (lm ? row0 : 0), lm ? " (token position)" : "", best->col, best->tensor, best->value);
+  }
   std::string fix = nan ? ""
                         : cfg.fp16_overflow == "inf"
                             ? "; --set fp16_overflow=saturate clamps to +-65504 instead (docs/describe.md, Numerics)"
@@ -347,6 +347,19 @@ std::string nonfinite_message(const sim::Stats::F16Event& e, int64_t row0, const
 }
 
 }  // namespace
+
+std::vector<std::string> chain_tensors_of(const std::string& mark) {
+  const size_t last = mark.rfind('.');
+  if (last != std::string::npos && mark.substr(last + 1) == "qk_rope") {
+    const std::string stem = mark.substr(0, last + 1);
+    std::vector<std::string> out;
+    for (const char* op : {"q_rope", "k_rope"})
+      if (std::string t = chain_tensor_of(stem + op); !t.empty()) out.push_back(t);
+    return out;
+  }
+  const std::string t = chain_tensor_of(mark);
+  return t.empty() ? std::vector<std::string>{} : std::vector<std::string>{t};
+}
 
 NegativeControl parse_negative_control(const std::string& s) {
   if (s.empty() || s == "none") return NegativeControl::none;

@@ -165,6 +165,10 @@ struct DescribeResult {
 
 // A gate's cosine as printed: 6 decimals, or "NaN" (never 0: that is the zero control).
 std::string format_cosine(double c);
+// The chain intermediates (model/reference/chain.h) that hold what the kernel call `mark` writes
+// (for the non-finite message): L<l>/P<l>.<op> the LM layers, V<b>.<op> the tower; a qk_rope
+// call writes both q and k; none when the chain keeps no such intermediate.
+std::vector<std::string> chain_tensors_of(const std::string& mark);
 
 // $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.
 std::string default_cache_dir();

@@ -124,6 +124,20 @@ TEST(DescribeNumerics, AMassiveActivationPastTheFp16RangeStopsTheGatesWithOneMes
   EXPECT_GT(j["numerics"]["overflow"].get<uint64_t>(), 0u);
 }
 
+// The non-finite message looks for the device's value among the chain tensors the call
+// writes: a fused q|k rotary writes two of them.
+TEST(DescribeNumerics, EachKernelCallNamesTheChainTensorsItWrites) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(chain_tensors_of("V3.qk_rope"), (V{"vision.0.block.3.q", "vision.0.block.3.k"}));
+  EXPECT_EQ(chain_tensors_of("P2.qk_rope"), (V{"lm.layer.2.q", "lm.layer.2.k"}));
+  EXPECT_EQ(chain_tensors_of("V5.t1.qk_rope"), (V{"vision.0.block.5.q", "vision.0.block.5.k"}));
+  EXPECT_EQ(chain_tensors_of("P0.t0.k_rope"), (V{"lm.layer.0.k"}));
+  EXPECT_EQ(chain_tensors_of("P1.mlp_residual"), (V{"lm.layer.1.out"}));
+  EXPECT_EQ(chain_tensors_of("L4.attention"), (V{"lm.layer.4.attn"}));
+  EXPECT_TRUE(chain_tensors_of("Mf.norm").empty());
+  EXPECT_TRUE(chain_tensors_of("P1.qkv").empty());
+}
+
 TEST(DescribeNumerics, UnderTheRangeTheGatesPassAndTheReportShowsEveryCallsMaxAbs) {
   DescribeOptions o = options(checkpoint("35k", massive_35k()));
   DescribeResult r = describe(o);
