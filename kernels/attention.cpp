@@ -844,9 +844,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{15}, hi);
     b.op("pset.range", {P{uint8_t(1 + gl)}, X{9}, X{15}});
   };
+  constexpr uint32_t kP6Group = kMaxGroups - 1;  // the group whose predicate is p6
   auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    for (uint32_t gl = 0; gl < std::min(GP, 5u); ++gl) emit_group_pred(p, gl);
+    for (uint32_t gl = 0; gl < std::min(GP, kP6Group); ++gl) emit_group_pred(p, gl);
     b.li(X{20}, p.ng * G * R);
     b.op("pset.range", {P{7}, X{0}, X{20}});
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
@@ -932,7 +933,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     if (p) {
       emit_setup(*p);
       emit_init(*p);
-      if (GP > 5) emit_group_pred(*p, 5);
+      if (GP > kP6Group) emit_group_pred(*p, kP6Group);
       if (head) emit_block_body(calls[0].first, calls[0].second);
     }
     schedule_region(b, begin, cfg, true);

@@ -277,6 +277,7 @@ TensorHook large_values_hook(std::vector<ChainValue>& out) {
   };
 }
 
+// The one chain intermediate of an unfused kernel call, "" if none (chain_tensors_of, driver_host.h).
 std::string chain_tensor_of(const std::string& mark) {
   if (mark == "embed" || mark == "embed.after_image") return "lm.embed";
   if (mark == "lm_head") return "logits";
