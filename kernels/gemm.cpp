@@ -262,8 +262,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.y_stride < 2 * a.n || a.y_stride % 2) fail("gemm: y_stride {} must be even and >= 2*N = {}", a.y_stride, 2 * a.n);
   if (uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k > ocm)
     fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.k, a.x_ocm, a.x_stride, ocm);
-  if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + 2 * a.n > ocm)
+  const uint32_t y_bytes = a.y_f32 ? 4 : 2;  // per output
+  if (a.y_f32 && a.y_stride < 4 * a.n) fail("gemm: y_stride {} must be >= 4*N = {} for fp32 Y", a.y_stride, 4 * a.n);
+  if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + y_bytes * a.n > ocm)
     fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
+  if (a.acc_in && a.acc_stride < 4 * a.n) fail("gemm: acc_stride {} must be >= 4*N = {}", a.acc_stride, 4 * a.n);
+  if (a.acc_in && uint64_t(a.acc_ocm) + uint64_t(a.m - 1) * a.acc_stride + 4 * a.n > ocm)
+    fail("gemm: partial sums [{} x {}] fp32 at OCM {} (stride {}) do not fit the {} bytes of OCM", a.m, a.n, a.acc_ocm,
+         a.acc_stride, ocm);
   check_dma(cfg, pl, a);
   auto buf = [&](uint32_t c) { return unit_data(cfg, pl, a, c); };
   auto desc = [&](uint32_t c) { return a.smem + c * 64; };
@@ -273,14 +279,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // x1 tiles left, x2 DDR base of the tile being filled, x3 tiles after it, x4/x5 LRM
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
   // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
-  // x12-x14 routine temps, x16 loop count, x17 gather stride, x18 link, x19/x22/x28
-  // temps, x20 64, x21 4P, x23 fills left, x25 OCM source of the unit a routine part
-  // scatters, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
+  // x12-x14 routine temps, x15 partial-sum scatter stride, x16 loop count, x17 gather
+  // stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left, x25 OCM source of
+  // the unit a routine part scatters, x26/x29 partial sums of the tile / of the row group,
+  // x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
-  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25};
+  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25}, xAs{15}, xA{26}, xAg{29};
   const bool tail = pl.tail_cols != 0;
 
   b.li(xT, pl.tiles);
@@ -291,7 +298,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.li(xY, a.y_ocm);
   b.li(xB, a.bias_ocm);
   b.li(xCols, a.n);
-  b.li(xGs, 2 / S);
+  b.li(xGs, y_bytes / S);
+  if (a.acc_in) {
+    b.li(xA, a.acc_ocm);
+    b.li(xAs, 4 / S);
+  }
   b.li(x64, 64);
   b.li(xMs, 4 * B / S);
   b.li(xFills, pl.tiles - 1);
@@ -652,6 +663,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
+    if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.rows * a.acc_stride});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
     const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
@@ -765,7 +777,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("xor", {xCur, xCur, xSwap});
     b.bind(noswap);
   }
-  b.op("addi", {xY, xY, int64_t(T) * 2});
+  b.op("addi", {xY, xY, int64_t(T) * y_bytes});
+  if (a.acc_in) b.op("addi", {xA, xA, int64_t(T) * 4});
   b.op("addi", {xB, xB, int64_t(T) * bias_bytes});
   b.op("addi", {xCols, xCols, -int64_t(T)});
   b.op("addi", {xFills, xFills, -1});
@@ -859,8 +872,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     b.loop(xCnt, [&] { body(false); });
     // Epilogue, software-pipelined over the rows: lane sum, (split 2: + east half),
-    // fp16, one value per column into Y.
-    const uint32_t lag = S == 2 ? 8 : 4;
+    // (acc_in: + the partial sum, scattered into v28 + r % 4, free once the loop is done),
+    // fp16 (or fp32), one value per column into Y.
+    uint32_t ready = S == 2 ? 6 : 2;  // the row's sum is complete
+    if (a.acc_in) ready += 2;
+    const uint32_t lag = ready + (a.y_f32 ? 0 : 2);
     for (uint32_t s = 0; s < real + lag; ++s) {
       auto row = [&](uint32_t back, auto f) {
         if (s >= back && s - back < real) f(uint8_t(s - back));
@@ -870,10 +886,20 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
         row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
       }
+      if (a.acc_in) {
+        row(ready - 4, [&](uint8_t r) {
+          b.op("oscatter.w1", {V{uint8_t(28 + r % 4)}, Mem{xAg, int64_t(r) * a.acc_stride}, xAs}, P{1});
+        });
+        row(ready - 2, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(28 + r % 4)}}); });
+      }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
       // narrow last tile), whose sums are junk and must not reach the fp16 range tracking.
-      row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
-      row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+      if (a.y_f32) {
+        row(lag, [&](uint8_t r) { b.op("ogather.w1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+      } else {
+        row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
+        row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+      }
     }
     b.op("jalr", {X{0}, xLink, 0});
   };

@@ -8,7 +8,8 @@
 // fp16 (vdq4.f16) before the multiply; products fp16 x fp16 are exact in fp32; each
 // PE accumulates its lanes in k order, the bias (if any) enters lane 0 before the
 // first product; the 16 lanes are summed by vredsum.f32's pairwise tree (split 2: then
-// the odd-k PE's sum is added); one rounding to fp16 at the end. Tests: bit-exact or
+// the odd-k PE's sum is added; GemmArgs::acc_in: then the fp32 partial sum); one rounding
+// to fp16 at the end (none with GemmArgs::y_f32). Tests: bit-exact or
 // one fp16 ulp from ops::linear on round_f16(dequantise(W)).
 //
 // Mapping: a tile is T = npe / S output columns (npe of cfg: on a sub-array, GemmArgs::
@@ -102,6 +103,13 @@ struct GemmArgs {
   // started the others on their channels; this call scatters those during its first row
   // group (set by gemm_handoff).
   uint32_t handed_units = 0;
+  // Partial sums (a K split across calls, e.g. a layer's MLP in chunks of its inner
+  // dimension): acc_in adds fp32 partial sums [m][n] at acc_ocm (row stride acc_stride >= 4n)
+  // to every output after its lane sum (and split 2's pair sum), before the rounding; y_f32
+  // writes Y as fp32 (y_stride >= 4n) without rounding. Both may name the same rows (each
+  // row is read before it is written), so a chain of calls accumulates in place.
+  bool acc_in = false, y_f32 = false;
+  uint32_t acc_ocm = 0, acc_stride = 0;
   // The machine's array is larger than cfg's (the GEMM's view: the first cfg.npe() PEs,
   // whole rows): every scatter is held to those PEs (the others compute on stale LRM and
   // never gather). The weight is packed for the view (pack_gemm_weight(w, view)).
