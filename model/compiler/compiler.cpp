@@ -370,8 +370,8 @@ void Compiler::put(DdrWriter ddr, const std::string& name, const std::vector<uin
   ddr.write(d.offset, bytes.data(), bytes.size());
 }
 
-void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const {
-  put_weight(ddr, name, q, q.view());
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, uint32_t split) const {
+  put_weight(ddr, name, q, q.view(), split);
 }
 
 QuantTensor Compiler::put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
@@ -384,10 +384,14 @@ QuantTensor Compiler::put_bundle_weight(DdrWriter ddr, const std::string& name, 
   return q;
 }
 
-// w: q's codes, scales and zeros (q.view(), or its codes in the mapped bundle).
-void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const W4Weights& w) const {
-  const bool gemm = ddr_.at(name).layout == "gemm";
-  auto pack = [&](const W4Weights& v) { return gemm ? pack_gemm_weight(v, gemm_cfg_) : pack_gemv_weight(v, cfg_); };
+// w: q's codes, scales and zeros (q.view(), or its codes in the mapped bundle); split: a GEMM
+// weight's K split (0: the tiling rule), as its calls ask for it.
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const W4Weights& w,
+                          uint32_t split) const {
+  const bool gemm = ddr_.at(name).layout.starts_with("gemm");  // "gemm", "gemm-pm"
+  auto pack = [&](const W4Weights& v) {
+    return gemm ? pack_gemm_weight(v, gemm_cfg_, split) : pack_gemv_weight(v, cfg_);
+  };
   put(ddr, name, pack(w));
   if (!opt_.fp16_channels) return;
   if (q.fp16_cols.size() > kF16Cols)

@@ -56,6 +56,7 @@ class DdrLayout {
  public:
   uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout);
   const DdrTensor& at(const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
   uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)
   uint64_t total() const { return end_; }
   const std::vector<DdrTensor>& tensors() const { return tensors_; }
@@ -214,13 +215,14 @@ class Compiler {
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
   // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
-  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, uint32_t split = 0) const;
   // The bundle's tensor `tensor` as put_weight packs it, its codes read in place from the
   // mapped file (QuantBundle::get_quant_mapped) instead of from a copy; returns the tensor
   // without its codes (scales, zeros, fp16 parts).
   QuantTensor put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
                                 const std::string& tensor) const;
-  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const kernels::W4Weights& w) const;
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const kernels::W4Weights& w,
+                  uint32_t split = 0) const;
   // The image program; with `into`, emitted into *into and its calls appended to *calls:
   // image_program (the resident plan) then leaves out the halt and the finish (a resident
   // tower before a streamed prefill), image_streamed finishes the program.

@@ -102,6 +102,24 @@ inline QuantTensor slice_rows(const QuantTensor& q, int64_t r0, int64_t n) {
   return out;
 }
 
+// Input columns [c0, c0 + n) of a quantised tensor without fp16 channels (c0 and n
+// multiples of the quantisation block: the codes, scales and zeros of those blocks).
+inline QuantTensor slice_cols(const QuantTensor& q, int64_t c0, int64_t n) {
+  if (c0 % kQuantBlock || n % kQuantBlock || c0 + n > q.cols || !q.fp16_cols.empty())
+    fail("compiler: internal: cannot slice columns [{}, {}) of a [{}][{}] tensor", c0, c0 + n, q.rows, q.cols);
+  QuantTensor out;
+  out.rows = q.rows;
+  out.cols = n;
+  const int64_t b0 = c0 / kQuantBlock, nb = n / kQuantBlock;
+  for (int64_t r = 0; r < q.rows; ++r) {
+    auto codes = q.codes.begin() + r * q.row_stride() + c0 / 2;
+    out.codes.insert(out.codes.end(), codes, codes + n / 2);
+    out.scales.insert(out.scales.end(), q.scales.begin() + r * q.nblocks() + b0, q.scales.begin() + r * q.nblocks() + b0 + nb);
+    out.zeros.insert(out.zeros.end(), q.zeros.begin() + r * q.nblocks() + b0, q.zeros.begin() + r * q.nblocks() + b0 + nb);
+  }
+  return out;
+}
+
 inline std::vector<uint8_t> f16_bytes(const std::vector<float>& v) {
   std::vector<uint8_t> out(v.size() * 2);
   for (size_t i = 0; i < v.size(); ++i) {

@@ -54,6 +54,35 @@ uint32_t gate_up_chunk(uint32_t inter) {
   return cw;
 }
 
+// The streamed prefill's MLP over every row at once (image_streamed, Streamed::pm): gate|up
+// and down in chunks of pm_chunk(I) inner columns, packed on their own (pm_name): its
+// gate|up output [S][2 c] sits beside the fp32 partial sums [S][H] and the normed rows.
+constexpr uint32_t kPmChunk = 512;
+uint32_t pm_chunk(uint32_t inter) {
+  uint32_t c = std::min(inter, kPmChunk);
+  while (inter % c) c -= kW4Block;
+  return c;
+}
+std::string pm_name(int layer, uint32_t chunk, const char* what) {
+  return layer_name(layer, fmt::format("pm{}.{}", chunk, what).c_str());
+}
+std::string vpm_name(int block, uint32_t chunk, const char* what) {
+  return fmt::format("V{}.pm{}.{}", block, chunk, what);
+}
+bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
+// Its gate|up GEMMs at split 2 where split 1 would make them one tile: the tile the down
+// chunk before hands off during its last tile is then half as large (32x32, 2 MiB, 32 GB/s:
+// 113.7 -> 103.5 M cycles).
+uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t inter, uint32_t hidden) {
+  const uint32_t cp = pm_chunk(inter);
+  if (plan_gemm(gcfg, 1, 2 * cp, hidden).tiles > 1) return 0;
+  try {
+    return gemm_split(gcfg, 2 * cp, hidden, 2);
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
 std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, what); }
 std::string mname(int j, const char* what) { return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what); }
 
@@ -163,6 +192,40 @@ void Compiler::plan_image_ddr() {
   ddr_.add("act.q", uint64_t(opt_.max_seq) * d.nq * d.hd * 2, "act");
   iio_.patches_ddr = ddr_.bus("in.patches");
   iio_.trope_ddr = ddr_.bus("in.trope");
+  // The second packing of the prefill's MLP (pm_chunk) where the default image program
+  // (ImageShape{}) does not fit the resident plan: the configurations whose prompts stream
+  // (mixed precision: never; its fp16 parts are per packing). Layout "gemm-pm": the same
+  // weights again, not counted in the weights-once floor (Compiler::weight_bytes).
+  // (The plan knobs force the streamed plan and leave these out: a layout never larger than
+  // the one Compiler::max_context measured without them.)
+  if (opt_.fp16_channels || d.I % kW4Block || opt_.image_tile_rows || opt_.image_attn_groups ||
+      opt_.image_copy_mode || opt_.image_prefill)
+    return;
+  bool streamed = false;
+  try {
+    ImageShape def;  // (within the options' limits)
+    def.plan_only = true;
+    def.seq_len = int(std::min<uint32_t>(uint32_t(def.seq_len), opt_.max_seq));
+    while (def.grid_h > 2 && (uint32_t(def.grid_h * def.grid_w) > opt_.max_patches ||
+                              def.image_start + def.n_image_tokens() > def.seq_len))
+      def.grid_h = def.grid_w = def.grid_h - 2;
+    streamed = !image_program(def, nullptr, nullptr).plan.starts_with("resident");
+  } catch (const Error&) {
+    return;  // the default shape does not fit this model's limits
+  }
+  if (!streamed) return;
+  if (d.Iv % kW4Block == 0)
+    for (int b = 0; b < v.depth; ++b)
+      for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv); ++c) {
+        ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv), d.Dv), "gemm-pm");
+        ddr_.add(vpm_name(b, c, "fc2"), gemm_weight_bytes(cfg_, d.Dv, pm_chunk(d.Iv)), "gemm-pm");
+      }
+  const uint32_t cp = pm_chunk(d.I);
+  for (int i = 0; i < model_.text.num_hidden_layers; ++i)
+    for (uint32_t k = 0; k < d.I / cp; ++k) {
+      ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm");
+      ddr_.add(pm_name(i, k, "down"), gemm_weight_bytes(cfg_, d.H, cp), "gemm-pm");
+    }
 }
 
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
@@ -185,6 +248,15 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     gemm_of(vname(b, "proj"), vision_block_name(b, "attn.proj.weight"));
     gemm_of(vname(b, "fc1"), vision_block_name(b, "mlp.linear_fc1.weight"));
     gemm_of(vname(b, "fc2"), vision_block_name(b, "mlp.linear_fc2.weight"));
+    if (ddr_.has(vpm_name(b, 0, "fc1"))) {
+      const QuantTensor fc1 = bundle.get_quant(vision_block_name(b, "mlp.linear_fc1.weight")),
+                        fc2 = bundle.get_quant(vision_block_name(b, "mlp.linear_fc2.weight"));
+      const uint32_t cv = pm_chunk(d.Iv);
+      for (uint32_t c = 0; c < d.Iv / cv; ++c) {
+        gemm(vpm_name(b, c, "fc1"), detail::slice_rows(fc1, c * cv, cv));
+        gemm(vpm_name(b, c, "fc2"), detail::slice_cols(fc2, c * cv, cv));
+      }
+    }
     std::vector<std::string> parts;
     for (const char* leaf : {"norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias", "attn.qkv.bias",
                              "attn.proj.bias", "mlp.linear_fc1.bias", "mlp.linear_fc2.bias"})
@@ -211,6 +283,15 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       gemm(layer_name(i, fmt::format("gu{}.gemm", k).c_str()),
            detail::concat_rows({detail::slice_rows(gate, k * cw, cw), detail::slice_rows(up, k * cw, cw)}));
     gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
+    if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
+    const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
+    const uint32_t cp = pm_chunk(d.I);
+    for (uint32_t k = 0; k < d.I / cp; ++k) {
+      put_weight(ddr, pm_name(i, k, "gu"),
+                 detail::concat_rows({detail::slice_rows(gate, k * cp, cp), detail::slice_rows(up, k * cp, cp)}),
+                 pm_gate_up_split(gemm_cfg_, d.I, d.H));
+      gemm(pm_name(i, k, "down"), detail::slice_cols(down, k * cp, cp));
+    }
   }
 }
 
@@ -236,14 +317,18 @@ namespace {
 
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
 // with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels) {
+// pm: the streamed prefill's MLP over every row (Streamed::pm), whose chunks replace the
+// whole-width gate|up and down GEMMs.
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, bool pm = false) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
-  const uint32_t cw = gate_up_chunk(d.I);
+  const uint32_t cw = gate_up_chunk(d.I), cp = pm_chunk(d.I);
   uint64_t r = 0;
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                      {d.H, d.I}})
+                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
+    r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
+  for (auto [n, k] : pm ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, cp}}
+                        : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
   return r;
 }
@@ -268,6 +353,14 @@ F16Regions take_f16(detail::OcmAlloc& a, const sim::Config& cfg, bool on, uint32
   return r;
 }
 
+// A GEMM call's partial sums (GemmArgs::acc_in, y_f32): in, fp32 [m][n] at ocm (row stride)
+// added before the rounding; y_f32, Y written as fp32.
+struct GemmAcc {
+  bool in = false;
+  uint32_t ocm = 0, stride = 0;
+  bool y_f32 = false;
+};
+
 // The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
 // norm scratch), shared by both plans. GEMM calls chain their weight prefetch
 // (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
@@ -283,6 +376,7 @@ struct ImageKernels {
   sim::Config gcfg;  // the GEMMs' view of the machine (either plan may give them fewer DMA channels)
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
+  uint32_t pm_split = 0;  // the split of the streamed prefill's gate|up chunks (pm_gate_up_split)
   // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
   // gather GEMM between two calls uses their LRM and DMA channels).
   F16Regions f16;
@@ -332,6 +426,7 @@ struct ImageKernels {
     g.scratch_bytes = rGEMM;
     g.smem = kSmem;
     g.sub_array = gcfg.npe() < cfg.npe();
+    if (is_pm_gate_up(w)) g.split = pm_split;
     return g;
   }
   // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
@@ -346,7 +441,7 @@ struct ImageKernels {
     next_between = between;
   }
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
-            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
+            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {}) {
     GemmArgs g = base_args(w, n, k);
     g.m = m;  // (gemm_handoff reads it)
     if (f16.on) {
@@ -378,6 +473,10 @@ struct ImageKernels {
     g.y_stride = y_stride;
     g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
     g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
+    g.acc_in = acc.in;
+    g.acc_ocm = acc.ocm;
+    g.acc_stride = acc.stride;
+    g.y_f32 = acc.y_f32;
     em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
     lrm_since = 0;
     if (!f16.on) return;
@@ -1039,6 +1138,15 @@ struct Streamed {
   // The prefill in whole layers a tile (fused): rows per tile, copy mode, kv heads a call.
   bool fused = false;
   uint32_t rpf = 0, spf = 1, gpf = 0;
+  // The prefill's MLP phase over every row at once (instead of C's row tiles): the o GEMM,
+  // residual and norm of all rows, gate|up and down in pm_chunk columns with fp32 partial
+  // sums, the residual; buffers pmb(part) of its three parts (each starts with the normed rows).
+  bool pm = false;
+  std::function<std::vector<uint64_t>(uint32_t)> pmb;
+  // The same for the tower's MLP phase (C): the proj GEMM, residual and norm of all rows,
+  // fc1 (and GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
+  bool vpm = false;
+  std::function<std::vector<uint64_t>(uint32_t)> vpmb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
@@ -1086,10 +1194,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint32_t g = groups_per_call(d.nkv, gcap, [&](uint32_t g) { return stage_end(r, g) <= uint64_t(r) * (d.I + cw) * 2; });
     return g ? g : std::min(d.nkv, gcap ? gcap : 1u);
   };
-  auto plan = [&](uint32_t channels) {
+  auto plan = [&](uint32_t channels, bool pm) {
   Streamed p;
   p.channels = channels;
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, pm);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -1136,6 +1244,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return sets_of({uint64_t(r) * d.H * 2, uint64_t(r) * std::max(d.H * 2, qd),
                     uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
+  };
+  // tower MLP over every row (vpm): 1: normed rows / proj out [N][Dv], residual, attention
+  // rows; 2: normed rows, partial sums [N][Dv] fp32, fc1 out [N][c]; 3: fc2 out (in the normed
+  // rows), residual.
+  p.vpmb = [&](uint32_t part) -> V64 {
+    const uint64_t rows = uint64_t(N) * d.Dv * 2;
+    if (part == 1) return {rows, rows, rows};
+    if (part == 2) return {rows, 2 * rows, uint64_t(N) * 2 * pm_chunk(d.Iv)};
+    return {rows, rows};
+  };
+  // prefill MLP over every row (pm): 1: normed rows / o out [S][H], residual [S][H], attention
+  // rows [S][q]; 2: normed rows, partial sums [S][H] fp32, gate|up [S][2 c]; 3: down out (in
+  // the normed rows), residual [S][H], DeepStack rows [ni][H].
+  p.pmb = [&, ni](uint32_t part) -> V64 {
+    const uint64_t rows = uint64_t(S) * d.H * 2;
+    if (part == 1) return {rows, rows, uint64_t(S) * qd};
+    if (part == 2) return {rows, 2 * rows, uint64_t(S) * 4 * pm_chunk(d.I)};
+    return {rows, rows, uint64_t(std::max(ni, 1u)) * d.H * 2};
   };
   // prefill, whole layers a tile (fused): residual [r][H]
   // (loaded and stored), cos, sin [r][hd] fp32 (loaded), normed rows / attention output /
@@ -1191,8 +1317,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double depth = vc.depth, layers = tc.num_hidden_layers;
   p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
-  p.rvc = row_phase(N, p.tc, double(d.Dv) * (d.Dv + 2.0 * d.Iv), wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv),
-                    4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
+  const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
+               wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
+  p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
+  // The tower's MLP phase over every row when it is cheaper (as the prefill's below).
+  if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && fits(p.vpmb(1)) && fits(p.vpmb(2)) && fits(p.vpmb(3))) {
+    const uint32_t cv = pm_chunk(d.Iv);
+    sim::Config gc = gemm_cfg_;
+    gc.dma_channels = int(channels);
+    const GemmPlan fp = plan_gemm(gc, N, d.Dv, cv);
+    const double port = double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes + fp.groups * 200.0;
+    const double vpm_c = depth * (std::max(N * macs_vc / peak, wb_vc / bw) + 8.0 * N * d.Dv / bw +
+                                  double(d.Iv / cv) * fp.tiles * port);
+    if (!p.rvc || vpm_c < p.cost - before_vc) p.vpm = true, p.cost = before_vc + vpm_c;
+  }
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
@@ -1244,16 +1382,34 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double wb_a = wb(d.qkv_n, d.H), wb_c = wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I);
   const double before = p.cost;
   p.rpa = row_phase(S, p.pa, macs_a, wb_a, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd), p.spa, layers);
+  const double before_c = p.cost;
   p.rpc = row_phase(S, p.pc, macs_c, wb_c, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
+  // The MLP over every row, where its packing is in DDR, no knob caps the rows and its parts
+  // fit: MACs or weights once, its copies waited for (the attention rows and the residual
+  // in, the residual reloaded and stored; its first store overlaps the first gate|up), and
+  // the partial sums through the OCM port (a scatter and a gather of npe words per row,
+  // tile and chunk, ~200 cycles a row group's epilogue).
+  if (pm && fits(p.pmb(1)) && fits(p.pmb(2)) && fits(p.pmb(3))) {
+    const uint32_t cp = pm_chunk(d.I);
+    sim::Config gc = gemm_cfg_;
+    gc.dma_channels = int(channels);
+    const GemmPlan dp = plan_gemm(gc, S, d.H, cp);
+    const double port = double(S) * 8 * gc.npe() / cfg_.ocm_port_bytes + dp.groups * 200.0;
+    const double pm_c = layers * (std::max(S * macs_c / peak, wb_c / bw) + S * (double(qd) + 6.0 * d.H) / bw +
+                                  double(d.I / cp) * dp.tiles * port);
+    p.pm = true;
+    p.cost = before_c + pm_c;
+  }
+  if (pm && !p.pm) p.rpc = 0;  // (a plan without the whole-width down's buffers)
   p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
-  const bool phased_ok = p.rpa && p.rpc && p.gp && opt_.image_prefill != 2;
+  const bool phased_ok = p.rpa && (p.rpc || p.pm) && p.gp && opt_.image_prefill != 2;
   double phased = p.cost - before;
   if (S && p.gp)
     phased += layers * std::max(attn_cycles(d.nkv, p.gp, G, S, d.hd, off + S), (2.0 * S * qd + 2.0 * (off + S) * kd) / bw);
   p.cost = before;
   p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, 2.0 * d.H, p.spf,
                     layers, 2.0 * kd);
-  const bool fused_ok = p.rpf && opt_.image_prefill != 1;
+  const bool fused_ok = p.rpf && opt_.image_prefill != 1 && !pm;
   double fused = p.cost - before;
   if (S && p.rpf) {
     p.gpf = prefill_groups(p.rpf);
@@ -1261,7 +1417,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   }
   p.fused = fused_ok && (!phased_ok || fused < phased);
   p.cost = before + (p.fused ? fused : phased);
-  p.ok = p.rva && p.rvc && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
+  p.ok = p.rva && (p.rvc || p.vpm) && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
   // (the mergers: their weight passes, at the DDR rate)
   if (p.ok && Nt)
     p.cost += std::ceil(double(Nt) / p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
@@ -1271,10 +1427,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // GEMM DMA channels: all of them, or 2 when the OCM their buffers give back saves
   // weight passes (fewer row tiles): the plan of fewer estimated cycles (2B at 1 and
   // 2 MiB: 2 channels; fewer channels alone make the prefill's GEMMs slower).
-  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels))};
-  if (cfg_.dma_channels > 2) cands.push_back(plan(2));
+  // Each also with the prefill's MLP over every row (Streamed::pm) where its packing is in DDR
+  // and no knob caps the rows.
+  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels), false)};
+  if (cfg_.dma_channels > 2) cands.push_back(plan(2, false));
+  if (S && ddr_.has(pm_name(0, 0, "gu")) && !cap) {
+    cands.push_back(plan(uint32_t(cfg_.dma_channels), true));
+    if (cfg_.dma_channels > 2) cands.push_back(plan(2, true));
+  }
   Streamed p = cands[0];
-  if (cands.size() > 1 && cands[1].ok && (!p.ok || cands[1].cost < p.cost)) p = cands[1];
+  for (const Streamed& q : cands)
+    if (q.ok && (!p.ok || q.cost < p.cost)) p = q;
   if (!p.ok) {
     // The least OCM that works: tiles of 4 rows, one kv head per attention call.
     uint64_t least = UINT64_MAX, fixed = 0;
@@ -1322,6 +1485,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
+    k.pm_split = pm_gate_up_split(gemm_cfg_, d.I, d.H);
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
@@ -1518,7 +1682,34 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                          .out_row_stride = hdv2, .out_head_stride = N * hdv2, .max_groups = ng});
                           });
         }
-        {
+        if (p.vpm) {
+          // The MLP over every row (Streamed::vpm), as the prefill's below: proj, residual and
+          // norm of all rows (the residual stored meanwhile), fc1 + GELU and fc2 chunk by chunk
+          // with fc2's fp32 partial sums in OCM (its bias with the first chunk), the residual
+          // reloaded, the store.
+          const uint32_t cv = pm_chunk(d.Iv), nv = d.Iv / cv;
+          const std::vector<uint32_t> o1 = phase(p.vpmb(1)), o2 = phase(p.vpmb(2)), o3 = phase(p.vpmb(3));
+          const uint32_t XN = o1[0], X1 = o1[1], A = o1[2], ACC = o2[1], F = o2[2], X3 = o3[1];
+          em.copy(B + ".load_attn", vqkv, ocm(A), d.Dv * 2, N, 3 * d.Dv * 2, d.Dv * 2);
+          em.copy(B + ".load_residual", vh, ocm(X1), N * d.Dv * 2);
+          k.gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, A, d.Dv * 2, XN, d.Dv * 2, vv_projb);
+          k.ew(B + ".attn_residual", EwOp::add, N, d.Dv, X1, 0, XN, 0, X1, 0);
+          k.norm(B + ".norm2", NormKind::layer, N, d.Dv, X1, XN, vv_n2w, vv_n2b, veps);
+          copy_on(cs, B + ".store_residual", ocm(X1), vh, N * d.Dv * 2);
+          for (uint32_t c = 0; c < nv; ++c) {
+            const std::string C = fmt::format("{}.mlp{}", B, c);
+            const bool last = c + 1 == nv;
+            k.gemm(C + ".fc1", vpm_name(blk, c, "fc1"), N, cv, d.Dv, XN, d.Dv * 2, F, cv * 2, vv_fc1b + c * cv * 2);
+            k.ew(C + ".gelu", EwOp::gelu_tanh, N, cv, F, 0, F, 0, F, 0);
+            if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
+            k.gemm(C + ".fc2", vpm_name(blk, c, "fc2"), N, d.Dv, cv, F, cv * 2, last ? XN : ACC,
+                   last ? d.Dv * 2 : d.Dv * 4, c == 0 ? vv_fc2b : kNone,
+                   {.in = c > 0, .ocm = ACC, .stride = d.Dv * 4, .y_f32 = !last});
+          }
+          em.copy(B + ".reload_residual", vh, ocm(X3), N * d.Dv * 2);
+          k.ew(B + ".mlp_residual", EwOp::add, N, d.Dv, X3, 0, XN, 0, X3, 0);
+          em.copy(B + ".store", ocm(X3), vh, N * d.Dv * 2);
+        } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; proj/fc2 out, fc1 out once.
           const std::vector<uint32_t> o = phase(p.tc(p.rvc, p.svc));
@@ -1728,7 +1919,39 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                          .kv_offset = off});
                           });
         }
-        {
+        if (p.pm) {
+          // The MLP over every row (Streamed::pm): the o GEMM, residual and norm of all rows
+          // (the residual stored meanwhile), gate|up, SiLU and down chunk by chunk with the
+          // down's fp32 partial sums in OCM (the last chunk rounds into the normed rows), the
+          // residual reloaded, the DeepStack rows, the store.
+          const uint32_t cp = pm_chunk(d.I), npm = d.I / cp;
+          const std::vector<uint32_t> o1 = phase(p.pmb(1)), o2 = phase(p.pmb(2)), o3 = phase(p.pmb(3));
+          const uint32_t XN = o1[0], X1 = o1[1], A = o1[2], ACC = o2[1], GU = o2[2], X3 = o3[1], DS = o3[2];
+          em.copy(L + ".load_attn", aq, ocm(A), S * qd);
+          em.copy(L + ".load_residual", ah, ocm(X1), S * d.H * 2);
+          k.gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, A, qd, XN, d.H * 2, kNone);
+          k.ew(L + ".attn_residual", EwOp::add, S, d.H, X1, 0, XN, 0, X1, 0);
+          k.norm(L + ".post_norm", NormKind::rms, S, d.H, X1, XN, w_post, 0, teps);
+          copy_on(cs, L + ".store_residual", ocm(X1), ah, S * d.H * 2);
+          for (uint32_t c = 0; c < npm; ++c) {
+            const std::string C = fmt::format("{}.mlp{}", L, c);
+            const bool last = c + 1 == npm;
+            k.gemm(C + ".gate_up", pm_name(i, c, "gu"), S, 2 * cp, d.H, XN, d.H * 2, GU, cp * 4, kNone);
+            k.ew(C + ".silu_mul", EwOp::silu_mul, S, cp, GU, cp * 4, GU + cp * 2, cp * 4, GU, cp * 4);
+            if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
+            k.gemm(C + ".down", pm_name(i, c, "down"), S, d.H, cp, GU, cp * 4, last ? XN : ACC,
+                   last ? d.H * 2 : d.H * 4, kNone, {.in = c > 0, .ocm = ACC, .stride = d.H * 4, .y_f32 = !last});
+          }
+          em.copy(L + ".reload_residual", ah, ocm(X3), S * d.H * 2);
+          k.ew(L + ".mlp_residual", EwOp::add, S, d.H, X3, 0, XN, 0, X3, 0);
+          auto [a, e] = image_rows(0, S);
+          if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
+            em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
+                    (e - a) * d.H * 2);
+            k.ew(L + ".deepstack_add", EwOp::add, e - a, d.H, X3 + a * d.H * 2, 0, DS, 0, X3 + a * d.H * 2, 0);
+          }
+          em.copy(L + ".store", ocm(X3), ah, S * d.H * 2);
+        } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; GEMM outputs, MLP activation once.
           const std::vector<uint32_t> o = phase(p.pc(p.rpc, p.spc));
@@ -1781,20 +2004,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   out.program = b.finish();
   // The prefill's part of the plan: whole layers a tile, or its qkv|MLP phases.
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
-                                    : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
+                            : p.pm    ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 "
+                                                    "partial sums)", p.rpa, S, pm_chunk(d.I))
+                                      : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
+  // The tower's row tiles (qkv|MLP phases), and the prefill's.
+  const std::string vrows = p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums)",
+                                                p.rva, N, pm_chunk(d.Iv))
+                                  : fmt::format("{}|{} (qkv|MLP phases)", p.rva, p.rvc);
   if (s.vision && s.prefill)
-    out.plan = fmt::format("streamed: rows per tile tower {}|{} (qkv|MLP phases), mergers {}, prefill {}; copies "
+    out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "
                            "tower {}|{}, prefill {}; kv heads per attention call tower {}, prefill {} ({} buffer "
                            "sets); GEMM DMA channels {}",
-                           p.rva, p.rvc, p.rm, prows, mode_name(p.sva), mode_name(p.svc), pcopies, p.gv, pheads,
+                           vrows, p.rm, prows, mode_name(p.sva), mode_name(p.svc), pcopies, p.gv, pheads,
                            p.fused ? fmt::format("{} tower", p.sv) : fmt::format("{}|{}", p.sv, p.sp), p.channels);
   else if (s.vision)
-    out.plan = fmt::format("streamed: rows per tile {}|{} (qkv|MLP phases), mergers {}; copies {}|{}; kv heads "
+    out.plan = fmt::format("streamed: rows per tile {}, mergers {}; copies {}|{}; kv heads "
                            "per attention call {} ({} buffer sets); GEMM DMA channels {}",
-                           p.rva, p.rvc, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
+                           vrows, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
   else
     out.plan = fmt::format("streamed: rows per tile {}; copies {}; kv heads per attention call {}{}; GEMM DMA "
                            "channels {}",

@@ -163,8 +163,9 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 // the array's rows, Compiler::gemm_view; the LM head's GEMV on as many DMA channels as its OCM holds), forced small
 // tiles (ragged last tiles, the image rows cut by tile boundaries, several merger tiles, one
 // kv head per attention call), in each copy mode of the row phases (waited, pipelined,
-// stores behind), the prefill in three phases and in whole layers a tile, and 8 MiB
-// (resident, gate|up calls of 2 packed chunks), each against the chain: logits cosine >=
+// stores behind), the prefill in three phases and in whole layers a tile, 8 MiB
+// (resident, gate|up calls of 2 packed chunks) and 512 KiB (the prefill's MLP over every
+// row in chunks with fp32 partial sums, Streamed::pm), each against the chain: logits cosine >=
 // 0.9999, the same top-1, timing-only cycles = functional cycles; 1 MiB and 4 MiB
 // cycles differ. Negative control: the streamed plan reads keys and values back from
 // the KV cache from slot 0 (ImageIo::slot0_smem must hold 0): a wrong slot must fail
@@ -212,6 +213,8 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
       {"1MiB", fused_behind, "prefill 20 (whole layers); copies tower stores behind|stores behind, prefill stores "
                              "behind"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
+      // The prefill's MLP over all 48 rows, six chunks of 512 with fp32 partial sums.
+      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"},
   };
   std::map<std::string, uint64_t> cycles;
   for (const Case& k : cases) {
@@ -230,8 +233,8 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   std::printf("tiny image program, 4MiB: %llu cycles\n", (unsigned long long)at4);
   EXPECT_NE(cycles["1MiB"], at4) << "1 MiB and 4 MiB must differ";
 
-  for (const CompileOptions& o : {small, fused}) {
-    OcmRun bad = tiny_ocm_run("1MiB", pixels, o, 3);
+  for (const auto& [ocm, o] : {std::pair<const char*, CompileOptions>{"1MiB", small}, {"1MiB", fused}, {"512KiB", {}}}) {
+    OcmRun bad = tiny_ocm_run(ocm, pixels, o, 3);
     const double cs = cosine(bad.logits, ref);
     std::printf("negative control (%s; keys written from slot 3, read from slot 0): logits cosine %.7f\n",
                 bad.plan.c_str(), cs);
