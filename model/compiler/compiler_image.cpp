@@ -54,9 +54,10 @@ uint32_t gate_up_chunk(uint32_t inter) {
   return cw;
 }
 
-// The streamed prefill's MLP over every row at once (image_streamed, Streamed::pm): gate|up
-// and down in chunks of pm_chunk(I) inner columns, packed on their own (pm_name): its
-// gate|up output [S][2 c] sits beside the fp32 partial sums [S][H] and the normed rows.
+// The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
+// tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
+// packed on their own (vpm_name, pm_name): a chunk's up output [rows][c] (gate|up: 2 c) sits
+// beside the fp32 partial sums [rows][width] and the normed rows.
 constexpr uint32_t kPmChunk = 512;
 uint32_t pm_chunk(uint32_t inter) {
   uint32_t c = std::min(inter, kPmChunk);
@@ -192,9 +193,9 @@ void Compiler::plan_image_ddr() {
   ddr_.add("act.q", uint64_t(opt_.max_seq) * d.nq * d.hd * 2, "act");
   iio_.patches_ddr = ddr_.bus("in.patches");
   iio_.trope_ddr = ddr_.bus("in.trope");
-  // The second packing of the prefill's MLP (pm_chunk) where the default image program
-  // (ImageShape{}) does not fit the resident plan: the configurations whose prompts stream
-  // (mixed precision: never; its fp16 parts are per packing). Layout "gemm-pm": the same
+  // The second packing of the MLPs (pm_chunk; the tower's, then the prefill's) where the
+  // default image program (ImageShape{}) does not fit the resident plan: the configurations
+  // whose images and prompts stream (mixed precision: never; its fp16 parts are per packing). Layout "gemm-pm": the same
   // weights again, not counted in the weights-once floor (Compiler::weight_bytes).
   // (The plan knobs force the streamed plan and leave these out: a layout never larger than
   // the one Compiler::max_context measured without them.)
@@ -318,7 +319,8 @@ namespace {
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
 // with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
 // pm: the streamed prefill's MLP over every row (Streamed::pm), whose chunks replace the
-// whole-width gate|up and down GEMMs.
+// whole-width gate|up and down GEMMs. (The tower's chunks, Streamed::vpm, need no more than
+// its whole-width fc1 and fc2.)
 uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, bool pm = false) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
@@ -1143,8 +1145,8 @@ struct Streamed {
   // sums, the residual; buffers pmb(part) of its three parts (each starts with the normed rows).
   bool pm = false;
   std::function<std::vector<uint64_t>(uint32_t)> pmb;
-  // The same for the tower's MLP phase (C): the proj GEMM, residual and norm of all rows,
-  // fc1 (and GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
+  // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
+  // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
   bool vpm = false;
   std::function<std::vector<uint64_t>(uint32_t)> vpmb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
@@ -1589,6 +1591,61 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     auto buf = [](const std::vector<uint32_t>& o, size_t n, uint32_t u, size_t i) {
       return u && i < n ? o[o.size() - n + i] : o[i];
     };
+    // An MLP phase over every row (Streamed::vpm, pm), in the buffers of its three parts
+    // (Streamed::vpmb, pmb): the out GEMM (proj / o) of the attention rows, the residual and
+    // its norm for all rows (the residual stored to DDR meanwhile), then per chunk of `chunk`
+    // inner columns the up GEMM (fc1 + its bias and GELU, or gate|up and SiLU) and the down
+    // GEMM's chunk (fc2 / down) into fp32 partial sums (the first with the down bias, the last
+    // rounding into the normed rows' buffer), the residual reloaded and added, after(residual),
+    // the store.
+    struct MlpAllRows {
+      std::string mark;
+      uint32_t rows = 0, width = 0;
+      std::vector<uint32_t> o1, o2, o3;  // part buffers: [normed, residual, attention], [normed, sums, up], [normed, residual]
+      std::function<void(uint32_t)> load_attn;  // the attention rows into OCM
+      uint32_t a_stride = 0, res_ddr = 0;
+      std::string out_w;
+      uint32_t out_k = 0, out_bias = 0;
+      NormKind norm = NormKind::rms;
+      uint32_t norm_w = 0, norm_b = 0;
+      float eps = 0;
+      uint32_t chunk = 0, chunks = 0;
+      bool gated = false;  // gate|up and SiLU (else fc1 and GELU)
+      std::function<std::string(uint32_t, bool)> weight;  // chunk's up (false) or down (true) weight
+      uint32_t up_bias = 0, down_bias = 0;  // kNone: none (up: chunk c at + 2 c chunk)
+      std::function<void(uint32_t)> after;
+    };
+    auto mlp_all_rows = [&](const MlpAllRows& m) {
+      const uint32_t XN = m.o1[0], X1 = m.o1[1], A = m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
+      const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
+      m.load_attn(A);
+      em.copy(m.mark + ".load_residual", m.res_ddr, ocm(X1), m.rows * w2);
+      k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, m.rows, m.width, m.out_k, A, m.a_stride, XN, w2,
+             m.out_bias);
+      k.ew(m.mark + ".attn_residual", EwOp::add, m.rows, m.width, X1, 0, XN, 0, X1, 0);
+      k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, m.rows, m.width, X1, XN, m.norm_w, m.norm_b, m.eps);
+      copy_on(cs, m.mark + ".store_residual", ocm(X1), m.res_ddr, m.rows * w2);
+      for (uint32_t c = 0; c < m.chunks; ++c) {
+        const std::string C = fmt::format("{}.mlp{}", m.mark, c);
+        const bool last = c + 1 == m.chunks;
+        if (m.gated) {
+          k.gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.width, XN, w2, U, us, kNone);
+          k.ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, U, us, U + m.chunk * 2, us, U, us);
+        } else {
+          k.gemm(C + ".fc1", m.weight(c, false), m.rows, m.chunk, m.width, XN, w2, U, us,
+                 m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
+          k.ew(C + ".gelu", EwOp::gelu_tanh, m.rows, m.chunk, U, 0, U, 0, U, 0);
+        }
+        if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
+        k.gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.width, m.chunk, U, us,
+               last ? XN : ACC, last ? w2 : 2 * w2, c == 0 ? m.down_bias : kNone,
+               {.in = c > 0, .ocm = ACC, .stride = 2 * w2, .y_f32 = !last});
+      }
+      em.copy(m.mark + ".reload_residual", m.res_ddr, ocm(X3), m.rows * w2);
+      k.ew(m.mark + ".mlp_residual", EwOp::add, m.rows, m.width, X3, 0, XN, 0, X3, 0);
+      if (m.after) m.after(X3);
+      em.copy(m.mark + ".store", ocm(X3), m.res_ddr, m.rows * w2);
+    };
 
     // ================= vision tower =================
     if (s.vision) {
@@ -1683,32 +1740,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         if (p.vpm) {
-          // The MLP over every row (Streamed::vpm), as the prefill's below: proj, residual and
-          // norm of all rows (the residual stored meanwhile), fc1 + GELU and fc2 chunk by chunk
-          // with fc2's fp32 partial sums in OCM (its bias with the first chunk), the residual
-          // reloaded, the store.
-          const uint32_t cv = pm_chunk(d.Iv), nv = d.Iv / cv;
-          const std::vector<uint32_t> o1 = phase(p.vpmb(1)), o2 = phase(p.vpmb(2)), o3 = phase(p.vpmb(3));
-          const uint32_t XN = o1[0], X1 = o1[1], A = o1[2], ACC = o2[1], F = o2[2], X3 = o3[1];
-          em.copy(B + ".load_attn", vqkv, ocm(A), d.Dv * 2, N, 3 * d.Dv * 2, d.Dv * 2);
-          em.copy(B + ".load_residual", vh, ocm(X1), N * d.Dv * 2);
-          k.gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, A, d.Dv * 2, XN, d.Dv * 2, vv_projb);
-          k.ew(B + ".attn_residual", EwOp::add, N, d.Dv, X1, 0, XN, 0, X1, 0);
-          k.norm(B + ".norm2", NormKind::layer, N, d.Dv, X1, XN, vv_n2w, vv_n2b, veps);
-          copy_on(cs, B + ".store_residual", ocm(X1), vh, N * d.Dv * 2);
-          for (uint32_t c = 0; c < nv; ++c) {
-            const std::string C = fmt::format("{}.mlp{}", B, c);
-            const bool last = c + 1 == nv;
-            k.gemm(C + ".fc1", vpm_name(blk, c, "fc1"), N, cv, d.Dv, XN, d.Dv * 2, F, cv * 2, vv_fc1b + c * cv * 2);
-            k.ew(C + ".gelu", EwOp::gelu_tanh, N, cv, F, 0, F, 0, F, 0);
-            if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
-            k.gemm(C + ".fc2", vpm_name(blk, c, "fc2"), N, d.Dv, cv, F, cv * 2, last ? XN : ACC,
-                   last ? d.Dv * 2 : d.Dv * 4, c == 0 ? vv_fc2b : kNone,
-                   {.in = c > 0, .ocm = ACC, .stride = d.Dv * 4, .y_f32 = !last});
-          }
-          em.copy(B + ".reload_residual", vh, ocm(X3), N * d.Dv * 2);
-          k.ew(B + ".mlp_residual", EwOp::add, N, d.Dv, X3, 0, XN, 0, X3, 0);
-          em.copy(B + ".store", ocm(X3), vh, N * d.Dv * 2);
+          mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1)), .o2 = phase(p.vpmb(2)),
+                        .o3 = phase(p.vpmb(3)),
+                        .load_attn = [&](uint32_t A) {
+                          em.copy(B + ".load_attn", vqkv, ocm(A), d.Dv * 2, N, 3 * d.Dv * 2, d.Dv * 2);
+                        },
+                        .a_stride = d.Dv * 2, .res_ddr = vh, .out_w = vname(blk, "proj"), .out_k = d.Dv,
+                        .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w, .norm_b = vv_n2b,
+                        .eps = veps, .chunk = pm_chunk(d.Iv), .chunks = d.Iv / pm_chunk(d.Iv), .gated = false,
+                        .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
+                        .up_bias = vv_fc1b, .down_bias = vv_fc2b});
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; proj/fc2 out, fc1 out once.
@@ -1920,37 +1961,23 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         if (p.pm) {
-          // The MLP over every row (Streamed::pm): the o GEMM, residual and norm of all rows
-          // (the residual stored meanwhile), gate|up, SiLU and down chunk by chunk with the
-          // down's fp32 partial sums in OCM (the last chunk rounds into the normed rows), the
-          // residual reloaded, the DeepStack rows, the store.
-          const uint32_t cp = pm_chunk(d.I), npm = d.I / cp;
-          const std::vector<uint32_t> o1 = phase(p.pmb(1)), o2 = phase(p.pmb(2)), o3 = phase(p.pmb(3));
-          const uint32_t XN = o1[0], X1 = o1[1], A = o1[2], ACC = o2[1], GU = o2[2], X3 = o3[1], DS = o3[2];
-          em.copy(L + ".load_attn", aq, ocm(A), S * qd);
-          em.copy(L + ".load_residual", ah, ocm(X1), S * d.H * 2);
-          k.gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, A, qd, XN, d.H * 2, kNone);
-          k.ew(L + ".attn_residual", EwOp::add, S, d.H, X1, 0, XN, 0, X1, 0);
-          k.norm(L + ".post_norm", NormKind::rms, S, d.H, X1, XN, w_post, 0, teps);
-          copy_on(cs, L + ".store_residual", ocm(X1), ah, S * d.H * 2);
-          for (uint32_t c = 0; c < npm; ++c) {
-            const std::string C = fmt::format("{}.mlp{}", L, c);
-            const bool last = c + 1 == npm;
-            k.gemm(C + ".gate_up", pm_name(i, c, "gu"), S, 2 * cp, d.H, XN, d.H * 2, GU, cp * 4, kNone);
-            k.ew(C + ".silu_mul", EwOp::silu_mul, S, cp, GU, cp * 4, GU + cp * 2, cp * 4, GU, cp * 4);
-            if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
-            k.gemm(C + ".down", pm_name(i, c, "down"), S, d.H, cp, GU, cp * 4, last ? XN : ACC,
-                   last ? d.H * 2 : d.H * 4, kNone, {.in = c > 0, .ocm = ACC, .stride = d.H * 4, .y_f32 = !last});
-          }
-          em.copy(L + ".reload_residual", ah, ocm(X3), S * d.H * 2);
-          k.ew(L + ".mlp_residual", EwOp::add, S, d.H, X3, 0, XN, 0, X3, 0);
-          auto [a, e] = image_rows(0, S);
-          if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-            em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
-                    (e - a) * d.H * 2);
-            k.ew(L + ".deepstack_add", EwOp::add, e - a, d.H, X3 + a * d.H * 2, 0, DS, 0, X3 + a * d.H * 2, 0);
-          }
-          em.copy(L + ".store", ocm(X3), ah, S * d.H * 2);
+          mlp_all_rows({.mark = L, .rows = S, .width = d.H, .o1 = phase(p.pmb(1)), .o2 = phase(p.pmb(2)),
+                        .o3 = phase(p.pmb(3)),
+                        .load_attn = [&](uint32_t A) { em.copy(L + ".load_attn", aq, ocm(A), S * qd); },
+                        .a_stride = qd, .res_ddr = ah, .out_w = layer_name(i, "o.gemm"), .out_k = d.nq * d.hd,
+                        .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post, .norm_b = 0, .eps = teps,
+                        .chunk = pm_chunk(d.I), .chunks = d.I / pm_chunk(d.I), .gated = true,
+                        .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
+                        .up_bias = kNone, .down_bias = kNone,
+                        .after = [&](uint32_t X3) {  // the DeepStack rows
+                          auto [a, e] = image_rows(0, S);
+                          if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
+                          const uint32_t DS = phase(p.pmb(3))[2];
+                          em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2,
+                                  ocm(DS), (e - a) * d.H * 2);
+                          k.ew(L + ".deepstack_add", EwOp::add, e - a, d.H, X3 + a * d.H * 2, 0, DS, 0,
+                               X3 + a * d.H * 2, 0);
+                        }});
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; GEMM outputs, MLP activation once.
