@@ -69,9 +69,9 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
     b.op("sw", {X{15}, Mem{X{0}, a.smem + 128}});
     b.op("muli", {X{18}, X{17}, kGemvColumnBlockBytes});
     for (uint32_t d = 0; d < 3; ++d) b.op("sw", {X{18}, Mem{X{0}, a.smem + 64 * d + 16}});  // src stride
-    b.op("dma.start", {Chan{0}, X{12}});
-    b.op("dma.start", {Chan{1}, X{13}});
-    b.op("dma.start", {Chan{2}, X{14}});
+    // (channels 0, 1, 2, or fewer: the machine's dma_channels, in turn)
+    const uint32_t nch = uint32_t(std::max<uint64_t>(1, cfg.dma_channels));
+    for (uint32_t d = 0; d < 3; ++d) b.op("dma.start", {Chan{uint8_t(d % nch)}, X{uint8_t(12 + d)}});
     b.op("dma.waitall");
     // PE q (pass p) dequantises block p * npe + q.
     for (uint32_t p = 0; p < passes; ++p) {

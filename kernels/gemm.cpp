@@ -163,8 +163,14 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t spl
   for (uint32_t s = 1; s <= 2; s *= 2)
     if (ok(s)) return s;
   fail("gemm: K = {} does not fit: two LRM buffers of {} blocks need {} bytes, lrm_bytes = {} (split 2 needs an "
-       "even block count and pe_cols); split the call along K",
-       k, nblk, lrm_need(nblk, 2), cfg.lrm_bytes);
+       "even block count and pe_cols); raise lrm_bytes to {} or more",
+       k, nblk, gemm_lrm_need(cfg, k), cfg.lrm_bytes, gemm_lrm_need(cfg, k));
+}
+
+uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k) {
+  const uint32_t nblk = k / kBlock;
+  const bool two = cfg.pe_cols % 2 == 0 && nblk % 2 == 0 && 2 * nblk <= kUnitPad;  // split 2 possible
+  return lrm_need(nblk, two ? 2 : 1);
 }
 
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {

@@ -144,6 +144,8 @@ struct GemmPlan {
 uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
+// The least lrm_bytes with which a K-input weight fits some split on cfg's array.
+uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 

@@ -73,6 +73,14 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
   auto bytes = [&](uint32_t rows) {
     return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k);
   };
+  // A GEMM weight whose two LRM tile buffers do not fit: the layout goes on (its bytes do not
+  // depend on the tiling) and plan_ddr fails with the one needing the most LRM.
+  if (gemm && k % kernels::kW4Block == 0 && kernels::gemm_lrm_need(cfg_, k) > cfg_.lrm_bytes) {
+    const uint32_t need = kernels::gemm_lrm_need(cfg_, k);
+    if (need > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), need};
+    ddr_.add(name, uint64_t(n) * (k / kernels::kW4Block) * 68, layout);
+    return;
+  }
   ddr_.add(name, bytes(n), layout);
   if (!opt_.fp16_channels) return;
   ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout);
@@ -125,6 +133,10 @@ void Compiler::plan_ddr() {
     ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
   }
   if (opt_.image) plan_image_ddr();
+  if (lrm_short_.second)
+    fail("compiler: weight {} needs two LRM tile buffers of {} bytes on {}: raise lrm_bytes to {} or more "
+         "(the model's largest need)",
+         lrm_short_.first, lrm_short_.second, cfg_.name(), lrm_short_.second);
 }
 
 void Compiler::plan_decode_ocm() {

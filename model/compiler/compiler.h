@@ -211,6 +211,7 @@ class Compiler {
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
   void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
+  std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;

@@ -27,6 +27,18 @@ TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
   EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";
 }
 
+// An LRM too small for the GEMM weights' two tile buffers (lrm_bytes 2 KiB): the weight that
+// needs the most (the 2B prefill's down, K = 6144), the machine, and the least lrm_bytes that
+// works for the whole model; one step of 64 bytes less is refused the same way.
+TEST(CapacityErrors, LrmTooSmallForAWeightNamesItAndTheLeast) {
+  const std::string dir = scratch_dir("capacity_lrm");
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=2048"),
+                     {"compiler: weight 'L0.down.gemm' [2048 x 6144] needs two LRM tile buffers of 3520 bytes on "
+                      "qc-u with lrm_bytes=2048: raise lrm_bytes to 3520 or more (the model's largest need)"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=3456"), {"raise lrm_bytes to 3520"});
+  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=3520").exit_code, 0);
+}
+
 TEST(CapacityErrors, MaxContextPastTheDdrIsRefused) {
   const std::string dir = scratch_dir("capacity_max");
   expect_clean_error(run_cli("compile --out " + dir + "/out --max-context 20000"),

@@ -291,6 +291,43 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   }
 }
 
+// The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
+// three row gathers share them: the embedding used to start channels 1 and 2 whatever the
+// machine had), against the chain. Negative control (two channels, whose prefill reads its
+// keys back from the KV cache: on one, one tile of whole layers reads its own): the cache read
+// from the wrong slot.
+TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny_wide().vision.patch_dim());
+  for (float& v : pixels) v = round_f16(nd(rng));
+  auto weights = bundle_weights(*wide_bundle().bundle);
+  Chain chain(config_tiny_wide(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
+  for (const char* ch : {"1", "2"})
+    for (uint32_t slot0 : {0u, 3u}) {
+      if (slot0 && ch[0] == '1') continue;
+      sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=640KiB", fmt::format("dma_channels={}", ch)});
+      CompileOptions opt;
+      opt.max_seq = 64;
+      opt.max_patches = 256;
+      Compiler c(config_tiny_wide(), cfg, opt);
+      CompiledProgram prog = c.image_program(kOcmShape);
+      ImageRun dev = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, slot0);
+      const double cs = cosine(dev.logits, ref);
+      std::printf("tiny image program, 640 KiB, %s DMA channel(s)%s: %s\n  logits cosine %.7f\n", ch,
+                  slot0 ? " (negative control: keys from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs);
+      EXPECT_TRUE(prog.plan.starts_with("streamed")) << prog.plan;
+      if (slot0) {
+        EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+        continue;
+      }
+      EXPECT_GE(cs, 0.9999);
+      EXPECT_EQ(argmax(dev.logits), argmax(ref));
+    }
+}
+
 // The 2B image program, timing-only: 8 MiB spends the extra OCM (one tower MLP pass
 // per block, one gate|up call per layer) and is faster than 4 MiB; 2 MiB streams the
 // activations and is slower; 1 MiB compiles (docs/performance.md has its cycles).
