@@ -130,6 +130,22 @@ TinyBundle& wide_bundle() {
   return tiny;
 }
 
+// Random fp16 pixels for kOcmShape (seed) and the chain's logits for them on `m`.
+struct OcmReference {
+  std::vector<float> pixels, ref;
+};
+OcmReference ocm_reference(const ModelConfig& m, const QuantBundle& bundle, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  OcmReference r;
+  r.pixels.resize(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * m.vision.patch_dim());
+  for (float& v : r.pixels) v = round_f16(nd(rng));
+  auto weights = bundle_weights(bundle);
+  Chain chain(m, *weights);
+  r.ref = chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, r.pixels}});
+  return r;
+}
+
 struct OcmRun {
   std::string plan;
   std::vector<float> logits;
@@ -171,14 +187,7 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 // the KV cache from slot 0 (ImageIo::slot0_smem must hold 0): a wrong slot must fail
 // the gate.
 TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny_wide().vision.patch_dim());
-  for (float& v : pixels) v = round_f16(nd(rng));
-  auto weights = bundle_weights(*wide_bundle().bundle);
-  Chain chain(config_tiny_wide(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 7);
 
   CompileOptions small;
   small.image_tile_rows = 20;
@@ -256,14 +265,7 @@ ModelConfig config_tiny_wider() {
 }
 TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny_wider().vision.patch_dim());
-  for (float& v : pixels) v = round_f16(nd(rng));
-  auto weights = bundle_weights(*tiny.bundle);
-  Chain chain(config_tiny_wider(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
   for (uint32_t slot0 : {0u, 3u}) {
     sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
     CompileOptions opt;
@@ -297,14 +299,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
 // keys back from the KV cache: on one, one tile of whole layers reads its own): the cache read
 // from the wrong slot.
 TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * config_tiny_wide().vision.patch_dim());
-  for (float& v : pixels) v = round_f16(nd(rng));
-  auto weights = bundle_weights(*wide_bundle().bundle);
-  Chain chain(config_tiny_wide(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 11);
   for (const char* ch : {"1", "2"})
     for (uint32_t slot0 : {0u, 3u}) {
       if (slot0 && ch[0] == '1') continue;
