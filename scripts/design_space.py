@@ -30,7 +30,7 @@ import sys
 
 PE = {"full": [(16, 16), (32, 32), (32, 64), (64, 64)], "reduced": [(16, 16), (32, 32), (32, 64), (64, 64)]}
 OCM = {"full": [1, 2, 4, 8, 16], "reduced": [1, 2, 4]}  # MiB
-DDR = {"full": [16, 32, 64, 128], "reduced": [16, 64]}  # GB/s
+DDR = {"full": [16, 32, 64, 128], "reduced": [16, 32, 64]}  # GB/s
 
 
 def sweep(gpnpu, work, grid, jobs, run=True):

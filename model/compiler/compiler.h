@@ -125,6 +125,7 @@ struct CompiledProgram {
   std::vector<KernelCall> calls;
   uint32_t logits_ocm = 0;  // where the program leaves its logits (vocab fp16)
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
+  double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
 };
 
 struct CompileOptions {

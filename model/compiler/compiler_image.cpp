@@ -24,6 +24,7 @@
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <tuple>
 
@@ -215,6 +216,8 @@ void Compiler::plan_image_ddr() {
     return;  // the default shape does not fit this model's limits
   }
   if (!streamed) return;
+  for (int b = 0; b < v.depth; ++b)  // the tower's q, k and v weights (Streamed::vqa)
+    for (uint32_t j = 0; j < 3; ++j) ddr_.add(vpm_name(b, j, "qkv"), gemm_weight_bytes(cfg_, d.Dv, d.Dv), "gemm-pm");
   if (d.Iv % kW4Block == 0)
     for (int b = 0; b < v.depth; ++b)
       for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv); ++c) {
@@ -246,6 +249,10 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
   vec("V.patch_bias", {kPatchEmbedBias});
   for (int b = 0; b < v.depth; ++b) {
     gemm_of(vname(b, "qkv"), vision_block_name(b, "attn.qkv.weight"));
+    if (ddr_.has(vpm_name(b, 0, "qkv"))) {
+      const QuantTensor qkv = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
+      for (uint32_t j = 0; j < 3; ++j) gemm(vpm_name(b, j, "qkv"), detail::slice_rows(qkv, j * d.Dv, d.Dv));
+    }
     gemm_of(vname(b, "proj"), vision_block_name(b, "attn.proj.weight"));
     gemm_of(vname(b, "fc1"), vision_block_name(b, "mlp.linear_fc1.weight"));
     gemm_of(vname(b, "fc2"), vision_block_name(b, "mlp.linear_fc2.weight"));
@@ -688,8 +695,11 @@ void Compiler::settle_gemm_view() {
   const sim::Config whole = gemm_cfg_;
   try {
     if (resident()) return;
+    const double streamed_whole = image_program(s, nullptr, nullptr).est_cycles;
     gemm_cfg_ = half;
-    if (!resident()) gemm_cfg_ = whole;
+    // Both stream: the half when the streamed plan's estimate is lower (its smaller GEMM
+    // buffers leave room for the MLP over every row: 32x64 at 2 MiB, 32 GB/s).
+    if (!resident() && !(image_program(s, nullptr, nullptr).est_cycles < streamed_whole)) gemm_cfg_ = whole;
   } catch (const Error&) {
     gemm_cfg_ = whole;  // the default shape does not fit this model's limits: the rule's view
   }
@@ -810,7 +820,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     o.plan = plan;
     return o;
   };
-  if (!res && s.plan_only) return plan_only("streamed");
+  if (!res && s.plan_only) return image_streamed(s);  // ("streamed" and its estimate)
   if (!res && s.vision && s.prefill && !knobs && !into) {
     // Placement per stage: the tower resident when it fits alone, the prefill streamed
     // (they meet in DDR: act.img and the DeepStack rows).
@@ -1149,6 +1159,10 @@ struct Streamed {
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
   bool vpm = false;
   std::function<std::vector<uint64_t>(uint32_t)> vpmb;
+  // The tower's qkv phase (A) over every row from block 1 on: the norm of all rows, then q, k
+  // and v in turn (q and k rotated), each stored while the next computes; buffers vqab().
+  bool vqa = false;
+  std::function<std::vector<uint64_t>()> vqab;
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
@@ -1247,6 +1261,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
   };
+  // tower qkv over every row (vqa): normed rows [N][Dv], cos, sin [N][hdv] fp32, two outputs [N][Dv]
+  p.vqab = [&]() -> V64 {
+    const uint64_t rows = uint64_t(N) * d.Dv * 2, tab = uint64_t(N) * d.hdv * 4;
+    return {rows, tab, tab, rows, rows};
+  };
   // tower MLP over every row (vpm): 1: normed rows / proj out [N][Dv], residual, attention
   // rows; 2: normed rows, partial sums [N][Dv] fp32, fc1 out [N][c]; 3: fc2 out (in the normed
   // rows), residual.
@@ -1317,8 +1336,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
+  const double before_va = p.cost;
   p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
+  // The tower's qkv phase over every row (block 0 keeps the row tiles: it makes its rows from
+  // the patches) when it is cheaper: MACs or weights once, its loads waited for, the last store.
+  if (N && p.rva && ddr_.has(vpm_name(0, 0, "qkv")) && !cap && fits(p.vqab())) {
+    const double vqa_c = depth * (std::max(N * 3.0 * d.Dv * d.Dv / peak, wb(3 * d.Dv, d.Dv) / bw) +
+                                  N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
+    if (vqa_c < p.cost - before_va) p.vqa = true, p.cost = before_va + vqa_c;
+  }
   const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
   p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
@@ -1440,6 +1467,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   Streamed p = cands[0];
   for (const Streamed& q : cands)
     if (q.ok && (!p.ok || q.cost < p.cost)) p = q;
+  if (s.plan_only) {
+    CompiledProgram o;
+    o.plan = "streamed";
+    o.est_cycles = p.ok ? p.cost : std::numeric_limits<double>::infinity();
+    return o;
+  }
   if (!p.ok) {
     // The least OCM that works: tiles of 4 rows, one kv head per attention call.
     uint64_t least = UINT64_MAX, fixed = 0;
@@ -1679,7 +1712,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         begin(B);
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
         if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
-        {
+        if (p.vqa && blk > 0) {
+          // Every row (Streamed::vqa): norm, then q, k, v in turn into two buffers, each stored
+          // (its third of the q|k|v rows) on its own channel while the next computes.
+          const std::vector<uint32_t> o = phase(p.vqab());
+          const uint32_t X = o[0], RC = o[1], RS = o[2], out[2] = {o[3], o[4]}, chan[2] = {ca, cs};
+          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
+          em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
+          em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
+          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          for (uint32_t j = 0; j < 3; ++j) {
+            const uint32_t Y = out[j % 2];
+            if (j >= 2) em.wait(chan[j % 2]);  // the store of j - 2, from the same buffer
+            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y, d.Dv * 2,
+                   vv_qkvb + j * d.Dv * 2);
+            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
+            copy_on(chan[j % 2], fmt::format("{}.store_{}", B, "qkv"[j]), ocm(Y), vqkv + j * d.Dv * 2, d.Dv * 2, N,
+                    d.Dv * 2, 3 * d.Dv * 2);
+          }
+          em.wait(chan[0]);
+          em.wait(chan[1]);
+        } else {
           // qkv (stored), x, cos, sin (loaded), as the copy mode doubles them; the patches
           // (block 0, whose rows are made here) once.
           const std::vector<uint32_t> o = phase(p.ta(p.rva, p.sva));
@@ -2038,9 +2091,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
   // The tower's row tiles (qkv|MLP phases), and the prefill's.
-  const std::string vrows = p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums)",
-                                                p.rva, N, pm_chunk(d.Iv))
-                                  : fmt::format("{}|{} (qkv|MLP phases)", p.rva, p.rvc);
+  const std::string va = p.vqa ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
+  const std::string vrows =
+      p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums{})", va, N,
+                          pm_chunk(d.Iv), p.vqa ? "; q, k, v in turn" : "")
+            : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, p.vqa ? "; q, k, v in turn" : "");
   if (s.vision && s.prefill)
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "
                            "tower {}|{}, prefill {}; kv heads per attention call tower {}, prefill {} ({} buffer "

@@ -251,8 +251,9 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   }
 }
 
-// The streamed plan's MLP phases over every row (Streamed::vpm, pm): the wide tiny model
-// with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill), on
+// The streamed plan's phases over every row (Streamed::vqa, vpm, pm): the wide tiny model
+// with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
+// tower's q, k and v in turn from block 1 on), on
 // 512 KiB at 8 GB/s (where re-reading the weights costs more than the phases' extra copies
 // and partial sums: the cost model picks both). Against the chain (cosine
 // >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
@@ -282,7 +283,8 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
       EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
       continue;
     }
-    EXPECT_NE(prog.plan.find("tower 72|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
+    EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
+                             "partial sums; q, k, v in turn)"),
               std::string::npos) << prog.plan;
     EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
               std::string::npos) << prog.plan;
