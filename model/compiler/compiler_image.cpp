@@ -820,7 +820,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     o.plan = plan;
     return o;
   };
-  if (!res && s.plan_only) return image_streamed(s);  // ("streamed" and its estimate)
+  if (!res && s.plan_only) {  // "streamed" and its estimate (none where its planning fails)
+    try {
+      return image_streamed(s);
+    } catch (const Error&) {
+      CompiledProgram o = plan_only("streamed");
+      o.est_cycles = std::numeric_limits<double>::infinity();
+      return o;
+    }
+  }
   if (!res && s.vision && s.prefill && !knobs && !into) {
     // Placement per stage: the tower resident when it fits alone, the prefill streamed
     // (they meet in DDR: act.img and the DeepStack rows).
