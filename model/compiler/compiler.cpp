@@ -76,9 +76,10 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
   // A GEMM weight whose two LRM tile buffers do not fit: the layout goes on (its bytes do not
   // depend on the tiling) and plan_ddr fails with the one needing the most LRM.
   if (gemm && k % kernels::kW4Block == 0 && kernels::gemm_lrm_need(cfg_, k) > cfg_.lrm_bytes) {
-    const uint32_t need = kernels::gemm_lrm_need(cfg_, k);
-    if (need > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), need};
-    ddr_.add(name, uint64_t(n) * (k / kernels::kW4Block) * 68, layout);
+    sim::Config big = cfg_;
+    big.lrm_bytes = kernels::gemm_lrm_need(cfg_, k);
+    if (big.lrm_bytes > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), big.lrm_bytes};
+    ddr_.add(name, gemm_weight_bytes(big, n, k), layout);
     return;
   }
   ddr_.add(name, bytes(n), layout);
