@@ -130,16 +130,20 @@ TinyBundle& wide_bundle() {
   return tiny;
 }
 
-// Random fp16 pixels for kOcmShape (seed) and the chain's logits for them on `m`.
+// Random fp16 pixels for kOcmShape (seed), and the chain's logits for them on `m`.
+std::vector<float> ocm_pixels(const ModelConfig& m, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * m.vision.patch_dim());
+  for (float& v : pixels) v = round_f16(nd(rng));
+  return pixels;
+}
 struct OcmReference {
   std::vector<float> pixels, ref;
 };
 OcmReference ocm_reference(const ModelConfig& m, const QuantBundle& bundle, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
   OcmReference r;
-  r.pixels.resize(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * m.vision.patch_dim());
-  for (float& v : r.pixels) v = round_f16(nd(rng));
+  r.pixels = ocm_pixels(m, seed);
   auto weights = bundle_weights(bundle);
   Chain chain(m, *weights);
   r.ref = chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, r.pixels}});
@@ -292,6 +296,56 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
     EXPECT_EQ(argmax(dev.logits), argmax(ref));
     EXPECT_EQ(run_image(c, prog, kOcmShape, nullptr, {}, true).stats.total[sim::Stat::cycles],
               dev.stats.total[sim::Stat::cycles]);
+  }
+}
+
+// The prefill's MLP over every row at a cache offset (a conversation's later chunk): the wide
+// tiny model's image program (48 rows, the image among them), then 48 text rows after those 48
+// cached ones in the same session, at 512 KiB; the second run's logits against the chain's
+// prefill of all 96 rows. Negative control: the second run writes its keys from slot 40
+// (over the last cached rows) instead of 48.
+TEST(ImageOcm, TinyMlpOverEveryRowAtACacheOffsetMatchesTheChain) {
+  const std::vector<float> pixels = ocm_pixels(config_tiny_wide(), 13);
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB"});
+  CompileOptions opt;
+  opt.max_seq = 128;
+  opt.max_patches = 256;
+  Compiler c(config_tiny_wide(), cfg, opt);
+  ImageShape s2;
+  s2.vision = false;
+  s2.seq_len = 48;
+  s2.cache_offset = uint32_t(kOcmShape.seq_len);
+  s2.image_rows = 0;
+  const CompiledProgram p1 = c.image_program(kOcmShape), p2 = c.image_program(s2);
+  std::vector<int> ids = prompt_ids(kOcmShape);
+  for (int i = 0; i < s2.seq_len; ++i) ids.push_back(1000 + 37 * (i + kOcmShape.seq_len) % 5000);
+  std::vector<std::array<int, 3>> pos;
+  for (auto& q : mrope_positions(ids, {MergedGrid{kOcmShape.grid_h / 2, kOcmShape.grid_w / 2}}).pos)
+    pos.push_back({q[0], q[1], q[2]});
+  auto weights = bundle_weights(*wide_bundle().bundle);
+  Chain chain(config_tiny_wide(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(ids, {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, pixels}});
+  const size_t n1 = size_t(kOcmShape.seq_len);
+  for (uint32_t slot : {uint32_t(n1), 40u}) {
+    Session dev(c, false);
+    dev.load_weights(*wide_bundle().bundle);
+    dev.load_image_constants(*wide_bundle().bundle, kOcmShape);
+    dev.write_prompt(std::span(ids).first(n1), std::span(pos).first(n1), pixels, 0);
+    dev.run(p1);
+    dev.write_prompt(std::span(ids).subspan(n1), std::span(pos).subspan(n1), {}, slot);
+    dev.run(p2);
+    const std::vector<float> logits = dev.logits();
+    const double cs = cosine(logits, ref);
+    std::printf("tiny chunk of 48 rows after 48 cached, 512 KiB%s: %s\n  logits cosine %.7f\n",
+                slot == n1 ? "" : " (negative control: keys written from slot 40)", p2.plan.c_str(), cs);
+    if (slot != n1) {
+      EXPECT_LT(cs, 0.9999) << "keys written over the cached rows must fail the gate";
+      continue;
+    }
+    EXPECT_NE(p2.plan.find("the MLP in chunks of 512 with fp32 partial sums"), std::string::npos) << p2.plan;
+    EXPECT_GE(cs, 0.9999);
+    EXPECT_EQ(argmax(logits), argmax(ref));
   }
 }
 
