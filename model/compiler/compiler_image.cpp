@@ -68,8 +68,9 @@ uint32_t pm_chunk(uint32_t inter) {
 std::string pm_name(int layer, uint32_t chunk, const char* what) {
   return layer_name(layer, fmt::format("pm{}.{}", chunk, what).c_str());
 }
+std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, what); }
 std::string vpm_name(int block, uint32_t chunk, const char* what) {
-  return fmt::format("V{}.pm{}.{}", block, chunk, what);
+  return vname(block, fmt::format("pm{}.{}", chunk, what).c_str());
 }
 bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
 // Its gate|up GEMMs at split 2 where split 1 would make them one tile: the tile the down
@@ -85,7 +86,6 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t inter, uint32_t hidd
   }
 }
 
-std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, what); }
 std::string mname(int j, const char* what) { return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what); }
 
 struct Dims {
@@ -194,10 +194,11 @@ void Compiler::plan_image_ddr() {
   ddr_.add("act.q", uint64_t(opt_.max_seq) * d.nq * d.hd * 2, "act");
   iio_.patches_ddr = ddr_.bus("in.patches");
   iio_.trope_ddr = ddr_.bus("in.trope");
-  // The second packing of the MLPs (pm_chunk; the tower's, then the prefill's) where the
-  // default image program (ImageShape{}) does not fit the resident plan: the configurations
-  // whose images and prompts stream (mixed precision: never; its fp16 parts are per packing). Layout "gemm-pm": the same
-  // weights again, not counted in the weights-once floor (Compiler::weight_bytes).
+  // The second packing (the tower's q, k, v and MLP in pm_chunk columns, then the prefill's
+  // MLP) where the default image program (ImageShape{}) does not fit the resident plan: the
+  // configurations whose images and prompts stream (mixed precision: never; its fp16 parts
+  // are per packing). Layout "gemm-pm": the same weights again, not counted in the
+  // weights-once floor (Compiler::weight_bytes).
   // (The plan knobs force the streamed plan and leave these out: a layout never larger than
   // the one Compiler::max_context measured without them.)
   if (opt_.fp16_channels || d.I % kW4Block || opt_.image_tile_rows || opt_.image_attn_groups ||
