@@ -98,7 +98,7 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
 
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved) {
   const GemmPlan pa = plan_gemm(cfg, 0, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
-  if (pn.tail_at(0)) return false;
+  if (pn.tail_at(0) && pn.split != 1) return false;  // (a narrow tile 0: split 1 only, its PEs by p4)
   const auto [ap, aq] = lrm_buffers(pa, prev);
   const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
   const uint32_t lrm = uint32_t(std::min<uint64_t>(cfg.lrm_bytes, UINT32_MAX));
@@ -476,20 +476,34 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   const X xMsN{30};
+  // A narrow tile 0 (split 1, one tile: its units are W columns' worth) goes to its W PEs
+  // only, by p4 (free outside the tile start and the loop pieces), through the port.
+  const bool nx_narrow = nx && pn.tail_at(0);
+  auto scatter_next = [&](bool half, int64_t src, X stride, int64_t dst, bool pair) {
+    if (!nx_narrow) return scatter_to(X{0}, half, src, stride, dst, pair, false, pn.blocks);
+    const uint8_t r = uint8_t(22 + fill_reg);
+    fill_reg ^= 1;
+    b.li(xT3, pn.tail_cols);
+    b.op("pset.range", {P{4}, X{0}, xT3});
+    b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{4});
+    flush();
+    pending = r;
+    pending_base = X{0};
+    pending_dst = dst;
+    pending_half = half;
+  };
   auto take_next_unit = [&](uint32_t u, bool in_loop) {
     const uint32_t c = u % pn.channels, base = unit_data(cfg, pn, *nx, c);
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
-        scatter_to(X{0}, true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2, false, pn.blocks);
-    if (!in_loop)
-      scatter_to(X{0}, false, base + (u == 0 ? pn.meta_unit : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false, false,
-                 pn.blocks);
+        scatter_next(true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2);
+    if (!in_loop) scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
     if (u + pn.channels < Un) {
-      start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, false)), pn.code_unit);
+      start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, nx_narrow)), pn.code_of(nx_narrow));
     } else if (pn.tiles > 1) {
       const bool n1 = pn.tail_at(1);
       const uint32_t v = u % pn.channels;
@@ -630,9 +644,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // iterations for) are scattered in loop segments. src(u), base + dst0 + 64 u: a unit's
   // code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
-                              int64_t dst0, auto restart_u) {
+                              int64_t dst0, auto restart_u, bool in_loop = true) {
     const bool lastr = g + 1 == pl.groups && two_routines;
-    const uint32_t n = u1 - u0, k = std::min(n, in_loop_max(g)), ui = u1 - k, rest = iters - k * seg_iters(rr_of(g));
+    const uint32_t n = u1 - u0, k = in_loop ? std::min(n, in_loop_max(g)) : 0, ui = u1 - k,
+                   rest = iters - k * seg_iters(rr_of(g));
     const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle(),
                  loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
     const uint32_t gap = n > C && 2 * ddr >= loop ? rest / n : 0;
@@ -773,7 +788,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       group_with_fills(
           g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
           [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_unit : 0); }, X{0},
-          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); });
+          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, !nx_narrow);
     } else {
       b.op("jal", {xLink, full});
     }

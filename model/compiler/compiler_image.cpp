@@ -72,6 +72,16 @@ std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, wha
 std::string vpm_name(int block, uint32_t chunk, const char* what) {
   return vname(block, fmt::format("pm{}.{}", chunk, what).c_str());
 }
+// The tower's q|k|v made a group of vgq_heads heads at a time beside its attention
+// (image_streamed, Streamed::vqg; blocks >= 1): the group's q, k and v rows packed as one GEMM
+// weight (vgq_name), the q|k|v bias in the same order (vname(b, "gqbias")). Groups of 4 heads
+// (2 or 1 where the heads do not divide so, at least two groups a block).
+uint32_t vgq_heads(uint32_t heads) {
+  for (uint32_t g : {4u, 2u})
+    if (heads % g == 0 && heads / g >= 2) return g;
+  return 1;
+}
+std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
 bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
 // Its gate|up GEMMs at split 2 where split 1 would make them one tile: the tile the down
 // chunk before hands off during its last tile is then half as large (32x32, 2 MiB, 32 GB/s:
@@ -219,6 +229,12 @@ void Compiler::plan_image_ddr() {
   if (!streamed) return;
   for (int b = 0; b < v.depth; ++b)  // the tower's q, k and v weights (Streamed::vqa)
     for (uint32_t j = 0; j < 3; ++j) ddr_.add(vpm_name(b, j, "qkv"), gemm_weight_bytes(cfg_, d.Dv, d.Dv), "gemm-pm");
+  const uint32_t gq = vgq_heads(d.hv);
+  for (int b = 1; b < v.depth; ++b) {  // the same by head group (Streamed::vqg)
+    for (uint32_t g = 0; g < d.hv / gq; ++g)
+      ddr_.add(vgq_name(b, g), gemm_weight_bytes(cfg_, 3 * gq * d.hdv, d.Dv), "gemm-pm");
+    ddr_.add(vname(b, "gqbias"), uint64_t(3) * d.Dv * 2, "f16");
+  }
   if (d.Iv % kW4Block == 0)
     for (int b = 0; b < v.depth; ++b)
       for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv); ++c) {
@@ -253,6 +269,21 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     if (ddr_.has(vpm_name(b, 0, "qkv"))) {
       const QuantTensor qkv = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
       for (uint32_t j = 0; j < 3; ++j) gemm(vpm_name(b, j, "qkv"), detail::slice_rows(qkv, j * d.Dv, d.Dv));
+    }
+    if (ddr_.has(vgq_name(b, 0))) {
+      const QuantTensor qkv = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
+      const std::vector<float> bias = bundle.get_f32(vision_block_name(b, "attn.qkv.bias"));
+      const uint32_t w = vgq_heads(d.hv) * d.hdv;  // rows of one group's q (k, v)
+      std::vector<float> gb;
+      for (uint32_t g = 0; g < d.Dv / w; ++g) {
+        std::vector<QuantTensor> parts;
+        for (uint32_t j = 0; j < 3; ++j) {
+          parts.push_back(detail::slice_rows(qkv, j * d.Dv + g * w, w));
+          gb.insert(gb.end(), bias.begin() + (j * d.Dv + g * w), bias.begin() + (j * d.Dv + (g + 1) * w));
+        }
+        gemm(vgq_name(b, g), detail::concat_rows(parts));
+      }
+      put(ddr, vname(b, "gqbias"), detail::f16_bytes(gb));
     }
     gemm_of(vname(b, "proj"), vision_block_name(b, "attn.proj.weight"));
     gemm_of(vname(b, "fc1"), vision_block_name(b, "mlp.linear_fc1.weight"));
@@ -1172,6 +1203,13 @@ struct Streamed {
   // and v in turn (q and k rotated), each stored while the next computes; buffers vqab().
   bool vqa = false;
   std::function<std::vector<uint64_t>()> vqab;
+  // Or, from block 1 on, its q|k|v by groups of vgq_heads heads, each group's GEMM beside its
+  // attention (q, k and v never leave OCM: no qkv phase stores, no attention phase loads):
+  // the norm of all rows, then per group its GEMM, rotation and attention into the attention
+  // rows, which the MLP phase over every row (vpm) finds where its own are (else they are
+  // stored); buffers vqgb().
+  bool vqg = false;
+  std::function<std::vector<uint64_t>()> vqgb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
@@ -1275,21 +1313,28 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t rows = uint64_t(N) * d.Dv * 2, tab = uint64_t(N) * d.hdv * 4;
     return {rows, tab, tab, rows, rows};
   };
-  // tower MLP over every row (vpm): 1: normed rows / proj out [N][Dv], residual, attention
-  // rows; 2: normed rows, partial sums [N][Dv] fp32, fc1 out [N][c]; 3: fc2 out (in the normed
-  // rows), residual.
+  // tower q|k|v by head groups (vqg): normed rows [N][Dv], attention rows [N][Dv] (where
+  // vpmb(1) has its own), cos, sin [N][hdv] fp32, the group-ordered q|k|v bias [3 Dv], a
+  // group's q|k|v [N][3 g hdv], the attention's head-major staging [g][N][hdv]
+  p.vqgb = [&]() -> V64 {
+    const uint64_t rows = uint64_t(N) * d.Dv * 2, w2 = uint64_t(vgq_heads(d.hv)) * hdv2, tab = uint64_t(N) * d.hdv * 4;
+    return {rows, rows, tab, tab, uint64_t(d.Dv) * 6, N * 3 * w2, N * w2};
+  };
+  // tower MLP over every row (vpm): 1: normed rows / proj out [N][Dv], attention rows,
+  // residual; 2: normed rows, partial sums [N][Dv] fp32, fc1 out [N][c]; 3: fc2 out (in the
+  // normed rows), residual.
   p.vpmb = [&](uint32_t part) -> V64 {
     const uint64_t rows = uint64_t(N) * d.Dv * 2;
     if (part == 1) return {rows, rows, rows};
     if (part == 2) return {rows, 2 * rows, uint64_t(N) * 2 * pm_chunk(d.Iv)};
     return {rows, rows};
   };
-  // prefill MLP over every row (pm): 1: normed rows / o out [S][H], residual [S][H], attention
-  // rows [S][q]; 2: normed rows, partial sums [S][H] fp32, gate|up [S][2 c]; 3: down out (in
-  // the normed rows), residual [S][H], DeepStack rows [ni][H].
+  // prefill MLP over every row (pm): 1: normed rows / o out [S][H], attention rows [S][q],
+  // residual [S][H]; 2: normed rows, partial sums [S][H] fp32, gate|up [S][2 c]; 3: down out
+  // (in the normed rows), residual [S][H], DeepStack rows [ni][H].
   p.pmb = [&, ni](uint32_t part) -> V64 {
     const uint64_t rows = uint64_t(S) * d.H * 2;
-    if (part == 1) return {rows, rows, uint64_t(S) * qd};
+    if (part == 1) return {rows, uint64_t(S) * qd, rows};
     if (part == 2) return {rows, 2 * rows, uint64_t(S) * 4 * pm_chunk(d.I)};
     return {rows, rows, uint64_t(std::max(ni, 1u)) * d.H * 2};
   };
@@ -1355,6 +1400,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                   N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
     if (vqa_c < p.cost - before_va) p.vqa = true, p.cost = before_va + vqa_c;
   }
+  const double a_phase = p.cost - before_va;
   const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
   p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
@@ -1410,6 +1456,23 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return 0u;
   };
   p.gv = attn_groups(d.hv, 1, N, d.hdv, N, p.tb, p.sv);
+  // The tower's q|k|v by head groups beside the attention (vqg) when it is cheaper than what
+  // it replaces in blocks >= 1, the qkv phase and the attention phase (its calls or its q, k,
+  // v loads and output stores, pipelined): per group its GEMM (MACs at the PEs its columns
+  // keep busy, or its weights at the DDR rate), per block the rows and rotary tables in and
+  // the attention of every head, not overlapped. (p.cost leaves the attention phases out:
+  // the difference goes in.)
+  if (N && p.rva && p.gv && ddr_.has(vgq_name(1, 0)) && !cap && fits(p.vqgb())) {
+    const uint32_t gq = vgq_heads(d.hv), n = 3 * gq * d.hdv;
+    const GemmPlan gp = plan_gemm(gemm_cfg_, N, n, d.Dv);
+    const double use = double(n) / (double(gp.tiles) * gp.cols);
+    const double b_phase = std::max(attn_cycles(d.hv, p.gv, 1, N, d.hdv, N), N * 8.0 * d.Dv / bw);
+    const double vqg_c =
+        (depth - 1) * (double(d.hv / gq) * std::max(N * double(n) * d.Dv / (peak * use), wb(n, d.Dv) / bw) +
+                       attn_cycles(d.hv, gq, 1, N, d.hdv, N) + N * (2.0 * d.Dv + 8.0 * d.hdv) / bw);
+    const double replaced = a_phase * (depth - 1) / depth + (depth - 1) * b_phase;
+    if (vqg_c < replaced) p.vqg = true, p.vqa = false, p.cost += vqg_c - replaced;
+  }
   // The prefill in three phases or in whole layers a tile, the cheaper by the cost model:
   // the row phases (above) plus the attention, in phases the larger of its calls' work
   // and its copies (q, k, v in, the output out; pipelined), a tile at a time its calls
@@ -1643,8 +1706,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     struct MlpAllRows {
       std::string mark;
       uint32_t rows = 0, width = 0;
-      std::vector<uint32_t> o1, o2, o3;  // part buffers: [normed, residual, attention], [normed, sums, up], [normed, residual]
-      std::function<void(uint32_t)> load_attn;  // the attention rows into OCM
+      std::vector<uint32_t> o1, o2, o3;  // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual]
+      std::function<void(uint32_t)> load_attn;  // the attention rows into OCM (none: they are there)
       uint32_t a_stride = 0, res_ddr = 0;
       std::string out_w;
       uint32_t out_k = 0, out_bias = 0;
@@ -1658,12 +1721,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       std::function<void(uint32_t)> after;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
-      const uint32_t XN = m.o1[0], X1 = m.o1[1], A = m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
+      const uint32_t XN = m.o1[0], A = m.o1[1], X1 = m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
       const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
-      m.load_attn(A);
-      em.copy(m.mark + ".load_residual", m.res_ddr, ocm(X1), m.rows * w2);
+      if (m.load_attn) m.load_attn(A);
+      copy_on(cs, m.mark + ".load_residual", m.res_ddr, ocm(X1), m.rows * w2);  // behind the out GEMM
       k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, m.rows, m.width, m.out_k, A, m.a_stride, XN, w2,
              m.out_bias);
+      em.wait(cs);
       k.ew(m.mark + ".attn_residual", EwOp::add, m.rows, m.width, X1, 0, XN, 0, X1, 0);
       k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, m.rows, m.width, X1, XN, m.norm_w, m.norm_b, m.eps);
       copy_on(cs, m.mark + ".store_residual", ocm(X1), m.res_ddr, m.rows * w2);
@@ -1721,7 +1785,32 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         begin(B);
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
         if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
-        if (p.vqa && blk > 0) {
+        if (p.vqg && blk > 0) {
+          // By head groups (Streamed::vqg): norm, then per group its q|k|v GEMM, the rotation of
+          // its q and k, its attention into the group's columns of the attention rows (q and
+          // the output staged head-major in the scratch). The MLP phase over every row finds
+          // those rows in its own buffer; row tiles read them from DDR.
+          const std::vector<uint32_t> o = phase(p.vqgb());
+          const uint32_t X = o[0], ATT = o[1], RC = o[2], RS = o[3], QB = o[4], Y = o[5], SCR = o[6];
+          const uint32_t gq = vgq_heads(d.hv), w2 = gq * hdv2, ys = 3 * w2;
+          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
+          em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
+          em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
+          em.copy(B + ".load_qkv_bias", ddr_.bus(vname(blk, "gqbias")), ocm(QB), 3 * d.Dv * 2);
+          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          for (uint32_t g = 0; g < d.hv / gq; ++g) {
+            const std::string A = fmt::format("{}.g{}", B, g);
+            k.gemm(A + ".qkv", vgq_name(blk, g), N, 3 * gq * d.hdv, d.Dv, X, d.Dv * 2, Y, ys, QB + g * ys);
+            k.rope(A + ".qk_rope", N, 2 * gq, d.hdv, Y, ys, RC, RS);  // q and k heads adjacent
+            k.attention(A + ".attention", {.q_heads = gq, .kv_heads = gq, .head_dim = d.hdv, .seq = N,
+                                           .causal = false, .q_ocm = Y, .q_row_stride = ys, .q_head_stride = hdv2,
+                                           .k_ocm = Y + w2, .v_ocm = Y + 2 * w2, .kv_row_stride = ys,
+                                           .out_ocm = ATT + g * w2, .out_row_stride = d.Dv * 2,
+                                           .out_head_stride = hdv2, .scratch_ocm = SCR, .scratch_bytes = N * w2,
+                                           .max_groups = gq});
+          }
+          if (!p.vpm) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+        } else if (p.vqa && blk > 0) {
           // Every row (Streamed::vqa): norm, then q, k, v in turn into two buffers, each stored
           // (its third of the q|k|v rows) on its own channel while the next computes.
           const std::vector<uint32_t> o = phase(p.vqab());
@@ -1777,7 +1866,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         rows * 3 * d.Dv * 2);
               });
         }
-        {
+        if (!(p.vqg && blk > 0)) {
           auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
             const std::string A = name(g0);
@@ -1804,7 +1893,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (p.vpm) {
           mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1)), .o2 = phase(p.vpmb(2)),
                         .o3 = phase(p.vpmb(3)),
-                        .load_attn = [&](uint32_t A) {
+                        .load_attn = p.vqg && blk > 0 ? std::function<void(uint32_t)>() : [&](uint32_t A) {
                           em.copy(B + ".load_attn", vqkv, ocm(A), d.Dv * 2, N, 3 * d.Dv * 2, d.Dv * 2);
                         },
                         .a_stride = d.Dv * 2, .res_ddr = vh, .out_w = vname(blk, "proj"), .out_k = d.Dv,
@@ -2100,11 +2189,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
   // The tower's row tiles (qkv|MLP phases), and the prefill's.
-  const std::string va = p.vqa ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
+  const std::string va = p.vqa || p.vqg ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
+  const std::string qkv_note = p.vqa   ? "; q, k, v in turn"
+                               : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
+                                       : "";
   const std::string vrows =
       p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums{})", va, N,
-                          pm_chunk(d.Iv), p.vqa ? "; q, k, v in turn" : "")
-            : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, p.vqa ? "; q, k, v in turn" : "");
+                          pm_chunk(d.Iv), qkv_note)
+            : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, qkv_note);
   if (s.vision && s.prefill)
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "
                            "tower {}|{}, prefill {}; kv heads per attention call tower {}, prefill {} ({} buffer "

@@ -286,10 +286,11 @@ struct PairRun {
   uint64_t cycles = 0;
   uint32_t handed = 0, units = 0;
 };
-PairRun run_pair(bool timing_only, bool partial) {
+struct Call { uint32_t m, n, k; };
+// handoff false: the first call only starts the second's first units (no gemm_handoff).
+PairRun run_pair(bool timing_only, bool partial, Call c1 = {128, 1024, 1024}, Call c2 = {64, 2048, 4096},
+                 bool handoff = true) {
   const sim::Config cfg = sim::Config::make("qc-u", {});
-  struct Call { uint32_t m, n, k; };
-  const Call c1{128, 1024, 1024}, c2{64, 2048, 4096};
   uint32_t at = 0;
   auto take = [&](uint64_t bytes) { const uint32_t r = at; at = align64(at + bytes); return r; };
   GemmArgs a1, a2;
@@ -307,7 +308,7 @@ PairRun run_pair(bool timing_only, bool partial) {
   a1.next = &a2;
   a2.prefetched = true;
   PairRun r;
-  EXPECT_TRUE(gemm_handoff(cfg, a1, a2, 0));
+  if (handoff) EXPECT_TRUE(gemm_handoff(cfg, a1, a2, 0));
   r.units = plan_gemm(cfg, 0, c2.n, c2.k).units;
   if (!partial) a2.handed_units = 0;
   r.handed = a2.handed_units;
@@ -364,6 +365,30 @@ TEST(Gemm, HandoffStreamsTheTailOfTileZero) {
               f.handed, f.units, (unsigned long long)t.cycles, (unsigned long long)whole.cycles);
   // Negative control: the second call's first output row corrupted fails the gate.
   f.y2[5] = -f.y2[5] + 1.0f;
+  Compare bad = compare(f.y2, f.ref2);
+  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
+}
+
+// gemm_handoff to a call whose only tile is narrow (N = 768 of 1,024 columns, split 1: the
+// tower's q|k|v of 4 heads): its units go to its 768 PEs only (predicate p4), through the
+// port. Both outputs match the chain, timing-only gives the functional cycles, and the pair
+// takes fewer cycles than with the second's tile loaded at its own start.
+TEST(Gemm, HandoffOfANarrowTileZero) {
+  const Call c{64, 768, 1024};
+  PairRun f = run_pair(false, true, c, c);
+  EXPECT_EQ(f.handed, 0u);  // (a one-tile call: all of it)
+  for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
+    Compare cmp = compare(*y, *ref);
+    EXPECT_GE(cmp.cosine, 0.9999);
+    EXPECT_LE(cmp.max_abs, cmp.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  }
+  const PairRun t = run_pair(true, true, c, c), plain = run_pair(true, true, c, c, false);
+  EXPECT_EQ(f.cycles, t.cycles);
+  EXPECT_LT(t.cycles, plain.cycles);
+  std::printf("two GEMMs of a narrow tile: %llu cycles handed off, %llu not\n", (unsigned long long)t.cycles,
+              (unsigned long long)plain.cycles);
+  // Negative control: a column of the second call's output lost fails the gate.
+  for (uint32_t i = 0; i < c.m; ++i) f.y2[size_t(i) * c.n + 700] = 0.0f;
   Compare bad = compare(f.y2, f.ref2);
   EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }

@@ -255,11 +255,12 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   }
 }
 
-// The streamed plan's phases over every row (Streamed::vqa, vpm, pm): the wide tiny model
+// The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
-// tower's q, k and v in turn from block 1 on), on
-// 512 KiB at 8 GB/s (where re-reading the weights costs more than the phases' extra copies
-// and partial sums: the cost model picks both). Against the chain (cosine
+// tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
+// rows the MLP phase finds in its own buffer), on 512 KiB at 8 GB/s (where re-reading the
+// weights costs more than the phases' extra copies and partial sums: the cost model picks
+// them). Against the chain (cosine
 // >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
 // the KV cache from the wrong slot.
 ModelConfig config_tiny_wider() {
@@ -288,7 +289,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
       continue;
     }
     EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
-                             "partial sums; q, k, v in turn)"),
+                             "partial sums; q|k|v 2 heads at a time beside the attention)"),
               std::string::npos) << prog.plan;
     EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
               std::string::npos) << prog.plan;
@@ -296,6 +297,56 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
     EXPECT_EQ(argmax(dev.logits), argmax(ref));
     EXPECT_EQ(run_image(c, prog, kOcmShape, nullptr, {}, true).stats.total[sim::Stat::cycles],
               dev.stats.total[sim::Stat::cycles]);
+  }
+}
+
+// The tower's qkv phase in its other two forms at 512 KiB (the MLP over every row with the
+// q|k|v by head groups is TinyMlpOverEveryRowMatchesTheChain's): by head groups (Streamed::vqg,
+// 2 heads a group) with the tower's MLP in row tiles, which read the attention rows back from
+// DDR (store_attn), on a 16x16 array at 8 GB/s; q, k and v in turn over every row
+// (Streamed::vqa) at 32 GB/s, where the group GEMMs' 192 of 1,024 columns cost more than the
+// q|k|v round trip. Each against the chain (logits cosine >= 0.9999, the same top-1),
+// timing-only = functional. Negative control: the keys written from slot 3 and read from
+// slot 0 fail the gate.
+TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
+  static TinyBundle wider("image_" + config_tiny_wider().name, config_tiny_wider());
+  struct Case {
+    ModelConfig m;
+    const QuantBundle* bundle;
+    std::vector<std::string> sets;
+    const char* plan;  // expected in the plan description
+  };
+  for (const Case& k : {Case{config_tiny_wide(), wide_bundle().bundle.get(), {"pe_rows=16", "pe_cols=16", "ddr_gbps=8"},
+                             "tower 144 (block 0: 72)|144 (qkv|MLP phases; q|k|v 2 heads at a time beside the "
+                             "attention)"},
+                        Case{config_tiny_wider(), wider.bundle.get(), {"ddr_gbps=32"},
+                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn)"}}) {
+    const auto [pixels, ref] = ocm_reference(k.m, *k.bundle, 5);
+    std::vector<std::string> sets = k.sets;
+    sets.push_back("ocm_bytes=512KiB");
+    sim::Config cfg = sim::Config::make("qc-u", sets);
+    CompileOptions opt;
+    opt.max_seq = 64;
+    opt.max_patches = 256;
+    Compiler c(k.m, cfg, opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    SCOPED_TRACE(k.m.name + ": " + prog.plan);
+    EXPECT_NE(prog.plan.find(k.plan), std::string::npos);
+    for (uint32_t slot0 : {0u, 3u}) {
+      const ImageRun dev = run_image(c, prog, kOcmShape, k.bundle, pixels, false, slot0);
+      const double cs = cosine(dev.logits, ref);
+      std::printf("tiny (%s) image program, %s, 512 KiB%s: %s\n  logits cosine %.7f, %llu cycles\n", k.m.name.c_str(),
+                  cfg.name().c_str(), slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "",
+                  prog.plan.c_str(), cs, (unsigned long long)dev.stats.total[sim::Stat::cycles]);
+      if (slot0) {
+        EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+        continue;
+      }
+      EXPECT_GE(cs, 0.9999);
+      EXPECT_EQ(argmax(dev.logits), argmax(ref));
+      EXPECT_EQ(run_image(c, prog, kOcmShape, nullptr, {}, true).stats.total[sim::Stat::cycles],
+                dev.stats.total[sim::Stat::cycles]);
+    }
   }
 }
 
