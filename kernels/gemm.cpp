@@ -498,7 +498,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
         scatter_next(true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2);
-    if (!in_loop) scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false);
+    if (!in_loop)
+      scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
@@ -640,9 +641,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // between them (parts head, mid), so each channel restarts as soon as its unit is taken
   // rather than the group waiting at its start for units whose channels only restart
   // there, with the DDR idle behind them (32x32, 2 MiB, 64 GB/s: 85.4 -> 83.1 M cycles).
-  // Elsewhere all at the start. The first ones' codes go through the port; the last k (those the loop has
-  // iterations for) are scattered in loop segments. src(u), base + dst0 + 64 u: a unit's
-  // code bytes in OCM and its LRM address.
+  // Elsewhere all at the start. The first ones' codes go through the port; the last k
+  // (those the loop has iterations for; none when !in_loop) are scattered in loop segments.
+  // src(u), base + dst0 + 64 u: a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
                               int64_t dst0, auto restart_u, bool in_loop = true) {
     const bool lastr = g + 1 == pl.groups && two_routines;

@@ -266,12 +266,12 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
   vec("V.patch_bias", {kPatchEmbedBias});
   for (int b = 0; b < v.depth; ++b) {
     gemm_of(vname(b, "qkv"), vision_block_name(b, "attn.qkv.weight"));
-    if (ddr_.has(vpm_name(b, 0, "qkv"))) {
-      const QuantTensor qkv = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
+    const bool by_qkv = ddr_.has(vpm_name(b, 0, "qkv")), by_group = ddr_.has(vgq_name(b, 0));
+    const QuantTensor qkv =
+        by_qkv || by_group ? bundle.get_quant(vision_block_name(b, "attn.qkv.weight")) : QuantTensor{};
+    if (by_qkv)
       for (uint32_t j = 0; j < 3; ++j) gemm(vpm_name(b, j, "qkv"), detail::slice_rows(qkv, j * d.Dv, d.Dv));
-    }
-    if (ddr_.has(vgq_name(b, 0))) {
-      const QuantTensor qkv = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
+    if (by_group) {
       const std::vector<float> bias = bundle.get_f32(vision_block_name(b, "attn.qkv.bias"));
       const uint32_t w = vgq_heads(d.hv) * d.hdv;  // rows of one group's q (k, v)
       std::vector<float> gb;
@@ -1706,7 +1706,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     struct MlpAllRows {
       std::string mark;
       uint32_t rows = 0, width = 0;
-      std::vector<uint32_t> o1, o2, o3;  // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual]
+      // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual]
+      std::vector<uint32_t> o1, o2, o3;
       std::function<void(uint32_t)> load_attn;  // the attention rows into OCM (none: they are there)
       uint32_t a_stride = 0, res_ddr = 0;
       std::string out_w;
@@ -1891,6 +1892,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         if (p.vpm) {
+          if (p.vqg && blk > 0 && phase(p.vpmb(1))[1] != phase(p.vqgb())[1])
+            fail("compiler: internal: the tower's attention rows are not where its MLP phase reads them");
           mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1)), .o2 = phase(p.vpmb(2)),
                         .o3 = phase(p.vpmb(3)),
                         .load_attn = p.vqg && blk > 0 ? std::function<void(uint32_t)>() : [&](uint32_t A) {
