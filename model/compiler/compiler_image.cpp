@@ -204,10 +204,11 @@ void Compiler::plan_image_ddr() {
   ddr_.add("act.q", uint64_t(opt_.max_seq) * d.nq * d.hd * 2, "act");
   iio_.patches_ddr = ddr_.bus("in.patches");
   iio_.trope_ddr = ddr_.bus("in.trope");
-  // The second packing (the tower's q, k, v and MLP in pm_chunk columns, then the prefill's
-  // MLP) where the default image program (ImageShape{}) does not fit the resident plan: the
-  // configurations whose images and prompts stream (mixed precision: never; its fp16 parts
-  // are per packing). Layout "gemm-pm": the same weights again, not counted in the
+  // The second packings (the tower's q, k, v one by one and by head groups, its MLP in
+  // pm_chunk columns, then the prefill's MLP) where the default image program (ImageShape{})
+  // does not fit the resident plan: the configurations whose images and prompts stream
+  // (mixed precision: never; its fp16 parts are per packing). Layouts "gemm-pm" and "f16-pm"
+  // (the head groups' reordered bias): the same weights again, not counted in the
   // weights-once floor (Compiler::weight_bytes).
   // (The plan knobs force the streamed plan and leave these out: a layout never larger than
   // the one Compiler::max_context measured without them.)
@@ -233,7 +234,7 @@ void Compiler::plan_image_ddr() {
   for (int b = 1; b < v.depth; ++b) {  // the same by head group (Streamed::vqg)
     for (uint32_t g = 0; g < d.hv / gq; ++g)
       ddr_.add(vgq_name(b, g), gemm_weight_bytes(cfg_, 3 * gq * d.hdv, d.Dv), "gemm-pm");
-    ddr_.add(vname(b, "gqbias"), uint64_t(3) * d.Dv * 2, "f16");
+    ddr_.add(vname(b, "gqbias"), uint64_t(3) * d.Dv * 2, "f16-pm");
   }
   if (d.Iv % kW4Block == 0)
     for (int b = 0; b < v.depth; ++b)
@@ -1101,6 +1102,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
            gu_n * 2, kNone);
       if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();  // the next layer's norm weights
+      if (ncalls == 1) {
+        // One call takes every chunk: its S x J gate|up rows of 2 cw and the activation's S x J
+        // rows of cw are each evenly spaced, so one SiLU gate takes them all.
+        ew(C + ".silu_mul", EwOp::silu_mul, S * J, cw, TMP, 2 * cw * 2, TMP + cw * 2, 2 * cw * 2, BIG, cw * 2);
+        continue;
+      }
       for (uint32_t cc = 0; cc < J; ++cc)
         ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc), EwOp::silu_mul, S, cw,
            TMP + cc * 2 * cw * 2, gu_n * 2, TMP + cc * 2 * cw * 2 + cw * 2, gu_n * 2, BIG + (c * J + cc) * cw * 2,
