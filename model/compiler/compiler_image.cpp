@@ -714,7 +714,8 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 void Compiler::settle_gemm_view() {
   // The GEMMs' DMA buffers (npe x 64 B a channel) are OCM the resident plan's activations
   // need: where the view makes the default image program spill and half its rows keep it
-  // resident, the half, unless its GEMM MACs would take over 1.5 x the weights' DDR time.
+  // resident (or stream it at a lower estimate), the half, unless its GEMM MACs would take
+  // over 1.5 x the weights' DDR time.
   // 64x64 at 4 MiB: 64 GB/s (1.1 x) 48.99 -> 48.29 M cycles, slower than 32x64 without
   // it; 128 GB/s (2.2 x) 36.48 -> 42.84 M, so kept whole.
   if (!opt_.image || opt_.image_gemm_rows || gemm_cfg_.pe_rows % 2) return;
@@ -732,7 +733,27 @@ void Compiler::settle_gemm_view() {
     gemm_cfg_ = half;
     // Both stream: the half when the streamed plan's estimate is lower (its smaller GEMM
     // buffers leave room for the MLP over every row: 32x64 at 2 MiB, 32 GB/s).
-    if (!resident() && !(image_program(s, nullptr, nullptr).est_cycles < streamed_whole)) gemm_cfg_ = whole;
+    if (resident()) return;
+    double best = image_program(s, nullptr, nullptr).est_cycles;
+    if (!(best < streamed_whole)) {
+      gemm_cfg_ = whole;
+      return;
+    }
+    // Halved again while that cuts the estimate by 5% or more (or makes it resident): a
+    // larger array then runs the program as a smaller one would (1 MiB, 16 GB/s: 32x32 on 8
+    // of its rows, the prefill's MLP in 2 tiles of 64 rows instead of 3 of 44, 376.4 -> 339.8
+    // M cycles, as 16x16).
+    while (gemm_cfg_.pe_rows % 2 == 0) {
+      const sim::Config prev = gemm_cfg_;
+      gemm_cfg_.pe_rows /= 2;
+      if (resident()) return;
+      const double e = image_program(s, nullptr, nullptr).est_cycles;
+      if (!(e < 0.95 * best)) {
+        gemm_cfg_ = prev;
+        return;
+      }
+      best = e;
+    }
   } catch (const Error&) {
     gemm_cfg_ = whole;  // the default shape does not fit this model's limits: the rule's view
   }
@@ -1203,9 +1224,11 @@ struct Streamed {
   uint32_t rpf = 0, spf = 1, gpf = 0;
   // The prefill's MLP phase over every row at once (instead of C's row tiles): the o GEMM,
   // residual and norm of all rows, gate|up and down in pm_chunk columns with fp32 partial
-  // sums, the residual; buffers pmb(part) of its three parts (each starts with the normed rows).
+  // sums, the residual; buffers pmb(part, rows) of its three parts (each starts with the
+  // normed rows). Where all rows do not fit, in tiles of rpm rows (each reads every chunk).
   bool pm = false;
-  std::function<std::vector<uint64_t>(uint32_t)> pmb;
+  uint32_t rpm = 0;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> pmb;
   // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
   bool vpm = false;
@@ -1340,14 +1363,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (part == 2) return {rows, 2 * rows, uint64_t(N) * 2 * pm_chunk(d.Iv)};
     return {rows, rows};
   };
-  // prefill MLP over every row (pm): 1: normed rows / o out [S][H], attention rows [S][q],
-  // residual [S][H]; 2: normed rows, partial sums [S][H] fp32, gate|up [S][2 c]; 3: down out
-  // (in the normed rows), residual [S][H], DeepStack rows [ni][H].
-  p.pmb = [&, ni](uint32_t part) -> V64 {
-    const uint64_t rows = uint64_t(S) * d.H * 2;
-    if (part == 1) return {rows, uint64_t(S) * qd, rows};
-    if (part == 2) return {rows, 2 * rows, uint64_t(S) * 4 * pm_chunk(d.I)};
-    return {rows, rows, uint64_t(std::max(ni, 1u)) * d.H * 2};
+  // prefill MLP over every row (pm), r rows a tile: 1: normed rows / o out [r][H], attention
+  // rows [r][q], residual [r][H]; 2: normed rows, partial sums [r][H] fp32, gate|up [r][2 c];
+  // 3: down out (in the normed rows), residual [r][H], DeepStack rows [min(ni, r)][H].
+  p.pmb = [&, ni](uint32_t part, uint32_t r) -> V64 {
+    const uint64_t rows = uint64_t(r) * d.H * 2;
+    if (part == 1) return {rows, uint64_t(r) * qd, rows};
+    if (part == 2) return {rows, 2 * rows, uint64_t(r) * 4 * pm_chunk(d.I)};
+    return {rows, rows, uint64_t(std::max(std::min(ni, r), 1u)) * d.H * 2};
   };
   // prefill, whole layers a tile (fused): residual [r][H]
   // (loaded and stored), cos, sin [r][hd] fp32 (loaded), normed rows / attention output /
@@ -1497,20 +1520,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double before_c = p.cost;
   p.rpc = row_phase(S, p.pc, macs_c, wb_c, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
   // The MLP over every row, where its packing is in DDR, no knob caps the rows and its parts
-  // fit: MACs or weights once, its copies waited for (the attention rows and the residual
-  // in, the residual reloaded and stored; its first store overlaps the first gate|up), and
-  // the partial sums through the OCM port (a scatter and a gather of npe words per row,
-  // tile and chunk, ~200 cycles a row group's epilogue).
-  if (pm && fits(p.pmb(1)) && fits(p.pmb(2)) && fits(p.pmb(3))) {
+  // fit (else in the fewest tiles whose parts fit, each reading every chunk): per tile MACs or
+  // weights once, its copies waited for (the attention rows and the residual in, the
+  // residual reloaded and stored; its first store overlaps the first gate|up), and the
+  // partial sums through the OCM port (a scatter and a gather of npe words per row, tile and
+  // chunk, ~200 cycles a row group's epilogue).
+  if (pm) {
+    p.rpm = S ? rows_per_tile(S, 0, [&](uint32_t r) {
+      return fits(p.pmb(1, r)) && fits(p.pmb(2, r)) && fits(p.pmb(3, r));
+    }) : 0;
     const uint32_t cp = pm_chunk(d.I);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
-    const GemmPlan dp = plan_gemm(gc, S, d.H, cp);
-    const double port = double(S) * 8 * gc.npe() / cfg_.ocm_port_bytes + dp.groups * 200.0;
-    const double pm_c = layers * (std::max(S * macs_c / peak, wb_c / bw) + S * (double(qd) + 6.0 * d.H) / bw +
-                                  double(d.I / cp) * dp.tiles * port);
-    p.pm = true;
-    p.cost = before_c + pm_c;
+    double pm_c = 0;
+    for (auto [r0, r] : tiles_of(S, std::max(p.rpm, 1u))) {
+      const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
+      const double port = double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes + dp.groups * 200.0;
+      pm_c += layers * (std::max(r * macs_c / peak, wb_c / bw) + r * (double(qd) + 6.0 * d.H) / bw +
+                        double(d.I / cp) * dp.tiles * port);
+    }
+    if (p.rpm) p.pm = true, p.cost = before_c + pm_c;
   }
   if (pm && !p.pm) p.rpc = 0;  // (a plan without the whole-width down's buffers)
   p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
@@ -2126,23 +2155,30 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         if (p.pm) {
-          mlp_all_rows({.mark = L, .rows = S, .width = d.H, .o1 = phase(p.pmb(1)), .o2 = phase(p.pmb(2)),
-                        .o3 = phase(p.pmb(3)),
-                        .load_attn = [&](uint32_t A) { em.copy(L + ".load_attn", aq, ocm(A), S * qd); },
-                        .a_stride = qd, .res_ddr = ah, .out_w = layer_name(i, "o.gemm"), .out_k = d.nq * d.hd,
-                        .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post, .norm_b = 0, .eps = teps,
-                        .chunk = pm_chunk(d.I), .chunks = d.I / pm_chunk(d.I), .gated = true,
-                        .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
-                        .up_bias = kNone, .down_bias = kNone,
-                        .after = [&](uint32_t X3) {  // the DeepStack rows
-                          auto [a, e] = image_rows(0, S);
-                          if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
-                          const uint32_t DS = phase(p.pmb(3))[2];
-                          em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2,
-                                  ocm(DS), (e - a) * d.H * 2);
-                          k.ew(L + ".deepstack_add", EwOp::add, e - a, d.H, X3 + a * d.H * 2, 0, DS, 0,
-                               X3 + a * d.H * 2, 0);
-                        }});
+          // Over every row, or in tiles of rpm rows (marks L.t<n>.*).
+          uint32_t t = 0;
+          for (auto [r0, rows] : tiles_of(S, p.rpm)) {
+            const std::string T = p.rpm < S ? name(t++) : L;
+            mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm)),
+                          .o2 = phase(p.pmb(2, p.rpm)), .o3 = phase(p.pmb(3, p.rpm)),
+                          .load_attn = [&](uint32_t A) { em.copy(T + ".load_attn", aq + r0 * qd, ocm(A), rows * qd); },
+                          .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
+                          .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
+                          .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I), .chunks = d.I / pm_chunk(d.I),
+                          .gated = true,
+                          .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
+                          .up_bias = kNone, .down_bias = kNone,
+                          .after = [&](uint32_t X3) {  // the DeepStack rows
+                            auto [a, e] = image_rows(r0, rows);
+                            if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
+                            const uint32_t DS = phase(p.pmb(3, p.rpm))[2];
+                            em.copy(T + ".load_deepstack",
+                                    ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
+                                    (e - a) * d.H * 2);
+                            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, X3 + (a - r0) * d.H * 2, 0, DS, 0,
+                                 X3 + (a - r0) * d.H * 2, 0);
+                          }});
+          }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; GEMM outputs, MLP activation once.
@@ -2197,7 +2233,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // The prefill's part of the plan: whole layers a tile, or its qkv|MLP phases.
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 "
-                                                    "partial sums)", p.rpa, S, pm_chunk(d.I))
+                                                    "partial sums)", p.rpa, p.rpm, pm_chunk(d.I))
                                       : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));

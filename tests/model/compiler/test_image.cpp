@@ -358,6 +358,45 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
   }
 }
 
+// The prefill's MLP phase in row tiles (Streamed::pm, rpm < S: every chunk read once a tile):
+// the wide tiny model with a 160-token prompt on 512 KiB at 8 GB/s, where its partial sums and
+// chunk outputs for all rows do not fit: two tiles of 80 rows, the image's rows (60 to 95) cut
+// by the tile boundary (each tile adds its own DeepStack rows). Against the chain (logits
+// cosine >= 0.9999, the same top-1), timing-only = functional; negative control: the keys
+// written from slot 3 and read from slot 0 fail the gate.
+TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
+  const ImageShape shape{12, 12, 160, 60};
+  const std::vector<float> pixels = ocm_pixels(config_tiny_wide(), 11);
+  auto weights = bundle_weights(*wide_bundle().bundle);
+  Chain chain(config_tiny_wide(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt;
+  opt.max_seq = 256;
+  opt.max_patches = 256;
+  Compiler c(config_tiny_wide(), cfg, opt);
+  const CompiledProgram prog = c.image_program(shape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
+            std::string::npos);
+  for (uint32_t slot0 : {0u, 3u}) {
+    const ImageRun dev = run_image(c, prog, shape, wide_bundle().bundle.get(), pixels, false, slot0);
+    const double cs = cosine(dev.logits, ref);
+    std::printf("tiny image program, 160 tokens, 512 KiB, 8 GB/s%s: %s\n  logits cosine %.7f, %llu cycles\n",
+                slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs,
+                (unsigned long long)dev.stats.total[sim::Stat::cycles]);
+    if (slot0) {
+      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+      continue;
+    }
+    EXPECT_GE(cs, 0.9999);
+    EXPECT_EQ(argmax(dev.logits), argmax(ref));
+    EXPECT_EQ(run_image(c, prog, shape, nullptr, {}, true).stats.total[sim::Stat::cycles],
+              dev.stats.total[sim::Stat::cycles]);
+  }
+}
+
 // The prefill's MLP over every row at a cache offset (a conversation's later chunk): the wide
 // tiny model's image program (48 rows, the image among them), then 48 text rows after those 48
 // cached ones in the same session, at 512 KiB; the second run's logits against the chain's
