@@ -255,6 +255,31 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   }
 }
 
+// A streamed image program against the chain's logits `ref`: cosine >= 0.9999, the same top-1
+// and timing-only = functional cycles; with `control`, the negative control too (the keys
+// written from slot 3 and read from slot 0, for plans that read them back from the KV cache:
+// it must fail the gate).
+void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const ImageShape& shape,
+                          const QuantBundle* bundle, const std::vector<float>& pixels, const std::vector<float>& ref,
+                          const std::string& label, bool control = true) {
+  for (uint32_t slot0 : {0u, 3u}) {
+    if (slot0 && !control) continue;
+    const ImageRun dev = run_image(c, prog, shape, bundle, pixels, false, slot0);
+    const double cs = cosine(dev.logits, ref);
+    std::printf("%s%s: %s\n  logits cosine %.7f, %llu cycles\n", label.c_str(),
+                slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs,
+                (unsigned long long)dev.stats.total[sim::Stat::cycles]);
+    if (slot0) {
+      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+      continue;
+    }
+    EXPECT_GE(cs, 0.9999);
+    EXPECT_EQ(argmax(dev.logits), argmax(ref));
+    EXPECT_EQ(run_image(c, prog, shape, nullptr, {}, true).stats.total[sim::Stat::cycles],
+              dev.stats.total[sim::Stat::cycles]);
+  }
+}
+
 // The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
@@ -272,32 +297,19 @@ ModelConfig config_tiny_wider() {
 TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
-  for (uint32_t slot0 : {0u, 3u}) {
-    sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
-    CompileOptions opt;
-    opt.max_seq = 64;
-    opt.max_patches = 256;
-    Compiler c(config_tiny_wider(), cfg, opt);
-    CompiledProgram prog = c.image_program(kOcmShape);
-    ImageRun dev = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, slot0);
-    const double cs = cosine(dev.logits, ref);
-    std::printf("tiny (wider MLPs) image program, 512 KiB, 8 GB/s%s: %s\n  logits cosine %.7f, %llu cycles\n",
-                slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs,
-                (unsigned long long)dev.stats.total[sim::Stat::cycles]);
-    if (slot0) {
-      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-      continue;
-    }
-    EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
-                             "partial sums; q|k|v 2 heads at a time beside the attention)"),
-              std::string::npos) << prog.plan;
-    EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
-              std::string::npos) << prog.plan;
-    EXPECT_GE(cs, 0.9999);
-    EXPECT_EQ(argmax(dev.logits), argmax(ref));
-    EXPECT_EQ(run_image(c, prog, kOcmShape, nullptr, {}, true).stats.total[sim::Stat::cycles],
-              dev.stats.total[sim::Stat::cycles]);
-  }
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt;
+  opt.max_seq = 64;
+  opt.max_patches = 256;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
+                           "partial sums; q|k|v 2 heads at a time beside the attention)"),
+            std::string::npos) << prog.plan;
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
+            std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 }
 
 // The tower's qkv phase in its other two forms at 512 KiB (the MLP over every row with the
@@ -339,22 +351,8 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
     const CompiledProgram prog = c.image_program(kOcmShape);
     SCOPED_TRACE(k.m.name + ": " + prog.plan);
     EXPECT_NE(prog.plan.find(k.plan), std::string::npos);
-    for (uint32_t slot0 : {0u, 3u}) {
-      if (slot0 && !k.control) continue;
-      const ImageRun dev = run_image(c, prog, kOcmShape, k.bundle, pixels, false, slot0);
-      const double cs = cosine(dev.logits, ref);
-      std::printf("tiny (%s) image program, %s, 512 KiB%s: %s\n  logits cosine %.7f, %llu cycles\n", k.m.name.c_str(),
-                  cfg.name().c_str(), slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "",
-                  prog.plan.c_str(), cs, (unsigned long long)dev.stats.total[sim::Stat::cycles]);
-      if (slot0) {
-        EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-        continue;
-      }
-      EXPECT_GE(cs, 0.9999);
-      EXPECT_EQ(argmax(dev.logits), argmax(ref));
-      EXPECT_EQ(run_image(c, prog, kOcmShape, nullptr, {}, true).stats.total[sim::Stat::cycles],
-                dev.stats.total[sim::Stat::cycles]);
-    }
+    expect_matches_chain(c, prog, kOcmShape, k.bundle, pixels, ref,
+                         fmt::format("tiny ({}) image program, {}, 512 KiB", k.m.name, cfg.name()), k.control);
   }
 }
 
@@ -380,21 +378,8 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   SCOPED_TRACE(prog.plan);
   EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
             std::string::npos);
-  for (uint32_t slot0 : {0u, 3u}) {
-    const ImageRun dev = run_image(c, prog, shape, wide_bundle().bundle.get(), pixels, false, slot0);
-    const double cs = cosine(dev.logits, ref);
-    std::printf("tiny image program, 160 tokens, 512 KiB, 8 GB/s%s: %s\n  logits cosine %.7f, %llu cycles\n",
-                slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs,
-                (unsigned long long)dev.stats.total[sim::Stat::cycles]);
-    if (slot0) {
-      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-      continue;
-    }
-    EXPECT_GE(cs, 0.9999);
-    EXPECT_EQ(argmax(dev.logits), argmax(ref));
-    EXPECT_EQ(run_image(c, prog, shape, nullptr, {}, true).stats.total[sim::Stat::cycles],
-              dev.stats.total[sim::Stat::cycles]);
-  }
+  expect_matches_chain(c, prog, shape, wide_bundle().bundle.get(), pixels, ref,
+                       "tiny image program, 160 tokens, 512 KiB, 8 GB/s");
 }
 
 // The prefill's MLP over every row at a cache offset (a conversation's later chunk): the wide
