@@ -138,6 +138,13 @@ std::vector<float> ocm_pixels(const ModelConfig& m, uint32_t seed) {
   for (float& v : pixels) v = round_f16(nd(rng));
   return pixels;
 }
+// Compile options of the OCM tests: KV-cache slots for max_seq tokens, 256 patches.
+CompileOptions ocm_options(uint32_t max_seq = 64) {
+  CompileOptions opt;
+  opt.max_seq = max_seq;
+  opt.max_patches = 256;
+  return opt;
+}
 struct OcmReference {
   std::vector<float> pixels, ref;
 };
@@ -298,9 +305,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
-  CompileOptions opt;
-  opt.max_seq = 64;
-  opt.max_patches = 256;
+  const CompileOptions opt = ocm_options();
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
@@ -344,9 +349,7 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
     std::vector<std::string> sets = k.sets;
     sets.push_back("ocm_bytes=512KiB");
     sim::Config cfg = sim::Config::make("qc-u", sets);
-    CompileOptions opt;
-    opt.max_seq = 64;
-    opt.max_patches = 256;
+    const CompileOptions opt = ocm_options();
     Compiler c(k.m, cfg, opt);
     const CompiledProgram prog = c.image_program(kOcmShape);
     SCOPED_TRACE(k.m.name + ": " + prog.plan);
@@ -370,9 +373,7 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   const std::vector<float> ref =
       chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
-  CompileOptions opt;
-  opt.max_seq = 256;
-  opt.max_patches = 256;
+  const CompileOptions opt = ocm_options(256);
   Compiler c(config_tiny_wide(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
@@ -390,9 +391,7 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
 TEST(ImageOcm, TinyMlpOverEveryRowAtACacheOffsetMatchesTheChain) {
   const std::vector<float> pixels = ocm_pixels(config_tiny_wide(), 13);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB"});
-  CompileOptions opt;
-  opt.max_seq = 128;
-  opt.max_patches = 256;
+  const CompileOptions opt = ocm_options(128);
   Compiler c(config_tiny_wide(), cfg, opt);
   ImageShape s2;
   s2.vision = false;
@@ -443,9 +442,7 @@ TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
     for (uint32_t slot0 : {0u, 3u}) {
       if (slot0 && ch[0] == '1') continue;
       sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=640KiB", fmt::format("dma_channels={}", ch)});
-      CompileOptions opt;
-      opt.max_seq = 64;
-      opt.max_patches = 256;
+      const CompileOptions opt = ocm_options();
       Compiler c(config_tiny_wide(), cfg, opt);
       CompiledProgram prog = c.image_program(kOcmShape);
       ImageRun dev = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, slot0);
