@@ -490,7 +490,8 @@ OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a) {
     OcmAttnTiling t{std::min(S, npe / (G * gp)), gp, 0};
     double work = 0;
     for (uint32_t r0 = 0; r0 < S; r0 += t.rows)
-      work += double(a.kv_offset + (a.causal ? std::min(S, r0 + t.rows) : S)) * (1.0 + kBcastPerGroup * gp);
+      work += double(a.kv_offset + (a.causal ? std::min(S, r0 + t.rows) : S)) *
+              std::max(1.0 + kBcastPerGroup * gp, kChainPerGroup * gp);
     t.work = work * group_passes;
     return t;
   };
@@ -511,10 +512,14 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
-  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p6), the groups
+  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p7), the groups
   // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
   const OcmAttnTiling tiling = plan_attention_ocm(cfg, a);
   const uint32_t R = tiling.rows, GP = tiling.groups;
+  // Group gl's PEs in p(1 + gl): p1..p6, and p7 too with eight groups; of seven or eight
+  // groups the last has none (its rows are broadcast to every PE first, the others' over them).
+  const uint32_t pred_groups = GP <= 6 ? GP : GP - 1;
+  constexpr uint32_t kP6Group = 5, kP7Group = 6;  // the groups whose predicates are p6, p7
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;
@@ -643,11 +648,14 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   auto load_chunk = [&](Pools& p, X base, uint32_t key, uint32_t c, V& raw, V& odd) {
     raw = p.kr[p.nkr++ % p.kr.size()];
     odd = p.ks[p.nks++ % p.ks.size()];
-    for (uint32_t g = 0; g < GP; ++g)
-      b.op("obcast", {raw, Mem{base, int64_t(key) * ks + int64_t(g) * hd2 + 64 * c}}, P{uint8_t(1 + g)});
+    auto bcast = [&](uint32_t g, P pr) { b.op("obcast", {raw, Mem{base, int64_t(key) * ks + int64_t(g) * hd2 + 64 * c}}, pr); };
+    if (GP > pred_groups) bcast(GP - 1, P{0});  // the last group: every PE, then the others over it
+    for (uint32_t g = 0; g < pred_groups; ++g) bcast(g, P{uint8_t(1 + g)});
     b.op("vshr", {odd, raw, int64_t(16)});
   };
-  const P mac{7};
+  // p7 holds the pass's PEs for the MACs, unless the groups need it (eight groups: the
+  // MACs then run on every PE, those past the pass on stale, finite q and never gathered).
+  const P mac{pred_groups > kP7Group ? uint8_t(0) : uint8_t(7)};
 
   // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
   // (lanes >= nk stay -big).
@@ -844,12 +852,15 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.li(X{15}, hi);
     b.op("pset.range", {P{uint8_t(1 + gl)}, X{9}, X{15}});
   };
-  constexpr uint32_t kP6Group = kMaxGroups - 1;  // the group whose predicate is p6
   auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
     for (uint32_t gl = 0; gl < std::min(GP, kP6Group); ++gl) emit_group_pred(p, gl);
-    b.li(X{20}, p.ng * G * R);
-    b.op("pset.range", {P{7}, X{0}, X{20}});
+    if (pred_groups > kP7Group) {
+      emit_group_pred(p, kP7Group);
+    } else {
+      b.li(X{20}, p.ng * G * R);
+      b.op("pset.range", {P{7}, X{0}, X{20}});
+    }
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
     b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);

@@ -48,7 +48,9 @@
 // Causal rows mask keys j > row once per block. The output must not overlap k or v (a
 // pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
-// of at most min(npe / (G*R), kMaxGroups) groups (predicates p1..p6).
+// of at most min(npe / (G*R), kMaxGroups) groups (predicates p1..p6; p7 too with eight,
+// whose MACs then run on every PE; of seven or eight groups the last goes unpredicated,
+// broadcast first, the other groups' broadcasts over it).
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) q is copied into head-major
 // scratch [q_heads][seq][head_dim] and the output written there and copied back, per
@@ -122,10 +124,15 @@ struct OcmAttnArgs {
 // than 1); of the rules "the most rows a pass" and "fewer rows, more groups", the one of
 // less work (2% margin). qc-u, the streamed tower at 1,200 patches, 2 heads a call: 3
 // passes of 512 rows instead of 4 of 1,024 and 176 (24.3 M cycles instead of 32.0 M).
-constexpr double kBcastPerGroup = 0.01;
-// Group predicates p1..p6 (p7 holds the pass's PEs; p6 also the sub-group ranges at a
-// pass's start and end, so the sixth group's is set after them).
-constexpr uint32_t kMaxGroups = 6;
+// Past five groups the predicated broadcasts into one register (each waits for the one
+// before) bound a key step instead: about kChainPerGroup x groups. Measured on 32x64, 2B: the
+// prefill's 8 kv groups (head_dim 128) in one pass of 150 cycles a key instead of two of
+// 80; the tower's 16 heads (head_dim 64) in two passes of 60 instead of three of 48.
+constexpr double kBcastPerGroup = 0.01, kChainPerGroup = 0.2;
+// Group predicates p1..p6 (p7 holds the pass's PEs, unless eight groups need it; p6 also the
+// sub-group ranges at a pass's start and end, so the sixth group's is set after them), and
+// one group without a predicate.
+constexpr uint32_t kMaxGroups = 8;
 struct OcmAttnTiling {
   uint32_t rows = 0, groups = 0;
   double work = 0;  // keys x (1 + kBcastPerGroup x groups), summed over the passes

@@ -315,6 +315,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"mini", 16, 8, 128, 29, true, false, 1.0f, 1.5f, 7, 8, 2048},
                                            OcmShape{"mini", 4, 4, 64, 35, false, false, 1.0f, 1.5f, 0, 8, 1024},
                                            OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512},
+                                           // seven and eight kv groups a pass (the last group's broadcast
+                                           // unpredicated; with eight p7 is a group's and the MACs run on
+                                           // every PE): 7 x 2 x 18 of 256 PEs; 8 filling the array; 2 passes
+                                           // of 8 groups leaving PEs idle; the 2B prefill on 32x64 (one pass)
+                                           OcmShape{"mini", 14, 7, 64, 18, true, false, 1.0f, 1.5f, 0, 16},
+                                           OcmShape{"mini", 8, 8, 64, 32, true, true, 1.0f, 1.5f, 0, 16},
+                                           OcmShape{"mini", 16, 16, 128, 16, false, false, 1.0f, 1.5f, 5, 16},
                                            // q in the prefill's q|k|v rows (row stride q + k + v), out dense
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 8 * 256},
                                            OcmShape{"qc-u", 16, 16, 64, 256, false, false, 1.0f, 1.5f, 0, 0, 0, 2 * 16 * 128},
@@ -341,6 +348,28 @@ TEST(AttentionOcm, FewerRowsAPassWhenThatIsLessWork) {
   EXPECT_EQ(tiling(2, 2, 1200, false), (std::pair<uint32_t, uint32_t>{512, 2}));
   EXPECT_EQ(tiling(1, 1, 1200, false), (std::pair<uint32_t, uint32_t>{1024, 1}));
   EXPECT_EQ(tiling(2, 2, 784, false), (std::pair<uint32_t, uint32_t>{784, 1}));
+}
+
+// Seven or eight kv groups a pass where the array holds them (one broadcast chain a chunk
+// instead of another pass): the 2B prefill and tower on 32x64 and the OcmShapes cases above;
+// on 16x16 the prefill keeps passes of 32 rows x 4 groups (fewer rows, 8 groups: more work).
+TEST(AttentionOcm, SevenOrEightGroupsAPass) {
+  auto tiling = [](const char* preset, uint32_t rows, uint32_t cols, uint32_t qh, uint32_t kvh, uint32_t hd,
+                   uint32_t seq, bool causal, uint32_t kv_offset = 0) {
+    const sim::Config cfg = sim::Config::make(preset, {"pe_rows=" + std::to_string(rows), "pe_cols=" + std::to_string(cols)});
+    OcmAttnArgs a;
+    a.q_heads = qh, a.kv_heads = kvh, a.head_dim = hd, a.seq = seq, a.causal = causal, a.kv_offset = kv_offset;
+    const OcmAttnTiling t = plan_attention_ocm(cfg, a);
+    return std::pair<uint32_t, uint32_t>{t.rows, t.groups};
+  };
+  using RG = std::pair<uint32_t, uint32_t>;
+  EXPECT_EQ(tiling("qc-u", 32, 64, 16, 8, 128, 128, true), (RG{128, 8}));
+  EXPECT_EQ(tiling("qc-u", 32, 64, 16, 16, 64, 256, false), (RG{256, 8}));
+  EXPECT_EQ(tiling("qc-u", 64, 64, 16, 16, 64, 256, false), (RG{256, 8}));
+  EXPECT_EQ(tiling("qc-u", 16, 16, 16, 8, 128, 128, true), (RG{32, 4}));
+  EXPECT_EQ(tiling("mini", 16, 16, 14, 7, 64, 18, true), (RG{18, 7}));
+  EXPECT_EQ(tiling("mini", 16, 16, 8, 8, 64, 32, true), (RG{32, 8}));
+  EXPECT_EQ(tiling("mini", 16, 16, 16, 16, 128, 16, false, 5), (RG{16, 8}));
 }
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the
