@@ -101,7 +101,7 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   if (pn.tail_at(0) && pn.split != 1) return false;  // (a narrow tile 0: split 1 only, its PEs by p4)
   const auto [ap, aq] = lrm_buffers(pa, prev);
   const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
-  const uint32_t lrm = uint32_t(std::min<uint64_t>(cfg.lrm_bytes, UINT32_MAX));
+  const uint32_t lrm = uint32_t(std::min<uint64_t>(next.lrm_end ? next.lrm_end : cfg.lrm_bytes, UINT32_MAX));
   if (uint64_t(bsn) + 64 > lrm) return false;
   const uint32_t top = (lrm - 64 - bsn) / 64 * 64;  // the highest buffer start
   auto up64 = [](uint32_t v) { return (v + 63) / 64 * 64; };
@@ -203,6 +203,10 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
   return plan_gemm(cfg, 0, n, k, split).weight_bytes();
 }
 
+uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
+  const GemmPlan pl = plan_gemm(cfg, m, n, k, split);
+  return pl.tiles * pl.groups * 64;
+}
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
   return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split));
 }
@@ -261,8 +265,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
   const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);
   const GemmArgs* nx = a.next && a.next->handed_off ? a.next : nullptr;  // this call hands off to nx
-  if (uint64_t(std::max(lrm_p, lrm_q)) + BS + 64 > cfg.lrm_bytes)
-    fail("gemm: LRM buffers at {} and {} ({} B each + 64) pass lrm_bytes = {}", lrm_p, lrm_q, BS, cfg.lrm_bytes);
+  const uint64_t lrm_end = a.lrm_end ? std::min<uint64_t>(a.lrm_end, cfg.lrm_bytes) : cfg.lrm_bytes;
+  if (uint64_t(std::max(lrm_p, lrm_q)) + BS + 64 > lrm_end)
+    fail("gemm: LRM buffers at {} and {} ({} B each + 64) pass {} = {}", lrm_p, lrm_q, BS,
+         a.lrm_end ? "lrm_end" : "lrm_bytes", lrm_end);
+  const bool lrm_acc = a.lrm_in || a.lrm_out;
+  if (lrm_acc) {
+    const uint64_t bytes = uint64_t(pl.tiles) * pl.groups * 64;
+    if (a.acc_in || a.y_f32) fail("gemm: partial sums in LRM (lrm_in / lrm_out) and in OCM (acc_in / y_f32) exclude each other");
+    if (a.lrm_acc % 64 || a.lrm_acc < lrm_end || a.lrm_acc + bytes > cfg.lrm_bytes)
+      fail("gemm: the LRM partial sums [{}, {}) ({} tiles x {} row groups x 64 B) must be 64-byte aligned, at or above "
+           "{} = {} and inside lrm_bytes = {}",
+           a.lrm_acc, a.lrm_acc + bytes, pl.tiles, pl.groups, a.lrm_end ? "lrm_end" : "lrm_bytes", lrm_end, cfg.lrm_bytes);
+    if (nx && (!nx->lrm_end || nx->lrm_end > a.lrm_acc))
+      fail("gemm: the call handed off to keeps its LRM buffers below lrm_end = {}, above the partial sums at {}",
+           nx->lrm_end, a.lrm_acc);
+  }
   const uint32_t ocm = uint32_t(cfg.ocm_bytes);
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
   if (a.y_stride < 2 * a.n || a.y_stride % 2) fail("gemm: y_stride {} must be even and >= 2*N = {}", a.y_stride, 2 * a.n);
@@ -309,6 +327,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xA, a.acc_ocm);
     b.li(xAs, 4 / S);
   }
+  if (lrm_acc) b.li(xA, a.lrm_acc);
   b.li(x64, 64);
   b.li(xMs, 4 * B / S);
   b.li(xFills, pl.tiles - 1);
@@ -716,6 +735,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
     if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.rows * a.acc_stride});
+    if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
     const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
@@ -831,6 +851,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   b.op("addi", {xY, xY, int64_t(T) * y_bytes});
   if (a.acc_in) b.op("addi", {xA, xA, int64_t(T) * 4});
+  if (lrm_acc) b.op("addi", {xA, xA, int64_t(pl.groups) * 64});
   b.op("addi", {xB, xB, int64_t(T) * bias_bytes});
   b.op("addi", {xCols, xCols, -int64_t(T)});
   b.op("addi", {xFills, xFills, -1});
@@ -932,7 +953,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // fp16 (or fp32), one value per column into Y.
     uint32_t ready = S == 2 ? 6 : 2;  // the row's sum is complete
     if (a.acc_in) ready += 2;
-    const uint32_t lag = ready + (a.y_f32 ? 0 : 2);
+    const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
+    if (lrm_acc) {
+      b.op("vlaneid", {V{30}});
+      if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}});
+    }
     for (uint32_t s = 0; s < real + lag; ++s) {
       auto row = [&](uint32_t back, auto f) {
         if (s >= back && s - back < real) f(uint8_t(s - back));
@@ -948,6 +973,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         });
         row(ready - 2, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(28 + r % 4)}}); });
       }
+      // LRM partial sums: row r's sum into lane r of v28 (a one-hot lane mask from the lane
+      // ids v30: in v16 + r % 4 at split 1, v31 at split 2, whose pair sums use v16-v19),
+      // after the rows v28 += the group's partial sums (v29), then stored, or lane r spread
+      // to every lane of row r's register for the fp16 output below.
+      if (lrm_acc) {
+        row(ready, [&](uint8_t r) {
+          const V mask{uint8_t(S == 1 ? 16 + r % 4 : 31)};
+          b.op("vsplati", {mask, int64_t(r)});
+          b.op("vcmpeq.i32", {mask, V{30}, mask});
+          b.op("vsel", {V{28}, V{r}, V{28}, mask});
+        });
+        continue;
+      }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
       // narrow last tile), whose sums are junk and must not reach the fp16 range tracking.
       if (a.y_f32) {
@@ -955,6 +993,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       } else {
         row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
         row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+      }
+    }
+    if (lrm_acc) {
+      if (a.lrm_in) b.op("vadd.f32", {V{28}, V{28}, V{29}});
+      if (a.lrm_out) {
+        b.op("vst", {V{28}, Mem{xAg, 0}});
+      } else {
+        for (uint32_t s = 0; s < real + 4; ++s) {
+          auto row = [&](uint32_t back, auto f) {
+            if (s >= back && s - back < real) f(uint8_t(s - back));
+          };
+          row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
+          row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
+          row(4, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+        }
       }
     }
     b.op("jalr", {X{0}, xLink, 0});

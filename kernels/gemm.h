@@ -110,6 +110,19 @@ struct GemmArgs {
   // row is read before it is written), so a chain of calls accumulates in place.
   bool acc_in = false, y_f32 = false;
   uint32_t acc_ocm = 0, acc_stride = 0;
+  // Partial sums in LRM (a chain of calls over chunks of K with the same m, n and split,
+  // e.g. the MLP over every row, chunk by chunk): lrm_out writes each output's fp32 sum
+  // (after its lane sum, pair sum and lrm_in's partial sum) to the PE's LRM instead of Y;
+  // lrm_in adds the sums an lrm_out call left there before the rounding to fp16. PE e keeps
+  // its column's sums of tile t, row group g at lrm_acc + (t * G + g) * 64, lane r = the
+  // group's row r (gemm_lrm_acc_bytes: tiles x groups x 64 bytes), no OCM port traffic
+  // (the OCM partial sums above move 8 bytes a PE a row through it). The region must lie
+  // at or above lrm_end, below lrm_bytes.
+  bool lrm_in = false, lrm_out = false;
+  uint32_t lrm_acc = 0;
+  // The call's LRM buffers, and the next call's tile 0 it hands off, stay below lrm_end
+  // (0: lrm_bytes); gemm_handoff places next's buffers below next.lrm_end.
+  uint32_t lrm_end = 0;
   // The machine's array is larger than cfg's (the GEMM's view: the first cfg.npe() PEs,
   // whole rows): every scatter is held to those PEs (the others compute on stale LRM and
   // never gather). The weight is packed for the view (pack_gemm_weight(w, view)).
@@ -146,6 +159,8 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 // The least lrm_bytes with which a K-input weight fits some split on cfg's array.
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
+// LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
+uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 // OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 
+#include "isa/error.h"
 #include "kernel_harness.h"
 #include "model/reference/ops.h"
 #include "model/checkpoint/quant.h"
@@ -404,8 +405,17 @@ struct ChunkRun {
   std::vector<float> y, ref;
   uint64_t cycles = 0;
 };
-ChunkRun run_chunks(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t kc, uint32_t chunks, uint32_t split,
-                    bool timing_only, uint32_t skip = UINT32_MAX) {
+// lrm: the partial sums in LRM (GemmArgs::lrm_in, lrm_out) at its top, the calls' buffers
+// below; handoff: each call hands its tile 0 to the next (gemm_handoff, as the compiler chains
+// them); sub: on the first half of the array's rows (GemmArgs::sub_array).
+struct ChunkOpts {
+  bool lrm = false, handoff = false, sub = false;
+};
+ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t kc, uint32_t chunks, uint32_t split,
+                    bool timing_only, uint32_t skip = UINT32_MAX, ChunkOpts o = {}) {
+  sim::Config cfg = machine;
+  const bool lrm = o.lrm, handoff = o.handoff, sub = o.sub;
+  if (sub) cfg.pe_rows /= 2;
   const uint32_t k = kc * chunks;
   std::vector<float> w = random_vector(size_t(n) * k, 5, 0.02f), x = random_vector(size_t(m) * k, 6),
                      bv = random_vector(n, 7, 0.5f);
@@ -417,6 +427,7 @@ ChunkRun run_chunks(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t kc,
   std::vector<std::vector<uint8_t>> packed;
   std::vector<float> wd(size_t(n) * k);  // the dequantised codes of every chunk, as one matrix
   uint32_t ddr = 0x1000;
+  std::vector<GemmArgs> args(chunks);
   for (uint32_t c = 0; c < chunks; ++c) {
     std::vector<float> wc(size_t(n) * kc);
     for (uint32_t r = 0; r < n; ++r)
@@ -427,6 +438,7 @@ ChunkRun run_chunks(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t kc,
     packed.push_back(pack_gemm_weight(q.view(), cfg, split));
     GemmArgs a;
     a.m = m, a.n = n, a.k = kc, a.split = split;
+    a.sub_array = sub;
     a.w_ddr = sim::ddr_addr(ddr);
     ddr += uint32_t(packed.back().size() + 4095) / 4096 * 4096;
     a.x_ocm = xo + c * kc * 2, a.x_stride = 2 * k;
@@ -436,12 +448,26 @@ ChunkRun run_chunks(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t kc,
     if (c == 0) a.bias = GemmBias::f16, a.bias_ocm = bo;
     a.scratch_ocm = scr, a.scratch_bytes = gemm_scratch_bytes(cfg, n, kc, split);
     if (c == skip) a.y_ocm = yo, a.y_f32 = false, a.y_stride = 2 * n;  // its sums go nowhere the next call reads
-    emit_gemm_w4(b, cfg, a);
+    if (lrm) {
+      a.lrm_in = a.acc_in, a.lrm_out = a.y_f32;
+      a.acc_in = a.y_f32 = false;
+      a.y_ocm = yo, a.y_stride = 2 * n;
+      a.lrm_end = a.lrm_acc = (uint32_t(cfg.lrm_bytes) - gemm_lrm_acc_bytes(cfg, m, n, kc, split)) / 64 * 64;
+    }
+    args[c] = a;
+  }
+  for (uint32_t c = 0; c < chunks; ++c) {
+    if (handoff && c + 1 < chunks) {
+      args[c].next = &args[c + 1];
+      args[c + 1].prefetched = true;
+      gemm_handoff(cfg, args[c], args[c + 1], 0);
+    }
+    emit_gemm_w4(b, cfg, args[c]);
   }
   b.op("halt");
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, timing_only);
+  p.configure(machine, timing_only);
   ChunkRun r;
   if (!timing_only) {
     ddr = 0x1000;
@@ -468,31 +494,80 @@ ChunkRun run_chunks(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t kc,
 struct ChunkShape {
   const char* preset;
   uint32_t m, n, kc, chunks, split;
+  ChunkOpts o = {};
 };
 class GemmChunks : public ::testing::TestWithParam<ChunkShape> {};
 TEST_P(GemmChunks, PartialSumsMatchTheWholeGemm) {
   const ChunkShape s = GetParam();
   sim::Config cfg = sim::Config::make(s.preset, {});
-  ChunkRun r = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false);
+  ChunkRun r = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, UINT32_MAX, s.o);
   Compare c = compare(r.y, r.ref);
   const double bound = c.max_ref * std::ldexp(1.0, -10) + 1e-6;  // one fp16 ulp
   EXPECT_GE(c.cosine, 0.9999);
   EXPECT_LE(c.max_abs, bound) << "max |y - ref| = " << c.max_abs << " (max |ref| " << c.max_ref << ")";
-  EXPECT_EQ(run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, true).cycles, r.cycles);
+  EXPECT_EQ(run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, true, UINT32_MAX, s.o).cycles, r.cycles);
   // Negative control: the middle call's partial sums never reach the last call.
-  ChunkRun bad = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, 1);
+  ChunkRun bad = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, 1, s.o);
   Compare cb = compare(bad.y, bad.ref);
   EXPECT_GT(cb.max_abs, cb.max_ref * std::ldexp(1.0, -10) + 1e-6);
-  std::printf("gemm %s M=%u N=%u K=%u x %u chunks (split %u): max_abs %.3g (bound %.3g); without chunk 1 %.3g; %llu "
-              "cycles\n",
-              s.preset, s.m, s.n, s.kc, s.chunks, plan_gemm(cfg, s.m, s.n, s.kc, s.split).split, c.max_abs, bound,
-              cb.max_abs, (unsigned long long)r.cycles);
+  std::printf("gemm %s M=%u N=%u K=%u x %u chunks (split %u, partial sums in %s%s%s): max_abs %.3g (bound %.3g); "
+              "without chunk 1 %.3g; %llu cycles\n",
+              s.preset, s.m, s.n, s.kc, s.chunks, plan_gemm(cfg, s.m, s.n, s.kc, s.split).split, s.o.lrm ? "LRM" : "OCM",
+              s.o.handoff ? ", handed off" : "", s.o.sub ? ", half the rows" : "", c.max_abs, bound, cb.max_abs,
+              (unsigned long long)r.cycles);
 }
-// Both splits, a narrow last tile (qc-u: 1100 columns), rows not a multiple of 16 or 4.
+// Both splits, a narrow last tile (qc-u: 1100 columns), rows not a multiple of 16 or 4;
+// the partial sums in OCM and in LRM.
 INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
                          ::testing::Values(ChunkShape{"mini", 19, 37, 256, 3, 1}, ChunkShape{"mini", 21, 23, 256, 3, 2},
                                            ChunkShape{"qc-u", 35, 1100, 384, 3, 0},
-                                           ChunkShape{"qc-u", 18, 600, 256, 4, 2}));
+                                           ChunkShape{"qc-u", 18, 600, 256, 4, 2},
+                                           ChunkShape{"mini", 19, 37, 256, 3, 1, {.lrm = true}},
+                                           ChunkShape{"mini", 21, 23, 256, 3, 2, {.lrm = true}},
+                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.lrm = true}},
+                                           ChunkShape{"qc-u", 18, 600, 256, 4, 2, {.lrm = true}},
+                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.lrm = true, .handoff = true}},
+                                           ChunkShape{"qc-u", 18, 600, 256, 4, 2, {.lrm = true, .handoff = true, .sub = true}},
+                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.handoff = true, .sub = true}}));
+
+
+// LRM partial sums below the call's buffers (lrm_end not set), past LRM, or together with
+// OCM ones: each a clear error naming the region, not a silent overwrite.
+TEST(GemmChunks, LrmPartialSumsRegionChecked) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  auto message = [&](auto edit) {
+    GemmArgs a;
+    a.m = 32, a.n = 1024, a.k = 512;
+    a.x_stride = 2 * a.k, a.y_stride = 2 * a.n, a.y_ocm = 65536;
+    a.scratch_ocm = 262144, a.scratch_bytes = gemm_scratch_bytes(cfg, a.n, a.k);
+    a.lrm_out = true;
+    a.lrm_end = a.lrm_acc = 3072;
+    edit(a);
+    Builder b;
+    try {
+      emit_gemm_w4(b, cfg, a);
+    } catch (const gpnpu::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([](GemmArgs&) {}), "");
+  EXPECT_NE(message([](GemmArgs& a) { a.lrm_end = 0; }).find("at or above lrm_bytes = 4096"), std::string::npos);
+  EXPECT_NE(message([](GemmArgs& a) { a.lrm_acc = 4096 - 64; }).find("inside lrm_bytes"), std::string::npos);
+  EXPECT_NE(message([](GemmArgs& a) { a.y_f32 = true, a.y_stride = 4 * a.n; }).find("exclude each other"),
+            std::string::npos);
+}
+
+// The same chain, model-like (the prefill's down in chunks of 512 over 128 rows on qc-u):
+// LRM partial sums take no OCM port time, so the chain is faster than with OCM ones.
+TEST(GemmChunks, LrmPartialSumsFasterThanOcm) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  const uint64_t ocm = run_chunks(cfg, 128, 2048, 512, 4, 0, true).cycles,
+                 lrm = run_chunks(cfg, 128, 2048, 512, 4, 0, true, UINT32_MAX, {.lrm = true}).cycles;
+  EXPECT_LT(lrm, ocm);
+  std::printf("gemm qc-u 128 x 2048 x (4 x 512): partial sums in OCM %llu cycles, in LRM %llu\n",
+              (unsigned long long)ocm, (unsigned long long)lrm);
+}
 
 // Model-size shapes on qc-u, timing only: cycles against max(MAC floor, DDR floor).
 // The limits guard the measured ratios (1.198, 1.155, 1.287); most of the excess is the

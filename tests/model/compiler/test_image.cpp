@@ -234,7 +234,7 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
                              "behind"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
       // The prefill's MLP over all 48 rows, six chunks of 512 with fp32 partial sums.
-      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"},
+      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"},
   };
   std::map<std::string, uint64_t> cycles;
   for (const Case& k : cases) {
@@ -309,9 +309,9 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
-                           "partial sums; q|k|v 2 heads at a time beside the attention)"),
+                           "partial sums in LRM; q|k|v 2 heads at a time beside the attention)"),
             std::string::npos) << prog.plan;
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"),
             std::string::npos) << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
@@ -377,7 +377,7 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   Compiler c(config_tiny_wide(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
-  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums)"),
+  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"),
             std::string::npos);
   expect_matches_chain(c, prog, shape, wide_bundle().bundle.get(), pixels, ref,
                        "tiny image program, 160 tokens, 512 KiB, 8 GB/s");
@@ -425,7 +425,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowAtACacheOffsetMatchesTheChain) {
       EXPECT_LT(cs, 0.9999) << "keys written over the cached rows must fail the gate";
       continue;
     }
-    EXPECT_NE(p2.plan.find("the MLP in chunks of 512 with fp32 partial sums"), std::string::npos) << p2.plan;
+    EXPECT_NE(p2.plan.find("the MLP in chunks of 512 with fp32 partial sums in LRM"), std::string::npos) << p2.plan;
     EXPECT_GE(cs, 0.9999);
     EXPECT_EQ(argmax(logits), argmax(ref));
   }
