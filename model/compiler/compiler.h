@@ -139,6 +139,12 @@ struct CompileOptions {
   // image_prefill the streamed prefill's arrangement (1 three phases, 2 whole layers a tile;
   // `gpnpu compile --prefill`).
   uint32_t image_tile_rows = 0, image_attn_groups = 0, image_copy_mode = 0, image_prefill = 0;
+  // Test knob: the streamed plans' MLP over every row with its first and last parts (out GEMM,
+  // residual, norm; residual) in tiles of this many rows, where the partial sums are in LRM
+  // and the parts fit (Streamed::ppt, vpt; 0: the cost model decides).
+  uint32_t image_part_rows = 0;
+  // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
+  bool image_ocm_sums = false;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input

@@ -1260,11 +1260,17 @@ struct Streamed {
   // normed rows). Where all rows do not fit, in tiles of rpm rows (each reads every chunk).
   bool pm = false;
   uint32_t rpm = 0;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> pmb;
+  // Where the partial sums are in LRM, the MLP over every row may run its first and last
+  // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (< rpm) instead, so
+  // that only the normed rows and the up output take every row's OCM (1 MiB): each part tile
+  // reads the out GEMM's weight again, the chunks read theirs once.
+  uint32_t ppt = 0;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> pmb;  // (part, rows, part tile rows)
   // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
   bool vpm = false;
-  std::function<std::vector<uint64_t>(uint32_t)> vpmb;
+  uint32_t vpt = 0;  // the tower's part tile rows (as ppt; N: untiled)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vpmb;  // (part, part tile rows)
   // The tower's qkv phase (A) over every row from block 1 on: the norm of all rows, then q, k
   // and v in turn (q and k rotated), each stored while the next computes; buffers vqab().
   bool vqa = false;
@@ -1324,13 +1330,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return g ? g : std::min(d.nkv, gcap ? gcap : 1u);
   };
   // The MLP phases' partial sums in LRM (lrm_sums): their offset, or 0 (in OCM). Their part 2
-  // then holds the up output where part 1 has the attention rows, if it fits there.
-  auto below_attention = [](uint64_t up, uint64_t attn) {
-    return detail::OcmAlloc::footprint(0) + detail::OcmAlloc::footprint(up) <= detail::OcmAlloc::footprint(attn);
+  // then holds the up output over part 1's attention rows (and residual: mlp_all_rows waits
+  // for its store first).
+  auto vsums = [&] {
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv), pm_chunk(d.Iv), 0);
   };
-  auto vsums = [&] { return lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv), pm_chunk(d.Iv), 0); };
   auto psums = [&](uint32_t r) {
-    return lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I), 2 * pm_chunk(d.I), pm_gate_up_split(gemm_cfg_, d.I, d.H));
+    return opt_.image_ocm_sums ? 0u
+                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I), 2 * pm_chunk(d.I),
+                                          pm_gate_up_split(gemm_cfg_, d.I, d.H));
   };
   auto plan = [&](uint32_t channels, bool pm) {
   Streamed p;
@@ -1395,28 +1403,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t rows = uint64_t(N) * d.Dv * 2, w2 = uint64_t(vgq_heads(d.hv)) * hdv2, tab = uint64_t(N) * d.hdv * 4;
     return {rows, rows, tab, tab, uint64_t(d.Dv) * 6, N * 3 * w2, N * w2};
   };
-  // tower MLP over every row (vpm): 1: normed rows / proj out [N][Dv], attention rows,
-  // residual; 2: normed rows, partial sums [N][Dv] fp32 (over part 1's attention rows and
-  // residual; none where they are in LRM, vsums, and the fc1 output fits over the attention
-  // rows alone: the residual's store is still in flight), fc1 out [N][c]; 3: fc2 out (in the
-  // normed rows), residual.
-  p.vpmb = [&](uint32_t part) -> V64 {
-    const uint64_t rows = uint64_t(N) * d.Dv * 2;
-    if (part == 1) return {rows, rows, rows};
+  // tower MLP over every row (vpm), its first and last parts in tiles of pt rows: 1: normed
+  // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv]; 2: normed rows, partial
+  // sums [N][Dv] fp32 (over part 1's attention rows and residual; none in LRM: vsums), fc1
+  // out [N][c]; 3: fc2 out (in the normed rows), residual [pt][Dv].
+  p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
+    const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
+    if (part == 1) return {rows, tile, tile};
     const uint64_t up = uint64_t(N) * 2 * pm_chunk(d.Iv);
-    if (part == 2) return {rows, vsums() && below_attention(up, rows) ? 0 : 2 * rows, up};
-    return {rows, rows};
+    if (part == 2) return {rows, vsums() ? 0 : 2 * rows, up};
+    return {rows, tile};
   };
   // prefill MLP over every row (pm), r rows a tile: 1: normed rows / o out [r][H], attention
   // rows [r][q], residual [r][H]; 2: normed rows, partial sums [r][H] fp32 (as vpmb's; LRM:
   // psums), gate|up [r][2 c];
   // 3: down out (in the normed rows), residual [r][H], DeepStack rows [min(ni, r)][H].
-  p.pmb = [&, ni](uint32_t part, uint32_t r) -> V64 {
-    const uint64_t rows = uint64_t(r) * d.H * 2;
-    if (part == 1) return {rows, uint64_t(r) * qd, rows};
+  p.pmb = [&, ni](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
+    const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
+    if (part == 1) return {rows, uint64_t(pt) * qd, tile};
     const uint64_t up = uint64_t(r) * 4 * pm_chunk(d.I);
-    if (part == 2) return {rows, psums(r) && below_attention(up, uint64_t(r) * qd) ? 0 : 2 * rows, up};
-    return {rows, rows, uint64_t(std::max(std::min(ni, r), 1u)) * d.H * 2};
+    if (part == 2) return {rows, psums(r) ? 0 : 2 * rows, up};
+    return {rows, tile, uint64_t(std::max(std::min(ni, pt), 1u)) * d.H * 2};
   };
   // prefill, whole layers a tile (fused): residual [r][H]
   // (loaded and stored), cos, sin [r][hd] fp32 (loaded), normed rows / attention output /
@@ -1485,15 +1492,23 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
   p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   // The tower's MLP phase over every row when it is cheaper (as the prefill's below).
-  if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && fits(p.vpmb(1)) && fits(p.vpmb(2)) && fits(p.vpmb(3))) {
+  // With LRM sums, the first and last parts in tiles of vpt rows where all rows do not fit
+  // (each reading the proj weight again).
+  p.vpt = N;
+  const uint32_t knob = opt_.image_part_rows;
+  if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && (!fits(p.vpmb(1, N)) || knob) && vsums() && fits(p.vpmb(2, 1)))
+    p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, t)) && fits(p.vpmb(3, t)); });
+  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && fits(p.vpmb(1, p.vpt)) && fits(p.vpmb(2, p.vpt)) &&
+      fits(p.vpmb(3, p.vpt))) {
     const uint32_t cv = pm_chunk(d.Iv);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
     const GemmPlan fp = plan_gemm(gc, N, d.Dv, cv);
     const double port = (vsums() ? 0.0 : double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
-    const double vpm_c = depth * (std::max(N * macs_vc / peak, wb_vc / bw) + 8.0 * N * d.Dv / bw +
+    const double proj_again = double((N + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
+    const double vpm_c = depth * (std::max(N * macs_vc / peak, wb_vc / bw) + proj_again / bw + 8.0 * N * d.Dv / bw +
                                   double(d.Iv / cv) * fp.tiles * port);
-    if (!p.rvc || vpm_c < p.cost - before_vc) p.vpm = true, p.cost = before_vc + vpm_c;
+    if (!p.rvc || vpm_c < p.cost - before_vc || (knob && p.vpt < N)) p.vpm = true, p.cost = before_vc + vpm_c;
   }
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
@@ -1571,19 +1586,33 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // residual reloaded and stored; its first store overlaps the first gate|up), and the
   // partial sums through the OCM port (a scatter and a gather of npe words per row, tile and
   // chunk; none in LRM), ~200 cycles a row group's epilogue.
+  // With LRM sums, also every row at once with the first and last parts in tiles (ppt),
+  // each reading the o weight again (not under the MLP's MACs: a tile's o GEMM of few rows
+  // waits on its weight): the cheaper estimate of the two.
   if (pm) {
     p.rpm = S ? rows_per_tile(S, 0, [&](uint32_t r) {
-      return fits(p.pmb(1, r)) && fits(p.pmb(2, r)) && fits(p.pmb(3, r));
+      return fits(p.pmb(1, r, r)) && fits(p.pmb(2, r, r)) && fits(p.pmb(3, r, r));
     }) : 0;
+    p.ppt = p.rpm;
     const uint32_t cp = pm_chunk(d.I);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
-    double pm_c = 0;
-    for (auto [r0, r] : tiles_of(S, std::max(p.rpm, 1u))) {
-      const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
-      const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
-      pm_c += layers * (std::max(r * macs_c / peak, wb_c / bw) + r * (double(qd) + 6.0 * d.H) / bw +
-                        double(d.I / cp) * dp.tiles * port);
+    auto estimate = [&](uint32_t rows, uint32_t pt) {
+      double c = 0;
+      for (auto [r0, r] : tiles_of(S, std::max(rows, 1u))) {
+        const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
+        const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
+        const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
+        c += layers * (std::max(r * macs_c / peak, wb_c / bw) + o_again / bw + r * (double(qd) + 6.0 * d.H) / bw +
+                       double(d.I / cp) * dp.tiles * port);
+      }
+      return c;
+    };
+    double pm_c = estimate(p.rpm, p.rpm);
+    if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1))) {
+      const uint32_t pt =
+          rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t)) && fits(p.pmb(3, S, t)); });
+      if (pt && (!p.rpm || knob || estimate(S, pt) < pm_c)) p.rpm = S, p.ppt = pt, pm_c = estimate(S, pt);
     }
     if (p.rpm) p.pm = true, p.cost = before_c + pm_c;
   }
@@ -1792,9 +1821,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     struct MlpAllRows {
       std::string mark;
       uint32_t rows = 0, width = 0;
-      // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual]
+      // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual] (the
+      // attention and residual buffers of a part tile's rows)
       std::vector<uint32_t> o1, o2, o3;
-      std::function<void(uint32_t)> load_attn;  // the attention rows into OCM (none: they are there)
+      // rows [r0, r0 + n) of the attention rows into OCM at A (none: they are there)
+      std::function<void(uint32_t A, uint32_t r0, uint32_t n)> load_attn;
       uint32_t a_stride = 0, res_ddr = 0;
       std::string out_w;
       uint32_t out_k = 0, out_bias = 0;
@@ -1805,24 +1836,31 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       bool gated = false;  // gate|up and SiLU (else fc1 and GELU)
       std::function<std::string(uint32_t, bool)> weight;  // chunk's up (false) or down (true) weight
       uint32_t up_bias = 0, down_bias = 0;  // kNone: none (up: chunk c at + 2 c chunk)
-      std::function<void(uint32_t)> after;
+      std::function<void(uint32_t X3, uint32_t r0, uint32_t n)> after;  // on rows [r0, r0 + n) at X3
       uint32_t sums_lrm = 0;  // the partial sums in LRM from this offset (lrm_sums; part 2 then has none)
+      uint32_t part_rows = 0;  // the first and last parts in tiles of this many rows (0: all at once)
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
       const uint32_t XN = m.o1[0], A = m.o1[1], X1 = m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
       const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
-      if (U < X1 && U + uint64_t(m.rows) * us > X1)
-        fail("compiler: internal: {}'s up output [{}, {}) overlaps the residual at {} while it is stored", m.mark, U,
-             U + uint64_t(m.rows) * us, X1);
-      if (m.load_attn) m.load_attn(A);
+      const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
+      // (the up output over the residual buffer, whose last store is still in flight)
+      const bool over_residual = U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
-      copy_on(cs, m.mark + ".load_residual", m.res_ddr, ocm(X1), m.rows * w2);  // behind the out GEMM
-      k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, m.rows, m.width, m.out_k, A, m.a_stride, XN, w2,
-             m.out_bias);
-      em.wait(cs);
-      k.ew(m.mark + ".attn_residual", EwOp::add, m.rows, m.width, X1, 0, XN, 0, X1, 0);
-      k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, m.rows, m.width, X1, XN, m.norm_w, m.norm_b, m.eps);
-      copy_on(cs, m.mark + ".store_residual", ocm(X1), m.res_ddr, m.rows * w2);
+      // Part 1 (per part tile): the out GEMM into the normed rows, the residual, its norm.
+      for (auto [r0, n] : tiles_of(m.rows, pt)) {
+        const uint32_t xn = XN + r0 * w2;
+        const uint32_t res = m.res_ddr + r0 * w2;
+        if (m.load_attn) m.load_attn(A, r0, n);
+        copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
+        k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, n, m.width, m.out_k, A, m.a_stride, xn, w2,
+               m.out_bias);
+        em.wait(cs);
+        k.ew(m.mark + ".attn_residual", EwOp::add, n, m.width, X1, 0, xn, 0, X1, 0);
+        k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, n, m.width, X1, xn, m.norm_w, m.norm_b, m.eps);
+        copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
+      }
+      if (over_residual) em.wait(cs);
       for (uint32_t c = 0; c < m.chunks; ++c) {
         const std::string C = fmt::format("{}.mlp{}", m.mark, c);
         const bool last = c + 1 == m.chunks;
@@ -1840,10 +1878,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                {.in = c > 0, .ocm = ACC, .stride = 2 * w2, .y_f32 = !last, .lrm = m.sums_lrm});
       }
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
-      em.copy(m.mark + ".reload_residual", m.res_ddr, ocm(X3), m.rows * w2);
-      k.ew(m.mark + ".mlp_residual", EwOp::add, m.rows, m.width, X3, 0, XN, 0, X3, 0);
-      if (m.after) m.after(X3);
-      em.copy(m.mark + ".store", ocm(X3), m.res_ddr, m.rows * w2);
+      // Part 3 (per part tile): the residual added to the down output, stored.
+      for (auto [r0, n] : tiles_of(m.rows, pt)) {
+        em.copy(m.mark + ".reload_residual", m.res_ddr + r0 * w2, ocm(X3), n * w2);
+        k.ew(m.mark + ".mlp_residual", EwOp::add, n, m.width, X3, 0, XN + r0 * w2, 0, X3, 0);
+        if (m.after) m.after(X3, r0, n);
+        em.copy(m.mark + ".store", ocm(X3), m.res_ddr + r0 * w2, n * w2);
+      }
     };
 
     // ================= vision tower =================
@@ -1902,7 +1943,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                            .out_head_stride = hdv2, .scratch_ocm = SCR, .scratch_bytes = N * w2,
                                            .max_groups = gq});
           }
-          if (!p.vpm) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+          if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
         } else if (p.vqa && blk > 0) {
           // Every row (Streamed::vqa): norm, then q, k, v in turn into two buffers, each stored
           // (its third of the q|k|v rows) on its own channel while the next computes.
@@ -1984,18 +2025,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           });
         }
         if (p.vpm) {
-          if (p.vqg && blk > 0 && phase(p.vpmb(1))[1] != phase(p.vqgb())[1])
+          const bool in_place = p.vqg && blk > 0 && p.vpt == N;  // the attention rows where vqg left them
+          if (in_place && phase(p.vpmb(1, N))[1] != phase(p.vqgb())[1])
             fail("compiler: internal: the tower's attention rows are not where its MLP phase reads them");
-          mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1)), .o2 = phase(p.vpmb(2)),
-                        .o3 = phase(p.vpmb(3)),
-                        .load_attn = p.vqg && blk > 0 ? std::function<void(uint32_t)>() : [&](uint32_t A) {
-                          em.copy(B + ".load_attn", vqkv, ocm(A), d.Dv * 2, N, 3 * d.Dv * 2, d.Dv * 2);
+          mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1, p.vpt)),
+                        .o2 = phase(p.vpmb(2, p.vpt)), .o3 = phase(p.vpmb(3, p.vpt)),
+                        .load_attn = in_place ? std::function<void(uint32_t, uint32_t, uint32_t)>()
+                                              : [&](uint32_t A, uint32_t r0, uint32_t n) {
+                          em.copy(B + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n, 3 * d.Dv * 2,
+                                  d.Dv * 2);
                         },
                         .a_stride = d.Dv * 2, .res_ddr = vh, .out_w = vname(blk, "proj"), .out_k = d.Dv,
                         .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w, .norm_b = vv_n2b,
                         .eps = veps, .chunk = pm_chunk(d.Iv), .chunks = d.Iv / pm_chunk(d.Iv), .gated = false,
                         .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
-                        .up_bias = vv_fc1b, .down_bias = vv_fc2b, .sums_lrm = vsums()});
+                        .up_bias = vv_fc1b, .down_bias = vv_fc2b, .sums_lrm = vsums(), .part_rows = p.vpt});
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; proj/fc2 out, fc1 out once.
@@ -2211,26 +2255,29 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           uint32_t t = 0;
           for (auto [r0, rows] : tiles_of(S, p.rpm)) {
             const std::string T = p.rpm < S ? name(t++) : L;
-            mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm)),
-                          .o2 = phase(p.pmb(2, p.rpm)), .o3 = phase(p.pmb(3, p.rpm)),
-                          .load_attn = [&](uint32_t A) { em.copy(T + ".load_attn", aq + r0 * qd, ocm(A), rows * qd); },
+            mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm, p.ppt)),
+                          .o2 = phase(p.pmb(2, p.rpm, p.ppt)), .o3 = phase(p.pmb(3, p.rpm, p.ppt)),
+                          .load_attn = [&](uint32_t A, uint32_t a0, uint32_t n) {
+                            em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
+                          },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
                           .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
                           .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I), .chunks = d.I / pm_chunk(d.I),
                           .gated = true,
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
-                          .after = [&](uint32_t X3) {  // the DeepStack rows
-                            auto [a, e] = image_rows(r0, rows);
+                          .after = [&](uint32_t X3, uint32_t a0, uint32_t n) {  // the DeepStack rows
+                            const uint32_t t0 = r0 + a0;  // X3's first row
+                            auto [a, e] = image_rows(t0, n);
                             if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
-                            const uint32_t DS = phase(p.pmb(3, p.rpm))[2];
+                            const uint32_t DS = phase(p.pmb(3, p.rpm, p.ppt))[2];
                             em.copy(T + ".load_deepstack",
                                     ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
                                     (e - a) * d.H * 2);
-                            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, X3 + (a - r0) * d.H * 2, 0, DS, 0,
-                                 X3 + (a - r0) * d.H * 2, 0);
+                            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, X3 + (a - t0) * d.H * 2, 0, DS, 0,
+                                 X3 + (a - t0) * d.H * 2, 0);
                           },
-                          .sums_lrm = psums(p.rpm) ? psums(rows) : 0});
+                          .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
@@ -2284,10 +2331,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   out.logits_ocm = generate(b, out.calls, false);
   out.program = b.finish();
   // The prefill's part of the plan: whole layers a tile, or its qkv|MLP phases.
+  auto part_tiles = [](uint32_t pt, uint32_t rows) {
+    return pt < rows ? fmt::format(", its out GEMM and residuals in tiles of {}", pt) : std::string();
+  };
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 "
-                                                    "partial sums in {})", p.rpa, p.rpm, pm_chunk(d.I),
-                                                    psums(p.rpm) ? "LRM" : "OCM")
+                                                    "partial sums in {}{})", p.rpa, p.rpm, pm_chunk(d.I),
+                                                    psums(p.rpm) ? "LRM" : "OCM", part_tiles(p.ppt, p.rpm))
                                       : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
@@ -2298,8 +2348,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
   const std::string vrows =
-      p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{})", va, N,
-                          pm_chunk(d.Iv), vsums() ? "LRM" : "OCM", qkv_note)
+      p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{}{})", va,
+                          N, pm_chunk(d.Iv), vsums() ? "LRM" : "OCM", part_tiles(p.vpt, N), qkv_note)
             : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, qkv_note);
   if (s.vision && s.prefill)
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "

@@ -130,11 +130,11 @@ TinyBundle& wide_bundle() {
   return tiny;
 }
 
-// Random fp16 pixels for kOcmShape (seed), and the chain's logits for them on `m`.
-std::vector<float> ocm_pixels(const ModelConfig& m, uint32_t seed) {
+// Random fp16 pixels for `shape` (seed), and the chain's logits for them on `m`.
+std::vector<float> ocm_pixels(const ModelConfig& m, uint32_t seed, const ImageShape& shape = kOcmShape) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> pixels(size_t(kOcmShape.grid_h * kOcmShape.grid_w) * m.vision.patch_dim());
+  std::vector<float> pixels(size_t(shape.grid_h * shape.grid_w) * m.vision.patch_dim());
   for (float& v : pixels) v = round_f16(nd(rng));
   return pixels;
 }
@@ -317,6 +317,38 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 }
 
+// The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
+// 2B at 1 MiB, where the normed rows and the up output of every row fit but not the attention
+// rows and residual too; forced here by CompileOptions::image_part_rows): the tiny wider model
+// with a 160-token prompt at 512 KiB, parts in tiles of 48 rows (the tower's 256 rows in 6,
+// the prefill's 160 in 4, the image rows cut by a boundary: their DeepStack rows added per
+// tile; the tower's head groups store their attention rows, each tile loads its own).
+// Against the chain (measured: cosine 0.9999984); negative control: the keys read from the
+// wrong slot (0.983).
+TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const ImageShape shape{16, 16, 160, 5};
+  const std::vector<float> pixels = ocm_pixels(config_tiny_wider(), 13, shape);
+  auto weights = bundle_weights(*tiny.bundle);
+  Chain chain(config_tiny_wider(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt = ocm_options(256);
+  opt.image_part_rows = 48;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(shape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM, its out "
+                           "GEMM and residuals in tiles of 48; q|k|v 2 heads at a time beside the attention)"),
+            std::string::npos);
+  EXPECT_NE(prog.plan.find("prefill 160|160 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM, "
+                           "its out GEMM and residuals in tiles of 48)"),
+            std::string::npos);
+  expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 160 tokens, MLP parts in row tiles, 512 KiB, 8 GB/s");
+}
+
 // The tower's qkv phase in its other two forms at 512 KiB (the MLP over every row with the
 // q|k|v by head groups is TinyMlpOverEveryRowMatchesTheChain's): by head groups (Streamed::vqg,
 // 2 heads a group) with the tower's MLP in row tiles, which read the attention rows back from
@@ -373,11 +405,12 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   const std::vector<float> ref =
       chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
-  const CompileOptions opt = ocm_options(256);
+  CompileOptions opt = ocm_options(256);
+  opt.image_ocm_sums = true;  // (in LRM they leave room for all 160 rows at once)
   Compiler c(config_tiny_wide(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
-  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"),
+  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in OCM)"),
             std::string::npos);
   expect_matches_chain(c, prog, shape, wide_bundle().bundle.get(), pixels, ref,
                        "tiny image program, 160 tokens, 512 KiB, 8 GB/s");
