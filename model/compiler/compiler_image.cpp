@@ -472,7 +472,7 @@ struct ImageKernels {
     g.handed_units = handed.handed_units;
     g.lrm_p = handed.lrm_p;
     g.lrm_q = handed.lrm_q;
-    g.lrm_end = handed.lrm_end;  // (the bound its placement kept to)
+    if (g.handed_off) g.lrm_end = handed.lrm_end;  // (the bound its placement kept to)
     if (g.handed_off && lrm_since > handed_reserved)
       fail("compiler: internal: kernels before '{}' use LRM [0, {}) where the previous GEMM left its first tile",
            mark, lrm_since);
