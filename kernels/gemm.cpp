@@ -204,8 +204,7 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 }
 
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
-  const GemmPlan pl = plan_gemm(cfg, m, n, k, split);
-  return pl.tiles * pl.groups * 64;
+  return plan_gemm(cfg, m, n, k, split).lrm_sums_bytes();
 }
 uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
   return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split));
@@ -271,12 +270,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
          a.lrm_end ? "lrm_end" : "lrm_bytes", lrm_end);
   const bool lrm_acc = a.lrm_in || a.lrm_out;
   if (lrm_acc) {
-    const uint64_t bytes = uint64_t(pl.tiles) * pl.groups * 64;
-    if (a.acc_in || a.y_f32) fail("gemm: partial sums in LRM (lrm_in / lrm_out) and in OCM (acc_in / y_f32) exclude each other");
+    const uint64_t bytes = pl.lrm_sums_bytes();
+    if (a.acc_in || a.y_f32)
+      fail("gemm: partial sums in LRM (lrm_in / lrm_out) and in OCM (acc_in / y_f32) exclude each other");
     if (a.lrm_acc % 64 || a.lrm_acc < lrm_end || a.lrm_acc + bytes > cfg.lrm_bytes)
       fail("gemm: the LRM partial sums [{}, {}) ({} tiles x {} row groups x 64 B) must be 64-byte aligned, at or above "
            "{} = {} and inside lrm_bytes = {}",
-           a.lrm_acc, a.lrm_acc + bytes, pl.tiles, pl.groups, a.lrm_end ? "lrm_end" : "lrm_bytes", lrm_end, cfg.lrm_bytes);
+           a.lrm_acc, a.lrm_acc + bytes, pl.tiles, pl.groups, a.lrm_end ? "lrm_end" : "lrm_bytes", lrm_end,
+           cfg.lrm_bytes);
     if (nx && (!nx->lrm_end || nx->lrm_end > a.lrm_acc))
       fail("gemm: the call handed off to keeps its LRM buffers below lrm_end = {}, above the partial sums at {}",
            nx->lrm_end, a.lrm_acc);
@@ -958,10 +959,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("vlaneid", {V{30}});
       if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}});
     }
-    for (uint32_t s = 0; s < real + lag; ++s) {
-      auto row = [&](uint32_t back, auto f) {
-        if (s >= back && s - back < real) f(uint8_t(s - back));
-      };
+    // Step s of `depth` stages over the rows: row(back, f) runs f on row s - back.
+    auto pipeline = [&](uint32_t depth, auto&& step) {
+      for (uint32_t s = 0; s < real + depth; ++s)
+        step([&](uint32_t back, auto f) {
+          if (s >= back && s - back < real) f(uint8_t(s - back));
+        });
+    };
+    pipeline(lag, [&](auto row) {
       row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
       if (S == 2) {
         row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
@@ -984,7 +989,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           b.op("vcmpeq.i32", {mask, V{30}, mask});
           b.op("vsel", {V{28}, V{r}, V{28}, mask});
         });
-        continue;
+        return;
       }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
       // narrow last tile), whose sums are junk and must not reach the fp16 range tracking.
@@ -994,20 +999,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
         row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
       }
-    }
+    });
     if (lrm_acc) {
       if (a.lrm_in) b.op("vadd.f32", {V{28}, V{28}, V{29}});
       if (a.lrm_out) {
         b.op("vst", {V{28}, Mem{xAg, 0}});
       } else {
-        for (uint32_t s = 0; s < real + 4; ++s) {
-          auto row = [&](uint32_t back, auto f) {
-            if (s >= back && s - back < real) f(uint8_t(s - back));
-          };
+        pipeline(4, [&](auto row) {
           row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
           row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
           row(4, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
-        }
+        });
       }
     }
     b.op("jalr", {X{0}, xLink, 0});

@@ -151,6 +151,7 @@ struct GemmPlan {
   uint32_t rows = 0;         // R: rows per group (<= 16, a multiple of 4)
   uint32_t groups = 0;       // G: row groups
   uint32_t last_rows = 0;    // real rows of the last group
+  uint32_t lrm_sums_bytes() const { return tiles * groups * 64; }  // GemmArgs::lrm_acc's region
 };
 
 // split 0: the tiling rule above. Throws gpnpu::Error if K does not fit any split.

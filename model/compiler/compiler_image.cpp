@@ -761,10 +761,9 @@ void Compiler::settle_gemm_view() {
     if (resident()) return;
     const double streamed_whole = image_program(s, nullptr, nullptr).est_cycles;
     gemm_cfg_ = half;
-    // Both stream: the half unless the streamed plan's estimate is 5% higher (its smaller GEMM
-    // buffers leave room for the MLP over every row: 32x64 at 2 MiB, 32 GB/s; within 5% the
-    // half, as the smaller array runs it: 32x64 at 2 MiB, 32 GB/s, LRM partial sums, whole
-    // view estimated 75.2 M, half 78.8 M, measured 97.97 M and 97.40 M).
+    // Both stream: the half unless its estimate is 5% higher (its smaller GEMM buffers leave
+    // room for the MLP over every row; within 5%, the plan the smaller array runs: 32x64 at
+    // 2 MiB, 32 GB/s, whole view estimated 75.2 M, half 78.8 M, measured 97.97 M and 97.34 M).
     if (resident()) return;
     double best = image_program(s, nullptr, nullptr).est_cycles;
     if (!(best < 1.05 * streamed_whole)) {
@@ -1261,7 +1260,7 @@ struct Streamed {
   bool pm = false;
   uint32_t rpm = 0;
   // Where the partial sums are in LRM, the MLP over every row may run its first and last
-  // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (< rpm) instead, so
+  // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (rpm: untiled), so
   // that only the normed rows and the up output take every row's OCM (1 MiB): each part tile
   // reads the out GEMM's weight again, the chunks read theirs once.
   uint32_t ppt = 0;
