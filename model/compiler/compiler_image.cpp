@@ -1309,6 +1309,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
+  // The prefill's qkv phase, waited: the rotary tables (fp32 cos, sin) over the tile's rows
+  // once its q|k|v GEMM has read them (one buffer less: at 1 MiB a third fewer weight passes).
+  const bool rope_in_rows = d.H * 2 >= d.hd * 8;
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   using V64 = std::vector<uint64_t>;
 
@@ -1372,8 +1375,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded)
+  // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, cos and
+  // sin come in after the q|k|v GEMM over the rows (rope_in_rows).
   p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+    if (mode == kWaited && rope_in_rows) return {uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2};
     return sets_of({uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4},
                    mode, 1, 4);
   };
@@ -1403,12 +1408,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return {rows, rows, tab, tab, uint64_t(d.Dv) * 6, N * 3 * w2, N * w2};
   };
   // tower MLP over every row (vpm), its first and last parts in tiles of pt rows: 1: normed
-  // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv]; 2: normed rows, partial
+  // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv] (in tiles: over the
+  // attention rows, mlp_all_rows); 2: normed rows, partial
   // sums [N][Dv] fp32 (over part 1's attention rows and residual; none in LRM: vsums), fc1
   // out [N][c]; 3: fc2 out (in the normed rows), residual [pt][Dv].
   p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
-    if (part == 1) return {rows, tile, tile};
+    if (part == 1) return pt < N ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
     const uint64_t up = uint64_t(N) * 2 * pm_chunk(d.Iv);
     if (part == 2) return {rows, vsums() ? 0 : 2 * rows, up};
     return {rows, tile};
@@ -1416,13 +1422,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // prefill MLP over every row (pm), r rows a tile: 1: normed rows / o out [r][H], attention
   // rows [r][q], residual [r][H]; 2: normed rows, partial sums [r][H] fp32 (as vpmb's; LRM:
   // psums), gate|up [r][2 c];
-  // 3: down out (in the normed rows), residual [r][H], DeepStack rows [min(ni, r)][H].
-  p.pmb = [&, ni](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
+  // 3: down out (in the normed rows; a tile's DeepStack rows over its own, dead after the
+  // residual add), residual [pt][H].
+  p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
-    if (part == 1) return {rows, uint64_t(pt) * qd, tile};
+    if (part == 1)  // (tiles: the residual over the attention rows)
+      return pt < r ? V64{rows, std::max<uint64_t>(uint64_t(pt) * qd, tile)} : V64{rows, uint64_t(pt) * qd, tile};
     const uint64_t up = uint64_t(r) * 4 * pm_chunk(d.I);
     if (part == 2) return {rows, psums(r) ? 0 : 2 * rows, up};
-    return {rows, tile, uint64_t(std::max(std::min(ni, pt), 1u)) * d.H * 2};
+    return {rows, tile};
   };
   // prefill, whole layers a tile (fused): residual [r][H]
   // (loaded and stored), cos, sin [r][hd] fp32 (loaded), normed rows / attention output /
@@ -1835,14 +1843,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       bool gated = false;  // gate|up and SiLU (else fc1 and GELU)
       std::function<std::string(uint32_t, bool)> weight;  // chunk's up (false) or down (true) weight
       uint32_t up_bias = 0, down_bias = 0;  // kNone: none (up: chunk c at + 2 c chunk)
-      std::function<void(uint32_t X3, uint32_t r0, uint32_t n)> after;  // on rows [r0, r0 + n) at X3
+      // on rows [r0, r0 + n) at X3, with scratch for n rows (the tile's normed rows)
+      std::function<void(uint32_t X3, uint32_t r0, uint32_t n, uint32_t scratch)> after;
       uint32_t sums_lrm = 0;  // the partial sums in LRM from this offset (lrm_sums; part 2 then has none)
       uint32_t part_rows = 0;  // the first and last parts in tiles of this many rows (0: all at once)
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
-      const uint32_t XN = m.o1[0], A = m.o1[1], X1 = m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
-      const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
       const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
+      // In part tiles the residual comes in after the out GEMM, over its attention rows (part 1
+      // then takes one buffer a tile: at 1 MiB twice the rows a tile, half the out GEMM's reads).
+      const bool tiled = pt < m.rows;
+      const uint32_t XN = m.o1[0], A = m.o1[1], X1 = tiled ? A : m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
+      const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
       // (the up output over the residual buffer, whose last store is still in flight)
       const bool over_residual = U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
@@ -1850,11 +1862,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
         const uint32_t xn = XN + r0 * w2;
         const uint32_t res = m.res_ddr + r0 * w2;
+        if (tiled) em.wait(cs);  // (the tile before stores its residual from the attention rows)
         if (m.load_attn) m.load_attn(A, r0, n);
-        copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
+        if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
         k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, n, m.width, m.out_k, A, m.a_stride, xn, w2,
                m.out_bias);
-        em.wait(cs);
+        if (tiled) em.copy(m.mark + ".load_residual", res, ocm(X1), n * w2);
+        else em.wait(cs);
         k.ew(m.mark + ".attn_residual", EwOp::add, n, m.width, X1, 0, xn, 0, X1, 0);
         k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, n, m.width, X1, xn, m.norm_w, m.norm_b, m.eps);
         copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
@@ -1881,7 +1895,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
         em.copy(m.mark + ".reload_residual", m.res_ddr + r0 * w2, ocm(X3), n * w2);
         k.ew(m.mark + ".mlp_residual", EwOp::add, n, m.width, X3, 0, XN + r0 * w2, 0, X3, 0);
-        if (m.after) m.after(X3, r0, n);
+        if (m.after) m.after(X3, r0, n, XN + r0 * w2);
         em.copy(m.mark + ".store", ocm(X3), m.res_ddr + r0 * w2, n * w2);
       }
     };
@@ -2102,7 +2116,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // rows, k and v appended to the KV cache (the write overlaps q's norm and rotary).
       auto before_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t In, bool store_in,
                                   uint32_t X, uint32_t QKV, uint32_t RC, uint32_t RS,
-                                  const std::function<void()>& pre_gemm) {
+                                  const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm) {
         if (i == 0) {
           auto [a, e] = image_rows(r0, rows);
           for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
@@ -2119,6 +2133,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         pre_gemm();
         const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
         k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
+        if (post_gemm) post_gemm();
         k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
         k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
@@ -2179,7 +2194,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
               const std::string T = name(t);
               const uint32_t Hb = buf(o, nd, u, 0);
-              before_attention(T, r0, rows, Hb, false, X, BIG, buf(o, nd, u, 1), buf(o, nd, u, 2), [] {});
+              before_attention(T, r0, rows, Hb, false, X, BIG, buf(o, nd, u, 1), buf(o, nd, u, 2), [] {}, {});
               // Query rows [r0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows):
               // read back from the cache, but for the first tile with none cached, whose keys
               // are its own (read in the q|k|v rows).
@@ -2206,18 +2221,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       } else {
         {
           // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them.
+          // (waited, rope_in_rows: cos and sin over the rows after the GEMM)
           const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
           const size_t nd = doubled(p.spa, 1, 4);
+          const bool late = p.spa == kWaited && rope_in_rows;
           row_phase(
               S, p.rpa, p.spa,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
                 if (i) copy_on(cl, name(t) + ".load", ah + r0 * d.H * 2, ocm(buf(o, nd, u, 1)), rows * d.H * 2);
-                load_rope(name(t), r0, rows, cl, buf(o, nd, u, 2), buf(o, nd, u, 3));
+                if (!late) load_rope(name(t), r0, rows, cl, buf(o, nd, u, 2), buf(o, nd, u, 3));
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
-                const uint32_t X = buf(o, nd, u, 1);
-                before_attention(name(t), r0, rows, X, true, X, buf(o, nd, u, 0), buf(o, nd, u, 2), buf(o, nd, u, 3),
-                                 [&] { kick(1); });
+                const uint32_t X = buf(o, nd, u, 1), RC = late ? X : buf(o, nd, u, 2),
+                               RS = late ? X + rows * d.hd * 4 : buf(o, nd, u, 3);
+                before_attention(name(t), r0, rows, X, true, X, buf(o, nd, u, 0), RC, RS, [&] { kick(1); },
+                                 [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
@@ -2265,11 +2283,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .gated = true,
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
-                          .after = [&](uint32_t X3, uint32_t a0, uint32_t n) {  // the DeepStack rows
+                          .after = [&](uint32_t X3, uint32_t a0, uint32_t n, uint32_t DS) {  // the DeepStack rows
                             const uint32_t t0 = r0 + a0;  // X3's first row
                             auto [a, e] = image_rows(t0, n);
                             if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
-                            const uint32_t DS = phase(p.pmb(3, p.rpm, p.ppt))[2];
                             em.copy(T + ".load_deepstack",
                                     ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
                                     (e - a) * d.H * 2);
