@@ -1309,8 +1309,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
-  // The prefill's qkv phase, waited: the rotary tables (fp32 cos, sin) over the tile's rows
-  // once its q|k|v GEMM has read them (one buffer less: at 1 MiB a third fewer weight passes).
+  // The prefill's qkv phase, waited, where its four buffers do not fit: the rotary tables
+  // (fp32 cos, sin) over the tile's rows once its q|k|v GEMM has read them (at 1 MiB a third
+  // fewer weight passes).
   const bool rope_in_rows = d.H * 2 >= d.hd * 8;
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   using V64 = std::vector<uint64_t>;
@@ -1375,12 +1376,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, cos and
-  // sin come in after the q|k|v GEMM over the rows (rope_in_rows).
+  // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, where
+  // those do not fit, cos and sin come in after the q|k|v GEMM over the rows (rope_in_rows).
   p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
-    if (mode == kWaited && rope_in_rows) return {uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2};
-    return sets_of({uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4},
-                   mode, 1, 4);
+    const V64 v = sets_of(
+        {uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4}, mode, 1, 4);
+    if (mode == kWaited && rope_in_rows && sum_fp(v) > p.W) return {v[0], v[1]};
+    return v;
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
   p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
@@ -2224,7 +2226,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // (waited, rope_in_rows: cos and sin over the rows after the GEMM)
           const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
           const size_t nd = doubled(p.spa, 1, 4);
-          const bool late = p.spa == kWaited && rope_in_rows;
+          const bool late = o.size() == 2;  // (cos and sin over the rows)
           row_phase(
               S, p.rpa, p.spa,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
@@ -2350,11 +2352,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto part_tiles = [](uint32_t pt, uint32_t rows) {
     return pt < rows ? fmt::format(", its out GEMM and residuals in tiles of {}", pt) : std::string();
   };
+  const std::string rope_note = !p.fused && p.pa(p.rpa, p.spa).size() == 2 ? "; cos, sin over the qkv rows" : "";
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
-                            : p.pm    ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 "
-                                                    "partial sums in {}{})", p.rpa, p.rpm, pm_chunk(d.I),
+                            : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
+                                                    "partial sums in {}{})", p.rpa, p.rpm, rope_note, pm_chunk(d.I),
                                                     psums(p.rpm) ? "LRM" : "OCM", part_tiles(p.ppt, p.rpm))
-                                      : fmt::format("{}|{} (qkv|MLP phases)", p.rpa, p.rpc);
+                                      : fmt::format("{}|{} (qkv|MLP phases{})", p.rpa, p.rpc, rope_note);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
   const uint32_t pheads = p.fused ? p.gpf : p.gp;

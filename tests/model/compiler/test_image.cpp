@@ -416,6 +416,29 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
                        "tiny image program, 160 tokens, 512 KiB, 8 GB/s");
 }
 
+// The prefill's qkv phase, waited, with its rotary tables over the tile's rows after the q|k|v
+// GEMM (where the four buffers do not fit: the 2B at 1 MiB): the tiny model with a 512-token
+// prompt on 512 KiB at 8 GB/s in three phases, all 512 rows in one qkv tile. Against the chain
+// (logits cosine >= 0.9999, the same top-1, timing-only = functional); negative control: the
+// keys written from slot 3 and read from slot 0 fail the gate.
+TEST(ImageOcm, TinyRopeOverTheQkvRowsMatchesTheChain) {
+  const ImageShape shape{16, 16, 512, 4};
+  const std::vector<float> pixels = ocm_pixels(config_tiny(), 17, shape);
+  auto weights = bundle_weights(*tiny_bundle().bundle);
+  Chain chain(config_tiny(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt = ocm_options(1024);
+  opt.image_prefill = 1;  // three phases
+  Compiler c(config_tiny(), cfg, opt);
+  const CompiledProgram prog = c.image_program(shape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("prefill 512|172 (qkv|MLP phases; cos, sin over the qkv rows)"), std::string::npos);
+  expect_matches_chain(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref,
+                       "tiny image program, 512 tokens, cos and sin over the qkv rows, 512 KiB, 8 GB/s");
+}
+
 // The prefill's MLP over every row at a cache offset (a conversation's later chunk): the wide
 // tiny model's image program (48 rows, the image among them), then 48 text rows after those 48
 // cached ones in the same session, at 512 KiB; the second run's logits against the chain's
