@@ -20,11 +20,12 @@
 //
 // Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
 // chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space);
-// the prefill MLP runs in column chunks of the gate|up projection (kGateUpChunk columns of each, packed chunk by chunk in DDR),
+// the prefill MLP runs in column chunks of the gate|up projection (gate_up_chunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <tuple>
 
@@ -47,12 +48,25 @@ using detail::layer_name;
 
 namespace {
 
-constexpr uint32_t kGateUpChunk = 1536;  // columns of gate (and of up) per prefill MLP chunk (fits qc-u at S = 128)
+constexpr uint32_t kGateUpChunk = 1536;  // most columns of gate (and of up) per prefill MLP chunk (fits qc-u at S = 128)
 
-uint32_t gate_up_chunk(uint32_t inter) {
-  uint32_t cw = std::min(inter, kGateUpChunk);
-  while (inter % cw) --cw;
-  return cw;
+// Columns of gate (and of up) per prefill MLP chunk: a divisor c of inter up to kGateUpChunk
+// for which the fewest chunks make a gate|up call of whole tiles of the array (2 c J columns a
+// multiple of npe: npe / gcd(2 c, npe) chunks, dividing inter / c), the largest such c; else
+// the largest divisor. (32x64: 1,024, one chunk a call of one whole tile, where 1,536 took split
+// 2, each K step in two PE passes: 1.24 x the MAC floor, 45.97 -> 44.05 M cycles at 4 MiB and
+// 64 GB/s.) cfg is the whole array: whole on it, whole on any GEMM view of it.
+uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
+  const uint64_t npe = cfg.npe();
+  uint32_t best = 0, fit = 0;
+  uint64_t best_j = 0;
+  for (uint32_t c = 1; c <= std::min(inter, kGateUpChunk); ++c) {
+    if (inter % c) continue;
+    fit = c;
+    const uint64_t j = npe / std::gcd(2 * uint64_t(c), npe);
+    if ((inter / c) % j == 0 && (!best || j <= best_j)) best = c, best_j = j;
+  }
+  return best ? best : fit;
 }
 
 // The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
@@ -202,7 +216,7 @@ void Compiler::plan_image_ddr() {
     ddr_.add(mname(j, "vec"), uint64_t(d.merger_vec(j >= 0)) * 2, "f16");
     ddr_.add(j < 0 ? "act.img" : fmt::format("act.ds{}", j), uint64_t(P / 4) * d.H * 2, "act");
   }
-  const uint32_t cw = gate_up_chunk(d.I);
+  const uint32_t cw = gate_up_chunk(cfg_, d.I);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     add_weight(layer_name(i, "qkv.gemm"), d.qkv_n, d.H, "gemm");
     add_weight(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, "gemm");
@@ -333,7 +347,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     gemm_of(mname(j, "fc2"), leaf("linear_fc2.weight"));
     vec(mname(j, "vec"), {leaf("norm.weight"), leaf("norm.bias"), leaf("linear_fc1.bias"), leaf("linear_fc2.bias")});
   }
-  const uint32_t cw = gate_up_chunk(d.I);
+  const uint32_t cw = gate_up_chunk(cfg_, d.I);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
@@ -381,10 +395,10 @@ namespace {
 // pm: the streamed prefill's MLP over every row (Streamed::pm), whose chunks replace the
 // whole-width gate|up and down GEMMs. (The tower's chunks, Streamed::vpm, need no more than
 // its whole-width fc1 and fc2.)
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, bool pm = false) {
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, bool pm = false) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
-  const uint32_t cw = gate_up_chunk(d.I), cp = pm_chunk(d.I);
+  const uint32_t cp = pm_chunk(d.I);
   uint64_t r = 0;
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
@@ -809,7 +823,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
-  const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
+  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
 
@@ -819,29 +833,26 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   //      tower MLP rows per chunk rcv = N (one fc1/fc2 pass per block) if BIG can
   //      grow to N x Iv, else the fewest balanced chunks of at most 3 Dv N / Iv rows
   //      (the fc1 output reuses the qkv space);
-  //      prefill gate|up GEMM calls of J packed chunks of kGateUpChunk columns each,
-  //      J the largest power of two dividing I / cw (and whose packings are
-  //      contiguous in DDR) for which TMP can hold [S][2 cw J].
+  //      prefill gate|up GEMM calls of J packed chunks of cw columns each (gate_up_chunk),
+  //      J the largest divisor of I / cw (whose packings are contiguous in DDR) for which
+  //      TMP can hold [S][2 cw J], those whose calls are whole tiles of the GEMM view first.
   //    qc-u (4 MiB), 2B, 16x16 + 128 tokens: rcv = 128, J = 1; 8 MiB: rcv = 256, J = 4.
   //    The GEMMs' DMA buffers take all DMA channels, or 2, or 1 when only that makes the
   //    plan fit (each buffer is a DMA unit of 64 B per PE: 256 KiB on a 64x64 array).
   // 2. Otherwise the streamed plan (image_streamed below): activations in DDR, row tiles.
-  // Largest J whose chunk packings are contiguous (no padding between them).
-  uint32_t jmax = 1;
-  for (uint32_t j = 2; j <= nchunks; j *= 2) {
-    if (nchunks % j) break;
-    bool contiguous = true;
-    for (int i = 0; i < tc.num_hidden_layers && contiguous; ++i)
-      for (uint32_t c = 0; c + 1 < nchunks; ++c) {
-        const DdrTensor& t0 = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c).c_str()));
-        if (ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str())).offset != t0.offset + t0.bytes) {
-          contiguous = false;
-          break;
-        }
-      }
-    if (!contiguous) break;
-    jmax = j;
-  }
+  // The chunks a gate|up call may take: J dividing the chunk count where their packings are
+  // contiguous (no padding between them), else 1; whole tiles of the GEMM view (2 cw J columns
+  // a multiple of npe) first, each kind largest first.
+  bool contiguous = true;
+  for (int i = 0; i < tc.num_hidden_layers && contiguous; ++i)
+    for (uint32_t c = 0; c + 1 < nchunks && contiguous; ++c) {
+      const DdrTensor& t0 = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c).c_str()));
+      contiguous = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str())).offset == t0.offset + t0.bytes;
+    }
+  std::vector<uint32_t> js;
+  for (bool whole : {true, false})
+    for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
+      if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
   struct Resident {
     uint32_t rcv = 0, J = 1;
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
@@ -890,10 +901,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (uint32_t ch : channel_options) {
     if (forced || res) break;
     gemm_channels = ch;
-    rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch);
+    rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
     const uint64_t fixed = fixed_with(rGEMM);
     for (uint32_t rcv : {N, rcv_fit}) {
-      for (uint32_t J = jmax; J >= 1 && !res; J /= 2) {
+      for (uint32_t J : js) {
+        if (res) break;
         Resident r = resident_plan(rcv, J);
         if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
       }
@@ -1306,7 +1318,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;  // as in image_program
-  const uint32_t cw = gate_up_chunk(d.I), nchunks = d.I / cw;
+  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
   // The prefill's qkv phase, waited, where its four buffers do not fit: the rotary tables
@@ -1346,7 +1358,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto plan = [&](uint32_t channels, bool pm) {
   Streamed p;
   p.channels = channels;
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, pm);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));

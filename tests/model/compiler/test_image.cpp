@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 #include "kernels/rope.h"
 #include "model/reference/chain.h"
 #include "model/compiler/compiler.h"
+#include "model/compiler/compiler_emit.h"
 #include "model/inputs/prompt.h"
 #include "model/checkpoint/quant.h"
 #include "model/checkpoint/safetensors.h"
@@ -45,9 +47,11 @@ struct ImageRun {
   sim::Stats stats;
 };
 
-// Runs the image program; with a bundle, functionally on random pixels.
+// Runs the image program; with a bundle, functionally on random pixels. before_run (negative
+// controls) may change the session's memory first.
 ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageShape& s, const QuantBundle* bundle,
-                   const std::vector<float>& pixels, bool timing_only, uint32_t slot0 = 0) {
+                   const std::vector<float>& pixels, bool timing_only, uint32_t slot0 = 0,
+                   const std::function<void(Session&)>& before_run = {}) {
   Session dev(c, timing_only);
   std::vector<int> ids = prompt_ids(s);
   std::vector<std::array<int, 3>> pos;
@@ -58,6 +62,7 @@ ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageSh
     for (auto& q : mp.pos) pos.push_back({q[0], q[1], q[2]});
   }
   dev.write_prompt(ids, pos, pixels, slot0);
+  if (before_run) before_run(dev);
   ImageRun r;
   r.stats = dev.run(prog);
   if (!timing_only) r.logits = dev.logits();
@@ -485,6 +490,29 @@ TEST(ImageOcm, TinyMlpOverEveryRowAtACacheOffsetMatchesTheChain) {
     EXPECT_GE(cs, 0.9999);
     EXPECT_EQ(argmax(logits), argmax(ref));
   }
+}
+
+// The prefill's gate|up calls where 1,536-column chunks would make split-2 GEMMs on the array
+// (gate_up_chunk): the wide tiny model (MLP 3,072) on a 32x64 array with 8 MiB, resident, in
+// chunks of 1,024 columns, 3 a call (6,144 columns: 3 whole tiles; a chunk count that is no power
+// of two). Against the chain (logits cosine >= 0.9999, the same top-1, timing-only = functional);
+// negative control: layer 0's last gate|up chunk zeroed in DDR fails the gate.
+TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 19);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=8MiB"});
+  Compiler c(config_tiny_wide(), cfg, ocm_options());
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("resident: tower MLP rows per chunk 144, gate|up chunks per call 3"), std::string::npos)
+      << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                       "tiny (wide) image program, 32x64, 8 MiB", false);
+  const DdrTensor& gu = c.layout().at(detail::layer_name(0, "gu2.gemm"));
+  const std::vector<uint8_t> zeros(gu.bytes, 0);
+  const ImageRun bad = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, 0,
+                                 [&](Session& dev) { dev.write_ddr(gu.offset, zeros.data(), zeros.size()); });
+  const double cs = cosine(bad.logits, ref);
+  std::printf("negative control (layer 0's gate|up chunk 2 zeroed): logits cosine %.7f\n", cs);
+  EXPECT_LT(cs, 0.9999) << "a zeroed gate|up chunk must fail the gate";
 }
 
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
