@@ -145,6 +145,10 @@ struct CompileOptions {
   uint32_t image_part_rows = 0;
   // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
   bool image_ocm_sums = false;
+  // Test knobs: the tower's q, k, v in turn (Streamed::vqa, where its packing is in DDR) in
+  // tiles of at most image_qkv_rows rows through image_qkv_buffers output buffers (1 or 2;
+  // 0: two where they fit); 0 rows: the cost model decides.
+  uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input

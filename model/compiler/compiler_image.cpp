@@ -1282,10 +1282,13 @@ struct Streamed {
   bool vpm = false;
   uint32_t vpt = 0;  // the tower's part tile rows (as ppt; N: untiled)
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vpmb;  // (part, part tile rows)
-  // The tower's qkv phase (A) over every row from block 1 on: the norm of all rows, then q, k
-  // and v in turn (q and k rotated), each stored while the next computes; buffers vqab().
+  // The tower's qkv phase (A) over every row from block 1 on, or in tiles of vqt rows (N:
+  // every row at once): the norm of the rows, then q, k and v in turn (q and k rotated), each
+  // stored while the next computes (vqo = 2 output buffers; 1: each store waited for before
+  // the next GEMM); buffers vqab(rows, outputs).
   bool vqa = false;
-  std::function<std::vector<uint64_t>()> vqab;
+  uint32_t vqt = 0, vqo = 2;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vqab;
   // Or, from block 1 on, its q|k|v by groups of vgq_heads heads, each group's GEMM beside its
   // attention (q, k and v never leave OCM: no qkv phase stores, no attention phase loads):
   // the norm of all rows, then per group its GEMM, rotation and attention into the attention
@@ -1294,6 +1297,7 @@ struct Streamed {
   bool vqg = false;
   std::function<std::vector<uint64_t>()> vqgb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
+  bool with_pm = false;   // planned with the prefill's MLP over every row as a candidate (pm)
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
@@ -1355,9 +1359,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I), 2 * pm_chunk(d.I),
                                           pm_gate_up_split(gemm_cfg_, d.I, d.H));
   };
-  auto plan = [&](uint32_t channels, bool pm) {
+  auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
   p.channels = channels;
+  p.with_pm = pm;
   p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
@@ -1390,10 +1395,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
   // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, where
   // those do not fit, cos and sin come in after the q|k|v GEMM over the rows (rope_in_rows).
-  p.pa = [&, sets_of](uint32_t r, uint32_t mode) -> V64 {
+  p.pa = [&, sets_of, W = p.W](uint32_t r, uint32_t mode) -> V64 {
     const V64 v = sets_of(
         {uint64_t(r) * d.qkv_n * 2, uint64_t(r) * d.H * 2, uint64_t(r) * d.hd * 4, uint64_t(r) * d.hd * 4}, mode, 1, 4);
-    if (mode == kWaited && rope_in_rows && sum_fp(v) > p.W) return {v[0], v[1]};
+    if (mode == kWaited && rope_in_rows && sum_fp(v) > W) return {v[0], v[1]};
     return v;
   };
   // prefill B: q head-major [g G][S][hd], k, v [S][g hd], out head-major
@@ -1409,10 +1414,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
   };
-  // tower qkv over every row (vqa): normed rows [N][Dv], cos, sin [N][hdv] fp32, two outputs [N][Dv]
-  p.vqab = [&]() -> V64 {
-    const uint64_t rows = uint64_t(N) * d.Dv * 2, tab = uint64_t(N) * d.hdv * 4;
-    return {rows, tab, tab, rows, rows};
+  // tower qkv, q, k, v in turn (vqa): normed rows [r][Dv], cos, sin [r][hdv] fp32, `outs` outputs [r][Dv]
+  p.vqab = [&](uint32_t r, uint32_t outs) -> V64 {
+    const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4;
+    return outs == 2 ? V64{rows, tab, tab, rows, rows} : V64{rows, tab, tab, rows};
   };
   // tower q|k|v by head groups (vqg): normed rows [N][Dv], attention rows [N][Dv] (where
   // vpmb(1) has its own), cos, sin [N][hdv] fp32, the group-ordered q|k|v bias [3 Dv], a
@@ -1501,13 +1506,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double before_va = p.cost;
   p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
-  // The tower's qkv phase over every row (block 0 keeps the row tiles: it makes its rows from
-  // the patches) when it is cheaper: MACs or weights once, its loads waited for, the last store.
-  if (N && p.rva && ddr_.has(vpm_name(0, 0, "qkv")) && !cap && fits(p.vqab())) {
-    const double vqa_c = depth * (std::max(N * 3.0 * d.Dv * d.Dv / peak, wb(3 * d.Dv, d.Dv) / bw) +
-                                  N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
-    if (vqa_c < p.cost - before_va) p.vqa = true, p.cost = before_va + vqa_c;
-  }
+  // The tower's qkv phase q, k, v in turn (block 0 keeps the row tiles: it makes its rows from
+  // the patches), over every row or in the fewest tiles that fit (two output buffers, else
+  // one), when it is cheaper: per tile MACs or the weights, its loads waited for, the last
+  // store (one buffer: every store). At 1 MiB two tiles of 128 rows where q|k|v [r][3 Dv]
+  // took four of 64.
+  // (The test knobs image_qkv_rows and image_qkv_buffers force it.)
+  const uint32_t qknob = opt_.image_qkv_rows;
+  if (N && p.rva && ddr_.has(vpm_name(0, 0, "qkv")) && !cap)
+    for (uint32_t outs : {2u, 1u}) {
+      if (opt_.image_qkv_buffers && outs != opt_.image_qkv_buffers) continue;
+      const uint32_t t = rows_per_tile(N, qknob, [&](uint32_t r) { return fits(p.vqab(r, outs)); });
+      if (!t || (t < N && !vq_tiles && !qknob)) continue;
+      const double tiles = std::ceil(double(N) / t);
+      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak, wb(3 * d.Dv, d.Dv) / bw) +
+                                    N * (4.0 * d.Dv + 8.0 * d.hdv + (outs == 1 ? 4.0 * d.Dv : 0.0)) / bw);
+      if (qknob || vqa_c < p.cost - before_va) p.vqa = true, p.vqt = t, p.vqo = outs, p.cost = before_va + vqa_c;
+      if (qknob) break;
+    }
   const double a_phase = p.cost - before_va;
   const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
@@ -1578,7 +1594,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // keep busy, or its weights at the DDR rate), per block the rows and rotary tables in and
   // the attention of every head, not overlapped. (p.cost leaves the attention phases out:
   // the difference goes in.)
-  if (N && p.rva && p.gv && ddr_.has(vgq_name(1, 0)) && !cap && fits(p.vqgb())) {
+  if (N && p.rva && p.gv && ddr_.has(vgq_name(1, 0)) && !cap && !qknob && fits(p.vqgb())) {
     const uint32_t gq = vgq_heads(d.hv), n = 3 * gq * d.hdv;
     const GemmPlan gp = plan_gemm(gemm_cfg_, N, n, d.Dv);
     const double use = double(n) / (double(gp.tiles) * gp.cols);
@@ -1666,15 +1682,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // 2 MiB: 2 channels; fewer channels alone make the prefill's GEMMs slower).
   // Each also with the prefill's MLP over every row (Streamed::pm) where its packing is in DDR
   // and no knob caps the rows.
-  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels), false)};
-  if (cfg_.dma_channels > 2) cands.push_back(plan(2, false));
+  // The tower's q, k, v in row tiles (Streamed::vqt) then refines the chosen candidate only,
+  // where it cuts the estimate by 1% or more: its estimate, lower than the row tiles', tipped
+  // the choice to candidates whose prefill ran slower than estimated (32x64, 2 MiB, 128 GB/s:
+  // 49.51 -> 52.06 M cycles), and smaller cuts ran slower (32x32, 2 MiB, 64 GB/s: 82.90 ->
+  // 83.28).
+  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels), false, false)};
+  if (cfg_.dma_channels > 2) cands.push_back(plan(2, false, false));
   if (S && ddr_.has(pm_name(0, 0, "gu")) && !cap) {
-    cands.push_back(plan(uint32_t(cfg_.dma_channels), true));
-    if (cfg_.dma_channels > 2) cands.push_back(plan(2, true));
+    cands.push_back(plan(uint32_t(cfg_.dma_channels), true, false));
+    if (cfg_.dma_channels > 2) cands.push_back(plan(2, true, false));
   }
   Streamed p = cands[0];
   for (const Streamed& q : cands)
     if (q.ok && (!p.ok || q.cost < p.cost)) p = q;
+  if (p.ok) {
+    const Streamed q = plan(p.channels, p.with_pm, true);
+    if (q.ok && q.cost < 0.99 * p.cost) p = q;
+  }
   if (s.plan_only) {
     CompiledProgram o;
     o.plan = "streamed";
@@ -1972,22 +1997,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           }
           if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
         } else if (p.vqa && blk > 0) {
-          // Every row (Streamed::vqa): norm, then q, k, v in turn into two buffers, each stored
-          // (its third of the q|k|v rows) on its own channel while the next computes.
-          const std::vector<uint32_t> o = phase(p.vqab());
-          const uint32_t X = o[0], RC = o[1], RS = o[2], out[2] = {o[3], o[4]}, chan[2] = {ca, cs};
-          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
-          em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
-          em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
-          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
-          for (uint32_t j = 0; j < 3; ++j) {
-            const uint32_t Y = out[j % 2];
-            if (j >= 2) em.wait(chan[j % 2]);  // the store of j - 2, from the same buffer
-            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y, d.Dv * 2,
-                   vv_qkvb + j * d.Dv * 2);
-            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
-            copy_on(chan[j % 2], fmt::format("{}.store_{}", B, "qkv"[j]), ocm(Y), vqkv + j * d.Dv * 2, d.Dv * 2, N,
-                    d.Dv * 2, 3 * d.Dv * 2);
+          // Every row or tiles of vqt rows (Streamed::vqa): norm, then q, k, v in turn into the
+          // output buffers in turn, each stored (its third of the q|k|v rows) on its buffer's
+          // channel while the next computes, waited for before its buffer is written again.
+          const std::vector<uint32_t> o = phase(p.vqab(p.vqt, p.vqo));
+          const uint32_t X = o[0], RC = o[1], RS = o[2], chan[2] = {ca, cs};
+          uint32_t t = 0;
+          for (auto [r0, n] : tiles_of(N, p.vqt)) {
+            const std::string T = p.vqt < N ? fmt::format("{}.t{}", B, t++) : B;
+            em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), n * d.Dv * 2);
+            em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), n * d.hdv * 4);
+            em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
+            k.norm(T + ".norm1", NormKind::layer, n, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+            for (uint32_t j = 0; j < 3; ++j) {
+              const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
+              em.wait(chan[u]);  // the last store from this buffer
+              k.gemm(fmt::format("{}.{}", T, "qkv"[j]), vpm_name(blk, j, "qkv"), n, d.Dv, d.Dv, X, d.Dv * 2, Y,
+                     d.Dv * 2, vv_qkvb + j * d.Dv * 2);
+              if (j < 2) k.rope(fmt::format("{}.{}_rope", T, "qkv"[j]), n, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
+              copy_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]), ocm(Y),
+                      vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, d.Dv * 2, n, d.Dv * 2, 3 * d.Dv * 2);
+            }
           }
           em.wait(chan[0]);
           em.wait(chan[1]);
@@ -2375,7 +2405,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
   // The tower's row tiles (qkv|MLP phases), and the prefill's.
   const std::string va = p.vqa || p.vqg ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
-  const std::string qkv_note = p.vqa   ? "; q, k, v in turn"
+  const std::string qkv_note = p.vqa   ? fmt::format("; q, k, v in turn{}{}", p.vqt < N ? fmt::format(" in tiles of {}", p.vqt) : "",
+                                                     p.vqo == 1 ? " through one buffer" : "")
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
   const std::string vrows =

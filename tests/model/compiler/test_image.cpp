@@ -515,6 +515,36 @@ TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
   EXPECT_LT(cs, 0.9999) << "a zeroed gate|up chunk must fail the gate";
 }
 
+// The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
+// through one output buffer, each store waited for; at 64 GB/s tiles of 88 through two):
+// forced by CompileOptions::image_qkv_rows and image_qkv_buffers on the tiny wider model, 256
+// patches and an 80-token prompt, 16x16 PEs, 512 KiB, 32 GB/s: tiles of 96, 96 and 64 rows,
+// through two buffers and through one. Against the chain (logits cosine >= 0.9999, the same
+// top-1, timing-only = functional); negative control: the keys written from slot 3 and read
+// from slot 0 fail the gate.
+TEST(ImageOcm, TinyTowerQkvInTurnInRowTilesMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const ImageShape shape{16, 16, 80, 5};
+  const std::vector<float> pixels = ocm_pixels(config_tiny_wider(), 23, shape);
+  auto weights = bundle_weights(*tiny.bundle);
+  Chain chain(config_tiny_wider(), *weights);
+  const std::vector<float> ref =
+      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=32", "pe_rows=16", "pe_cols=16"});
+  for (uint32_t buffers : {2u, 1u}) {
+    CompileOptions opt = ocm_options(128);
+    opt.image_qkv_rows = 96;
+    opt.image_qkv_buffers = buffers;
+    Compiler c(config_tiny_wider(), cfg, opt);
+    const CompiledProgram prog = c.image_program(shape);
+    SCOPED_TRACE(prog.plan);
+    EXPECT_NE(prog.plan.find(buffers == 2 ? "q, k, v in turn in tiles of 96)" : "q, k, v in turn in tiles of 96 through one buffer)"),
+              std::string::npos);
+    expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
+                         fmt::format("tiny (wider) image program, tower q, k, v in tiles of 96, {} buffer(s)", buffers));
+  }
+}
+
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
 // three row gathers share them: the embedding used to start channels 1 and 2 whatever the
 // machine had), against the chain. Negative control (two channels, whose prefill reads its
