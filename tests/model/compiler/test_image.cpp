@@ -153,12 +153,13 @@ CompileOptions ocm_options(uint32_t max_seq = 64) {
 struct OcmReference {
   std::vector<float> pixels, ref;
 };
-OcmReference ocm_reference(const ModelConfig& m, const QuantBundle& bundle, uint32_t seed) {
+OcmReference ocm_reference(const ModelConfig& m, const QuantBundle& bundle, uint32_t seed,
+                           const ImageShape& shape = kOcmShape) {
   OcmReference r;
-  r.pixels = ocm_pixels(m, seed);
+  r.pixels = ocm_pixels(m, seed, shape);
   auto weights = bundle_weights(bundle);
   Chain chain(m, *weights);
-  r.ref = chain.prefill(prompt_ids(kOcmShape), {ImagePatches{1, kOcmShape.grid_h, kOcmShape.grid_w, r.pixels}});
+  r.ref = chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, r.pixels}});
   return r;
 }
 
@@ -333,11 +334,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
 TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const ImageShape shape{16, 16, 160, 5};
-  const std::vector<float> pixels = ocm_pixels(config_tiny_wider(), 13, shape);
-  auto weights = bundle_weights(*tiny.bundle);
-  Chain chain(config_tiny_wider(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 13, shape);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
   CompileOptions opt = ocm_options(256);
   opt.image_part_rows = 48;
@@ -404,11 +401,7 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
 // written from slot 3 and read from slot 0 fail the gate.
 TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   const ImageShape shape{12, 12, 160, 60};
-  const std::vector<float> pixels = ocm_pixels(config_tiny_wide(), 11);
-  auto weights = bundle_weights(*wide_bundle().bundle);
-  Chain chain(config_tiny_wide(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 11, shape);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
   CompileOptions opt = ocm_options(256);
   opt.image_ocm_sums = true;  // (in LRM they leave room for all 160 rows at once)
@@ -428,11 +421,7 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
 // keys written from slot 3 and read from slot 0 fail the gate.
 TEST(ImageOcm, TinyRopeOverTheQkvRowsMatchesTheChain) {
   const ImageShape shape{16, 16, 512, 4};
-  const std::vector<float> pixels = ocm_pixels(config_tiny(), 17, shape);
-  auto weights = bundle_weights(*tiny_bundle().bundle);
-  Chain chain(config_tiny(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny(), *tiny_bundle().bundle, 17, shape);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
   CompileOptions opt = ocm_options(1024);
   opt.image_prefill = 1;  // three phases
@@ -525,11 +514,7 @@ TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
 TEST(ImageOcm, TinyTowerQkvInTurnInRowTilesMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const ImageShape shape{16, 16, 80, 5};
-  const std::vector<float> pixels = ocm_pixels(config_tiny_wider(), 23, shape);
-  auto weights = bundle_weights(*tiny.bundle);
-  Chain chain(config_tiny_wider(), *weights);
-  const std::vector<float> ref =
-      chain.prefill(prompt_ids(shape), {ImagePatches{1, shape.grid_h, shape.grid_w, pixels}});
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 23, shape);
   sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=32", "pe_rows=16", "pe_cols=16"});
   for (uint32_t buffers : {2u, 1u}) {
     CompileOptions opt = ocm_options(128);
