@@ -1428,9 +1428,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   // tower MLP over every row (vpm), its first and last parts in tiles of pt rows: 1: normed
   // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv] (in tiles: over the
-  // attention rows, mlp_all_rows); 2: normed rows, partial
-  // sums [N][Dv] fp32 (over part 1's attention rows and residual; none in LRM: vsums), fc1
-  // out [N][c]; 3: fc2 out (in the normed rows), residual [pt][Dv].
+  // attention rows, mlp_all_rows); 2: normed rows, partial sums [N][Dv] fp32 (over part 1's
+  // attention rows and residual; none in LRM: vsums), fc1 out [N][c]; 3: fc2 out (in the
+  // normed rows), residual [pt][Dv].
   p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
     if (part == 1) return pt < N ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
@@ -2265,10 +2265,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       } else {
         {
           // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them.
-          // (waited, rope_in_rows: cos and sin over the rows after the GEMM)
           const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
           const size_t nd = doubled(p.spa, 1, 4);
-          const bool late = o.size() == 2;  // (cos and sin over the rows)
+          const bool late = o.size() == 2;  // waited, cos and sin over the rows after the GEMM (p.pa)
           row_phase(
               S, p.rpa, p.spa,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t) {
