@@ -149,6 +149,9 @@ struct CompileOptions {
   // tiles of at most image_qkv_rows rows through image_qkv_buffers output buffers (1 or 2;
   // 0: two where they fit); 0 rows: the cost model decides.
   uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
+  // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
+  // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
+  bool image_merger_chunks = false;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input

@@ -115,13 +115,14 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t inter, uint32_t hidd
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs, split up_split, and
 // the down GEMM keep their splits below them). They take no OCM and no OCM port time.
 uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
-                  uint32_t up_split) {
+                  uint32_t up_split, uint32_t up_k = 0) {
+  if (!up_k) up_k = width;
   const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, width, chunk);
   if (bytes + 64 >= gcfg.lrm_bytes) return 0;
   sim::Config below = gcfg;
   below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
   try {
-    if (gemm_split(below, up_n, width, up_split) != gemm_split(gcfg, up_n, width, up_split) ||
+    if (gemm_split(below, up_n, up_k, up_split) != gemm_split(gcfg, up_n, up_k, up_split) ||
         gemm_split(below, width, chunk) != gemm_split(gcfg, width, chunk))
       return 0;
   } catch (const Error&) {
@@ -131,6 +132,10 @@ uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32
 }
 
 std::string mname(int j, const char* what) { return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what); }
+// A merger's fc1 and fc2 in chunks of pm_chunk(Md) columns of fc1 (Streamed::mpm).
+std::string mpm_name(int j, uint32_t chunk, const char* what) {
+  return mname(j, fmt::format("pm{}.{}", chunk, what).c_str());
+}
 
 struct Dims {
   uint32_t Dv, hv, hdv, Iv, Md, pd;     // tower width, heads, head dim, MLP width, merged width, patch dim
@@ -276,6 +281,12 @@ void Compiler::plan_image_ddr() {
         ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv), d.Dv), "gemm-pm");
         ddr_.add(vpm_name(b, c, "fc2"), gemm_weight_bytes(cfg_, d.Dv, pm_chunk(d.Iv)), "gemm-pm");
       }
+  if (d.Md % kW4Block == 0)  // the mergers' (Streamed::mpm)
+    for (int j = -1; j < int(v.deepstack_visual_indexes.size()); ++j)
+      for (uint32_t c = 0; c < d.Md / pm_chunk(d.Md); ++c) {
+        ddr_.add(mpm_name(j, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Md), d.Md), "gemm-pm");
+        ddr_.add(mpm_name(j, c, "fc2"), gemm_weight_bytes(cfg_, d.H, pm_chunk(d.Md)), "gemm-pm");
+      }
   const uint32_t cp = pm_chunk(d.I);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i)
     for (uint32_t k = 0; k < d.I / cp; ++k) {
@@ -346,6 +357,14 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     gemm_of(mname(j, "fc1"), leaf("linear_fc1.weight"));
     gemm_of(mname(j, "fc2"), leaf("linear_fc2.weight"));
     vec(mname(j, "vec"), {leaf("norm.weight"), leaf("norm.bias"), leaf("linear_fc1.bias"), leaf("linear_fc2.bias")});
+    if (ddr_.has(mpm_name(j, 0, "fc1"))) {
+      const QuantTensor fc1 = bundle.get_quant(leaf("linear_fc1.weight")), fc2 = bundle.get_quant(leaf("linear_fc2.weight"));
+      const uint32_t cm = pm_chunk(d.Md);
+      for (uint32_t c = 0; c < d.Md / cm; ++c) {
+        gemm(mpm_name(j, c, "fc1"), detail::slice_rows(fc1, c * cm, cm));
+        gemm(mpm_name(j, c, "fc2"), detail::slice_cols(fc2, c * cm, cm));
+      }
+    }
   }
   const uint32_t cw = gate_up_chunk(cfg_, d.I);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
@@ -1281,6 +1300,11 @@ struct Streamed {
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
   bool vpm = false;
   uint32_t vpt = 0;  // the tower's part tile rows (as ppt; N: untiled)
+  // The mergers' MLP over every merged row in chunks of pm_chunk(Md) fc1 columns (fc1, GELU,
+  // fc2 into fp32 partial sums in LRM), where their row tiles would read every weight again:
+  // buffers mpmb() (the normed rows, fc2's output over them at the end; a chunk's fc1 output).
+  bool mpm = false;
+  std::function<std::vector<uint64_t>()> mpmb;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vpmb;  // (part, part tile rows)
   // The tower's qkv phase (A) over every row from block 1 on, or in tiles of vqt rows (N:
   // every row at once): the norm of the rows, then q, k and v in turn (q and k rotated), each
@@ -1354,6 +1378,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto vsums = [&] {
     return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv), pm_chunk(d.Iv), 0);
   };
+  auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md), pm_chunk(d.Md), 0, d.Md);
+  };
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I), 2 * pm_chunk(d.I),
@@ -1391,8 +1418,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return sets_of({uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Dv * 2, uint64_t(r) * d.Iv * 2},
                    mode, 1, 2);
   };
-  // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]
+  // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]; in chunks (mpm): rows [Nt][Md], fc1 [Nt][c]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
+  p.mpmb = [&]() -> V64 { return {uint64_t(Nt) * d.Md * 2, uint64_t(Nt) * pm_chunk(d.Md) * 2}; };
   // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, where
   // those do not fit, cos and sin come in after the q|k|v GEMM over the rows (rope_in_rows).
   p.pa = [&, sets_of, W = p.W](uint32_t r, uint32_t mode) -> V64 {
@@ -1548,6 +1576,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (!p.rvc || vpm_c < p.cost - before_vc || (knob && p.vpt < N)) p.vpm = true, p.cost = before_vc + vpm_c;
   }
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
+  // (the mergers in chunks where their row tiles would read the weights again: always fewer bytes,
+  // the same MACs; the test knob image_merger_chunks forces them)
+  p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap && msums() &&
+          fits(p.mpmb());
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' work in
@@ -1673,7 +1705,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.ok = p.rva && (p.rvc || p.vpm) && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
   // (the mergers: their weight passes, at the DDR rate)
   if (p.ok && Nt)
-    p.cost += std::ceil(double(Nt) / p.rm) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
+    p.cost += (p.mpm ? 1.0 : std::ceil(double(Nt) / p.rm)) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
               double(vc.deepstack_visual_indexes.size() + 1) / bw;
   return p;
   };
@@ -1950,15 +1982,39 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         begin(M);
         em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
         const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
+        const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
+        auto norm = [&](const std::string& T, uint32_t rows, uint32_t X) {
+          if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
+          else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
+        };
+        if (p.mpm) {
+          // Every merged row (Streamed::mpm): per chunk c of cm fc1 columns, fc1 (its bias) and
+          // GELU into U, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias),
+          // the last rounded into the normed rows, which no GEMM reads after the last fc1.
+          const std::vector<uint32_t> o = phase(p.mpmb());
+          const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md), chunks = d.Md / cm, sums = msums();
+          em.copy(M + ".load", vh, ocm(X), Nt * d.Md * 2);
+          norm(M, Nt, X);
+          k.lrm_end = sums;
+          for (uint32_t c = 0; c < chunks; ++c) {
+            const std::string C = fmt::format("{}.mlp{}", M, c);
+            k.gemm(C + ".fc1", mpm_name(j, c, "fc1"), Nt, cm, d.Md, X, d.Md * 2, U, cm * 2, fc1b + c * cm * 2);
+            k.ew(C + ".gelu", EwOp::gelu_erf, Nt, cm, U, 0, U, 0, U, 0);
+            k.gemm(C + ".fc2", mpm_name(j, c, "fc2"), Nt, d.H, cm, U, cm * 2, X, d.H * 2, c == 0 ? fc2b : kNone,
+                   {.in = c > 0, .y_f32 = c + 1 < chunks, .lrm = sums});
+          }
+          k.lrm_end = 0;
+          em.copy(M + ".store", ocm(X), dst, Nt * d.H * 2);
+          end(M);
+          return;
+        }
         const std::vector<uint32_t> o = phase(p.mg(p.rm));
         const uint32_t X = o[0], F1 = o[1], O = o[2];
-        const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
         int t = 0;
         for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
           const std::string T = fmt::format("{}.t{}", M, t++);
           em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
-          if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
-          else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
+          norm(T, rows, X);
           k.gemm(T + ".fc1", mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1, d.Md * 2, fc1b);
           k.ew(T + ".gelu", EwOp::gelu_erf, rows, d.Md, F1, 0, F1, 0, F1, 0);
           k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
@@ -2408,6 +2464,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                      p.vqo == 1 ? " through one buffer" : "")
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
+  const std::string mrows = p.mpm ? fmt::format("{} (in chunks of {} with fp32 partial sums in LRM)", Nt,
+                                                pm_chunk(d.Md))
+                                  : std::to_string(p.rm);
   const std::string vrows =
       p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{}{})", va,
                           N, pm_chunk(d.Iv), vsums() ? "LRM" : "OCM", part_tiles(p.vpt, N), qkv_note)
@@ -2416,12 +2475,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "
                            "tower {}|{}, prefill {}; kv heads per attention call tower {}, prefill {} ({} buffer "
                            "sets); GEMM DMA channels {}",
-                           vrows, p.rm, prows, mode_name(p.sva), mode_name(p.svc), pcopies, p.gv, pheads,
+                           vrows, mrows, prows, mode_name(p.sva), mode_name(p.svc), pcopies, p.gv, pheads,
                            p.fused ? fmt::format("{} tower", p.sv) : fmt::format("{}|{}", p.sv, p.sp), p.channels);
   else if (s.vision)
     out.plan = fmt::format("streamed: rows per tile {}, mergers {}; copies {}|{}; kv heads "
                            "per attention call {} ({} buffer sets); GEMM DMA channels {}",
-                           vrows, p.rm, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
+                           vrows, mrows, mode_name(p.sva), mode_name(p.svc), p.gv, p.sv, p.channels);
   else
     out.plan = fmt::format("streamed: rows per tile {}; copies {}; kv heads per attention call {}{}; GEMM DMA "
                            "channels {}",

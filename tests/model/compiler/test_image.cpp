@@ -530,6 +530,40 @@ TEST(ImageOcm, TinyTowerQkvInTurnInRowTilesMatchesTheChain) {
   }
 }
 
+// The mergers' MLP in chunks over every merged row (Streamed::mpm: the 2B at 1 MiB, where its
+// row tiles of 32 read every merger weight twice), forced by CompileOptions::image_merger_chunks
+// on a tiny model with a wider tower (hidden 256: merger inputs of 1,024, two chunks of 512 with
+// fp32 partial sums in LRM), 512 KiB. Against the chain (logits cosine >= 0.9999, the same top-1,
+// timing-only = functional; the KV-slot control); negative control: the final merger's second
+// fc2 chunk zeroed in DDR fails the gate.
+ModelConfig config_tiny_wide_tower() {
+  ModelConfig m = config_tiny_wide();
+  m.name = "tiny_wide_tower";
+  m.vision.hidden_size = 256;
+  m.vision.intermediate_size = 512;
+  return m;
+}
+TEST(ImageOcm, TinyMergersInChunksMatchTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wide_tower().name, config_tiny_wide_tower());
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide_tower(), *tiny.bundle, 29);
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt = ocm_options();
+  opt.image_merger_chunks = true;
+  Compiler c(config_tiny_wide_tower(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("mergers 36 (in chunks of 512 with fp32 partial sums in LRM)"), std::string::npos);
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wide tower) image program, mergers in chunks, 512 KiB");
+  const DdrTensor& fc2 = c.layout().at("Mf.pm1.fc2");
+  const std::vector<uint8_t> zeros(fc2.bytes, 0);
+  const ImageRun bad = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0,
+                                 [&](Session& dev) { dev.write_ddr(fc2.offset, zeros.data(), zeros.size()); });
+  const double cs = cosine(bad.logits, ref);
+  std::printf("negative control (the final merger's fc2 chunk 1 zeroed): logits cosine %.7f\n", cs);
+  EXPECT_LT(cs, 0.9999) << "a zeroed merger chunk must fail the gate";
+}
+
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
 // three row gathers share them: the embedding used to start channels 1 and 2 whatever the
 // machine had), against the chain. Negative control (two channels, whose prefill reads its
