@@ -112,8 +112,9 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t inter, uint32_t hidd
 
 // The LRM offset of an MLP phase's partial sums (GemmArgs::lrm_out: its down GEMM of `width`
 // outputs over `rows` rows in chunks of `chunk` inputs) at the top of LRM, or 0 where they do
-// not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs, split up_split, and
-// the down GEMM keep their splits below them). They take no OCM and no OCM port time.
+// not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
+// width, split up_split, and the down GEMM keep their splits below them). They take no OCM and
+// no OCM port time.
 uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
                   uint32_t up_split, uint32_t up_k = 0) {
   if (!up_k) up_k = width;
@@ -1900,7 +1901,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       std::string mark;
       uint32_t rows = 0, width = 0;
       // part buffers: [normed, attention, residual], [normed, sums, up], [normed, residual] (the
-      // attention and residual buffers of a part tile's rows)
+      // attention and residual buffers of a part tile's rows; in part tiles part 1 is [normed,
+      // attention]: the residual comes in over the attention rows)
       std::vector<uint32_t> o1, o2, o3;
       // rows [r0, r0 + n) of the attention rows into OCM at A (none: they are there)
       std::function<void(uint32_t A, uint32_t r0, uint32_t n)> load_attn;
