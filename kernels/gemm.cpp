@@ -1021,6 +1021,57 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.bind(done);
 }
 
+KernelCost cost_gemm_lrm_seed(const sim::Config& cfg, const GemmSeedArgs& a) {
+  const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
+  KernelCost c;
+  c.ocm_bytes = uint64_t(a.rows) * pl.tiles * cfg.npe() * 4;
+  return c;
+}
+
+void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& a) {
+  if (a.m == 0 || a.rows == 0 || a.row0 + a.rows > a.m)
+    fail("gemm seed: rows [{}, {}) must be a non-empty part of the call's {} rows", a.row0, a.row0 + a.rows, a.m);
+  const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
+  const uint32_t S = pl.split, T = pl.cols, R = pl.rows;
+  if (a.x_stride < 2 * a.n || a.x_stride % 2) fail("gemm seed: x_stride {} must be even and >= 2*N = {}", a.x_stride, 2 * a.n);
+  if (uint64_t(a.x_ocm) + uint64_t(a.rows - 1) * a.x_stride + 2 * a.n > cfg.ocm_bytes)
+    fail("gemm seed: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.rows, a.n, a.x_ocm,
+         a.x_stride, cfg.ocm_bytes);
+  if (a.lrm_acc % 64 || a.lrm_acc + uint64_t(pl.lrm_sums_bytes()) > cfg.lrm_bytes)
+    fail("gemm seed: the LRM partial sums [{}, {}) must be 64-byte aligned and inside lrm_bytes = {}", a.lrm_acc,
+         a.lrm_acc + pl.lrm_sums_bytes(), cfg.lrm_bytes);
+  const X xRow{1}, xS{2}, xL{3}, xT{4};
+  b.op("vlaneid", {V{30}});
+  b.li(xS, 2 / S);  // (split 2: even PE 2j reads column j's word)
+  if (S == 2) b.pset_cols_mod(P{2}, 0, 2, xL, xT);
+  for (uint32_t t = 0; t < pl.tiles; ++t) {
+    // p4 = the PEs of the tile's columns, p1 = those holding a column's sum (even ones at split 2)
+    b.li(xT, int64_t(std::min(T, a.n - t * T)) * S);
+    b.op("pset.range", {P{4}, X{0}, xT});
+    if (S == 2) b.op("pand", {P{1}, P{4}, P{2}});
+    else b.op("pset.range", {P{1}, X{0}, xT});
+    for (uint32_t g = a.row0 / R; g * R < a.row0 + a.rows; ++g) {
+      const uint32_t j0 = std::max(g * R, a.row0), j1 = std::min(g * R + R, a.row0 + a.rows);
+      b.li(xL, a.lrm_acc + (t * pl.groups + g) * 64);
+      if (j1 - j0 < R) b.op("vld", {V{28}, Mem{xL, 0}});
+      b.li(xRow, int64_t(a.x_ocm) + int64_t(j0 - a.row0) * a.x_stride + int64_t(t) * T * 2);
+      for (uint32_t q0 = j0; q0 < j1; q0 += 4) {  // four rows at a time: their latencies overlap
+        const uint32_t q1 = std::min(q0 + 4, j1);
+        for (uint32_t j = q0; j < q1; ++j)
+          b.op("oscatter.w1", {V{uint8_t(16 + j % 4)}, Mem{xRow, int64_t(j - j0) * a.x_stride}, xS}, P{1});
+        for (uint32_t j = q0; j < q1; ++j) {
+          b.op("vcvt.f32.f16", {V{uint8_t(16 + j % 4)}, V{uint8_t(16 + j % 4)}}, P{1});
+          b.op("vsplati", {V{uint8_t(20 + j % 4)}, int64_t(j - g * R)});
+          b.op("vcmpeq.i32", {V{uint8_t(20 + j % 4)}, V{30}, V{uint8_t(20 + j % 4)}});
+        }
+        for (uint32_t j = q0; j < q1; ++j)
+          b.op("vsel", {V{28}, V{uint8_t(16 + j % 4)}, V{28}, V{uint8_t(20 + j % 4)}}, P{1});
+      }
+      b.op("vst", {V{28}, Mem{xL, 0}}, P{1});
+    }
+  }
+}
+
 void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a) { prefetch_units(b, cfg, a, X{1}); }
 
 }  // namespace gpnpu::kernels

@@ -190,6 +190,27 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
 // attention between two GEMMs held to LRM [0, 1024)).
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved);
 
+// Seeds a chain's LRM partial sums (GemmArgs::lrm_in, lrm_acc) with fp16 values: rows
+// [row0, row0 + rows) of an [m][n] fp16 matrix at x_ocm (row stride x_stride) become, as
+// fp32, the sums that the chain's first call (m, n, k, split as here, lrm_in) adds to its
+// outputs, as if an earlier call had left them (lrm_out); the other rows' sums are kept.
+// E.g. an MLP's residual as the down GEMM's starting sums: its last chunk then rounds
+// residual + MLP once into fp16, and the residual need not stay in OCM (nor go through
+// DDR) between the norm and the down GEMM. Per tile, row and PE of a valid column: one
+// oscatter.w1 of the row (the PE's fp16 in the low half of the word), vcvt.f32.f16, and
+// vsel into the row's lane of the group's sums (vld first where the group is partly
+// seeded), vst at lrm_acc + (t * G + g) * 64. Uses v16-v23, v28, v30, p1, p2, p4, x1-x4.
+struct GemmSeedArgs {
+  uint32_t m = 0, n = 0, k = 0, split = 0;  // the chain's call (its row groups and tiles)
+  uint32_t row0 = 0, rows = 0;              // the rows seeded
+  uint32_t x_ocm = 0, x_stride = 0;         // OCM of row row0 (fp16 [rows][n]); stride in bytes (>= 2n)
+  uint32_t lrm_acc = 0;                     // GemmArgs::lrm_acc of the chain
+  bool sub_array = false;                   // as GemmArgs::sub_array
+};
+// ocm_bytes = one word a PE, a row and a tile through the port.
+KernelCost cost_gemm_lrm_seed(const sim::Config& cfg, const GemmSeedArgs& a);
+void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& a);
+
 // Starts the DMA of tile 0's units 0..C-1 (C = plan_gemm(...).channels; unit 0 carries
 // the meta) into the call's OCM scratch buffers, on channels 0..C-1, and returns at once
 // (no wait; it clobbers x1, x31 and the descriptor smem [a.smem, a.smem + 64 C), which it

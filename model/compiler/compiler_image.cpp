@@ -595,6 +595,14 @@ struct ImageKernels {
     em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
     em.f16_add(mark, ddr.bus(detail::f16w(w)), m, n, y, y_stride, f16.xs, f16.scratch);
   }
+  // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
+  // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
+  void lrm_seed(const std::string& mark, uint32_t m, uint32_t n, uint32_t k, uint32_t row0, uint32_t rows,
+                uint32_t x, uint32_t x_stride, uint32_t lrm) {
+    const GemmSeedArgs s{.m = m, .n = n, .k = k, .row0 = row0, .rows = rows, .x_ocm = x, .x_stride = x_stride,
+                         .lrm_acc = lrm, .sub_array = gcfg.npe() < cfg.npe()};
+    em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
+  }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
     NormArgs n;
@@ -1278,6 +1286,11 @@ const char* mode_name(uint32_t m) { return m == kPipelined ? "pipelined" : m == 
 size_t doubled(uint32_t mode, size_t stored, size_t copied) {
   return mode == kPipelined ? copied : mode == kStoresBehind ? stored : 0;
 }
+// Where a phase can read its weights once (an MLP over every row) or in row tiles that read
+// them again, the first unless its estimate is 5% or more above: within the cost model's
+// error, fewer DDR bytes (energy, docs/energy.md). (1 MiB, 128 GB/s: without it the estimate
+// took the row tiles at 2.9 x the weights' bytes, and 64x64 ran 0.2% slower than at 64 GB/s.)
+constexpr double kFewerBytes = 1.05;
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
@@ -1459,7 +1472,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv] (in tiles: over the
   // attention rows, mlp_all_rows); 2: normed rows, partial sums [N][Dv] fp32 (over part 1's
   // attention rows and residual; none in LRM: vsums), fc1 out [N][c]; 3: fc2 out (in the
-  // normed rows), residual [pt][Dv].
+  // normed rows), residual [pt][Dv] (reloaded; unused where the residual seeds LRM sums).
   p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
     if (part == 1) return pt < N ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
@@ -1471,7 +1484,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // rows [r][q], residual [r][H]; 2: normed rows, partial sums [r][H] fp32 (as vpmb's; LRM:
   // psums), gate|up [r][2 c];
   // 3: down out (in the normed rows; a tile's DeepStack rows over its own, dead after the
-  // residual add), residual [pt][H].
+  // residual add), residual [pt][H] (where the residual seeds LRM sums: down out is the new
+  // residual, the DeepStack rows go in this tile buffer).
   p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
     if (part == 1)  // (tiles: the residual over the attention rows)
@@ -1532,6 +1546,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
+  // One chunk of an MLP over every row (pm, vpm) on r rows: its up GEMM ([r][w] -> [r][u]) and
+  // its down GEMM's chunk ([r][c] -> [r][w]), each call's weights streaming in during the call
+  // before it (gemm_handoff): up's MACs beside down's weights, then down's MACs beside the next
+  // up's weights. (Where the calls are one tile each, as on 2,048 PEs or more, a chunk takes
+  // that, not max(MACs, weights): 32x64, 64 rows at 128 GB/s: 34 K cycles measured a chunk,
+  // 31 K this, 25 K the max.)
+  auto chunk_chain = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl) {
+    const double m_up = sl * r * double(u) * w / peak, m_dn = sl * r * double(w) * c / peak;
+    return std::max(m_up, wb(w, c) / bw) + std::max(m_dn, wb(u, w) / bw);
+  };
   const double before_va = p.cost;
   p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
@@ -1548,9 +1572,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const uint32_t t = rows_per_tile(N, qknob, [&](uint32_t r) { return fits(p.vqab(r, outs)); });
       if (!t || (t < N && !vq_tiles && !qknob)) continue;
       const double tiles = std::ceil(double(N) / t);
-      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak, wb(3 * d.Dv, d.Dv) / bw) +
-                                    N * (4.0 * d.Dv + 8.0 * d.hdv + (outs == 1 ? 4.0 * d.Dv : 0.0)) / bw);
-      if (qknob || vqa_c < p.cost - before_va) p.vqa = true, p.vqt = t, p.vqo = outs, p.cost = before_va + vqa_c;
+      // (one buffer: q's and k's stores waited for, their DDR time beside the next GEMM's
+      // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.15% measured, not 0.8%)
+      const double stores = outs == 1 ? t * 4.0 * d.Dv : 0.0;
+      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak, (wb(3 * d.Dv, d.Dv) + stores) / bw) +
+                                    N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
+      const double margin = t > (p.vqa ? p.vqt : p.rva) ? kFewerBytes : 1.0;  // (fewer weight passes)
+      if (qknob || vqa_c < margin * (p.cost - before_va)) p.vqa = true, p.vqt = t, p.vqo = outs, p.cost = before_va + vqa_c;
       if (qknob) break;
     }
   const double a_phase = p.cost - before_va;
@@ -1572,9 +1600,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const GemmPlan fp = plan_gemm(gc, N, d.Dv, cv);
     const double port = (vsums() ? 0.0 : double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
     const double proj_again = double((N + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
-    const double vpm_c = depth * (std::max(N * macs_vc / peak, wb_vc / bw) + proj_again / bw + 8.0 * N * d.Dv / bw +
+    const double vpm_c = depth * (std::max(N * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
+                                  chunk_chain(N, d.Dv, cv, cv, 1.0) * (d.Iv / cv) + proj_again / bw +
+                                  (vsums() ? 6.0 : 8.0) * N * d.Dv / bw +
                                   double(d.Iv / cv) * fp.tiles * port);
-    if (!p.rvc || vpm_c < p.cost - before_vc || (knob && p.vpt < N)) p.vpm = true, p.cost = before_vc + vpm_c;
+    if (!p.rvc || vpm_c < kFewerBytes * (p.cost - before_vc) || (knob && p.vpt < N))
+      p.vpm = true, p.cost = before_vc + vpm_c;
   }
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // (the mergers in chunks where their row tiles would read the weights again: always fewer bytes,
@@ -1653,7 +1684,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // The MLP over every row, where its packing is in DDR, no knob caps the rows and its parts
   // fit (else in the fewest tiles whose parts fit, each reading every chunk): per tile MACs or
   // weights once, its copies waited for (the attention rows and the residual in, the
-  // residual reloaded and stored; its first store overlaps the first gate|up), and the
+  // residual reloaded and stored; its first store overlaps the first gate|up; with LRM sums
+  // the residual seeds them: in and stored once), and the
   // partial sums through the OCM port (a scatter and a gather of npe words per row, tile and
   // chunk; none in LRM), ~200 cycles a row group's epilogue.
   // With LRM sums, also every row at once with the first and last parts in tiles (ppt),
@@ -1673,7 +1705,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
-        c += layers * (std::max(r * macs_c / peak, wb_c / bw) + o_again / bw + r * (double(qd) + 6.0 * d.H) / bw +
+        c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
+                       chunk_chain(r, d.H, cp, 2 * cp, slow) * (d.I / cp) + o_again / bw +
+                       r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
       return c;
@@ -1682,7 +1716,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1))) {
       const uint32_t pt =
           rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t)) && fits(p.pmb(3, S, t)); });
-      if (pt && (!p.rpm || knob || estimate(S, pt) < pm_c)) p.rpm = S, p.ppt = pt, pm_c = estimate(S, pt);
+      if (pt && (!p.rpm || knob || estimate(S, pt) < kFewerBytes * pm_c)) p.rpm = S, p.ppt = pt, pm_c = estimate(S, pt);
     }
     if (p.rpm) p.pm = true, p.cost = before_c + pm_c;
   }
@@ -1727,11 +1761,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (cfg_.dma_channels > 2) cands.push_back(plan(2, true, false));
   }
   Streamed p = cands[0];
+  auto score = [&](const Streamed& q) { return q.pm ? q.cost / kFewerBytes : q.cost; };  // (weights once)
   for (const Streamed& q : cands)
-    if (q.ok && (!p.ok || q.cost < p.cost)) p = q;
+    if (q.ok && (!p.ok || score(q) < score(p))) p = q;
   if (p.ok) {
     const Streamed q = plan(p.channels, p.with_pm, true);
-    if (q.ok && q.cost < 0.99 * p.cost) p = q;
+    const bool fewer = q.vqa && (!p.vqa || q.vqt > p.vqt) && q.vqt > p.rva;  // (fewer weight passes)
+    if (q.ok && q.cost < (fewer ? kFewerBytes : 0.99) * p.cost) p = q;
   }
   if (s.plan_only) {
     CompiledProgram o;
@@ -1892,11 +1928,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     };
     // An MLP phase over every row (Streamed::vpm, pm), in the buffers of its three parts
     // (Streamed::vpmb, pmb): the out GEMM (proj / o) of the attention rows, the residual and
-    // its norm for all rows (the residual stored to DDR meanwhile), then per chunk of `chunk`
-    // inner columns the up GEMM (fc1 + its bias and GELU, or gate|up and SiLU) and the down
-    // GEMM's chunk (fc2 / down) into fp32 partial sums (the first with the down bias, the last
-    // rounding into the normed rows' buffer), the residual reloaded and added, after(residual),
-    // the store.
+    // its norm for all rows (the residual seeding the LRM partial sums, or stored to DDR
+    // meanwhile), then per chunk of `chunk` inner columns the up GEMM (fc1 + its bias and
+    // GELU, or gate|up and SiLU) and the down GEMM's chunk (fc2 / down) into fp32 partial sums
+    // (the first with the down bias, the last rounding into the normed rows' buffer; seeded:
+    // residual + MLP there), the residual reloaded and added (unless seeded),
+    // after(residual), the store.
     struct MlpAllRows {
       std::string mark;
       uint32_t rows = 0, width = 0;
@@ -1929,13 +1966,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const uint32_t XN = m.o1[0], A = m.o1[1], X1 = tiled ? A : m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
       const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
       // (the up output over the residual buffer, whose last store is still in flight)
-      const bool over_residual = U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
+      // With LRM sums the residual seeds them (emit_gemm_lrm_seed): the down GEMM's first chunk
+      // adds it, its last rounds residual + MLP into the normed rows; else the residual goes
+      // to DDR and back.
+      const bool seed = m.sums_lrm != 0;
+      const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
       // Part 1 (per part tile): the out GEMM into the normed rows, the residual, its norm.
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
         const uint32_t xn = XN + r0 * w2;
         const uint32_t res = m.res_ddr + r0 * w2;
-        if (tiled) em.wait(cs);  // (the tile before stores its residual from the attention rows)
+        if (tiled && !seed) em.wait(cs);  // (the tile before stores its residual from the attention rows)
         if (m.load_attn) m.load_attn(A, r0, n);
         if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
         k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, n, m.width, m.out_k, A, m.a_stride, xn, w2,
@@ -1944,7 +1985,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         else em.wait(cs);
         k.ew(m.mark + ".attn_residual", EwOp::add, n, m.width, X1, 0, xn, 0, X1, 0);
         k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, n, m.width, X1, xn, m.norm_w, m.norm_b, m.eps);
-        copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
+        if (seed) k.lrm_seed(m.mark + ".residual_sums", m.rows, m.width, m.chunk, r0, n, X1, w2, m.sums_lrm);
+        else copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
       }
       if (over_residual) em.wait(cs);
       for (uint32_t c = 0; c < m.chunks; ++c) {
@@ -1958,14 +2000,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                  m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
           k.ew(C + ".gelu", EwOp::gelu_tanh, m.rows, m.chunk, U, 0, U, 0, U, 0);
         }
-        if (c == 0) em.wait(cs);  // the residual stored before the partial sums overwrite it
+        if (c == 0 && !seed) em.wait(cs);  // the residual stored before the partial sums overwrite it
         k.gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.width, m.chunk, U, us,
                last || m.sums_lrm ? XN : ACC, last || m.sums_lrm ? w2 : 2 * w2, c == 0 ? m.down_bias : kNone,
-               {.in = c > 0, .ocm = ACC, .stride = 2 * w2, .y_f32 = !last, .lrm = m.sums_lrm});
+               {.in = c > 0 || seed, .ocm = ACC, .stride = 2 * w2, .y_f32 = !last, .lrm = m.sums_lrm});
       }
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
-      // Part 3 (per part tile): the residual added to the down output, stored.
+      // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
+        if (seed) {
+          if (m.after) m.after(XN + r0 * w2, r0, n, X3);
+          em.copy(m.mark + ".store", ocm(XN + r0 * w2), m.res_ddr + r0 * w2, n * w2);
+          continue;
+        }
         em.copy(m.mark + ".reload_residual", m.res_ddr + r0 * w2, ocm(X3), n * w2);
         k.ew(m.mark + ".mlp_residual", EwOp::add, n, m.width, X3, 0, XN + r0 * w2, 0, X3, 0);
         if (m.after) m.after(X3, r0, n, XN + r0 * w2);

@@ -407,9 +407,12 @@ struct ChunkRun {
 };
 // lrm: the partial sums in LRM (GemmArgs::lrm_in, lrm_out) at its top, the calls' buffers
 // below; handoff: each call hands its tile 0 to the next (gemm_handoff, as the compiler chains
-// them); sub: on the first half of the array's rows (GemmArgs::sub_array).
+// them); sub: on the first half of the array's rows (GemmArgs::sub_array); seed (with lrm): an
+// fp16 [m][n] matrix seeds the sums (emit_gemm_lrm_seed, rows in two parts split inside a row
+// group), the first call adds them (Y = X W^T + bias + seed, as an MLP's residual); seed_once
+// (the negative control): only the first part is seeded.
 struct ChunkOpts {
-  bool lrm = false, handoff = false, sub = false;
+  bool lrm = false, handoff = false, sub = false, seed = false, seed_once = false;
 };
 ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t kc, uint32_t chunks, uint32_t split,
                     bool timing_only, uint32_t skip = UINT32_MAX, ChunkOpts o = {}) {
@@ -456,6 +459,19 @@ ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t
     }
     args[c] = a;
   }
+  const uint32_t so = align64(scr + uint64_t(args[0].scratch_bytes)), half = m / 2 + 1;
+  std::vector<float> seed;
+  if (o.seed) {
+    seed = random_vector(size_t(m) * n, 8);
+    for (float& v : seed) v = round_f16(v);
+    for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, half}, {half, m - half}}) {
+      if (r0 && o.seed_once) break;
+      emit_gemm_lrm_seed(b, cfg, {.m = m, .n = n, .k = kc, .split = split, .row0 = r0, .rows = rows,
+                                  .x_ocm = so + r0 * n * 2, .x_stride = n * 2, .lrm_acc = args[0].lrm_acc,
+                                  .sub_array = sub});
+    }
+    args[0].lrm_in = true;
+  }
   for (uint32_t c = 0; c < chunks; ++c) {
     if (handoff && c + 1 < chunks) {
       args[c].next = &args[c + 1];
@@ -477,6 +493,7 @@ ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t
     }
     write_ocm_f16(xo, x);
     write_ocm_f16(bo, bv);
+    if (o.seed) write_ocm_f16(so, seed);
   }
   r.cycles = p.run(prog).total[sim::Stat::cycles];
   if (timing_only) return r;
@@ -487,6 +504,7 @@ ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t
   model::ops::round_f16_inplace(wd);
   r.ref.assign(size_t(m) * n, 0.0f);
   model::ops::linear(x, model::ops::Matrix::dense("w_f16", n, k, wd.data()), bv, r.ref);
+  for (size_t i = 0; i < seed.size(); ++i) r.ref[i] += seed[i];
   model::ops::round_f16_inplace(r.ref);
   return r;
 }
@@ -510,11 +528,19 @@ TEST_P(GemmChunks, PartialSumsMatchTheWholeGemm) {
   ChunkRun bad = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, 1, s.o);
   Compare cb = compare(bad.y, bad.ref);
   EXPECT_GT(cb.max_abs, cb.max_ref * std::ldexp(1.0, -10) + 1e-6);
-  std::printf("gemm %s M=%u N=%u K=%u x %u chunks (split %u, partial sums in %s%s%s): max_abs %.3g (bound %.3g); "
+  std::printf("gemm %s M=%u N=%u K=%u x %u chunks (split %u, partial sums in %s%s%s%s): max_abs %.3g (bound %.3g); "
               "without chunk 1 %.3g; %llu cycles\n",
               s.preset, s.m, s.n, s.kc, s.chunks, plan_gemm(cfg, s.m, s.n, s.kc, s.split).split, s.o.lrm ? "LRM" : "OCM",
-              s.o.handoff ? ", handed off" : "", s.o.sub ? ", half the rows" : "", c.max_abs, bound, cb.max_abs,
-              (unsigned long long)r.cycles);
+              s.o.handoff ? ", handed off" : "", s.o.sub ? ", half the rows" : "", s.o.seed ? ", seeded" : "",
+              c.max_abs, bound, cb.max_abs, (unsigned long long)r.cycles);
+  if (!s.o.seed) return;
+  // Negative control: the second part of the rows never seeded.
+  ChunkOpts once = s.o;
+  once.seed_once = true;
+  ChunkRun unseeded = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, UINT32_MAX, once);
+  Compare cu = compare(unseeded.y, unseeded.ref);
+  EXPECT_GT(cu.max_abs, cu.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  std::printf("  rows [%u, %u) unseeded: max_abs %.3g\n", s.m / 2 + 1, s.m, cu.max_abs);
 }
 // Both splits, a narrow last tile (qc-u: 1100 columns), rows not a multiple of 16 or 4;
 // the partial sums in OCM and in LRM.
@@ -528,7 +554,11 @@ INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
                                            ChunkShape{"qc-u", 18, 600, 256, 4, 2, {.lrm = true}},
                                            ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.lrm = true, .handoff = true}},
                                            ChunkShape{"qc-u", 18, 600, 256, 4, 2, {.lrm = true, .handoff = true, .sub = true}},
-                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.handoff = true, .sub = true}}));
+                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.handoff = true, .sub = true}},
+                                           ChunkShape{"mini", 21, 23, 256, 3, 2, {.lrm = true, .seed = true}},
+                                           ChunkShape{"qc-u", 35, 1100, 384, 3, 0, {.lrm = true, .seed = true}},
+                                           ChunkShape{"qc-u", 18, 600, 256, 4, 2,
+                                                      {.lrm = true, .handoff = true, .sub = true, .seed = true}}));
 
 
 // LRM partial sums below the call's buffers (lrm_end not set), past LRM, or together with
