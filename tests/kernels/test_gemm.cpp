@@ -588,6 +588,31 @@ TEST(GemmChunks, LrmPartialSumsRegionChecked) {
             std::string::npos);
 }
 
+// A seed outside the call's rows, its LRM sums misaligned or past LRM, its rows past OCM: each
+// a clear error naming what and where.
+TEST(GemmChunks, LrmSeedArgumentsChecked) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  auto message = [&](auto edit) {
+    GemmSeedArgs a{.m = 32, .n = 1024, .k = 512, .row0 = 0, .rows = 32, .x_ocm = 0, .x_stride = 2048,
+                   .lrm_acc = 3072};
+    edit(a);
+    Builder b;
+    try {
+      emit_gemm_lrm_seed(b, cfg, a);
+    } catch (const gpnpu::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(message([](GemmSeedArgs&) {}), "");
+  EXPECT_NE(message([](GemmSeedArgs& a) { a.row0 = 16, a.rows = 17; }).find("rows [16, 33)"), std::string::npos);
+  EXPECT_NE(message([](GemmSeedArgs& a) { a.lrm_acc = 3072 + 32; }).find("64-byte aligned"), std::string::npos);
+  EXPECT_NE(message([](GemmSeedArgs& a) { a.lrm_acc = 4096 - 64; }).find("inside lrm_bytes = 4096"), std::string::npos);
+  EXPECT_NE(message([&](GemmSeedArgs& a) { a.x_ocm = uint32_t(cfg.ocm_bytes) - 2048; }).find("does not fit"),
+            std::string::npos);
+  EXPECT_NE(message([](GemmSeedArgs& a) { a.x_stride = 1000; }).find("x_stride 1000"), std::string::npos);
+}
+
 // The same chain, model-like (the prefill's down in chunks of 512 over 128 rows on qc-u):
 // LRM partial sums take no OCM port time, so the chain is faster than with OCM ones.
 TEST(GemmChunks, LrmPartialSumsFasterThanOcm) {
