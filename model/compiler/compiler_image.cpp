@@ -1573,7 +1573,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (!t || (t < N && !vq_tiles && !qknob)) continue;
       const double tiles = std::ceil(double(N) / t);
       // (one buffer: q's and k's stores waited for, their DDR time beside the next GEMM's
-      // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.15% measured, not 0.8%)
+      // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.10% measured, not 0.8%)
       const double stores = outs == 1 ? t * 4.0 * d.Dv : 0.0;
       const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak, (wb(3 * d.Dv, d.Dv) + stores) / bw) +
                                     N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
