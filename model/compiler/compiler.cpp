@@ -39,6 +39,12 @@ uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::stri
   return off;
 }
 
+void DdrLayout::truncate(size_t count) {
+  for (size_t i = count; i < tensors_.size(); ++i) index_.erase(tensors_[i].name);
+  tensors_.resize(std::min(count, tensors_.size()));
+  end_ = tensors_.empty() ? 0 : tensors_.back().offset + tensors_.back().bytes;
+}
+
 const DdrTensor& DdrLayout::at(const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) fail("compiler: no DDR tensor '{}'", name);
@@ -66,6 +72,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
          opt_.max_seq, ddr_.total(), cfg_.ddr_bytes, max_context(model_, cfg_, opt_));
   plan_decode_ocm();
   settle_gemm_view();
+  settle_pm_chunks();
 }
 
 void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {

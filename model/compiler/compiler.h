@@ -59,6 +59,7 @@ class DdrLayout {
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)
   uint64_t total() const { return end_; }
+  void truncate(size_t count);  // keeps the first count tensors
   const std::vector<DdrTensor>& tensors() const { return tensors_; }
 
  private:
@@ -126,6 +127,7 @@ struct CompiledProgram {
   uint32_t logits_ocm = 0;  // where the program leaves its logits (vocab fp16)
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
   double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
+  double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
 };
 
 struct CompileOptions {
@@ -152,6 +154,9 @@ struct CompileOptions {
   // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
   // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
   bool image_merger_chunks = false;
+  // Test knob: the streamed plan's MLP chunks as wide as on this many PEs (pm_chunk_width;
+  // 0: Compiler::settle_pm_chunks decides).
+  uint32_t image_chunk_pes = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
@@ -225,6 +230,15 @@ class Compiler {
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
   void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
+  // The streamed plan's MLP chunks (compiler_image.cpp, pm_chunk_width; up columns per inner
+  // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
+  // none) for pm_npe_ PEs (0: the narrow default); settle_pm_chunks re-lays them wider where
+  // the default image program's estimate is lower.
+  uint32_t pm_chunk(uint32_t inter, uint32_t up) const;
+  void add_pm_packings();
+  void settle_pm_chunks();
+  uint32_t pm_npe_ = 0;
+  size_t pm_first_ = 0;
   std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;

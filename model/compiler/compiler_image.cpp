@@ -73,9 +73,14 @@ uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
 // tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
 // packed on their own (vpm_name, pm_name): a chunk's up output [rows][c] (gate|up: 2 c) sits
 // beside the fp32 partial sums [rows][width] and the normed rows.
+// The width: kPmChunk, or on an array of npe PEs (npe > 0) at least one tile of the up GEMM at
+// split 2 (npe / 2 of its outputs, up of them per inner column: 1 for fc1, 2 for gate|up), so
+// that a wide array's up GEMM has no idle PEs (32x64, 2 MiB, 32 GB/s: the tower's fc1 chunks
+// of 512 ran on half the PEs, 1.98x their MAC floor); the largest divisor of inter up to that.
+// Compiler::settle_pm_chunks chooses npe (Compiler::pm_npe_).
 constexpr uint32_t kPmChunk = 512;
-uint32_t pm_chunk(uint32_t inter) {
-  uint32_t c = std::min(inter, kPmChunk);
+uint32_t pm_chunk_width(uint32_t npe, uint32_t inter, uint32_t up) {
+  uint32_t c = std::min(inter, std::max(kPmChunk, npe / 2 / up));
   while (inter % c) c -= kW4Block;
   return c;
 }
@@ -100,8 +105,7 @@ bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::
 // Its gate|up GEMMs at split 2 where split 1 would make them one tile: the tile the down
 // chunk before hands off during its last tile is then half as large (32x32, 2 MiB, 32 GB/s:
 // 113.7 -> 103.5 M cycles).
-uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t inter, uint32_t hidden) {
-  const uint32_t cp = pm_chunk(inter);
+uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden) {
   if (plan_gemm(gcfg, 1, 2 * cp, hidden).tiles > 1) return 0;
   try {
     return gemm_split(gcfg, 2 * cp, hidden, 2);
@@ -202,6 +206,22 @@ Compiler::GemmLoad Compiler::gemm_load(const ModelConfig& model, const sim::Conf
               cfg.ddr_bytes_per_cycle()};
 }
 
+namespace {
+// The default image program (ImageShape{}) within the options' limits, plan only: what the
+// layout and the views are chosen for.
+ImageShape planning_shape(const CompileOptions& opt) {
+  ImageShape def;
+  def.plan_only = true;
+  def.seq_len = int(std::min<uint32_t>(uint32_t(def.seq_len), opt.max_seq));
+  while (def.grid_h > 2 &&
+         (uint32_t(def.grid_h * def.grid_w) > opt.max_patches || def.image_start + def.n_image_tokens() > def.seq_len))
+    def.grid_h = def.grid_w = def.grid_h - 2;
+  return def;
+}
+}  // namespace
+
+uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const { return pm_chunk_width(pm_npe_, inter, up); }
+
 void Compiler::plan_image_ddr() {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
@@ -257,13 +277,7 @@ void Compiler::plan_image_ddr() {
     return;
   bool streamed = false;
   try {
-    ImageShape def;  // (within the options' limits)
-    def.plan_only = true;
-    def.seq_len = int(std::min<uint32_t>(uint32_t(def.seq_len), opt_.max_seq));
-    while (def.grid_h > 2 && (uint32_t(def.grid_h * def.grid_w) > opt_.max_patches ||
-                              def.image_start + def.n_image_tokens() > def.seq_len))
-      def.grid_h = def.grid_w = def.grid_h - 2;
-    streamed = !image_program(def, nullptr, nullptr).plan.starts_with("resident");
+    streamed = !image_program(planning_shape(opt_), nullptr, nullptr).plan.starts_with("resident");
   } catch (const Error&) {
     return;  // the default shape does not fit this model's limits
   }
@@ -276,24 +290,80 @@ void Compiler::plan_image_ddr() {
       ddr_.add(vgq_name(b, g), gemm_weight_bytes(cfg_, 3 * gq * d.hdv, d.Dv), "gemm-pm");
     ddr_.add(vname(b, "gqbias"), uint64_t(3) * d.Dv * 2, "f16-pm");
   }
+  pm_first_ = ddr_.tensors().size();
+  add_pm_packings();
+}
+
+// The MLP chunks (the layout's last tensors): the same bytes at any chunk width.
+void Compiler::add_pm_packings() {
+  const Dims d(model_);
+  const VisionConfig& v = model_.vision;
   if (d.Iv % kW4Block == 0)
     for (int b = 0; b < v.depth; ++b)
-      for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv); ++c) {
-        ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv), d.Dv), "gemm-pm");
-        ddr_.add(vpm_name(b, c, "fc2"), gemm_weight_bytes(cfg_, d.Dv, pm_chunk(d.Iv)), "gemm-pm");
+      for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv, 1); ++c) {
+        ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv, 1), d.Dv), "gemm-pm");
+        ddr_.add(vpm_name(b, c, "fc2"), gemm_weight_bytes(cfg_, d.Dv, pm_chunk(d.Iv, 1)), "gemm-pm");
       }
   if (d.Md % kW4Block == 0)  // the mergers' (Streamed::mpm)
     for (int j = -1; j < int(v.deepstack_visual_indexes.size()); ++j)
-      for (uint32_t c = 0; c < d.Md / pm_chunk(d.Md); ++c) {
-        ddr_.add(mpm_name(j, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Md), d.Md), "gemm-pm");
-        ddr_.add(mpm_name(j, c, "fc2"), gemm_weight_bytes(cfg_, d.H, pm_chunk(d.Md)), "gemm-pm");
+      for (uint32_t c = 0; c < d.Md / pm_chunk(d.Md, 1); ++c) {
+        ddr_.add(mpm_name(j, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Md, 1), d.Md), "gemm-pm");
+        ddr_.add(mpm_name(j, c, "fc2"), gemm_weight_bytes(cfg_, d.H, pm_chunk(d.Md, 1)), "gemm-pm");
       }
-  const uint32_t cp = pm_chunk(d.I);
+  const uint32_t cp = pm_chunk(d.I, 2);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i)
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm");
       ddr_.add(pm_name(i, k, "down"), gemm_weight_bytes(cfg_, d.H, cp), "gemm-pm");
     }
+}
+
+void Compiler::settle_pm_chunks() {
+  // The MLP chunks 1, 2 or 4 tiles of the up GEMM at split 2 wide (on the GEMMs' view): of
+  // those whose default image program reads the weights no more often, the one with the
+  // least estimate where that is 1% or more below the 512-wide chunks': fewer calls, fewer
+  // one-tile calls whose weights cannot stream under their own MACs, no narrow tiles.
+  // 32x64, 2 MiB: 32 GB/s 86.80 -> 79.82 M cycles; 64 GB/s 59.15 -> 50.76 M (the tower's MLP
+  // over every row, where its 512-wide chunks on half the PEs lost to row tiles); 16 GB/s
+  // estimated 0.8% less, measured 0.3% more (DDR-bound), so not taken. A wide chunk's output
+  // may not fit beside the rows (1 MiB, 128 GB/s: the prefill's MLP in two row tiles, 0.8%
+  // faster but 2.72 x the weights' bytes instead of 2.22).
+  if (!pm_first_) return;
+  if (opt_.image_chunk_pes) {
+    pm_npe_ = opt_.image_chunk_pes;
+    ddr_.truncate(pm_first_);
+    add_pm_packings();
+    return;
+  }
+  auto plan = [&] {
+    try {
+      const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
+      return o.plan == "streamed" && std::isfinite(o.est_cycles) ? o : CompiledProgram{};
+    } catch (const Error&) {
+      return CompiledProgram{};
+    }
+  };
+  const Dims d(model_);
+  auto widths = [&](uint32_t npe) {
+    return std::array{pm_chunk_width(npe, d.Iv, 1), pm_chunk_width(npe, d.Md, 1), pm_chunk_width(npe, d.I, 2)};
+  };
+  const CompiledProgram narrow = plan();
+  if (narrow.plan.empty()) return;
+  double least = 0.99 * narrow.est_cycles;
+  uint32_t best = 0;
+  for (uint32_t npe : {gemm_cfg_.npe(), 2 * gemm_cfg_.npe(), 4 * gemm_cfg_.npe()}) {
+    if (widths(npe) == widths(pm_npe_)) continue;
+    pm_npe_ = npe;
+    ddr_.truncate(pm_first_);
+    add_pm_packings();
+    const CompiledProgram w = plan();
+    if (!w.plan.empty() && w.est_weight_bytes <= narrow.est_weight_bytes && w.est_cycles < least)
+      least = w.est_cycles, best = npe;
+  }
+  if (pm_npe_ == best) return;
+  pm_npe_ = best;
+  ddr_.truncate(pm_first_);
+  add_pm_packings();
 }
 
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
@@ -338,7 +408,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     if (ddr_.has(vpm_name(b, 0, "fc1"))) {
       const QuantTensor fc1 = bundle.get_quant(vision_block_name(b, "mlp.linear_fc1.weight")),
                         fc2 = bundle.get_quant(vision_block_name(b, "mlp.linear_fc2.weight"));
-      const uint32_t cv = pm_chunk(d.Iv);
+      const uint32_t cv = pm_chunk(d.Iv, 1);
       for (uint32_t c = 0; c < d.Iv / cv; ++c) {
         gemm(vpm_name(b, c, "fc1"), detail::slice_rows(fc1, c * cv, cv));
         gemm(vpm_name(b, c, "fc2"), detail::slice_cols(fc2, c * cv, cv));
@@ -360,7 +430,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     vec(mname(j, "vec"), {leaf("norm.weight"), leaf("norm.bias"), leaf("linear_fc1.bias"), leaf("linear_fc2.bias")});
     if (ddr_.has(mpm_name(j, 0, "fc1"))) {
       const QuantTensor fc1 = bundle.get_quant(leaf("linear_fc1.weight")), fc2 = bundle.get_quant(leaf("linear_fc2.weight"));
-      const uint32_t cm = pm_chunk(d.Md);
+      const uint32_t cm = pm_chunk(d.Md, 1);
       for (uint32_t c = 0; c < d.Md / cm; ++c) {
         gemm(mpm_name(j, c, "fc1"), detail::slice_rows(fc1, c * cm, cm));
         gemm(mpm_name(j, c, "fc2"), detail::slice_cols(fc2, c * cm, cm));
@@ -380,11 +450,11 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
     if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
     const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
-    const uint32_t cp = pm_chunk(d.I);
+    const uint32_t cp = pm_chunk(d.I, 2);
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       put_weight(ddr, pm_name(i, k, "gu"),
                  detail::concat_rows({detail::slice_rows(gate, k * cp, cp), detail::slice_rows(up, k * cp, cp)}),
-                 pm_gate_up_split(gemm_cfg_, d.I, d.H));
+                 pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H));
       gemm(pm_name(i, k, "down"), detail::slice_cols(down, k * cp, cp));
     }
   }
@@ -412,18 +482,17 @@ namespace {
 
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
 // with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
-// pm: the streamed prefill's MLP over every row (Streamed::pm), whose chunks replace the
-// whole-width gate|up and down GEMMs. (The tower's chunks, Streamed::vpm, need no more than
+// cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose chunks
+// replace the whole-width gate|up and down GEMMs (0: none). (The tower's chunks, Streamed::vpm, need no more than
 // its whole-width fc1 and fc2.)
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, bool pm = false) {
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
-  const uint32_t cp = pm_chunk(d.I);
   uint64_t r = 0;
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
-  for (auto [n, k] : pm ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, cp}}
+  for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, cp}}
                         : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
   return r;
@@ -1337,6 +1406,7 @@ struct Streamed {
   uint32_t channels = 0;  // DMA channels of the GEMMs
   bool with_pm = false;   // planned with the prefill's MLP over every row as a candidate (pm)
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
+  double weight_bytes = 0;  // the weights' DDR bytes, every pass (its row tiles each read them)
   uint64_t fixed = 0, rVEC = 0, rGEMM = 0, W = 0;
   // Phase buffers (bytes), in allocation order.
   std::function<std::vector<uint64_t>(uint32_t)> mg;
@@ -1390,21 +1460,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // then holds the up output over part 1's attention rows (and residual: mlp_all_rows waits
   // for its store first).
   auto vsums = [&] {
-    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv), pm_chunk(d.Iv), 0);
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0);
   };
   auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
-    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md), pm_chunk(d.Md), 0, d.Md);
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md);
   };
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
-                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I), 2 * pm_chunk(d.I),
-                                          pm_gate_up_split(gemm_cfg_, d.I, d.H));
+                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2),
+                                          pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H));
   };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
   p.channels = channels;
   p.with_pm = pm;
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -1434,7 +1504,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   // merger: rows [r][Md] (4r patches), fc1 [r][Md], fc2 [r][H]; in chunks (mpm): rows [Nt][Md], fc1 [Nt][c]
   p.mg = [&](uint32_t r) -> V64 { return {uint64_t(r) * d.Md * 2, uint64_t(r) * d.Md * 2, uint64_t(r) * d.H * 2}; };
-  p.mpmb = [&]() -> V64 { return {uint64_t(Nt) * d.Md * 2, uint64_t(Nt) * pm_chunk(d.Md) * 2}; };
+  p.mpmb = [&]() -> V64 { return {uint64_t(Nt) * d.Md * 2, uint64_t(Nt) * pm_chunk(d.Md, 1) * 2}; };
   // prefill A: q|k|v [r][qkv_n] (q stored), rows [r][H], cos, sin (loaded); waited, where
   // those do not fit, cos and sin come in after the q|k|v GEMM over the rows (rope_in_rows).
   p.pa = [&, sets_of, W = p.W](uint32_t r, uint32_t mode) -> V64 {
@@ -1476,7 +1546,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
     const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
     if (part == 1) return pt < N ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
-    const uint64_t up = uint64_t(N) * 2 * pm_chunk(d.Iv);
+    const uint64_t up = uint64_t(N) * 2 * pm_chunk(d.Iv, 1);
     if (part == 2) return {rows, vsums() ? 0 : 2 * rows, up};
     return {rows, tile};
   };
@@ -1490,7 +1560,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
     if (part == 1)  // (tiles: the residual over the attention rows)
       return pt < r ? V64{rows, std::max<uint64_t>(uint64_t(pt) * qd, tile)} : V64{rows, uint64_t(pt) * qd, tile};
-    const uint64_t up = uint64_t(r) * 4 * pm_chunk(d.I);
+    const uint64_t up = uint64_t(r) * 4 * pm_chunk(d.I, 2);
     if (part == 2) return {rows, psums(r) ? 0 : 2 * rows, up};
     return {rows, tile};
   };
@@ -1546,14 +1616,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
-  // One chunk of an MLP over every row (pm, vpm) on r rows: its up GEMM ([r][w] -> [r][u]) and
-  // its down GEMM's chunk ([r][c] -> [r][w]), each call's weights streaming in during the call
-  // before it (gemm_handoff): up's MACs beside down's weights, then down's MACs beside the next
-  // up's weights. (Where the calls are one tile each, as on 2,048 PEs or more, a chunk takes
-  // that, not max(MACs, weights): 32x64, 64 rows at 128 GB/s: 34 K cycles measured a chunk,
-  // 31 K this, 25 K the max.)
-  auto chunk_chain = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl) {
-    const double m_up = sl * r * double(u) * w / peak, m_dn = sl * r * double(w) * c / peak;
+  // One chunk of an MLP over every row (pm, vpm) on r rows: its up GEMM ([r][w] -> [r][u], at
+  // split up_split) and its down GEMM's chunk ([r][c] -> [r][w]), each call's weights streaming
+  // in during the call before it (gemm_handoff): up's MACs beside down's weights, then down's
+  // MACs beside the next up's weights. (Where the calls are one tile each, as on 2,048 PEs or
+  // more, a chunk takes that, not max(MACs, weights): 32x64, 64 rows at 128 GB/s: 34 K cycles
+  // measured a chunk, 31 K this, 25 K the max.) A narrow tile's idle PEs count.
+  auto chunk_chain = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
+    const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, c);
+    const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak, m_dn = sl * r * double(gd.tiles) * gd.cols * c / peak;
     return std::max(m_up, wb(w, c) / bw) + std::max(m_dn, wb(u, w) / bw);
   };
   const double before_va = p.cost;
@@ -1594,14 +1665,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, t)) && fits(p.vpmb(3, t)); });
   if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && fits(p.vpmb(1, p.vpt)) && fits(p.vpmb(2, p.vpt)) &&
       fits(p.vpmb(3, p.vpt))) {
-    const uint32_t cv = pm_chunk(d.Iv);
+    const uint32_t cv = pm_chunk(d.Iv, 1);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
     const GemmPlan fp = plan_gemm(gc, N, d.Dv, cv);
     const double port = (vsums() ? 0.0 : double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
     const double proj_again = double((N + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
     const double vpm_c = depth * (std::max(N * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
-                                  chunk_chain(N, d.Dv, cv, cv, 1.0) * (d.Iv / cv) + proj_again / bw +
+                                  chunk_chain(N, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
                                   (vsums() ? 6.0 : 8.0) * N * d.Dv / bw +
                                   double(d.Iv / cv) * fp.tiles * port);
     if (!p.rvc || vpm_c < kFewerBytes * (p.cost - before_vc) || (knob && p.vpt < N))
@@ -1696,7 +1767,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       return fits(p.pmb(1, r, r)) && fits(p.pmb(2, r, r)) && fits(p.pmb(3, r, r));
     }) : 0;
     p.ppt = p.rpm;
-    const uint32_t cp = pm_chunk(d.I);
+    const uint32_t cp = pm_chunk(d.I, 2);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
     auto estimate = [&](uint32_t rows, uint32_t pt) {
@@ -1706,13 +1777,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_chain(r, d.H, cp, 2 * cp, slow) * (d.I / cp) + o_again / bw +
+                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_gate_up_split(gemm_cfg_, cp, d.H)) * (d.I / cp) + o_again / bw +
                        r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
       return c;
     };
-    double pm_c = estimate(p.rpm, p.rpm);
+    double pm_c = p.rpm ? estimate(p.rpm, p.rpm) : 0.0;  // (no rows fit: none)
     if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1))) {
       const uint32_t pt =
           rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t)) && fits(p.pmb(3, S, t)); });
@@ -1739,9 +1810,21 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.cost = before + (p.fused ? fused : phased);
   p.ok = p.rva && (p.rvc || p.vpm) && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
   // (the mergers: their weight passes, at the DDR rate)
+  const double mergers = double(vc.deepstack_visual_indexes.size() + 1);
   if (p.ok && Nt)
-    p.cost += (p.mpm ? 1.0 : std::ceil(double(Nt) / p.rm)) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) *
-              double(vc.deepstack_visual_indexes.size() + 1) / bw;
+    p.cost += (p.mpm ? 1.0 : std::ceil(double(Nt) / p.rm)) * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * mergers / bw;
+  if (p.ok) {
+    auto passes = [](uint32_t rows, uint32_t per_tile) { return rows ? std::ceil(double(rows) / per_tile) : 0.0; };
+    const double wb_mlp = wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv), wb_pm = wb_c - wb(d.H, d.nq * d.hd);
+    p.weight_bytes =
+        depth * (wb(3 * d.Dv, d.Dv) * (p.vqg ? 1.0 : p.vqa ? passes(N, p.vqt) : passes(N, p.rva)) +
+                 (p.vpm ? wb_mlp + wb(d.Dv, d.Dv) * passes(N, p.vpt) : wb_vc * passes(N, p.rvc))) +
+        mergers * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (p.mpm ? 1.0 : passes(Nt, p.rm)) +
+        layers * (p.fused ? (wb_a + wb_c) * passes(S, p.rpf)
+                          : wb_a * passes(S, p.rpa) +
+                                (p.pm ? passes(S, p.rpm) * (wb_pm + wb(d.H, d.nq * d.hd) * passes(p.rpm, p.ppt))
+                                      : wb_c * passes(S, p.rpc)));
+  }
   return p;
   };
   // GEMM DMA channels: all of them, or 2 when the OCM their buffers give back saves
@@ -1773,6 +1856,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     CompiledProgram o;
     o.plan = "streamed";
     o.est_cycles = p.ok ? p.cost : std::numeric_limits<double>::infinity();
+    o.est_weight_bytes = p.weight_bytes;
     return o;
   }
   if (!p.ok) {
@@ -1822,7 +1906,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
-    k.pm_split = pm_gate_up_split(gemm_cfg_, d.I, d.H);
+    k.pm_split = pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H);
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
@@ -2041,7 +2125,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // GELU into U, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias),
           // the last rounded into the normed rows, which no GEMM reads after the last fc1.
           const std::vector<uint32_t> o = phase(p.mpmb());
-          const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md), chunks = d.Md / cm, sums = msums();
+          const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md, 1), chunks = d.Md / cm, sums = msums();
           em.copy(M + ".load", vh, ocm(X), Nt * d.Md * 2);
           norm(M, Nt, X);
           k.lrm_end = sums;
@@ -2199,7 +2283,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         },
                         .a_stride = d.Dv * 2, .res_ddr = vh, .out_w = vname(blk, "proj"), .out_k = d.Dv,
                         .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w, .norm_b = vv_n2b,
-                        .eps = veps, .chunk = pm_chunk(d.Iv), .chunks = d.Iv / pm_chunk(d.Iv), .gated = false,
+                        .eps = veps, .chunk = pm_chunk(d.Iv, 1), .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
                         .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
                         .up_bias = vv_fc1b, .down_bias = vv_fc2b, .sums_lrm = vsums(), .part_rows = p.vpt});
         } else {
@@ -2427,7 +2511,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
                           .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
-                          .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I), .chunks = d.I / pm_chunk(d.I),
+                          .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2),
                           .gated = true,
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
@@ -2501,7 +2585,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const std::string rope_note = !p.fused && p.pa(p.rpa, p.spa).size() == 2 ? "; cos, sin over the qkv rows" : "";
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
-                                                    "partial sums in {}{})", p.rpa, p.rpm, rope_note, pm_chunk(d.I),
+                                                    "partial sums in {}{})", p.rpa, p.rpm, rope_note, pm_chunk(d.I, 2),
                                                     psums(p.rpm) ? "LRM" : "OCM", part_tiles(p.ppt, p.rpm))
                                       : fmt::format("{}|{} (qkv|MLP phases{})", p.rpa, p.rpc, rope_note);
   const std::string pcopies =
@@ -2514,11 +2598,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
   const std::string mrows = p.mpm ? fmt::format("{} (in chunks of {} with fp32 partial sums in LRM)", Nt,
-                                                pm_chunk(d.Md))
+                                                pm_chunk(d.Md, 1))
                                   : std::to_string(p.rm);
   const std::string vrows =
       p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{}{})", va,
-                          N, pm_chunk(d.Iv), vsums() ? "LRM" : "OCM", part_tiles(p.vpt, N), qkv_note)
+                          N, pm_chunk(d.Iv, 1), vsums() ? "LRM" : "OCM", part_tiles(p.vpt, N), qkv_note)
             : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, qkv_note);
   if (s.vision && s.prefill)
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "

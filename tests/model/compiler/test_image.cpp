@@ -323,6 +323,26 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 }
 
+// The same on 32x64 PEs with chunks as wide as Compiler::settle_pm_chunks takes there for
+// the 2B (CompileOptions::image_chunk_pes: tiles of 2,048 columns at split 2, the tower's 1536
+// in one chunk, the prefill's 3072 in chunks of 1024), packed and run as such. Against the
+// chain, with the negative control.
+TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=832KiB", "ddr_gbps=8"});
+  CompileOptions opt = ocm_options();
+  opt.image_gemm_rows = 32;
+  opt.image_chunk_pes = 4096;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos) << prog.plan;
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 1024 with fp32"), std::string::npos)
+      << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 32x64, 832 KiB, 8 GB/s, wide chunks");
+}
+
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
 // 2B at 1 MiB, where the normed rows and the up output of every row fit but not the attention
 // rows and residual too; forced here by CompileOptions::image_part_rows): the tiny wider model
