@@ -151,6 +151,8 @@ struct CompileOptions {
   // tiles of at most image_qkv_rows rows through image_qkv_buffers output buffers (1 or 2;
   // 0: two where they fit); 0 rows: the cost model decides.
   uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
+  // Test knob: the tower's MLP phase in row tiles, never over every row in chunks (Streamed::vpm).
+  bool image_tower_mlp_tiles = false;
   // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
   // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
   bool image_merger_chunks = false;

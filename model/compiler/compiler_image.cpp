@@ -1360,6 +1360,14 @@ size_t doubled(uint32_t mode, size_t stored, size_t copied) {
 // error, fewer DDR bytes (energy, docs/energy.md). (1 MiB, 128 GB/s: without it the estimate
 // took the row tiles at 2.9 x the weights' bytes, and 64x64 ran 0.2% slower than at 64 GB/s.)
 constexpr double kFewerBytes = 1.05;
+// A row tile's GEMM call beside its MACs: start-up, epilogues and the code scatters its few
+// rows cannot hide (not under the call's weights). Measured 2.6 K cycles a call of 44 rows on
+// 1,024 PEs (the 2B tower's fc1 and fc2 in row tiles at 1 MiB: 10.4 K over their MACs a call
+// of 4 tiles), 3.3 K a chunk call of 256 rows. Without it the estimate took the tower's MLP
+// in 6 row tiles of 44 rows at 1 MiB, 128 GB/s (620 MB of weights) where over every row it
+// runs 2.0% faster. (The chained chunk calls of an MLP over every row hand their start-ups
+// off: charged there too, the tiny model's MLPs left that plan for 10-12% slower ones.)
+constexpr double kCallCycles = 2500;
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)
@@ -1580,15 +1588,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
   // (a run without the tower or the prefill has no such tiles: 1 row, never used)
   // A row phase's rows per tile and copy mode, by a cost model of one tile of r rows
-  // (MAC cycles m, weight DDR cycles w, load and store DDR cycles l and s): waited,
+  // (MAC cycles m with kCallCycles for each of its `calls` GEMM calls, weight DDR cycles w, load and store DDR cycles l and s): waited,
   // max(m, w) + l + s; pipelined, max(m, w + l + s) (one tile's copies exposed);
   // stores behind, max(m, w + s) + l (one tile's stores exposed); each on the most rows
   // its buffers leave.
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();  // (the row phases are GEMMs)
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
-                       double wbytes, double load_row, double store_row, uint32_t& mode, double times,
-                       double waited_tile = 0) {
+                       double wbytes, double calls, double load_row, double store_row, uint32_t& mode,
+                       double times, double waited_tile = 0) {
     mode = kWaited;
     if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
     double best = 0;
@@ -1597,7 +1605,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (opt_.image_copy_mode && md != opt_.image_copy_mode) continue;
       const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, md)); });
       if (!r) continue;
-      const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak, w = wbytes / bw,
+      const double tiles = std::ceil(double(total) / r), m = r * macs_row / peak + calls * kCallCycles, w = wbytes / bw,
                    l = r * load_row / bw, st = r * store_row / bw;
       double keys = 0;  // read back (waited_tile bytes each): up to each tile's last row, but the first's
       if (waited_tile)
@@ -1628,7 +1636,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return std::max(m_up, wb(w, c) / bw) + std::max(m_dn, wb(u, w) / bw);
   };
   const double before_va = p.cost;
-  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
+  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
   // The tower's qkv phase q, k, v in turn (block 0 keeps the row tiles: it makes its rows from
   // the patches), over every row or in the fewest tiles that fit (two output buffers, else
@@ -1646,7 +1654,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // (one buffer: q's and k's stores waited for, their DDR time beside the next GEMM's
       // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.10% measured, not 0.8%)
       const double stores = outs == 1 ? t * 4.0 * d.Dv : 0.0;
-      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak, (wb(3 * d.Dv, d.Dv) + stores) / bw) +
+      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak + 3 * kCallCycles,
+                                                     (wb(3 * d.Dv, d.Dv) + stores) / bw) +
                                     N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
       const double margin = t > (p.vqa ? p.vqt : p.rva) ? kFewerBytes : 1.0;  // (fewer weight passes)
       if (qknob || vqa_c < margin * (p.cost - before_va)) p.vqa = true, p.vqt = t, p.vqo = outs, p.cost = before_va + vqa_c;
@@ -1655,7 +1664,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double a_phase = p.cost - before_va;
   const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
-  p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
+  p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 3, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   // The tower's MLP phase over every row when it is cheaper (as the prefill's below).
   // With LRM sums, the first and last parts in tiles of vpt rows where all rows do not fit
   // (each reading the proj weight again).
@@ -1663,7 +1672,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t knob = opt_.image_part_rows;
   if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && (!fits(p.vpmb(1, N)) || knob) && vsums() && fits(p.vpmb(2, 1)))
     p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, t)) && fits(p.vpmb(3, t)); });
-  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && fits(p.vpmb(1, p.vpt)) && fits(p.vpmb(2, p.vpt)) &&
+  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && !opt_.image_tower_mlp_tiles && fits(p.vpmb(1, p.vpt)) &&
+      fits(p.vpmb(2, p.vpt)) &&
       fits(p.vpmb(3, p.vpt))) {
     const uint32_t cv = pm_chunk(d.Iv, 1);
     sim::Config gc = gemm_cfg_;
@@ -1749,9 +1759,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double macs_a = slow * d.qkv_n * d.H, macs_c = slow * d.H * (d.nq * d.hd + 3.0 * d.I);
   const double wb_a = wb(d.qkv_n, d.H), wb_c = wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I);
   const double before = p.cost;
-  p.rpa = row_phase(S, p.pa, macs_a, wb_a, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd), p.spa, layers);
+  p.rpa = row_phase(S, p.pa, macs_a, wb_a, 1, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd), p.spa, layers);
   const double before_c = p.cost;
-  p.rpc = row_phase(S, p.pc, macs_c, wb_c, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
+  p.rpc = row_phase(S, p.pc, macs_c, wb_c, 2.0 + nchunks, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
   // The MLP over every row, where its packing is in DDR, no knob caps the rows and its parts
   // fit (else in the fewest tiles whose parts fit, each reading every chunk): per tile MACs or
   // weights once, its copies waited for (the attention rows and the residual in, the
@@ -1798,7 +1808,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (S && p.gp)
     phased += layers * std::max(attn_cycles(d.nkv, p.gp, G, S, d.hd, off + S), (2.0 * S * qd + 2.0 * (off + S) * kd) / bw);
   p.cost = before;
-  p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, 2.0 * d.H, p.spf,
+  p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, 3.0 + nchunks, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, 2.0 * d.H, p.spf,
                     layers, 2.0 * kd);
   const bool fused_ok = p.rpf && opt_.image_prefill != 1 && !pm;
   double fused = p.cost - before;

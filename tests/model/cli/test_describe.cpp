@@ -143,10 +143,13 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"}, 4, "streamed");
 }
 
-// 512 KiB: the prefill run streamed too, whole layers a tile (two tiles of 84 rows, each
-// attention reading the keys up to its last row back from the KV cache; compiler_image.cpp).
+// 512 KiB: the prefill run streamed too, in two tiles of 84 rows per phase with its MLP over
+// every row in chunks (Streamed::pm; compiler_image.cpp). (Its whole layers a tile, which
+// the cost model took before it counted the row tiles' call start-ups, run against the chain
+// in ImageOcm.TinyMatchesTheChainOnEveryOcmPlan.)
 TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
-  matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2, "(whole layers)");
+  matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2,
+                         "rows per tile 84|84 (qkv|MLP phases; the MLP in chunks of 384 with fp32 partial sums in LRM)");
 }
 
 // A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on half of its rows (Compiler::gemm_view:

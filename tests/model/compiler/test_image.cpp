@@ -209,7 +209,8 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   CompileOptions small;
   small.image_tile_rows = 20;
   small.image_attn_groups = 1;
-  small.image_prefill = 1;  // three phases
+  small.image_prefill = 1;    // three phases
+  small.image_copy_mode = 1;  // waited
   CompileOptions pipelined = small, behind = small;  // the row phases' copy modes (CopyMode)
   pipelined.image_copy_mode = 2;
   behind.image_copy_mode = 3;
@@ -375,8 +376,9 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
 // q|k|v by head groups is TinyMlpOverEveryRowMatchesTheChain's): by head groups (Streamed::vqg,
 // 2 heads a group) with the tower's MLP in row tiles, which read the attention rows back from
 // DDR (store_attn), on a 16x16 array at 8 GB/s; q, k and v in turn over every row
-// (Streamed::vqa) at 32 GB/s, where the group GEMMs' 192 of 1,024 columns cost more than the
-// q|k|v round trip. The first also on one DMA channel (every copy, GEMM unit and attention
+// (Streamed::vqa) at 32 GB/s (CompileOptions::image_tower_mlp_tiles and image_qkv_rows hold
+// each form: with the row tiles' call start-ups counted the cost model takes the MLP over every
+// row at 8 GB/s and the head groups at 32). The first also on one DMA channel (every copy, GEMM unit and attention
 // staging queued on it; its prefill of one whole-layer tile never reads the KV cache back,
 // so the slot control does not apply there). Each against the chain (logits cosine >= 0.9999, the same top-1),
 // timing-only = functional. Negative control: the keys written from slot 3 and read from
@@ -389,6 +391,7 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
     std::vector<std::string> sets;
     const char* plan;  // expected in the plan description
     bool control;      // the plan reads keys back from the KV cache (a prefill in phases)
+    bool mlp_tiles = true;   // CompileOptions::image_tower_mlp_tiles (else the q, k, v knob)
   };
   for (const Case& k : {Case{config_tiny_wide(), wide_bundle().bundle.get(), {"pe_rows=16", "pe_cols=16", "ddr_gbps=8"},
                              "tower 144 (block 0: 72)|144 (qkv|MLP phases; q|k|v 2 heads at a time beside the "
@@ -398,12 +401,16 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
                              "q|k|v 2 heads at a time beside the attention), mergers 36, prefill 48 (whole layers)",
                              false},
                         Case{config_tiny_wider(), wider.bundle.get(), {"ddr_gbps=32"},
-                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn)", true}}) {
+                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn)", true, false}}) {
     const auto [pixels, ref] = ocm_reference(k.m, *k.bundle, 5);
     std::vector<std::string> sets = k.sets;
     sets.push_back("ocm_bytes=512KiB");
     sim::Config cfg = sim::Config::make("qc-u", sets);
-    const CompileOptions opt = ocm_options();
+    CompileOptions opt = ocm_options();
+    // (The cost model's choices there: the MLP over every row beside the groups, the groups
+    // beside the 144-row q, k, v; the knobs keep each form run.)
+    opt.image_tower_mlp_tiles = k.mlp_tiles;
+    if (!k.mlp_tiles) opt.image_qkv_rows = 144;
     Compiler c(k.m, cfg, opt);
     const CompiledProgram prog = c.image_program(kOcmShape);
     SCOPED_TRACE(k.m.name + ": " + prog.plan);
