@@ -1601,6 +1601,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (!total) return 1u;  // a run without the tower or the prefill: no such tiles
     double best = 0;
     uint32_t best_r = 0;
+    std::vector<std::tuple<double, uint32_t, uint32_t>> options;  // (cost, rows, mode)
     for (uint32_t md : {kWaited, kPipelined, kStoresBehind}) {
       if (opt_.image_copy_mode && md != opt_.image_copy_mode) continue;
       const uint32_t r = rows_per_tile(total, cap, [&](uint32_t r) { return fits(sizes(r, md)); });
@@ -1616,7 +1617,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                            : tiles * (std::max(m, w + st) + l) + st) +
                        waited_tile * keys / bw;
       if (!best_r || c < best) best = c, best_r = r, mode = md;
+      options.emplace_back(c, r, md);
     }
+    // Fewer weight passes (more rows a tile) unless 5% or more above the least estimate.
+    for (auto [c, r, md] : options)
+      if (r > best_r && c < kFewerBytes * best) best = c, best_r = r, mode = md;
     p.cost += best * times;
     return best_r;
   };
