@@ -482,9 +482,9 @@ namespace {
 
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
 // with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
-// cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose chunks
-// replace the whole-width gate|up and down GEMMs (0: none). (The tower's chunks, Streamed::vpm, need no more than
-// its whole-width fc1 and fc2.)
+// cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
+// chunks replace the whole-width gate|up and down GEMMs (0: none). (The tower's chunks,
+// Streamed::vpm, need no more than its whole-width fc1 and fc2.)
 uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
@@ -1587,11 +1587,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.hd = {uint64_t(d.H) * 2, uint64_t(d.V) * 2, gemv_min};
   auto fits = [&](const V64& v) { return sum_fp(v) <= p.W; };
   // (a run without the tower or the prefill has no such tiles: 1 row, never used)
-  // A row phase's rows per tile and copy mode, by a cost model of one tile of r rows
-  // (MAC cycles m with kCallCycles for each of its `calls` GEMM calls, weight DDR cycles w, load and store DDR cycles l and s): waited,
-  // max(m, w) + l + s; pipelined, max(m, w + l + s) (one tile's copies exposed);
-  // stores behind, max(m, w + s) + l (one tile's stores exposed); each on the most rows
-  // its buffers leave.
+  // A row phase's rows per tile and copy mode, by a cost model of one tile of r rows (MAC
+  // cycles m, with kCallCycles for each of its `calls` GEMM calls, weight DDR cycles w, load
+  // and store DDR cycles l and s): waited, max(m, w) + l + s; pipelined, max(m, w + l + s)
+  // (one tile's copies exposed); stores behind, max(m, w + s) + l (one tile's stores
+  // exposed); each on the most rows its buffers leave.
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();  // (the row phases are GEMMs)
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
@@ -1637,7 +1637,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // measured a chunk, 31 K this, 25 K the max.) A narrow tile's idle PEs count.
   auto chunk_chain = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
     const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, c);
-    const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak, m_dn = sl * r * double(gd.tiles) * gd.cols * c / peak;
+    const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak,
+                 m_dn = sl * r * double(gd.tiles) * gd.cols * c / peak;
     return std::max(m_up, wb(w, c) / bw) + std::max(m_dn, wb(u, w) / bw);
   };
   const double before_va = p.cost;
@@ -1677,9 +1678,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t knob = opt_.image_part_rows;
   if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && (!fits(p.vpmb(1, N)) || knob) && vsums() && fits(p.vpmb(2, 1)))
     p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, t)) && fits(p.vpmb(3, t)); });
-  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && !opt_.image_tower_mlp_tiles && fits(p.vpmb(1, p.vpt)) &&
-      fits(p.vpmb(2, p.vpt)) &&
-      fits(p.vpmb(3, p.vpt))) {
+  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && !opt_.image_tower_mlp_tiles &&
+      fits(p.vpmb(1, p.vpt)) && fits(p.vpmb(2, p.vpt)) && fits(p.vpmb(3, p.vpt))) {
     const uint32_t cv = pm_chunk(d.Iv, 1);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
@@ -1792,7 +1792,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_gate_up_split(gemm_cfg_, cp, d.H)) * (d.I / cp) + o_again / bw +
+                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_gate_up_split(gemm_cfg_, cp, d.H)) * (d.I / cp) +
+                       o_again / bw +
                        r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
@@ -1813,8 +1814,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (S && p.gp)
     phased += layers * std::max(attn_cycles(d.nkv, p.gp, G, S, d.hd, off + S), (2.0 * S * qd + 2.0 * (off + S) * kd) / bw);
   p.cost = before;
-  p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, 3.0 + nchunks, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, 2.0 * d.H, p.spf,
-                    layers, 2.0 * kd);
+  p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, 3.0 + nchunks, d.H * 2.0 + 2.0 * kd + d.hd * 8.0,
+                    2.0 * d.H, p.spf, layers, 2.0 * kd);
   const bool fused_ok = p.rpf && opt_.image_prefill != 1 && !pm;
   double fused = p.cost - before;
   if (S && p.rpf) {

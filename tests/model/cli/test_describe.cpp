@@ -149,7 +149,8 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
 // in ImageOcm.TinyMatchesTheChainOnEveryOcmPlan.)
 TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2,
-                         "rows per tile 84|84 (qkv|MLP phases; the MLP in chunks of 384 with fp32 partial sums in LRM)");
+                         "rows per tile 84|84 (qkv|MLP phases; the MLP in chunks of 384 with fp32 partial sums "
+                         "in LRM)");
 }
 
 // A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on half of its rows (Compiler::gemm_view:

@@ -337,7 +337,8 @@ TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
   opt.image_chunk_pes = 4096;
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos) << prog.plan;
+  EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos)
+      << prog.plan;
   EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 1024 with fp32"), std::string::npos)
       << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
