@@ -149,7 +149,8 @@ struct CompileOptions {
   bool image_ocm_sums = false;
   // Test knobs: the tower's q, k, v in turn (Streamed::vqa, where its packing is in DDR) in
   // tiles of at most image_qkv_rows rows through image_qkv_buffers output buffers (1 or 2;
-  // 0: two where they fit); 0 rows: the cost model decides.
+  // 0: two where they fit; set, k and v go through DDR too, never kept for the attention);
+  // 0 rows: the cost model decides.
   uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
   // Test knob: the tower's MLP phase in row tiles, never over every row in chunks (Streamed::vpm).
   bool image_tower_mlp_tiles = false;

@@ -1403,6 +1403,13 @@ struct Streamed {
   // the next GEMM); buffers vqab(rows, outputs).
   bool vqa = false;
   uint32_t vqt = 0, vqo = 2;
+  // With vqa over every row, k and v kept in OCM for the attention (blocks >= 1): q into k's
+  // buffer and stored, then k and v into their own, which the attention reads in place (row
+  // stride Dv); only q goes to DDR and back. Buffers vkvab() (the qkv phase) and vkvb(kv
+  // heads, buffer sets) (the attention: k, v, then a set's q and output staging).
+  bool vkv = false;
+  std::function<std::vector<uint64_t>()> vkvab;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vkvb;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vqab;
   // Or, from block 1 on, its q|k|v by groups of vgq_heads heads, each group's GEMM beside its
   // attention (q, k and v never leave OCM: no qkv phase stores, no attention phase loads):
@@ -1538,6 +1545,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.vqab = [&](uint32_t r, uint32_t outs) -> V64 {
     const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4;
     return outs == 2 ? V64{rows, tab, tab, rows, rows} : V64{rows, tab, tab, rows};
+  };
+  p.vkvab = [&]() -> V64 {  // k (q first), v (cos, sin [N][hdv] fp32 first), normed rows
+    const uint64_t rows = uint64_t(N) * d.Dv * 2;
+    return {rows, std::max<uint64_t>(rows, uint64_t(N) * d.hdv * 8), rows};
+  };
+  p.vkvb = [&](uint32_t g, uint32_t sets) -> V64 {
+    const uint64_t rows = uint64_t(N) * d.Dv * 2, x = uint64_t(g) * N * hdv2;
+    return sets == 2 ? V64{rows, rows, x, x, x, x} : V64{rows, rows, x, x};
   };
   // tower q|k|v by head groups (vqg): normed rows [N][Dv], attention rows [N][Dv] (where
   // vpmb(1) has its own), cos, sin [N][hdv] fp32, the group-ordered q|k|v bias [3 Dv], a
@@ -1755,6 +1770,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const double replaced = a_phase * (depth - 1) / depth + (depth - 1) * b_phase;
     if (vqg_c < replaced) p.vqg = true, p.vqa = false, p.cost += vqg_c - replaced;
   }
+  // k and v kept for the attention where they fit (fewer bytes, the same MACs; the test knob
+  // image_qkv_buffers keeps them going through DDR).
+  p.vkv = p.vqa && p.vqt == N && p.gv && !opt_.image_qkv_buffers && fits(p.vkvab()) && fits(p.vkvb(p.gv, p.sv));
   // The prefill in three phases or in whole layers a tile, the cheaper by the cost model:
   // the row phases (above) plus the attention, in phases the larger of its calls' work
   // and its copies (q, k, v in, the output out; pipelined), a tile at a time its calls
@@ -2201,6 +2219,23 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                            .max_groups = gq});
           }
           if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+        } else if (p.vkv && blk > 0) {
+          // Every row, k and v kept (Streamed::vkv): q into k's buffer, rotated and stored (the
+          // attention loads it by head groups; the store waited for), then k and v into their
+          // own for the attention (v's buffer held cos and sin until then).
+          const std::vector<uint32_t> o = phase(p.vkvab());
+          const uint32_t K = o[0], V = o[1], X = o[2], RC = V, RS = V + N * d.hdv * 4;
+          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
+          em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
+          em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
+          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          for (uint32_t j = 0; j < 3; ++j) {
+            const uint32_t Y = j == 2 ? V : K;
+            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y,
+                   d.Dv * 2, vv_qkvb + j * d.Dv * 2);
+            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
+            if (j == 0) em.copy(B + ".store_q", ocm(K), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+          }
         } else if (p.vqa && blk > 0) {
           // Every row or tiles of vqt rows (Streamed::vqa): norm, then q, k, v in turn into the
           // output buffers in turn, each stored (its third of the q|k|v rows) on its buffer's
@@ -2262,7 +2297,31 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         rows * 3 * d.Dv * 2);
               });
         }
-        if (!(p.vqg && blk > 0)) {
+        if (p.vkv && blk > 0) {
+          // k and v read in place (row stride Dv); q loaded and the output stored by head
+          // group. (The set layout attention_phase takes: q, k, v, output per set.)
+          const std::vector<uint32_t> o = phase(p.vkvb(p.gv, p.sv)), a = phase(p.vkvab());
+          if (o[0] != a[0] || o[1] != a[1])
+            fail("compiler: internal: the tower's keys and values are not where its attention reads them");
+          std::vector<uint32_t> sets;
+          for (uint32_t i = 0; i < p.sv; ++i) sets.insert(sets.end(), {o[2 + 2 * i], o[0], o[1], o[3 + 2 * i]});
+          auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
+          auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
+            const bool w = ch == UINT32_MAX;
+            if (!load)
+              return copy_on(ch, name(g0) + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng,
+                             N * hdv2, hdv2);
+            copy_on(w ? ch : chq, name(g0) + ".load_q", vqkv + g0 * hdv2, ocm(u[0]), hdv2, N, 3 * d.Dv * 2, hdv2, ng,
+                    hdv2, N * hdv2);
+          };
+          attention_phase(d.hv, p.gv, p.sv, sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+            k.attention(name(g0) + ".attention",
+                        {.q_heads = ng, .kv_heads = ng, .head_dim = d.hdv, .seq = N, .causal = false, .q_ocm = u[0],
+                         .q_row_stride = hdv2, .q_head_stride = N * hdv2, .k_ocm = u[1] + g0 * hdv2,
+                         .v_ocm = u[2] + g0 * hdv2, .kv_row_stride = d.Dv * 2, .out_ocm = u[3],
+                         .out_row_stride = hdv2, .out_head_stride = N * hdv2, .max_groups = ng});
+          });
+        } else if (!(p.vqg && blk > 0)) {
           auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
             const std::string A = name(g0);
@@ -2609,7 +2668,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
   // The tower's row tiles (qkv|MLP phases), and the prefill's.
   const std::string va = p.vqa || p.vqg ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
-  const std::string qkv_note = p.vqa   ? fmt::format("; q, k, v in turn{}{}", p.vqt < N ? fmt::format(" in tiles of {}", p.vqt) : "",
+  const std::string qkv_note = p.vkv   ? std::string("; q, k, v in turn, k and v kept for the attention")
+                               : p.vqa ? fmt::format("; q, k, v in turn{}{}", p.vqt < N ? fmt::format(" in tiles of {}", p.vqt) : "",
                                                      p.vqo == 1 ? " through one buffer" : "")
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";

@@ -377,9 +377,11 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
 // q|k|v by head groups is TinyMlpOverEveryRowMatchesTheChain's): by head groups (Streamed::vqg,
 // 2 heads a group) with the tower's MLP in row tiles, which read the attention rows back from
 // DDR (store_attn), on a 16x16 array at 8 GB/s; q, k and v in turn over every row
-// (Streamed::vqa) at 32 GB/s (CompileOptions::image_tower_mlp_tiles and image_qkv_rows hold
-// each form: with the row tiles' call start-ups counted the cost model takes the MLP over every
-// row at 8 GB/s and the head groups at 32). The first also on one DMA channel (every copy, GEMM unit and attention
+// (Streamed::vqa) at 32 GB/s, through DDR and with k and v kept in OCM for the attention
+// (Streamed::vkv: q alone stored and loaded by head groups, k and v read in place)
+// (CompileOptions::image_tower_mlp_tiles, image_qkv_rows and image_qkv_buffers hold each form:
+// with the row tiles' call start-ups counted the cost model takes the MLP over every row at
+// 8 GB/s and the head groups at 32). The first also on one DMA channel (every copy, GEMM unit and attention
 // staging queued on it; its prefill of one whole-layer tile never reads the KV cache back,
 // so the slot control does not apply there). Each against the chain (logits cosine >= 0.9999, the same top-1),
 // timing-only = functional. Negative control: the keys written from slot 3 and read from
@@ -392,7 +394,8 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
     std::vector<std::string> sets;
     const char* plan;  // expected in the plan description
     bool control;      // the plan reads keys back from the KV cache (a prefill in phases)
-    bool mlp_tiles = true;   // CompileOptions::image_tower_mlp_tiles (else the q, k, v knob)
+    bool mlp_tiles = true;   // CompileOptions::image_tower_mlp_tiles (else the q, k, v knobs)
+    uint32_t qkv_buffers = 0;  // CompileOptions::image_qkv_buffers (2: k and v through DDR too)
   };
   for (const Case& k : {Case{config_tiny_wide(), wide_bundle().bundle.get(), {"pe_rows=16", "pe_cols=16", "ddr_gbps=8"},
                              "tower 144 (block 0: 72)|144 (qkv|MLP phases; q|k|v 2 heads at a time beside the "
@@ -402,7 +405,10 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
                              "q|k|v 2 heads at a time beside the attention), mergers 36, prefill 48 (whole layers)",
                              false},
                         Case{config_tiny_wider(), wider.bundle.get(), {"ddr_gbps=32"},
-                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn)", true, false}}) {
+                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn)", true, false, 2},
+                        Case{config_tiny_wider(), wider.bundle.get(), {"ddr_gbps=32"},
+                             "tower 144 (block 0: 72)|72 (qkv|MLP phases; q, k, v in turn, k and v kept for the "
+                             "attention)", true, false}}) {
     const auto [pixels, ref] = ocm_reference(k.m, *k.bundle, 5);
     std::vector<std::string> sets = k.sets;
     sets.push_back("ocm_bytes=512KiB");
@@ -412,6 +418,7 @@ TEST(ImageOcm, TinyTowerQkvPhasesMatchTheChain) {
     // beside the 144-row q, k, v; the knobs keep each form run.)
     opt.image_tower_mlp_tiles = k.mlp_tiles;
     if (!k.mlp_tiles) opt.image_qkv_rows = 144;
+    opt.image_qkv_buffers = k.qkv_buffers;
     Compiler c(k.m, cfg, opt);
     const CompiledProgram prog = c.image_program(kOcmShape);
     SCOPED_TRACE(k.m.name + ": " + prog.plan);
