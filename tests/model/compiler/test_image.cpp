@@ -648,6 +648,33 @@ TEST(ImageOcm, FullSizeCyclesChangeWithOcm) {
   EXPECT_TRUE(p1.plan.starts_with("streamed"));
 }
 
+// The 2B on 32x64 at 2 MiB, 32 GB/s, timing-only: the streamed plan takes MLP chunks as wide
+// as the array (Compiler::settle_pm_chunks) and keeps the tower's k and v in OCM for the
+// attention (Streamed::vkv); each runs faster than the form it replaced, forced by the knobs
+// (512-wide chunks: CompileOptions::image_chunk_pes = 512; k and v through DDR:
+// image_qkv_buffers = 1). (Their numerics: TinyWiderMlpChunksMatchTheChain and
+// TinyTowerQkvPhasesMatchTheChain.)
+TEST(ImageOcm, FullSizeWideArrayTakesWideChunksAndKeepsKeys) {
+  const ImageShape s{};
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=2MiB"});
+  auto cycles = [&](const CompileOptions& o, const char* want) {
+    Compiler c(config_2b(), cfg, o);
+    const CompiledProgram prog = c.image_program(s);
+    const uint64_t n = run_image(c, prog, s, nullptr, {}, true).stats.total[sim::Stat::cycles];
+    std::printf("2B image program, 32x64, 2 MiB: %llu cycles (%s)\n", (unsigned long long)n, prog.plan.c_str());
+    EXPECT_NE(prog.plan.find(want), std::string::npos) << prog.plan;
+    return n;
+  };
+  CompileOptions narrow, through_ddr;
+  narrow.image_chunk_pes = 512;
+  through_ddr.image_qkv_buffers = 1;
+  const uint64_t chosen = cycles({}, "the MLP in chunks of 2048 with fp32 partial sums in LRM; q, k, v in turn, k "
+                                     "and v kept for the attention");
+  EXPECT_LT(chosen, cycles(narrow, "the MLP in chunks of 512 with fp32 partial sums in LRM; q, k, v in turn, k"));
+  EXPECT_LT(chosen, cycles(through_ddr, "the MLP in chunks of 2048 with fp32 partial sums in LRM; q, k, v in turn "
+                                        "through one buffer"));
+}
+
 // Too little OCM: a clear error naming the smallest workable ocm_bytes.
 TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   std::string m;
