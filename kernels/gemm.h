@@ -205,7 +205,6 @@ struct GemmSeedArgs {
   uint32_t row0 = 0, rows = 0;              // the rows seeded
   uint32_t x_ocm = 0, x_stride = 0;         // OCM of row row0 (fp16 [rows][n]); stride in bytes (>= 2n)
   uint32_t lrm_acc = 0;                     // GemmArgs::lrm_acc of the chain
-  bool sub_array = false;                   // as GemmArgs::sub_array
 };
 // ocm_bytes = one word a PE, a row and a tile through the port.
 KernelCost cost_gemm_lrm_seed(const sim::Config& cfg, const GemmSeedArgs& a);

@@ -669,7 +669,7 @@ struct ImageKernels {
   void lrm_seed(const std::string& mark, uint32_t m, uint32_t n, uint32_t k, uint32_t row0, uint32_t rows,
                 uint32_t x, uint32_t x_stride, uint32_t lrm) {
     const GemmSeedArgs s{.m = m, .n = n, .k = k, .row0 = row0, .rows = rows, .x_ocm = x, .x_stride = x_stride,
-                         .lrm_acc = lrm, .sub_array = gcfg.npe() < cfg.npe()};
+                         .lrm_acc = lrm};
     em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
   }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,

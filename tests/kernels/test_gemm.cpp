@@ -467,8 +467,7 @@ ChunkRun run_chunks(const sim::Config& machine, uint32_t m, uint32_t n, uint32_t
     for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, half}, {half, m - half}}) {
       if (r0 && o.seed_once) break;
       emit_gemm_lrm_seed(b, cfg, {.m = m, .n = n, .k = kc, .split = split, .row0 = r0, .rows = rows,
-                                  .x_ocm = so + r0 * n * 2, .x_stride = n * 2, .lrm_acc = args[0].lrm_acc,
-                                  .sub_array = sub});
+                                  .x_ocm = so + r0 * n * 2, .x_stride = n * 2, .lrm_acc = args[0].lrm_acc});
     }
     args[0].lrm_in = true;
   }
