@@ -329,12 +329,12 @@ void Compiler::settle_pm_chunks() {
   // may not fit beside the rows (1 MiB, 128 GB/s: the prefill's MLP in two row tiles, 0.8%
   // faster but 2.72 x the weights' bytes instead of 2.22).
   if (!pm_first_) return;
-  if (opt_.image_chunk_pes) {
-    pm_npe_ = opt_.image_chunk_pes;
+  auto relay = [&](uint32_t npe) {
+    pm_npe_ = npe;
     ddr_.truncate(pm_first_);
     add_pm_packings();
-    return;
-  }
+  };
+  if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
   auto plan = [&] {
     try {
       const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
@@ -353,17 +353,12 @@ void Compiler::settle_pm_chunks() {
   uint32_t best = 0;
   for (uint32_t npe : {gemm_cfg_.npe(), 2 * gemm_cfg_.npe(), 4 * gemm_cfg_.npe()}) {
     if (widths(npe) == widths(pm_npe_)) continue;
-    pm_npe_ = npe;
-    ddr_.truncate(pm_first_);
-    add_pm_packings();
+    relay(npe);
     const CompiledProgram w = plan();
     if (!w.plan.empty() && w.est_weight_bytes <= narrow.est_weight_bytes && w.est_cycles < least)
       least = w.est_cycles, best = npe;
   }
-  if (pm_npe_ == best) return;
-  pm_npe_ = best;
-  ddr_.truncate(pm_first_);
-  add_pm_packings();
+  if (pm_npe_ != best) relay(best);
 }
 
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
