@@ -128,6 +128,9 @@ struct CompiledProgram {
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
   double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
   double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
+  // plan_only, resident: the tower's MLP runs in row chunks, each reading its weights again,
+  // where its chunk packings (Compiler::add_pm_packings) would take it over every row.
+  bool wants_tower_chunks = false;
 };
 
 struct CompileOptions {
@@ -154,6 +157,10 @@ struct CompileOptions {
   uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
   // Test knob: the tower's MLP phase in row tiles, never over every row in chunks (Streamed::vpm).
   bool image_tower_mlp_tiles = false;
+  // Test knob: the resident plan's tower MLP over every row in chunks (its packings laid, the
+  // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
+  // takes row chunks.
+  bool image_tower_chunks = false;
   // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
   // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
   bool image_merger_chunks = false;
@@ -236,12 +243,15 @@ class Compiler {
   // The streamed plan's MLP chunks (compiler_image.cpp, pm_chunk_width; up columns per inner
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
   // none) for pm_npe_ PEs (0: the narrow default); settle_pm_chunks re-lays them wider where
-  // the default image program's estimate is lower.
+  // the default image program's estimate is lower. pm_tower_only_: only the tower's, for the
+  // resident plan (CompiledProgram::wants_tower_chunks), one tile of fc1 at split 2 wide.
   uint32_t pm_chunk(uint32_t inter, uint32_t up) const;
   void add_pm_packings();
   void settle_pm_chunks();
+  bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out
   uint32_t pm_npe_ = 0;
   size_t pm_first_ = 0;
+  bool pm_tower_only_ = false;
   std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;

@@ -19,7 +19,9 @@
 // plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
 // Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
-// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space);
+// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space), or
+// over every row in chunks of fc1's columns with fp32 partial sums in LRM where that is
+// estimated faster than the row chunks (rcv = 0: the chunks read the weights once);
 // the prefill MLP runs in column chunks of the gate|up projection (gate_up_chunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
 #include <cmath>
@@ -49,6 +51,21 @@ using detail::layer_name;
 namespace {
 
 constexpr uint32_t kGateUpChunk = 1536;  // most columns of gate (and of up) per prefill MLP chunk (fits qc-u at S = 128)
+
+// Where a phase can read its weights once (an MLP over every row) or in row tiles that read
+// them again, the first unless its estimate is 5% or more above: within the cost model's
+// error, fewer DDR bytes (energy, docs/energy.md). (1 MiB, 128 GB/s: without it the estimate
+// took the row tiles at 2.9 x the weights' bytes, and 64x64 ran 0.2% slower than at 64 GB/s.)
+constexpr double kFewerBytes = 1.05;
+
+// A row tile's GEMM call beside its MACs: start-up, epilogues and the code scatters its few
+// rows cannot hide (not under the call's weights). Measured 2.6 K cycles a call of 44 rows on
+// 1,024 PEs (the 2B tower's fc1 and fc2 in row tiles at 1 MiB: 10.4 K over their MACs a call
+// of 4 tiles), 3.3 K a chunk call of 256 rows. Without it the estimate took the tower's MLP
+// in 6 row tiles of 44 rows at 1 MiB, 128 GB/s (620 MB of weights) where over every row it
+// runs 2.0% faster. (The chained chunk calls of an MLP over every row hand their start-ups
+// off: charged there too, the tiny model's MLPs left that plan for 10-12% slower ones.)
+constexpr double kCallCycles = 2500;
 
 // Columns of gate (and of up) per prefill MLP chunk: a divisor c of inter up to kGateUpChunk
 // for which the fewest chunks make a gate|up call of whole tiles of the array (2 c J columns a
@@ -272,16 +289,20 @@ void Compiler::plan_image_ddr() {
   // weights-once floor (Compiler::weight_bytes).
   // (The plan knobs force the streamed plan and leave these out: a layout never larger than
   // the one Compiler::max_context measured without them.)
-  if (opt_.fp16_channels || d.I % kW4Block || opt_.image_tile_rows || opt_.image_attn_groups ||
-      opt_.image_copy_mode || opt_.image_prefill)
-    return;
-  bool streamed = false;
+  if (!pm_allowed()) return;
+  CompiledProgram planned;
   try {
-    streamed = !image_program(planning_shape(opt_), nullptr, nullptr).plan.starts_with("resident");
+    planned = image_program(planning_shape(opt_), nullptr, nullptr);
   } catch (const Error&) {
     return;  // the default shape does not fit this model's limits
   }
-  if (!streamed) return;
+  if (planned.plan.starts_with("resident")) {
+    // The resident tower's MLP over every row where its chunk packings would take it there.
+    if (!planned.wants_tower_chunks) return;
+    pm_first_ = ddr_.tensors().size();
+    pm_tower_only_ = true;
+    return add_pm_packings();
+  }
   for (int b = 0; b < v.depth; ++b)  // the tower's q, k and v weights (Streamed::vqa)
     for (uint32_t j = 0; j < 3; ++j) ddr_.add(vpm_name(b, j, "qkv"), gemm_weight_bytes(cfg_, d.Dv, d.Dv), "gemm-pm");
   const uint32_t gq = vgq_heads(d.hv);
@@ -294,6 +315,11 @@ void Compiler::plan_image_ddr() {
   add_pm_packings();
 }
 
+bool Compiler::pm_allowed() const {
+  return !opt_.fp16_channels && Dims(model_).I % kW4Block == 0 && !opt_.image_tile_rows && !opt_.image_attn_groups &&
+         !opt_.image_copy_mode && !opt_.image_prefill;
+}
+
 // The MLP chunks (the layout's last tensors): the same bytes at any chunk width.
 void Compiler::add_pm_packings() {
   const Dims d(model_);
@@ -304,6 +330,7 @@ void Compiler::add_pm_packings() {
         ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv, 1), d.Dv), "gemm-pm");
         ddr_.add(vpm_name(b, c, "fc2"), gemm_weight_bytes(cfg_, d.Dv, pm_chunk(d.Iv, 1)), "gemm-pm");
       }
+  if (pm_tower_only_) return;
   if (d.Md % kW4Block == 0)  // the mergers' (Streamed::mpm)
     for (int j = -1; j < int(v.deepstack_visual_indexes.size()); ++j)
       for (uint32_t c = 0; c < d.Md / pm_chunk(d.Md, 1); ++c) {
@@ -328,6 +355,7 @@ void Compiler::settle_pm_chunks() {
   // estimated 0.8% less, measured 0.3% more (DDR-bound), so not taken. A wide chunk's output
   // may not fit beside the rows (1 MiB, 128 GB/s: the prefill's MLP in two row tiles, 0.8%
   // faster but 2.72 x the weights' bytes instead of 2.22).
+  // The resident tower's chunks: one tile of fc1 at split 2 on the GEMMs' view.
   if (!pm_first_) return;
   auto relay = [&](uint32_t npe) {
     pm_npe_ = npe;
@@ -335,6 +363,7 @@ void Compiler::settle_pm_chunks() {
     add_pm_packings();
   };
   if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
+  if (pm_tower_only_) return relay(gemm_cfg_.npe());
   auto plan = [&] {
     try {
       const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
@@ -923,8 +952,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // 1. Resident plan (every activation in OCM, regions below) when its regions fit
   //    ocm_bytes, spending spare OCM in this order of preference:
   //      tower MLP rows per chunk rcv = N (one fc1/fc2 pass per block) if BIG can
-  //      grow to N x Iv, else the fewest balanced chunks of at most 3 Dv N / Iv rows
-  //      (the fc1 output reuses the qkv space);
+  //      grow to N x Iv, else over every row in chunks (rcv = 0, below) where estimated
+  //      faster, else the fewest balanced chunks of at most 3 Dv N / Iv rows (the fc1
+  //      output reuses the qkv space);
   //      prefill gate|up GEMM calls of J packed chunks of cw columns each (gate_up_chunk),
   //      J the largest divisor of I / cw (whose packings are contiguous in DDR) for which
   //      TMP can hold [S][2 cw J], those whose calls are whole tiles of the GEMM view first.
@@ -945,6 +975,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
+  // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, fp32 partial sums at vsums in LRM.
+  const bool vpm_laid = ddr_.has(vpm_name(0, 0, "fc1"));
+  const uint32_t cv = vpm_laid ? pm_chunk(d.Iv, 1) : pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1);
+  const uint32_t vsums = d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0;
   struct Resident {
     uint32_t rcv = 0, J = 1;
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
@@ -958,7 +992,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     r.J = J;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
-    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, uint64_t(rcv) * d.Iv,
+    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * cv,
                  uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
     r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
                           uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min);
@@ -984,6 +1018,30 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // 256 patches: its GEMMs DDR-bound; 128 + 128 keeps both MAC-bound).
   const uint32_t rcv_max = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
   const uint32_t rcv_fit = N ? (N + (N + rcv_max - 1) / rcv_max - 1) / ((N + rcv_max - 1) / rcv_max) : 1;
+  // Over every row (rcv = 0) in chunks of cv fc1 columns, fp32 partial sums in LRM, before row
+  // chunks that read its weights again: where its chunk packings are in DDR (or, planning
+  // the layout, would be: CompiledProgram::wants_tower_chunks) and the sums fit LRM.
+  // Over every row where its estimate is below the row chunks': a call of r rows takes its MACs
+  // (its tiles on the GEMMs' view) or the next call's weights streaming beside them, whichever
+  // is more, and kCallCycles. (qc-u: 564 K cycles a block in chunks of 512 against 534 K in two
+  // row chunks, measured 608 K and 585 K; 64x64 at 64 GB/s, where the row chunks wait on the
+  // weights: 206 K against 260 K. Not within kFewerBytes: 32x64 at 128 GB/s, 282 K against
+  // 272 K, ran 1.1% slower over every row.)
+  const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
+  auto call = [&](uint32_t r, uint32_t n, uint32_t kk, uint32_t next_n, uint32_t next_k) {
+    const GemmPlan g = plan_gemm(gemm_cfg_, 1, n, kk);
+    return std::max(double(r) * g.tiles * g.cols * kk / peak, double(gemm_weight_bytes(cfg_, next_n, next_k)) / bw) +
+           kCallCycles;
+  };
+  double rows_est = 0, every_est = 0;
+  if (vsums && rcv_fit < N) {
+    for (auto [r0, r] : tiles_of(N, rcv_fit)) rows_est += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
+    every_est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
+  }
+  std::vector<uint32_t> rcvs{N, 0, rcv_fit};
+  if (opt_.image_tower_chunks && vsums) rcvs = {0};
+  else if (!every_est || every_est >= rows_est) rcvs.erase(rcvs.begin() + 1);
+  if (!vpm_laid && !(s.plan_only && pm_allowed())) std::erase(rcvs, 0u);
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
   uint64_t rGEMM = 0;
@@ -995,7 +1053,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     gemm_channels = ch;
     rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
     const uint64_t fixed = fixed_with(rGEMM);
-    for (uint32_t rcv : {N, rcv_fit}) {
+    for (uint32_t rcv : rcvs) {
       for (uint32_t J : js) {
         if (res) break;
         Resident r = resident_plan(rcv, J);
@@ -1040,10 +1098,16 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // (prefill_chunk_rows sizes chunks for the resident plan on at least 2 DMA channels: on
   // one its GEMMs run slower than a shorter chunk would; on 2 they cost less than a chunk
   // more, which reads every weight again.)
-  if (s.plan_only)
-    return plan_only(gemm_channels < std::min(2u, uint32_t(cfg_.dma_channels)) ? "resident, one GEMM DMA channel"
-                                                                               : "resident");
+  if (s.plan_only) {
+    CompiledProgram o = plan_only(gemm_channels < std::min(2u, uint32_t(cfg_.dma_channels))
+                                      ? "resident, one GEMM DMA channel"
+                                      : "resident");
+    o.wants_tower_chunks = res->rcv == 0 && !vpm_laid && s.vision;
+    return o;
+  }
   const uint32_t rcv = res->rcv, J = res->J;
+  const std::string tower_note = rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
+                                     : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);
   const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
                  rVEC = res->rVEC;
 
@@ -1127,11 +1191,31 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                      .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
                                      .out_ocm = XN, .out_row_stride = d.Dv * 2, .out_head_stride = d.hdv * 2,
                                      .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)});
-      prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
+      if (rcv == 0) {
+        // Over every row: per chunk c of cv fc1 columns, fc1 (its bias slice) and GELU into
+        // BIG, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias), the last
+        // rounded into TMP. The GEMMs from the proj's hand-off on keep below the sums.
+        k.lrm_end = vsums;
+        prefetch(vpm_name(blk, 0, "fc1"), cv, d.Dv);
+      } else {
+        prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
+      }
       gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
       ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
       norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
-      for (uint32_t r0 = 0; r0 < N; r0 += rcv) {
+      for (uint32_t c = 0; rcv == 0 && c < d.Iv / cv; ++c) {
+        const std::string C = fmt::format("{}.mlp{}", B, c);
+        const bool last = c + 1 == d.Iv / cv;
+        prefetch(vpm_name(blk, c, "fc2"), d.Dv, cv, 0);  // only the GELU between
+        gemm(C + ".fc1", vpm_name(blk, c, "fc1"), N, cv, d.Dv, XN, d.Dv * 2, BIG, cv * 2, vv_fc1b + c * cv * 2);
+        ew(C + ".gelu", EwOp::gelu_tanh, N, cv, BIG, 0, BIG, 0, BIG, 0);
+        if (!last) prefetch(vpm_name(blk, c + 1, "fc1"), cv, d.Dv, 0);
+        else prefetch_after_block(blk, 0);
+        k.gemm(C + ".fc2", vpm_name(blk, c, "fc2"), N, d.Dv, cv, BIG, cv * 2, TMP, d.Dv * 2, c == 0 ? vv_fc2b : kNone,
+               {.in = c > 0, .y_f32 = !last, .lrm = vsums});
+        if (last) k.lrm_end = 0;
+      }
+      for (uint32_t r0 = 0; rcv && r0 < N; r0 += rcv) {
         const uint32_t rows = std::min(rcv, N - r0);
         const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
         prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
@@ -1180,7 +1264,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       b.op("halt");
       out.program = b.finish();
     }
-    out.plan = fmt::format("resident: tower MLP rows per chunk {}{}", rcv, channels_note);
+    out.plan = fmt::format("resident: {}{}", tower_note, channels_note);
     return out;
   }
 
@@ -1296,7 +1380,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: tower MLP rows per chunk {}, gate|up chunks per call {}{}", rcv, J, channels_note);
+  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}", tower_note, J, channels_note);
   return out;
 }
 
@@ -1350,19 +1434,6 @@ const char* mode_name(uint32_t m) { return m == kPipelined ? "pipelined" : m == 
 size_t doubled(uint32_t mode, size_t stored, size_t copied) {
   return mode == kPipelined ? copied : mode == kStoresBehind ? stored : 0;
 }
-// Where a phase can read its weights once (an MLP over every row) or in row tiles that read
-// them again, the first unless its estimate is 5% or more above: within the cost model's
-// error, fewer DDR bytes (energy, docs/energy.md). (1 MiB, 128 GB/s: without it the estimate
-// took the row tiles at 2.9 x the weights' bytes, and 64x64 ran 0.2% slower than at 64 GB/s.)
-constexpr double kFewerBytes = 1.05;
-// A row tile's GEMM call beside its MACs: start-up, epilogues and the code scatters its few
-// rows cannot hide (not under the call's weights). Measured 2.6 K cycles a call of 44 rows on
-// 1,024 PEs (the 2B tower's fc1 and fc2 in row tiles at 1 MiB: 10.4 K over their MACs a call
-// of 4 tiles), 3.3 K a chunk call of 256 rows. Without it the estimate took the tower's MLP
-// in 6 row tiles of 44 rows at 1 MiB, 128 GB/s (620 MB of weights) where over every row it
-// runs 2.0% faster. (The chained chunk calls of an MLP over every row hand their start-ups
-// off: charged there too, the tiny model's MLPs left that plan for 10-12% slower ones.)
-constexpr double kCallCycles = 2500;
 struct Streamed {
   uint32_t rva = 0, rvc = 0, rm = 0, rpa = 0, rpc = 0, gv = 0, gp = 0;  // rows per tile, kv heads per call
   uint32_t sv = 1, sp = 1;  // buffer sets of the attention phases (2: the next group loads during this one)

@@ -345,6 +345,37 @@ TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
                        "tiny (wider MLPs) image program, 32x64, 832 KiB, 8 GB/s, wide chunks");
 }
 
+// The resident plan's tower MLP over every row in chunks (fc1 and GELU a chunk of fc1's
+// columns at a time, fc2's chunk into fp32 partial sums in LRM: the 2B's where its row chunks
+// would wait on the weights, e.g. 64x64 at 4 MiB and 64 GB/s), held by the knob
+// CompileOptions::image_tower_chunks (the tiny model's tower rows always fit one pass): a
+// 16x16 image (256 patches, the tower's 1536 in three chunks of 512) and a 96-token prompt at
+// 2 MiB. Against the chain; negative control: one block's fc2 chunk 1 zeroed in DDR (the
+// resident plan reads no keys back from the cache, so the slot control does not apply).
+TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const ImageShape shape{16, 16, 96, 5};
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 17, shape);
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=2MiB"});
+  CompileOptions opt = ocm_options(256);
+  opt.image_tower_chunks = true;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(shape);
+  EXPECT_TRUE(prog.plan.starts_with("resident: tower MLP over every row in chunks of 512 (fp32 partial sums in LRM)"))
+      << prog.plan;
+  expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 256 patches, 96 tokens, 2 MiB, the resident tower's MLP in "
+                       "chunks",
+                       false);
+  const DdrTensor& fc2 = c.layout().at("V1.pm1.fc2");
+  const std::vector<uint8_t> zeros(fc2.bytes, 0);
+  const ImageRun bad = run_image(c, prog, shape, tiny.bundle.get(), pixels, false, 0,
+                                 [&](Session& dev) { dev.write_ddr(fc2.offset, zeros.data(), zeros.size()); });
+  const double cs = cosine(bad.logits, ref);
+  std::printf("negative control (block 1's fc2 chunk 1 zeroed): logits cosine %.7f\n", cs);
+  EXPECT_LT(cs, 0.9999) << "a zeroed tower chunk must fail the gate";
+}
+
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
 // 2B at 1 MiB, where the normed rows and the up output of every row fit but not the attention
 // rows and residual too; forced here by CompileOptions::image_part_rows): the tiny wider model
@@ -735,3 +766,4 @@ TEST(Image, FullSizeCyclesPerStage) {
 
 }  // namespace
 }  // namespace gpnpu::model
+
