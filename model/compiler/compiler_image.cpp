@@ -1021,12 +1021,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // Over every row (rcv = 0) in chunks of cv fc1 columns, fp32 partial sums in LRM, before row
   // chunks that read its weights again: where its chunk packings are in DDR (or, planning
   // the layout, would be: CompiledProgram::wants_tower_chunks) and the sums fit LRM.
-  // Over every row where its estimate is below the row chunks': a call of r rows takes its MACs
-  // (its tiles on the GEMMs' view) or the next call's weights streaming beside them, whichever
-  // is more, and kCallCycles. (qc-u: 564 K cycles a block in chunks of 512 against 534 K in two
-  // row chunks, measured 608 K and 585 K; 64x64 at 64 GB/s, where the row chunks wait on the
-  // weights: 206 K against 260 K. Not within kFewerBytes: 32x64 at 128 GB/s, 282 K against
-  // 272 K, ran 1.1% slower over every row.)
+  // Over every row where its estimate is less than 3% above the row chunks' (fewer DDR bytes
+  // within the model's error): a call of r rows takes its MACs (its tiles on the GEMMs' view)
+  // or the next call's weights streaming beside them, whichever is more, and kCallCycles.
+  // Measured a block (estimates): qc-u 608 K over every row in chunks of 512, 585 K in two row
+  // chunks (564 K, 534 K: 5.6% above); 64x64 at 64 GB/s 370 K, 448 K (206 K, 260 K); at 128 GB/s
+  // 0.68 M cycles less in all (a tie); 32x64 at 128 GB/s 1.1% slower in all over every row
+  // (282 K, 272 K: 3.7% above, not kFewerBytes' 5%), at 64 GB/s 0.25% faster (the same).
+  constexpr double kTowerChunksMargin = 1.03;
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
   auto call = [&](uint32_t r, uint32_t n, uint32_t kk, uint32_t next_n, uint32_t next_k) {
     const GemmPlan g = plan_gemm(gemm_cfg_, 1, n, kk);
@@ -1040,7 +1042,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   }
   std::vector<uint32_t> rcvs{N, 0, rcv_fit};
   if (opt_.image_tower_chunks && vsums) rcvs = {0};
-  else if (!every_est || every_est >= rows_est) rcvs.erase(rcvs.begin() + 1);
+  else if (!every_est || every_est >= kTowerChunksMargin * rows_est) rcvs.erase(rcvs.begin() + 1);
   if (!vpm_laid && !(s.plan_only && pm_allowed())) std::erase(rcvs, 0u);
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
