@@ -246,6 +246,9 @@ class Compiler {
   // the default image program's estimate is lower. pm_tower_only_: only the tower's, for the
   // resident plan (CompiledProgram::wants_tower_chunks), one tile of fc1 at split 2 wide.
   uint32_t pm_chunk(uint32_t inter, uint32_t up) const;
+  // The prefill chunks' gate|up split (pm_gate_up_split over the planning prompt's rows; 0: the
+  // tiling rule).
+  uint32_t pm_split() const;
   void add_pm_packings();
   void settle_pm_chunks();
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out

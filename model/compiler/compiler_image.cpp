@@ -119,11 +119,19 @@ uint32_t vgq_heads(uint32_t heads) {
 }
 std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
 bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
-// Its gate|up GEMMs at split 2 where split 1 would make them one tile: the tile the down
-// chunk before hands off during its last tile is then half as large (32x32, 2 MiB, 32 GB/s:
-// 113.7 -> 103.5 M cycles).
-uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden) {
+// Its gate|up GEMMs at split 2 where split 1 would make them one tile whose weight streams in
+// slower than the down chunk before runs the MACs of its last tile over `rows` rows (the tile
+// that down chunk hands off during its last tile is then half as large: 32x32, 2 MiB, 32 GB/s,
+// 113.7 -> 103.5 M cycles). Where the DDR keeps up, split 1: a split 2 call spends an array
+// cycle more a step on its pair's halves (32x64, 2 MiB, 128 GB/s: the gate|up calls at 1.13 x
+// their MACs; 43.65 -> 42.98 M cycles at split 1; where the down chunk has two tiles, as on
+// 32x32 at 1 MiB and 64 GB/s, split 1 took 2.4% more).
+uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
   if (plan_gemm(gcfg, 1, 2 * cp, hidden).tiles > 1) return 0;
+  const GemmPlan down = plan_gemm(gcfg, rows, hidden, cp);
+  if (double(gemm_weight_bytes(gcfg, 2 * cp, hidden)) / gcfg.ddr_bytes_per_cycle() <=
+      double(rows) * down.cols * cp / gcfg.mac_peak(true))
+    return 0;
   try {
     return gemm_split(gcfg, 2 * cp, hidden, 2);
   } catch (const Error&) {
@@ -238,6 +246,10 @@ ImageShape planning_shape(const CompileOptions& opt) {
 }  // namespace
 
 uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const { return pm_chunk_width(pm_npe_, inter, up); }
+uint32_t Compiler::pm_split() const {
+  const Dims d(model_);
+  return pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H, uint32_t(planning_shape(opt_).seq_len));
+}
 
 void Compiler::plan_image_ddr() {
   const Dims d(model_);
@@ -478,7 +490,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       put_weight(ddr, pm_name(i, k, "gu"),
                  detail::concat_rows({detail::slice_rows(gate, k * cp, cp), detail::slice_rows(up, k * cp, cp)}),
-                 pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H));
+                 pm_split());
       gemm(pm_name(i, k, "down"), detail::slice_cols(down, k * cp, cp));
     }
   }
@@ -1551,7 +1563,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2),
-                                          pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H));
+                                          pm_split());
   };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
@@ -1878,7 +1890,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_gate_up_split(gemm_cfg_, cp, d.H)) * (d.I / cp) +
+                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_split()) * (d.I / cp) +
                        o_again / bw +
                        r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
@@ -2008,7 +2020,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
-    k.pm_split = pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H);
+    k.pm_split = pm_split();
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
