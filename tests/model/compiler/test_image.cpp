@@ -297,7 +297,8 @@ void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const 
 // The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
-// rows the MLP phase finds in its own buffer), on 512 KiB at 8 GB/s (where re-reading the
+// rows the MLP phase finds in its own buffer; the prefill's residual kept in OCM from a
+// layer's MLP to the next layer's norm), on 512 KiB at 8 GB/s (where re-reading the
 // weights costs more than the phases' extra copies and partial sums: the cost model picks
 // them). Against the chain (cosine
 // >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
@@ -320,6 +321,13 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
             std::string::npos) << prog.plan;
   EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"),
             std::string::npos) << prog.plan;
+  // Every row at once in both phases: the residual stays in OCM from a layer's MLP to the
+  // next layer's norm, stored behind it (not loaded back).
+  auto has = [&](const std::string& mark) {
+    return std::any_of(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
+  };
+  EXPECT_TRUE(has("P1.store_residual"));
+  EXPECT_FALSE(has("P1.t0.load"));
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 }
