@@ -367,7 +367,6 @@ void Compiler::settle_pm_chunks() {
   // estimated 0.8% less, measured 0.3% more (DDR-bound), so not taken. A wide chunk's output
   // may not fit beside the rows (1 MiB, 128 GB/s: the prefill's MLP in two row tiles, 0.8%
   // faster but 2.72 x the weights' bytes instead of 2.22).
-  // The resident tower's chunks: one tile of fc1 at split 2 on the GEMMs' view.
   if (!pm_first_) return;
   auto relay = [&](uint32_t npe) {
     pm_npe_ = npe;
@@ -375,7 +374,7 @@ void Compiler::settle_pm_chunks() {
     add_pm_packings();
   };
   if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
-  if (pm_tower_only_) return relay(gemm_cfg_.npe());
+  if (pm_tower_only_) return relay(gemm_cfg_.npe());  // (the resident tower's: one tile of fc1 at split 2)
   auto plan = [&] {
     try {
       const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
@@ -1030,12 +1029,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // 256 patches: its GEMMs DDR-bound; 128 + 128 keeps both MAC-bound).
   const uint32_t rcv_max = std::max<uint32_t>(1, std::min<uint32_t>(N, 3 * d.Dv * N / d.Iv));
   const uint32_t rcv_fit = N ? (N + (N + rcv_max - 1) / rcv_max - 1) / ((N + rcv_max - 1) / rcv_max) : 1;
-  // Over every row (rcv = 0) in chunks of cv fc1 columns, fp32 partial sums in LRM, before row
-  // chunks that read its weights again: where its chunk packings are in DDR (or, planning
-  // the layout, would be: CompiledProgram::wants_tower_chunks) and the sums fit LRM.
-  // Over every row where its estimate is less than 3% above the row chunks' (fewer DDR bytes
-  // within the model's error): a call of r rows takes its MACs (its tiles on the GEMMs' view)
-  // or the next call's weights streaming beside them, whichever is more, and kCallCycles.
+  // The tower's MLP over every row (rcv = 0) in chunks of cv fc1 columns, fp32 partial sums
+  // in LRM, before row chunks that read its weights again, where its chunk packings are in DDR
+  // (or, planning the layout, would be: CompiledProgram::wants_tower_chunks), the sums fit LRM
+  // and its estimate is less than 3% above the row chunks' (fewer DDR bytes within the model's
+  // error). A call of r rows takes its MACs (its tiles on the GEMMs' view) or the next call's
+  // weights streaming beside them, whichever is more, and kCallCycles.
   // Measured a block (estimates): qc-u 608 K over every row in chunks of 512, 585 K in two row
   // chunks (564 K, 534 K: 5.6% above); 64x64 at 64 GB/s 370 K, 448 K (206 K, 260 K); at 128 GB/s
   // 0.68 M cycles less in all (a tie); 32x64 at 128 GB/s 1.1% slower in all over every row
@@ -1049,7 +1048,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   };
   double rows_est = 0, every_est = 0;
   if (vsums && rcv_fit < N) {
-    for (auto [r0, r] : tiles_of(N, rcv_fit)) rows_est += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
+    for (auto [r0, r] : tiles_of(N, rcv_fit))
+      rows_est += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
     every_est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
   }
   std::vector<uint32_t> rcvs{N, 0, rcv_fit};
@@ -1120,8 +1120,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return o;
   }
   const uint32_t rcv = res->rcv, J = res->J;
-  const std::string tower_note = rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
-                                     : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);
+  const std::string tower_note =
+      rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
+          : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);
   const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
                  rVEC = res->rVEC;
 
@@ -1562,8 +1563,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
-                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2),
-                                          pm_split());
+                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2), pm_split());
   };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
