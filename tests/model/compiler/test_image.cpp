@@ -294,6 +294,19 @@ void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const 
   }
 }
 
+// Negative control: the packed weight `tensor` zeroed in DDR must fail the logits gate.
+void expect_zeroed_weight_fails(const Compiler& c, const CompiledProgram& prog, const ImageShape& shape,
+                                const QuantBundle* bundle, const std::vector<float>& pixels,
+                                const std::vector<float>& ref, const std::string& tensor, const std::string& what) {
+  const DdrTensor& t = c.layout().at(tensor);
+  const std::vector<uint8_t> zeros(t.bytes, 0);
+  const ImageRun bad = run_image(c, prog, shape, bundle, pixels, false, 0,
+                                 [&](Session& dev) { dev.write_ddr(t.offset, zeros.data(), zeros.size()); });
+  const double cs = cosine(bad.logits, ref);
+  std::printf("negative control (%s zeroed): logits cosine %.7f\n", what.c_str(), cs);
+  EXPECT_LT(cs, 0.9999) << "a zeroed " << what << " must fail the gate";
+}
+
 // The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
@@ -375,13 +388,8 @@ TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
                        "tiny (wider MLPs) image program, 256 patches, 96 tokens, 2 MiB, the resident tower's MLP in "
                        "chunks",
                        false);
-  const DdrTensor& fc2 = c.layout().at("V1.pm1.fc2");
-  const std::vector<uint8_t> zeros(fc2.bytes, 0);
-  const ImageRun bad = run_image(c, prog, shape, tiny.bundle.get(), pixels, false, 0,
-                                 [&](Session& dev) { dev.write_ddr(fc2.offset, zeros.data(), zeros.size()); });
-  const double cs = cosine(bad.logits, ref);
-  std::printf("negative control (block 1's fc2 chunk 1 zeroed): logits cosine %.7f\n", cs);
-  EXPECT_LT(cs, 0.9999) << "a zeroed tower chunk must fail the gate";
+  expect_zeroed_weight_fails(c, prog, shape, tiny.bundle.get(), pixels, ref, "V1.pm1.fc2",
+                             "tower block 1's fc2 chunk 1");
 }
 
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
@@ -569,13 +577,8 @@ TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
       << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
                        "tiny (wide) image program, 32x64, 8 MiB", false);
-  const DdrTensor& gu = c.layout().at(detail::layer_name(0, "gu2.gemm"));
-  const std::vector<uint8_t> zeros(gu.bytes, 0);
-  const ImageRun bad = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, 0,
-                                 [&](Session& dev) { dev.write_ddr(gu.offset, zeros.data(), zeros.size()); });
-  const double cs = cosine(bad.logits, ref);
-  std::printf("negative control (layer 0's gate|up chunk 2 zeroed): logits cosine %.7f\n", cs);
-  EXPECT_LT(cs, 0.9999) << "a zeroed gate|up chunk must fail the gate";
+  expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                             detail::layer_name(0, "gu2.gemm"), "layer 0's gate|up chunk 2");
 }
 
 // The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
@@ -629,13 +632,8 @@ TEST(ImageOcm, TinyMergersInChunksMatchTheChain) {
   EXPECT_NE(prog.plan.find("mergers 36 (in chunks of 512 with fp32 partial sums in LRM)"), std::string::npos);
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wide tower) image program, mergers in chunks, 512 KiB");
-  const DdrTensor& fc2 = c.layout().at("Mf.pm1.fc2");
-  const std::vector<uint8_t> zeros(fc2.bytes, 0);
-  const ImageRun bad = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0,
-                                 [&](Session& dev) { dev.write_ddr(fc2.offset, zeros.data(), zeros.size()); });
-  const double cs = cosine(bad.logits, ref);
-  std::printf("negative control (the final merger's fc2 chunk 1 zeroed): logits cosine %.7f\n", cs);
-  EXPECT_LT(cs, 0.9999) << "a zeroed merger chunk must fail the gate";
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "Mf.pm1.fc2",
+                             "the final merger's fc2 chunk 1");
 }
 
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
