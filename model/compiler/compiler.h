@@ -161,6 +161,9 @@ struct CompileOptions {
   // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
   // takes row chunks.
   bool image_tower_chunks = false;
+  // Test knob: the resident plan's rotary tables loaded a block (layer) at a time into its
+  // temporaries, not held in their own region (taken where only that makes the plan fit).
+  bool image_rope_per_block = false;
   // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
   // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
   bool image_merger_chunks = false;

@@ -992,22 +992,25 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t vsums = d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0;
   struct Resident {
     uint32_t rcv = 0, J = 1;
+    bool rope_tmp = false;  // the rotary tables loaded into TMP a block (layer) at a time (no ROPE region)
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
     uint64_t need() const {
       return footprint({rH, rXN, rBIG, rTMP, rROPE, rVEC});
     }
   };
-  auto resident_plan = [&](uint32_t rcv, uint32_t J) {
+  auto resident_plan = [&](uint32_t rcv, uint32_t J, bool rope_tmp) {
     Resident r;
     r.rcv = rcv;
     r.J = J;
+    r.rope_tmp = rope_tmp;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
     r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * cv,
                  uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
-    r.rTMP = std::max(mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
-                          uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min);
-    r.rROPE = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
+    const uint64_t tables = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
+    r.rTMP = std::max({mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
+                           uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min, rope_tmp ? tables : 0});
+    r.rROPE = rope_tmp ? 0 : tables;
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     return r;
   };
@@ -1062,20 +1065,31 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   std::vector<uint32_t> channel_options{gemm_channels};
   for (uint32_t ch : {2u, 1u})
     if (ch < gemm_channels) channel_options.push_back(ch);
-  for (uint32_t ch : channel_options) {
-    if (forced || res) break;
-    gemm_channels = ch;
-    rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
-    const uint64_t fixed = fixed_with(rGEMM);
-    for (uint32_t rcv : rcvs) {
-      for (uint32_t J : js) {
+  // The first plan that fits, in the order of preference; rope_tmp: the rotary tables may go
+  // into TMP a block at a time (no ROPE region) where only that makes it fit.
+  auto search = [&](bool rope_tmp_too) {
+    res.reset();
+    for (uint32_t ch : channel_options) {
+      if (forced || res) break;
+      gemm_channels = ch;
+      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
+      const uint64_t fixed = fixed_with(rGEMM);
+      for (uint32_t rcv : rcvs) {
+        for (uint32_t J : js)
+          for (bool rope_tmp : {false, true}) {
+            if (res || (rope_tmp && !rope_tmp_too)) break;
+            if (opt_.image_rope_per_block && !rope_tmp) continue;
+            Resident r = resident_plan(rcv, J, rope_tmp);
+            if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
+          }
         if (res) break;
-        Resident r = resident_plan(rcv, J);
-        if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
       }
-      if (res) break;
     }
-  }
+  };
+  // The tables in TMP only for a better resident plan, never instead of the streamed one (64x64
+  // at 4 MiB: two GEMM DMA channels where the ROPE region left one).
+  search(opt_.image_rope_per_block);
+  if (res && !opt_.image_rope_per_block) search(true);
   auto plan_only = [](const char* plan) {
     CompiledProgram o;
     o.plan = plan;
@@ -1129,7 +1143,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // ---- OCM regions (bytes) ----
   detail::OcmAlloc a(cfg_.ocm_bytes);
   const uint32_t H = a.take(rH, "residual stream"), XN = a.take(rXN, "normed rows"), BIG = a.take(rBIG, "qkv / MLP");
-  const uint32_t TMP = a.take(rTMP, "temporaries"), ROPE = a.take(rROPE, "rotary tables"), VEC = a.take(rVEC, "vectors");
+  // The rotary tables: in their own region, loaded once a stage; or (rope_tmp) loaded a block
+  // (layer) at a time into TMP, dead from the block's start to its attention, on a DMA channel
+  // the GEMMs leave free where there is one (waited for before the rotary), else waited.
+  const uint32_t TMP = a.take(rTMP, "temporaries"), ROPE = res->rope_tmp ? TMP : a.take(rROPE, "rotary tables");
+  const uint32_t VEC = a.take(rVEC, "vectors");
+  const uint32_t rope_ch = gemm_channels < uint32_t(cfg_.dma_channels) ? uint32_t(cfg_.dma_channels) - 1 : UINT32_MAX;
   const uint32_t NSCR = a.take(norm_scratch_bytes(cfg_), "norm scratch");
   const uint32_t ESCR = a.take(embed_scratch_bytes(d.H), "embed scratch");
   const uint32_t GEMM = a.take(rGEMM, "GEMM DMA buffers");
@@ -1145,9 +1164,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
   const std::string channels_note =
-      gemm_channels < uint32_t(cfg_.dma_channels)
-          ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit)", gemm_channels, cfg_.dma_channels)
-          : "";
+      (gemm_channels < uint32_t(cfg_.dma_channels)
+           ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit)", gemm_channels, cfg_.dma_channels)
+           : "") +
+      (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
   detail::Emitter& em = k.em;
@@ -1178,9 +1198,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
     ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
     // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
-    em.copy("V.load_rope", ddr_.bus("const.vrope"), ocm(ROPE), N * d.hdv * 4);
-    em.copy("V.load_rope_sin", ddr_.bus("const.vrope") + opt_.max_patches * d.hdv * 4, ocm(ROPE + N * d.hdv * 4),
-            N * d.hdv * 4);
+    auto load_vrope = [&](const std::string& M, uint32_t chan) {
+      const uint32_t src = ddr_.bus("const.vrope"), bytes = N * d.hdv * 4;
+      for (uint32_t h : {0u, 1u}) {
+        const std::string m = M + (h ? ".load_rope_sin" : ".load_rope");
+        if (chan == UINT32_MAX) em.copy(m, src + h * opt_.max_patches * d.hdv * 4, ocm(ROPE + h * bytes), bytes);
+        else em.copy_async(m, chan, src + h * opt_.max_patches * d.hdv * 4, ocm(ROPE + h * bytes), bytes);
+      }
+    };
+    if (!res->rope_tmp) load_vrope("V", UINT32_MAX);
     const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
     const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                    vv_fc2b = vv_fc1b + d.Iv * 2;
@@ -1197,9 +1223,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string B = fmt::format("V{}", blk);
       b.op("mark.begin", {Name{B}});
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
+      if (res->rope_tmp && rope_ch != UINT32_MAX) load_vrope(B, rope_ch);
       norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
       prefetch(vname(blk, "proj"), d.Dv, d.Dv);
       gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+      if (res->rope_tmp && rope_ch == UINT32_MAX) load_vrope(B, UINT32_MAX);
+      if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
       rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
@@ -1292,8 +1321,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     k.embed(r0 ? "embed.after_image" : "embed", d.V, d.H, rows, iio_.ids_smem + r0 * 4, H + r0 * d.H * 2, ESCR);
   }
   if (ni) em.copy("splice", ddr_.bus("act.img") + i0 * d.H * 2, ocm(H + is * d.H * 2), ni * d.H * 2);
-  em.copy("load_rope", iio_.trope_ddr, ocm(ROPE), S * d.hd * 4);
-  em.copy("load_rope_sin", iio_.trope_ddr + opt_.max_seq * d.hd * 4, ocm(ROPE + S * d.hd * 4), S * d.hd * 4);
+  auto load_trope = [&](const std::string& M, uint32_t chan) {
+    for (uint32_t h : {0u, 1u}) {
+      const std::string m = M + (h ? "load_rope_sin" : "load_rope");
+      const uint32_t src = iio_.trope_ddr + h * opt_.max_seq * d.hd * 4, dst = ocm(ROPE + h * S * d.hd * 4);
+      if (chan == UINT32_MAX) em.copy(m, src, dst, S * d.hd * 4);
+      else em.copy_async(m, chan, src, dst, S * d.hd * 4);
+    }
+  };
+  if (!res->rope_tmp) load_trope("", UINT32_MAX);
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
   // q, k and v stay in the qkv rows (BIG, row stride qkv_n * 2): the per-head norms,
   // the rotary, the cache write and the attention read them there; the attention's
@@ -1309,6 +1345,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // post-attention norm (its vectors are dead then) and waited for after its first MLP
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
+    if (res->rope_tmp && rope_ch != UINT32_MAX) load_trope(L + ".", rope_ch);
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
@@ -1316,6 +1353,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
     k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    if (res->rope_tmp && rope_ch == UINT32_MAX) load_trope(L + ".", UINT32_MAX);
+    if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
     rope(L + ".qk_rope", S, d.nq + d.nkv, d.hd, Q, qkvs);
     k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
                                  .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),

@@ -392,6 +392,28 @@ TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
                              "tower block 1's fc2 chunk 1");
 }
 
+// The resident plan's rotary tables loaded a block (layer) at a time into its temporaries
+// instead of their own region (the 2B on 64x64 at 4 MiB: the region's 128 KB let only one
+// GEMM DMA channel fit; 39.84 -> 38.50 M cycles with two), forced by
+// CompileOptions::image_rope_per_block: the tiny wide model at 1 MiB (the tables come in on
+// the channel the GEMMs leave free) and at 8 MiB on 32x64 (on all four: waited). Against the
+// chain; negative control: the tower's tables zeroed in DDR.
+TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 23);
+  for (const auto& sets : {std::vector<std::string>{"ocm_bytes=1MiB"}, {"pe_cols=64", "ocm_bytes=8MiB"}}) {
+    CompileOptions opt = ocm_options();
+    opt.image_rope_per_block = true;
+    Compiler c(config_tiny_wide(), sim::Config::make("qc-u", sets), opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    EXPECT_TRUE(prog.plan.starts_with("resident: ")) << prog.plan;
+    EXPECT_NE(prog.plan.find("rotary tables a block at a time in the temporaries"), std::string::npos) << prog.plan;
+    expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                         "tiny (wide) image program, rotary tables a block at a time, " + sets.back(), false);
+    expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "const.vrope",
+                               "the tower's rotary tables");
+  }
+}
+
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
 // 2B at 1 MiB, where the normed rows and the up output of every row fit but not the attention
 // rows and residual too; forced here by CompileOptions::image_part_rows): the tiny wider model
