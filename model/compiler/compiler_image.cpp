@@ -1171,6 +1171,23 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
   detail::Emitter& em = k.em;
+  // Rotary tables cos [rows][hd] then sin into ROPE from src and src + sin_off: waited for
+  // (chan UINT32_MAX) or started on chan. rope_tmp: a block's (layer's) tables start before its
+  // norm where a channel is free (tables_early) and are ready before its rotary (tables_ready).
+  auto load_tables = [&](const std::string& M, uint32_t src, uint32_t sin_off, uint32_t bytes, uint32_t chan) {
+    for (uint32_t h : {0u, 1u}) {
+      const std::string m = M + (h ? "load_rope_sin" : "load_rope");
+      if (chan == UINT32_MAX) em.copy(m, src + h * sin_off, ocm(ROPE + h * bytes), bytes);
+      else em.copy_async(m, chan, src + h * sin_off, ocm(ROPE + h * bytes), bytes);
+    }
+  };
+  auto tables_early = [&](const std::function<void(uint32_t)>& load) {
+    if (res->rope_tmp && rope_ch != UINT32_MAX) load(rope_ch);
+  };
+  auto tables_ready = [&](const std::function<void(uint32_t)>& load) {
+    if (res->rope_tmp && rope_ch == UINT32_MAX) load(UINT32_MAX);
+    if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
+  };
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared) {
     k.prefetch(w, n, kk, between);
   };
@@ -1198,15 +1215,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
     ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
     // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
-    auto load_vrope = [&](const std::string& M, uint32_t chan) {
-      const uint32_t src = ddr_.bus("const.vrope"), bytes = N * d.hdv * 4;
-      for (uint32_t h : {0u, 1u}) {
-        const std::string m = M + (h ? ".load_rope_sin" : ".load_rope");
-        if (chan == UINT32_MAX) em.copy(m, src + h * opt_.max_patches * d.hdv * 4, ocm(ROPE + h * bytes), bytes);
-        else em.copy_async(m, chan, src + h * opt_.max_patches * d.hdv * 4, ocm(ROPE + h * bytes), bytes);
-      }
+    auto vtables = [&](const std::string& M) {
+      return [&, M](uint32_t chan) {
+        load_tables(M, ddr_.bus("const.vrope"), opt_.max_patches * d.hdv * 4, N * d.hdv * 4, chan);
+      };
     };
-    if (!res->rope_tmp) load_vrope("V", UINT32_MAX);
+    if (!res->rope_tmp) vtables("V.")(UINT32_MAX);
     const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
     const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                    vv_fc2b = vv_fc1b + d.Iv * 2;
@@ -1223,12 +1237,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string B = fmt::format("V{}", blk);
       b.op("mark.begin", {Name{B}});
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
-      if (res->rope_tmp && rope_ch != UINT32_MAX) load_vrope(B, rope_ch);
+      tables_early(vtables(B + "."));
       norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
       prefetch(vname(blk, "proj"), d.Dv, d.Dv);
       gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
-      if (res->rope_tmp && rope_ch == UINT32_MAX) load_vrope(B, UINT32_MAX);
-      if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
+      tables_ready(vtables(B + "."));
       rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
@@ -1321,15 +1334,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     k.embed(r0 ? "embed.after_image" : "embed", d.V, d.H, rows, iio_.ids_smem + r0 * 4, H + r0 * d.H * 2, ESCR);
   }
   if (ni) em.copy("splice", ddr_.bus("act.img") + i0 * d.H * 2, ocm(H + is * d.H * 2), ni * d.H * 2);
-  auto load_trope = [&](const std::string& M, uint32_t chan) {
-    for (uint32_t h : {0u, 1u}) {
-      const std::string m = M + (h ? "load_rope_sin" : "load_rope");
-      const uint32_t src = iio_.trope_ddr + h * opt_.max_seq * d.hd * 4, dst = ocm(ROPE + h * S * d.hd * 4);
-      if (chan == UINT32_MAX) em.copy(m, src, dst, S * d.hd * 4);
-      else em.copy_async(m, chan, src, dst, S * d.hd * 4);
-    }
+  auto ttables = [&](const std::string& M) {
+    return [&, M](uint32_t chan) { load_tables(M, iio_.trope_ddr, opt_.max_seq * d.hd * 4, S * d.hd * 4, chan); };
   };
-  if (!res->rope_tmp) load_trope("", UINT32_MAX);
+  if (!res->rope_tmp) ttables("")(UINT32_MAX);
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
   // q, k and v stay in the qkv rows (BIG, row stride qkv_n * 2): the per-head norms,
   // the rotary, the cache write and the attention read them there; the attention's
@@ -1345,7 +1353,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // post-attention norm (its vectors are dead then) and waited for after its first MLP
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
-    if (res->rope_tmp && rope_ch != UINT32_MAX) load_trope(L + ".", rope_ch);
+    tables_early(ttables(L + "."));
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
@@ -1353,8 +1361,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
     k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
-    if (res->rope_tmp && rope_ch == UINT32_MAX) load_trope(L + ".", UINT32_MAX);
-    if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
+    tables_ready(ttables(L + "."));
     rope(L + ".qk_rope", S, d.nq + d.nkv, d.hd, Q, qkvs);
     k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
                                  .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
