@@ -13,7 +13,8 @@ namespace gpnpu::model {
 void add_max_context_option(CLI::App* c, std::string& value) {
   c->add_option("--max-context", value,
                 "KV-cache slots the programs are compiled for (tokens of a whole conversation): a count, or auto = "
-                "the most that fit the DDR beside the weights")
+                "the most that fit the DDR beside the weights and the image program's MLP chunk packings (a larger "
+                "count leaves those out)")
       ->capture_default_str();
 }
 
@@ -26,8 +27,9 @@ Capacity resolve_max_context(const std::string& value, const ModelConfig& model,
   opt.max_seq = 2;
   c.bytes_per_token = Compiler::ddr_need(model, cfg, opt) - base;
   c.fixed_bytes = base - c.bytes_per_token;
+  c.packed = Compiler::max_context(model, cfg, opt, true);
   if (value == "auto") {
-    c.max_context = c.fit;
+    c.max_context = c.packed;
     return c;
   }
   int64_t n = 0;
@@ -58,9 +60,12 @@ void check_tokens(const std::string& what, int64_t tokens, const Capacity& cap, 
          cap.max_context);
   if (tokens > int64_t(cap.max_context))
     fail("{} {}: needs {} KV-cache slots, more than --max-context = {}{}; {}", what, tokens, tokens, cap.max_context,
-         cap.max_context == cap.fit ? fmt::format(" (the most that fit ddr_bytes beside the weights, {} bytes per token)",
-                                                  cap.bytes_per_token)
-                                    : fmt::format(" (up to {} fit the DDR)", cap.fit),
+         cap.max_context == cap.fit      ? fmt::format(" (the most that fit ddr_bytes beside the weights, {} bytes per token)",
+                                                       cap.bytes_per_token)
+         : cap.max_context == cap.packed ? fmt::format(" (auto: the most beside the image program's MLP chunk packings; up "
+                                                       "to {} fit the DDR without them)",
+                                                       cap.fit)
+                                         : fmt::format(" (up to {} fit the DDR)", cap.fit),
          fix);
 }
 

@@ -95,21 +95,23 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
   ddr_.add(detail::f16w(name), uint64_t(n) * kF16RowBytes, layout);
 }
 
-Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly)
+Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt, LayoutOnly l)
     : model_(model), cfg_(cfg), gemm_cfg_(gemm_view(model, cfg, opt)), opt_(opt) {
+  pm_kept_ = l.packings;
   plan_ddr();
 }
 
-uint64_t Compiler::ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt) {
-  return Compiler(model, cfg, opt, LayoutOnly{}).ddr_.total();
+uint64_t Compiler::ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt,
+                            bool packings) {
+  return Compiler(model, cfg, opt, LayoutOnly{packings}).ddr_.total();
 }
 
-uint32_t Compiler::max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt) {
+uint32_t Compiler::max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt, bool packings) {
   // The layout grows with the slots (K, V and the prefill's per-row areas): the largest
   // count whose layout fits, by bisection (the bus addresses are 32-bit, so < 2^32 bytes).
   auto fits = [&](uint32_t m) {
     opt.max_seq = m;
-    return ddr_need(model, cfg, opt) <= cfg.ddr_bytes;
+    return ddr_need(model, cfg, opt, packings) <= cfg.ddr_bytes;
   };
   if (!fits(1))
     fail("compiler: the model's weights and buffers alone need more than ddr_bytes = {} bytes of DDR; raise ddr_bytes",
@@ -141,6 +143,14 @@ void Compiler::plan_ddr() {
     ddr_.add(layer_name(i, "vcache"), uint64_t(nkv) * opt_.max_seq * hd * 2, "kv");
   }
   if (opt_.image) plan_image_ddr();
+  // The second packings only speed the image program up: a KV cache that fits only without
+  // them gets their room (qc-u: 9,934 tokens beside them, --max-context auto; up to 10,797).
+  if (pm_first_ && !pm_kept_ && ddr_.total() > cfg_.ddr_bytes) {
+    ddr_.truncate(pm_first_);
+    pm_first_ = 0;
+    pm_tower_only_ = false;
+    pm_left_out_ = true;
+  }
   if (lrm_short_.second)
     fail("compiler: weight {} needs two LRM tile buffers of {} bytes on {}: raise lrm_bytes to {} or more "
          "(the model's largest need)",

@@ -129,8 +129,9 @@ struct CompiledProgram {
   double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
   double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
   // plan_only, resident: the tower's MLP runs in row chunks, each reading its weights again,
-  // where its chunk packings (Compiler::add_pm_packings) would take it over every row.
-  bool wants_tower_chunks = false;
+  // where its chunk packings (Compiler::add_pm_packings), as wide as on this many PEs
+  // (pm_chunk_width), would take it over every row (0: they would not).
+  uint32_t tower_chunk_pes = 0;
 };
 
 struct CompileOptions {
@@ -207,11 +208,14 @@ class Compiler {
   uint64_t run_weight_bytes(bool vision) const;
 
   // The most KV-cache slots (context tokens) that fit the DDR beside everything else the
-  // compiler lays out for `opt` (weights, image areas, the slots' prefill areas):
-  // --max-context's default. gpnpu::Error when not even one fits.
-  static uint32_t max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt);
-  // Bytes of DDR the layout of `opt` takes (opt.max_seq slots).
-  static uint64_t ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
+  // compiler lays out for `opt` (weights, image areas, the slots' prefill areas); with
+  // `packings`, beside the image program's second packings too (--max-context auto), which
+  // a larger count leaves out. gpnpu::Error when not even one fits.
+  static uint32_t max_context(const ModelConfig& model, const sim::Config& cfg, CompileOptions opt,
+                              bool packings = false);
+  // Bytes of DDR the layout of `opt` takes (opt.max_seq slots); packings: as above.
+  static uint64_t ddr_need(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt,
+                           bool packings = false);
 
   // Bytes of the weights a program reads, each once (the image program: the tower,
   // mergers and prefill GEMM weights, the embedding table for its LM head, the vectors;
@@ -225,7 +229,9 @@ class Compiler {
   const sim::Config& config() const { return cfg_; }
 
  private:
-  struct LayoutOnly {};
+  struct LayoutOnly {
+    bool packings = false;  // keep the second packings even past ddr_bytes
+  };
   // The image GEMMs' view of the array (compiler_image.cpp): the first rows of it, the
   // fewest of (whole array, halved) whose GEMM MACs stay within 0.7 x the weights' DDR
   // time, and at most those whose DMA code buffers take a quarter of the OCM.
@@ -247,7 +253,7 @@ class Compiler {
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
   // none) for pm_npe_ PEs (0: the narrow default); settle_pm_chunks re-lays them wider where
   // the default image program's estimate is lower. pm_tower_only_: only the tower's, for the
-  // resident plan (CompiledProgram::wants_tower_chunks), one tile of fc1 at split 2 wide.
+  // resident plan, as wide as it took them (CompiledProgram::tower_chunk_pes).
   uint32_t pm_chunk(uint32_t inter, uint32_t up) const;
   // The prefill chunks' gate|up split (pm_gate_up_split over the planning prompt's rows; 0: the
   // tiling rule).
@@ -258,6 +264,8 @@ class Compiler {
   uint32_t pm_npe_ = 0;
   size_t pm_first_ = 0;
   bool pm_tower_only_ = false;
+  bool pm_left_out_ = false;  // they did not fit beside the KV cache (plan_ddr)
+  bool pm_kept_ = false;      // LayoutOnly::packings
   std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;

@@ -310,9 +310,10 @@ void Compiler::plan_image_ddr() {
   }
   if (planned.plan.starts_with("resident")) {
     // The resident tower's MLP over every row where its chunk packings would take it there.
-    if (!planned.wants_tower_chunks) return;
+    if (!planned.tower_chunk_pes) return;
     pm_first_ = ddr_.tensors().size();
     pm_tower_only_ = true;
+    pm_npe_ = planned.tower_chunk_pes;
     return add_pm_packings();
   }
   for (int b = 0; b < v.depth; ++b)  // the tower's q, k and v weights (Streamed::vqa)
@@ -374,7 +375,7 @@ void Compiler::settle_pm_chunks() {
     add_pm_packings();
   };
   if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
-  if (pm_tower_only_) return relay(gemm_cfg_.npe());  // (the resident tower's: one tile of fc1 at split 2)
+  if (pm_tower_only_) return;  // (the resident tower's: laid as wide as its plan took them)
   auto plan = [&] {
     try {
       const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
@@ -940,6 +941,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
   CompiledProgram p = image_program(s, nullptr, nullptr);
   if (gemm_cfg_.pe_rows < cfg_.pe_rows)
     p.plan += fmt::format("; GEMMs on {} of the {} PE rows", gemm_cfg_.pe_rows, cfg_.pe_rows);
+  if (pm_left_out_)
+    p.plan += fmt::format("; the MLP chunk packings left out so that the KV cache of {} tokens fits (a smaller "
+                          "--max-context lays them)",
+                          opt_.max_seq);
   return p;
 }
 
@@ -987,20 +992,27 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
   // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, fp32 partial sums at vsums in LRM.
+  // Where they are not laid yet (planning the layout), one or two tiles of fc1 at split 2 wide:
+  // fewer calls where the wider chunk fits (CompiledProgram::tower_chunk_pes).
   const bool vpm_laid = ddr_.has(vpm_name(0, 0, "fc1"));
-  const uint32_t cv = vpm_laid ? pm_chunk(d.Iv, 1) : pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1);
-  const uint32_t vsums = d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0;
+  std::vector<uint32_t> cvs{pm_chunk(d.Iv, 1)};
+  if (!vpm_laid) {
+    cvs = {pm_chunk_width(2 * gemm_cfg_.npe(), d.Iv, 1), pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1)};
+    if (cvs[0] == cvs[1]) cvs.pop_back();
+  }
+  auto vsums_of = [&](uint32_t cv) { return N && d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0u; };
   struct Resident {
-    uint32_t rcv = 0, J = 1;
+    uint32_t rcv = 0, J = 1, cv = 0;  // cv: the tower's MLP chunks' width where rcv = 0
     bool rope_tmp = false;  // the rotary tables loaded into TMP a block (layer) at a time (no ROPE region)
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
     uint64_t need() const {
       return footprint({rH, rXN, rBIG, rTMP, rROPE, rVEC});
     }
   };
-  auto resident_plan = [&](uint32_t rcv, uint32_t J, bool rope_tmp) {
+  auto resident_plan = [&](uint32_t rcv, uint32_t cv, uint32_t J, bool rope_tmp) {
     Resident r;
     r.rcv = rcv;
+    r.cv = cv;
     r.J = J;
     r.rope_tmp = rope_tmp;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
@@ -1049,16 +1061,25 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return std::max(double(r) * g.tiles * g.cols * kk / peak, double(gemm_weight_bytes(cfg_, next_n, next_k)) / bw) +
            kCallCycles;
   };
-  double rows_est = 0, every_est = 0;
-  if (vsums && rcv_fit < N) {
-    for (auto [r0, r] : tiles_of(N, rcv_fit))
-      rows_est += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
-    every_est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
-  }
-  std::vector<uint32_t> rcvs{N, 0, rcv_fit};
-  if (opt_.image_tower_chunks && vsums) rcvs = {0};
-  else if (!every_est || every_est >= kTowerChunksMargin * rows_est) rcvs.erase(rcvs.begin() + 1);
-  if (!vpm_laid && !(s.plan_only && pm_allowed())) std::erase(rcvs, 0u);
+  auto rows_est = [&] {
+    double e = 0;
+    for (auto [r0, r] : tiles_of(N, rcv_fit)) e += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
+    return e;
+  };
+  // The choices (rcv, cv) in order of preference: one pass, then the chunk widths by estimate
+  // (the wider first at a tie), then the row chunks.
+  std::vector<std::pair<double, uint32_t>> chunked;
+  if (vpm_laid || (s.plan_only && pm_allowed()))
+    for (uint32_t cv : cvs) {
+      if (!vsums_of(cv)) continue;
+      const double est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
+      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est())) chunked.push_back({est, cv});
+    }
+  std::stable_sort(chunked.begin(), chunked.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  std::vector<std::pair<uint32_t, uint32_t>> rcvs;
+  if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({N, 0});
+  for (auto [est, cv] : chunked) rcvs.push_back({0, cv});
+  if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({rcv_fit, 0});
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
   uint64_t rGEMM = 0;
@@ -1074,22 +1095,28 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       gemm_channels = ch;
       rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
       const uint64_t fixed = fixed_with(rGEMM);
-      for (uint32_t rcv : rcvs) {
+      for (auto [rcv, cv] : rcvs) {
         for (uint32_t J : js)
           for (bool rope_tmp : {false, true}) {
             if (res || (rope_tmp && !rope_tmp_too)) break;
             if (opt_.image_rope_per_block && !rope_tmp) continue;
-            Resident r = resident_plan(rcv, J, rope_tmp);
+            Resident r = resident_plan(rcv, cv, J, rope_tmp);
             if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
           }
         if (res) break;
       }
     }
   };
-  // The tables in TMP only for a better resident plan, never instead of the streamed one (64x64
-  // at 4 MiB: two GEMM DMA channels where the ROPE region left one).
+  // The tables in TMP only for more GEMM DMA channels, never instead of the streamed one (64x64
+  // at 4 MiB: two where the ROPE region left one). Not for a plan earlier in the order above:
+  // their loads cost DDR time (32x64, 4 MiB, 16 GB/s: one pass with them 127.40 M cycles, the
+  // chunks without 126.91 M).
   search(opt_.image_rope_per_block);
-  if (res && !opt_.image_rope_per_block) search(true);
+  if (res && !opt_.image_rope_per_block) {
+    const auto kept = std::tuple(res, gemm_channels, rGEMM);
+    search(true);
+    if (!res || gemm_channels <= std::get<1>(kept)) std::tie(res, gemm_channels, rGEMM) = kept;
+  }
   auto plan_only = [](const char* plan) {
     CompiledProgram o;
     o.plan = plan;
@@ -1130,10 +1157,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     CompiledProgram o = plan_only(gemm_channels < std::min(2u, uint32_t(cfg_.dma_channels))
                                       ? "resident, one GEMM DMA channel"
                                       : "resident");
-    o.wants_tower_chunks = res->rcv == 0 && !vpm_laid && s.vision;
+    if (res->rcv == 0 && !vpm_laid && s.vision)
+      o.tower_chunk_pes = res->cv == pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1) ? gemm_cfg_.npe() : 2 * gemm_cfg_.npe();
     return o;
   }
-  const uint32_t rcv = res->rcv, J = res->J;
+  const uint32_t rcv = res->rcv, J = res->J, cv = res->cv, vsums = rcv ? 0 : vsums_of(cv);
   const std::string tower_note =
       rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
           : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);

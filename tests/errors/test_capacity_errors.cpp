@@ -10,18 +10,23 @@
 namespace gpnpu::errors_test {
 namespace {
 
-// 2B on qc-u: 10,797 slots of 123,904 bytes fit beside 1,883,318,272 bytes of weights and buffers.
+// 2B on qc-u: 10,797 slots of 123,904 bytes fit beside 1,883,318,272 bytes of weights and buffers;
+// --max-context auto takes 9,934, beside the image program's MLP chunk packings too.
 TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
   const std::string dir = scratch_dir("capacity_compile");
   const std::string c = "compile --out " + dir + "/out --run";
   expect_clean_error(run_cli(c + " --cached 0"),
-                     {"--cached 0: needs at least 1 token in the KV cache; give 1 to 10797 (--max-context)"});
+                     {"--cached 0: needs at least 1 token in the KV cache; give 1 to 9934 (--max-context)"});
   expect_clean_error(run_cli(c + " --cached -3"), {"--cached -3: needs at least 1 token in the KV cache"});
   expect_clean_error(run_cli(c + " --cached 40000"),
+                     {"--cached 40000: needs 40000 KV-cache slots, more than --max-context = 9934 (auto: the most "
+                      "beside the image program's MLP chunk packings; up to 10797 fit the DDR without them); give "
+                      "--cached 9934 or less, or a larger --max-context"});
+  expect_clean_error(run_cli(c + " --max-context 10797 --cached 40000"),
                      {"--cached 40000: needs 40000 KV-cache slots, more than --max-context = 10797 (the most that fit "
                       "ddr_bytes beside the weights, 123904 bytes per token); give --cached 10797 or less"});
   expect_clean_error(run_cli(c + " --cached 4294967294"),
-                     {"--cached 4294967294: needs 4294967294 KV-cache slots, more than --max-context = 10797"});
+                     {"--cached 4294967294: needs 4294967294 KV-cache slots, more than --max-context = 9934"});
   expect_clean_error(run_cli(c + " --max-context 100 --cached 140"),
                      {"--seq 128: needs 128 KV-cache slots, more than --max-context = 100 (up to 10797 fit the DDR)"});
   EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";

@@ -370,7 +370,8 @@ TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
 // columns at a time, fc2's chunk into fp32 partial sums in LRM: the 2B's where its row chunks
 // would wait on the weights, e.g. 64x64 at 4 MiB and 64 GB/s), held by the knob
 // CompileOptions::image_tower_chunks (the tiny model's tower rows always fit one pass): a
-// 16x16 image (256 patches, the tower's 1536 in three chunks of 512) and a 96-token prompt at
+// 16x16 image (256 patches, the tower's 1536 in two chunks of 768: as wide as two fc1 tiles at
+// split 2, 1024, allows: CompiledProgram::tower_chunk_pes) and a 96-token prompt at
 // 2 MiB. Against the chain; negative control: one block's fc2 chunk 1 zeroed in DDR (the
 // resident plan reads no keys back from the cache, so the slot control does not apply).
 TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
@@ -382,7 +383,7 @@ TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
   opt.image_tower_chunks = true;
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
-  EXPECT_TRUE(prog.plan.starts_with("resident: tower MLP over every row in chunks of 512 (fp32 partial sums in LRM)"))
+  EXPECT_TRUE(prog.plan.starts_with("resident: tower MLP over every row in chunks of 768 (fp32 partial sums in LRM)"))
       << prog.plan;
   expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 256 patches, 96 tokens, 2 MiB, the resident tower's MLP in "
@@ -705,6 +706,35 @@ TEST(ImageOcm, FullSizeCyclesChangeWithOcm) {
   CompiledProgram p1 = c1.image_program(s);
   std::printf("2B image program, 1MiB: %s\n", p1.plan.c_str());
   EXPECT_TRUE(p1.plan.starts_with("streamed"));
+}
+
+// The image program's second packings (here the resident tower's MLP chunks, qc-u) are laid
+// beside a KV cache of up to Compiler::max_context(..., packings = true) slots, --max-context
+// auto; a larger cache, up to the most that fit without them, leaves them out (the tower's MLP
+// then runs in row chunks, and the plan says why).
+TEST(ImageOcm, FullSizeMlpChunkPackingsGiveWayToALargerKvCache) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  const CompileOptions base;
+  const uint32_t packed = Compiler::max_context(config_2b(), cfg, base, true);
+  const uint32_t fit = Compiler::max_context(config_2b(), cfg, base);
+  EXPECT_EQ(packed, 9934u);
+  EXPECT_EQ(fit, 10797u);
+  auto compiled = [&](uint32_t slots) {
+    CompileOptions o;
+    o.max_seq = slots;
+    Compiler c(config_2b(), cfg, o);
+    return std::pair(c.layout().has("V0.pm0.fc1"), c.image_program(ImageShape{}).plan);
+  };
+  const auto [at_packed, plan_packed] = compiled(packed);
+  EXPECT_TRUE(at_packed);
+  EXPECT_TRUE(plan_packed.starts_with("resident: tower MLP over every row in chunks of 1024")) << plan_packed;
+  const auto [past, plan_past] = compiled(packed + 1);
+  EXPECT_FALSE(past);
+  EXPECT_TRUE(plan_past.starts_with("resident: tower MLP rows per chunk 128")) << plan_past;
+  EXPECT_NE(plan_past.find("the MLP chunk packings left out so that the KV cache of 9935 tokens fits"), std::string::npos)
+      << plan_past;
+  EXPECT_FALSE(compiled(fit).first);
+  EXPECT_THROW(compiled(fit + 1), Error);
 }
 
 // The 2B on 32x64 at 2 MiB, 32 GB/s, timing-only: the streamed plan takes MLP chunks as wide
