@@ -98,7 +98,6 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
 
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved) {
   const GemmPlan pa = plan_gemm(cfg, 0, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
-  if (pn.tail_at(0) && pn.split != 1) return false;  // (a narrow tile 0: split 1 only, its PEs by p4)
   const auto [ap, aq] = lrm_buffers(pa, prev);
   const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
   const uint32_t lrm = uint32_t(std::min<uint64_t>(next.lrm_end ? next.lrm_end : cfg.lrm_bytes, UINT32_MAX));
@@ -496,16 +495,26 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   const X xMsN{30};
-  // A narrow tile 0 (split 1, one tile: its units are W columns' worth) goes to its W PEs
-  // only, by p4 (free outside the tile start and the loop pieces), through the port.
+  // A narrow tile 0 (one tile: its units are W columns' worth) goes to its W x split PEs
+  // only, by p4 (free outside the tile start and the loop pieces), through the port; at
+  // split 2 its meta to the even and the odd ones of them in turn (p4 & p2, p4 & p3).
   const bool nx_narrow = nx && pn.tail_at(0);
   auto scatter_next = [&](bool half, int64_t src, X stride, int64_t dst, bool pair) {
     if (!nx_narrow) return scatter_to(X{0}, half, src, stride, dst, pair, false, pn.blocks);
     const uint8_t r = uint8_t(22 + fill_reg);
     fill_reg ^= 1;
-    b.li(xT3, pn.tail_cols);
-    b.op("pset.range", {P{4}, X{0}, xT3});
-    b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{4});
+    auto to_pes = [&](int64_t from, uint8_t parity) {
+      b.li(xT3, pn.tail_cols * pn.split);
+      b.op("pset.range", {P{4}, X{0}, xT3});
+      if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
+      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, from}, stride}, P{4});
+    };
+    if (pair) {
+      to_pes(src, 2);
+      to_pes(src - 2 * int64_t(pn.blocks), 3);
+    } else {
+      to_pes(src, 0);
+    }
     flush();
     pending = r;
     pending_base = X{0};

@@ -395,6 +395,33 @@ TEST(Gemm, HandoffOfANarrowTileZero) {
   EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
+// The same at split 2 (N = 384 of a 512-column tile, K = 2,048: the 2B tower's fc2 and proj,
+// N = 1,024 on 64x64, whose tile 0 was loaded at the call's start): the narrow tile's meta
+// goes to its even and its odd PEs (p4 & p2, p4 & p3), its codes to its 768 PEs.
+TEST(Gemm, HandoffOfANarrowTileZeroAtSplitTwo) {
+  const Call c{48, 384, 2048};
+  ASSERT_EQ(plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k).split, 2u);
+  ASSERT_TRUE(plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k).tail_at(0));
+  PairRun f = run_pair(false, true, c, c);
+  for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
+    Compare cmp = compare(*y, *ref);
+    EXPECT_GE(cmp.cosine, 0.9999);
+    EXPECT_LE(cmp.max_abs, cmp.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  }
+  const PairRun t = run_pair(true, true, c, c), plain = run_pair(true, true, c, c, false);
+  EXPECT_EQ(f.cycles, t.cycles);
+  EXPECT_LT(t.cycles, plain.cycles);
+  std::printf("two GEMMs of a narrow tile at split 2: %llu cycles handed off, %llu not\n",
+              (unsigned long long)t.cycles, (unsigned long long)plain.cycles);
+  // Negative controls: a column of the second output lost (one mid-tile, the last one).
+  for (uint32_t col : {200u, 383u}) {
+    PairRun g = f;
+    for (uint32_t i = 0; i < c.m; ++i) g.y2[size_t(i) * c.n + col] = 0.0f;
+    Compare bad = compare(g.y2, g.ref2);
+    EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  }
+}
+
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
 // inputs, each packed on its own; call 0 writes fp32 partial sums (with the bias), the
 // middle calls add theirs in place, the last adds its own and rounds Y to fp16. The result
