@@ -1046,7 +1046,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t rcv_fit = N ? (N + (N + rcv_max - 1) / rcv_max - 1) / ((N + rcv_max - 1) / rcv_max) : 1;
   // The tower's MLP over every row (rcv = 0) in chunks of cv fc1 columns, fp32 partial sums
   // in LRM, before row chunks that read its weights again, where its chunk packings are in DDR
-  // (or, planning the layout, would be: CompiledProgram::wants_tower_chunks), the sums fit LRM
+  // (or, planning the layout, would be: CompiledProgram::tower_chunk_pes), the sums fit LRM
   // and its estimate is less than 3% above the row chunks' (fewer DDR bytes within the model's
   // error). A call of r rows takes its MACs (its tiles on the GEMMs' view) or the next call's
   // weights streaming beside them, whichever is more, and kCallCycles.
@@ -1054,6 +1054,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // chunks (564 K, 534 K: 5.6% above); 64x64 at 64 GB/s 370 K, 448 K (206 K, 260 K); at 128 GB/s
   // 0.68 M cycles less in all (a tie); 32x64 at 128 GB/s 1.1% slower in all over every row
   // (282 K, 272 K: 3.7% above, not kFewerBytes' 5%), at 64 GB/s 0.25% faster (the same).
+  // Chunks two tiles wide (estimates: qc-u 544 K against 534 K in row chunks, 32x64 at 64 GB/s
+  // 272 K, a tie): qc-u 81.72 -> 81.08 M in all, 32x64 at 64 GB/s 44.05 -> 43.45 M, at 128 GB/s
+  // 39.97 -> 40.02 M.
   constexpr double kTowerChunksMargin = 1.03;
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();
   auto call = [&](uint32_t r, uint32_t n, uint32_t kk, uint32_t next_n, uint32_t next_k) {
