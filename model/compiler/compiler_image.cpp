@@ -991,33 +991,35 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
-  // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, fp32 partial sums at vsums in LRM.
-  // Where they are not laid yet (planning the layout), one or two tiles of fc1 at split 2 wide:
-  // fewer calls where the wider chunk fits (CompiledProgram::tower_chunk_pes).
+  // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, as wide as on `pes` PEs
+  // (pm_chunk_width), fp32 partial sums at vsums in LRM. Where they are laid, pm_npe_'s; planning
+  // the layout, one or two tiles of fc1 at split 2: fewer calls where the wider chunk fits
+  // (CompiledProgram::tower_chunk_pes).
   const bool vpm_laid = ddr_.has(vpm_name(0, 0, "fc1"));
-  std::vector<uint32_t> cvs{pm_chunk(d.Iv, 1)};
+  auto width = [&](uint32_t pes) { return pm_chunk_width(pes, d.Iv, 1); };
+  std::vector<uint32_t> chunk_pes{pm_npe_};
   if (!vpm_laid) {
-    cvs = {pm_chunk_width(2 * gemm_cfg_.npe(), d.Iv, 1), pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1)};
-    if (cvs[0] == cvs[1]) cvs.pop_back();
+    chunk_pes = {2 * gemm_cfg_.npe(), gemm_cfg_.npe()};
+    if (width(chunk_pes[0]) == width(chunk_pes[1])) chunk_pes.pop_back();
   }
   auto vsums_of = [&](uint32_t cv) { return N && d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0u; };
   struct Resident {
-    uint32_t rcv = 0, J = 1, cv = 0;  // cv: the tower's MLP chunks' width where rcv = 0
+    uint32_t rcv = 0, J = 1, pes = 0;  // pes: the tower's MLP chunks' width where rcv = 0
     bool rope_tmp = false;  // the rotary tables loaded into TMP a block (layer) at a time (no ROPE region)
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
     uint64_t need() const {
       return footprint({rH, rXN, rBIG, rTMP, rROPE, rVEC});
     }
   };
-  auto resident_plan = [&](uint32_t rcv, uint32_t cv, uint32_t J, bool rope_tmp) {
+  auto resident_plan = [&](uint32_t rcv, uint32_t pes, uint32_t J, bool rope_tmp) {
     Resident r;
     r.rcv = rcv;
-    r.cv = cv;
+    r.pes = pes;
     r.J = J;
     r.rope_tmp = rope_tmp;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
-    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * cv,
+    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * width(pes),
                  uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
     const uint64_t tables = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
     r.rTMP = std::max({mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
@@ -1069,19 +1071,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (auto [r0, r] : tiles_of(N, rcv_fit)) e += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
     return e;
   };
-  // The choices (rcv, cv) in order of preference: one pass, then the chunk widths by estimate
-  // (the wider first at a tie), then the row chunks.
+  // The choices (rcv, pes) in order of preference: one pass, then the chunk widths by
+  // estimate (the wider first at a tie), then the row chunks.
   std::vector<std::pair<double, uint32_t>> chunked;
   if (vpm_laid || (s.plan_only && pm_allowed()))
-    for (uint32_t cv : cvs) {
+    for (uint32_t pes : chunk_pes) {
+      const uint32_t cv = width(pes);
       if (!vsums_of(cv)) continue;
       const double est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
-      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est())) chunked.push_back({est, cv});
+      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est())) chunked.push_back({est, pes});
     }
   std::stable_sort(chunked.begin(), chunked.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<std::pair<uint32_t, uint32_t>> rcvs;
   if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({N, 0});
-  for (auto [est, cv] : chunked) rcvs.push_back({0, cv});
+  for (auto [est, pes] : chunked) rcvs.push_back({0, pes});
   if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({rcv_fit, 0});
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
@@ -1098,12 +1101,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       gemm_channels = ch;
       rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
       const uint64_t fixed = fixed_with(rGEMM);
-      for (auto [rcv, cv] : rcvs) {
+      for (auto [rcv, pes] : rcvs) {
         for (uint32_t J : js)
           for (bool rope_tmp : {false, true}) {
             if (res || (rope_tmp && !rope_tmp_too)) break;
             if (opt_.image_rope_per_block && !rope_tmp) continue;
-            Resident r = resident_plan(rcv, cv, J, rope_tmp);
+            Resident r = resident_plan(rcv, pes, J, rope_tmp);
             if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
           }
         if (res) break;
@@ -1161,10 +1164,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                       ? "resident, one GEMM DMA channel"
                                       : "resident");
     if (res->rcv == 0 && !vpm_laid && s.vision)
-      o.tower_chunk_pes = res->cv == pm_chunk_width(gemm_cfg_.npe(), d.Iv, 1) ? gemm_cfg_.npe() : 2 * gemm_cfg_.npe();
+      o.tower_chunk_pes = res->pes;
     return o;
   }
-  const uint32_t rcv = res->rcv, J = res->J, cv = res->cv, vsums = rcv ? 0 : vsums_of(cv);
+  const uint32_t rcv = res->rcv, J = res->J, cv = width(res->pes), vsums = rcv ? 0 : vsums_of(cv);
   const std::string tower_note =
       rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
           : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);
