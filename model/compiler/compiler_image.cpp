@@ -752,6 +752,46 @@ struct ImageKernels {
     e.out_stride = os;
     em.call(mark, "elementwise", cost_elementwise(cfg, e), [&] { emit_elementwise(b, cfg, e); });
   }
+  // An MLP over every row in chunks (both plans' one chunk chain): per chunk c of `chunk`
+  // inner columns, the up GEMM into up (gated: gate|up, 2 chunk columns, then SiLU x up; else
+  // fc1 with its bias slice, then act) and the down GEMM's chunk into fp32 partial sums (in
+  // OCM at acc, or in LRM from lrm), the first with down_bias (seeded: adding to sums already
+  // there), the last rounded into out. before(c, down): the caller's kernels before chunk c's
+  // up GEMM (false) and before its down GEMM (true): prefetches, waits. (Its estimate: the
+  // streamed plan's chunk_est.)
+  struct ChunkChain {
+    std::string mark;
+    uint32_t rows = 0, chunk = 0, chunks = 0, in = 0, out_n = 0;  // up: in -> chunk; down: chunk -> out_n
+    bool gated = false;
+    EwOp act = EwOp::gelu_tanh;
+    std::function<std::string(uint32_t, bool)> weight;  // chunk c's up (false) or down (true) weight
+    uint32_t x = 0, x_stride = 0, up = 0, up_stride = 0;
+    uint32_t up_bias = UINT32_MAX, down_bias = UINT32_MAX;  // UINT32_MAX: none (up: chunk c's at + 2 c chunk)
+    uint32_t out = 0, out_stride = 0, acc = 0, acc_stride = 0, lrm = 0;
+    bool seeded = false;
+    std::function<void(uint32_t, bool)> before;
+  };
+  void chunk_chain(const ChunkChain& m) {
+    constexpr uint32_t kNone = UINT32_MAX;
+    for (uint32_t c = 0; c < m.chunks; ++c) {
+      const std::string C = fmt::format("{}.mlp{}", m.mark, c);
+      const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
+      if (m.before) m.before(c, false);
+      if (m.gated) {
+        gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone);
+        ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, m.up, m.up_stride, m.up + m.chunk * 2, m.up_stride, m.up,
+           m.up_stride);
+      } else {
+        gemm(C + ".fc1", m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride,
+             m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
+        ew(C + ".gelu", m.act, m.rows, m.chunk, m.up, 0, m.up, 0, m.up, 0);
+      }
+      if (m.before) m.before(c, true);
+      gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.out_n, m.chunk, m.up, m.up_stride,
+           into_out ? m.out : m.acc, into_out ? m.out_stride : m.acc_stride, c == 0 ? m.down_bias : kNone,
+           {.in = c > 0 || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last, .lrm = m.lrm});
+    }
+  }
   // In place on rows x heads x hd at x (row stride bytes); fp32 tables [rows][hd].
   void rope(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride,
             uint32_t cos, uint32_t sin) {
@@ -1079,7 +1119,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const uint32_t cv = width(pes);
       if (!vsums_of(cv)) continue;
       const double est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
-      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est())) chunked.push_back({est, pes});
+      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est()))
+        chunked.push_back({est, pes});
     }
   std::stable_sort(chunked.begin(), chunked.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<std::pair<uint32_t, uint32_t>> rcvs;
@@ -1294,17 +1335,19 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
       ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
       norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
-      for (uint32_t c = 0; rcv == 0 && c < d.Iv / cv; ++c) {
-        const std::string C = fmt::format("{}.mlp{}", B, c);
-        const bool last = c + 1 == d.Iv / cv;
-        prefetch(vpm_name(blk, c, "fc2"), d.Dv, cv, 0);  // only the GELU between
-        gemm(C + ".fc1", vpm_name(blk, c, "fc1"), N, cv, d.Dv, XN, d.Dv * 2, BIG, cv * 2, vv_fc1b + c * cv * 2);
-        ew(C + ".gelu", EwOp::gelu_tanh, N, cv, BIG, 0, BIG, 0, BIG, 0);
-        if (!last) prefetch(vpm_name(blk, c + 1, "fc1"), cv, d.Dv, 0);
-        else prefetch_after_block(blk, 0);
-        k.gemm(C + ".fc2", vpm_name(blk, c, "fc2"), N, d.Dv, cv, BIG, cv * 2, TMP, d.Dv * 2, c == 0 ? vv_fc2b : kNone,
-               {.in = c > 0, .y_f32 = !last, .lrm = vsums});
-        if (last) k.lrm_end = 0;
+      if (rcv == 0) {
+        const uint32_t chunks = d.Iv / cv;
+        k.chunk_chain({.mark = B, .rows = N, .chunk = cv, .chunks = chunks, .in = d.Dv, .out_n = d.Dv,
+                       .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
+                       .x = XN, .x_stride = d.Dv * 2, .up = BIG, .up_stride = cv * 2, .up_bias = vv_fc1b,
+                       .down_bias = vv_fc2b, .out = TMP, .out_stride = d.Dv * 2, .lrm = vsums,
+                       .before = [&](uint32_t c, bool down) {
+                         // (hand-prefetched: only the GELU between each pair)
+                         if (!down) prefetch(vpm_name(blk, c, "fc2"), d.Dv, cv, 0);
+                         else if (c + 1 < chunks) prefetch(vpm_name(blk, c + 1, "fc1"), cv, d.Dv, 0);
+                         else prefetch_after_block(blk, 0);
+                       }});
+        k.lrm_end = 0;
       }
       for (uint32_t r0 = 0; rcv && r0 < N; r0 += rcv) {
         const uint32_t rows = std::min(rcv, N - r0);
@@ -1804,13 +1847,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
-  // One chunk of an MLP over every row (pm, vpm) on r rows: its up GEMM ([r][w] -> [r][u], at
-  // split up_split) and its down GEMM's chunk ([r][c] -> [r][w]), each call's weights streaming
-  // in during the call before it (gemm_handoff): up's MACs beside down's weights, then down's
-  // MACs beside the next up's weights. (Where the calls are one tile each, as on 2,048 PEs or
+  // One chunk of an MLP over every row (pm, vpm; ImageKernels::chunk_chain) on r rows: its up
+  // GEMM ([r][w] -> [r][u], at split up_split) and its down GEMM's chunk ([r][c] -> [r][w]),
+  // each call's weights streaming in during the call before it (gemm_handoff): up's MACs
+  // beside down's weights, then down's MACs beside the next up's weights. (Where the calls are one tile each, as on 2,048 PEs or
   // more, a chunk takes that, not max(MACs, weights): 32x64, 64 rows at 128 GB/s: 34 K cycles
   // measured a chunk, 31 K this, 25 K the max.) A narrow tile's idle PEs count.
-  auto chunk_chain = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
+  auto chunk_est = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
     const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, c);
     const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak,
                  m_dn = sl * r * double(gd.tiles) * gd.cols * c / peak;
@@ -1862,7 +1905,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const double port = (vsums() ? 0.0 : double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
     const double proj_again = double((N + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
     const double vpm_c = depth * (std::max(N * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
-                                  chunk_chain(N, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
+                                  chunk_est(N, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
                                   (vsums() ? 6.0 : 8.0) * N * d.Dv / bw +
                                   double(d.Iv / cv) * fp.tiles * port);
     if (!p.rvc || vpm_c < kFewerBytes * (p.cost - before_vc) || (knob && p.vpt < N))
@@ -1970,7 +2013,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_chain(r, d.H, cp, 2 * cp, slow, pm_split()) * (d.I / cp) +
+                       chunk_est(r, d.H, cp, 2 * cp, slow, pm_split()) * (d.I / cp) +
                        o_again / bw +
                        r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
@@ -2269,22 +2312,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         else copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
       }
       if (over_residual) em.wait(cs);
-      for (uint32_t c = 0; c < m.chunks; ++c) {
-        const std::string C = fmt::format("{}.mlp{}", m.mark, c);
-        const bool last = c + 1 == m.chunks;
-        if (m.gated) {
-          k.gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.width, XN, w2, U, us, kNone);
-          k.ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, U, us, U + m.chunk * 2, us, U, us);
-        } else {
-          k.gemm(C + ".fc1", m.weight(c, false), m.rows, m.chunk, m.width, XN, w2, U, us,
-                 m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
-          k.ew(C + ".gelu", EwOp::gelu_tanh, m.rows, m.chunk, U, 0, U, 0, U, 0);
-        }
-        if (c == 0 && !seed) em.wait(cs);  // the residual stored before the partial sums overwrite it
-        k.gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.width, m.chunk, U, us,
-               last || m.sums_lrm ? XN : ACC, last || m.sums_lrm ? w2 : 2 * w2, c == 0 ? m.down_bias : kNone,
-               {.in = c > 0 || seed, .ocm = ACC, .stride = 2 * w2, .y_f32 = !last, .lrm = m.sums_lrm});
-      }
+      k.chunk_chain({.mark = m.mark, .rows = m.rows, .chunk = m.chunk, .chunks = m.chunks, .in = m.width,
+                     .out_n = m.width, .gated = m.gated, .weight = m.weight, .x = XN, .x_stride = w2, .up = U,
+                     .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias, .out = XN, .out_stride = w2,
+                     .acc = ACC, .acc_stride = 2 * w2, .lrm = m.sums_lrm, .seeded = seed,
+                     .before = [&](uint32_t c, bool down) {
+                       // the residual stored before the partial sums overwrite it
+                       if (down && c == 0 && !seed) em.wait(cs);
+                     }});
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
@@ -2325,13 +2360,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           em.copy(M + ".load", vh, ocm(X), Nt * d.Md * 2);
           norm(M, Nt, X);
           k.lrm_end = sums;
-          for (uint32_t c = 0; c < chunks; ++c) {
-            const std::string C = fmt::format("{}.mlp{}", M, c);
-            k.gemm(C + ".fc1", mpm_name(j, c, "fc1"), Nt, cm, d.Md, X, d.Md * 2, U, cm * 2, fc1b + c * cm * 2);
-            k.ew(C + ".gelu", EwOp::gelu_erf, Nt, cm, U, 0, U, 0, U, 0);
-            k.gemm(C + ".fc2", mpm_name(j, c, "fc2"), Nt, d.H, cm, U, cm * 2, X, d.H * 2, c == 0 ? fc2b : kNone,
-                   {.in = c > 0, .y_f32 = c + 1 < chunks, .lrm = sums});
-          }
+          k.chunk_chain({.mark = M, .rows = Nt, .chunk = cm, .chunks = chunks, .in = d.Md, .out_n = d.H,
+                         .act = EwOp::gelu_erf,
+                         .weight = [&](uint32_t c, bool down) { return mpm_name(j, c, down ? "fc2" : "fc1"); },
+                         .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = fc1b,
+                         .down_bias = fc2b, .out = X, .out_stride = d.H * 2, .lrm = sums});
           k.lrm_end = 0;
           em.copy(M + ".store", ocm(X), dst, Nt * d.H * 2);
           end(M);
