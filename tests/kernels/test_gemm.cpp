@@ -371,12 +371,14 @@ TEST(Gemm, HandoffStreamsTheTailOfTileZero) {
   EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
-// gemm_handoff to a call whose only tile is narrow (N = 768 of 1,024 columns, split 1: the
-// tower's q|k|v of 4 heads): its units go to its 768 PEs only (predicate p4), through the
-// port. Both outputs match the chain, timing-only gives the functional cycles, and the pair
-// takes fewer cycles than with the second's tile loaded at its own start.
-TEST(Gemm, HandoffOfANarrowTileZero) {
-  const Call c{64, 768, 1024};
+// gemm_handoff to a call whose only tile is narrow: its units go to its PEs only (predicate p4),
+// through the port. Both outputs match the chain, timing-only gives the functional cycles, and
+// the pair takes fewer cycles than with the second's tile loaded at its own start. Negative
+// controls: a column of the second call's output lost (each of lost_cols) fails the gate.
+void expect_narrow_handoff(const Call& c, uint32_t split, std::initializer_list<uint32_t> lost_cols) {
+  const GemmPlan pl = plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k);
+  ASSERT_EQ(pl.split, split);
+  ASSERT_TRUE(pl.tail_at(0));
   PairRun f = run_pair(false, true, c, c);
   EXPECT_EQ(f.handed, 0u);  // (a one-tile call: all of it)
   for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
@@ -387,40 +389,23 @@ TEST(Gemm, HandoffOfANarrowTileZero) {
   const PairRun t = run_pair(true, true, c, c), plain = run_pair(true, true, c, c, false);
   EXPECT_EQ(f.cycles, t.cycles);
   EXPECT_LT(t.cycles, plain.cycles);
-  std::printf("two GEMMs of a narrow tile: %llu cycles handed off, %llu not\n", (unsigned long long)t.cycles,
-              (unsigned long long)plain.cycles);
-  // Negative control: a column of the second call's output lost fails the gate.
-  for (uint32_t i = 0; i < c.m; ++i) f.y2[size_t(i) * c.n + 700] = 0.0f;
-  Compare bad = compare(f.y2, f.ref2);
-  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
-}
-
-// The same at split 2 (N = 384 of a 512-column tile, K = 2,048: the 2B tower's fc2 and proj,
-// N = 1,024 on 64x64, whose tile 0 was loaded at the call's start): the narrow tile's meta
-// goes to its even and its odd PEs (p4 & p2, p4 & p3), its codes to its 768 PEs.
-TEST(Gemm, HandoffOfANarrowTileZeroAtSplitTwo) {
-  const Call c{48, 384, 2048};
-  ASSERT_EQ(plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k).split, 2u);
-  ASSERT_TRUE(plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k).tail_at(0));
-  PairRun f = run_pair(false, true, c, c);
-  for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
-    Compare cmp = compare(*y, *ref);
-    EXPECT_GE(cmp.cosine, 0.9999);
-    EXPECT_LE(cmp.max_abs, cmp.max_ref * std::ldexp(1.0, -10) + 1e-6);
-  }
-  const PairRun t = run_pair(true, true, c, c), plain = run_pair(true, true, c, c, false);
-  EXPECT_EQ(f.cycles, t.cycles);
-  EXPECT_LT(t.cycles, plain.cycles);
-  std::printf("two GEMMs of a narrow tile at split 2: %llu cycles handed off, %llu not\n",
+  std::printf("two GEMMs of a narrow tile at split %u: %llu cycles handed off, %llu not\n", split,
               (unsigned long long)t.cycles, (unsigned long long)plain.cycles);
-  // Negative controls: a column of the second output lost (one mid-tile, the last one).
-  for (uint32_t col : {200u, 383u}) {
+  for (uint32_t col : lost_cols) {
     PairRun g = f;
     for (uint32_t i = 0; i < c.m; ++i) g.y2[size_t(i) * c.n + col] = 0.0f;
     Compare bad = compare(g.y2, g.ref2);
-    EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
+    EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6) << "column " << col;
   }
 }
+
+// N = 768 of 1,024 columns, split 1 (the tower's q|k|v of 4 heads): its 768 PEs.
+TEST(Gemm, HandoffOfANarrowTileZero) { expect_narrow_handoff({64, 768, 1024}, 1, {700}); }
+
+// N = 384 of a 512-column tile at split 2, K = 2,048 (the 2B tower's fc2 and proj, N = 1,024
+// on 64x64, whose tile 0 was loaded at the call's start): the narrow tile's meta goes to its
+// even and its odd PEs in turn (p4 & p2, p4 & p3), its codes to its 768 PEs.
+TEST(Gemm, HandoffOfANarrowTileZeroAtSplitTwo) { expect_narrow_handoff({48, 384, 2048}, 2, {200, 383}); }
 
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
 // inputs, each packed on its own; call 0 writes fp32 partial sums (with the bias), the
