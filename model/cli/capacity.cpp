@@ -13,8 +13,8 @@ namespace gpnpu::model {
 void add_max_context_option(CLI::App* c, std::string& value) {
   c->add_option("--max-context", value,
                 "KV-cache slots the programs are compiled for (tokens of a whole conversation): a count, or auto = "
-                "the most that fit the DDR beside the weights and the image program's MLP chunk packings (a larger "
-                "count leaves those out)")
+                "the most that fit the DDR beside the weights and the image program's MLP chunk packings where that "
+                "is 4096 or more (else without them; a larger count leaves them out)")
       ->capture_default_str();
 }
 
@@ -27,7 +27,10 @@ Capacity resolve_max_context(const std::string& value, const ModelConfig& model,
   opt.max_seq = 2;
   c.bytes_per_token = Compiler::ddr_need(model, cfg, opt) - base;
   c.fixed_bytes = base - c.bytes_per_token;
+  // auto: beside the image program's MLP chunk packings (faster image runs) where that still
+  // leaves CompileOptions' default context (or all that fit without them), else without them.
   c.packed = Compiler::max_context(model, cfg, opt, true);
+  if (c.packed < std::min(c.fit, CompileOptions{}.max_seq)) c.packed = c.fit;
   if (value == "auto") {
     c.max_context = c.packed;
     return c;

@@ -13,7 +13,7 @@ namespace gpnpu::model {
 struct Capacity {
   uint32_t max_context = 0;      // the slots compiled for (CompileOptions::max_seq)
   uint32_t fit = 0;              // the most that fit the DDR (Compiler::max_context)
-  uint32_t packed = 0;           // the most beside the image program's second packings (auto)
+  uint32_t packed = 0;           // auto: the most beside the image program's second packings (resolve_max_context)
   uint64_t bytes_per_token = 0;  // DDR per slot (KV cache and the prefill's per-row areas)
   uint64_t fixed_bytes = 0;      // DDR of everything else (weights, image areas)
 };

@@ -44,6 +44,18 @@ TEST(CapacityErrors, LrmTooSmallForAWeightNamesItAndTheLeast) {
   EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=3520").exit_code, 0);
 }
 
+// --max-context auto keeps the image program's MLP chunk packings only where they leave
+// the default 4,096 slots: in 1.99 GB of DDR they would leave 67, without them 861 fit, and
+// `compile` (its default --seq 128) runs with those, saying why the packings are out.
+TEST(CapacityErrors, AutoContextLeavesThePackingsOutWhereTheyLeaveTooFewSlots) {
+  const std::string dir = scratch_dir("capacity_auto");
+  const CliResult r = run_cli("compile --out " + dir + "/out --set ddr_bytes=1990000000");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(KV cache of 861 tokens)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the MLP chunk packings left out so that the KV cache of 861 tokens fits"), std::string::npos)
+      << r.out;
+}
+
 TEST(CapacityErrors, MaxContextPastTheDdrIsRefused) {
   const std::string dir = scratch_dir("capacity_max");
   expect_clean_error(run_cli("compile --out " + dir + "/out --max-context 20000"),
