@@ -61,15 +61,15 @@ void check_tokens(const std::string& what, int64_t tokens, const Capacity& cap, 
   if (tokens < 1)
     fail("{} {}: needs at least 1 token in the KV cache; give 1 to {} (--max-context)", what, tokens,
          cap.max_context);
-  if (tokens > int64_t(cap.max_context))
-    fail("{} {}: needs {} KV-cache slots, more than --max-context = {}{}; {}", what, tokens, tokens, cap.max_context,
-         cap.max_context == cap.fit      ? fmt::format(" (the most that fit ddr_bytes beside the weights, {} bytes per token)",
-                                                       cap.bytes_per_token)
-         : cap.max_context == cap.packed ? fmt::format(" (auto: the most beside the image program's MLP chunk packings; up "
-                                                       "to {} fit the DDR without them)",
-                                                       cap.fit)
-                                         : fmt::format(" (up to {} fit the DDR)", cap.fit),
-         fix);
+  if (tokens <= int64_t(cap.max_context)) return;
+  std::string why = fmt::format(" (up to {} fit the DDR)", cap.fit);
+  if (cap.max_context == cap.fit)
+    why = fmt::format(" (the most that fit ddr_bytes beside the weights, {} bytes per token)", cap.bytes_per_token);
+  else if (cap.max_context == cap.packed)
+    why = fmt::format(" (auto: the most beside the image program's MLP chunk packings; up to {} fit the DDR without them)",
+                      cap.fit);
+  fail("{} {}: needs {} KV-cache slots, more than --max-context = {}{}; {}", what, tokens, tokens, cap.max_context, why,
+       fix);
 }
 
 }  // namespace gpnpu::model

@@ -1850,9 +1850,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // One chunk of an MLP over every row (pm, vpm; ImageKernels::chunk_chain) on r rows: its up
   // GEMM ([r][w] -> [r][u], at split up_split) and its down GEMM's chunk ([r][c] -> [r][w]),
   // each call's weights streaming in during the call before it (gemm_handoff): up's MACs
-  // beside down's weights, then down's MACs beside the next up's weights. (Where the calls are one tile each, as on 2,048 PEs or
-  // more, a chunk takes that, not max(MACs, weights): 32x64, 64 rows at 128 GB/s: 34 K cycles
-  // measured a chunk, 31 K this, 25 K the max.) A narrow tile's idle PEs count.
+  // beside down's weights, then down's MACs beside the next up's weights. (Where the calls are
+  // one tile each, as on 2,048 PEs or more, a chunk takes that, not max(MACs, weights): 32x64,
+  // 64 rows at 128 GB/s: 34 K cycles measured a chunk, 31 K this, 25 K the max.) A narrow
+  // tile's idle PEs count.
   auto chunk_est = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
     const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, c);
     const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak,
