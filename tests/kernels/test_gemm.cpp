@@ -11,6 +11,7 @@
 #include "kernels/gemm.h"
 
 #include <cstdio>
+#include <optional>
 
 #include "isa/error.h"
 #include "kernel_harness.h"
@@ -375,21 +376,24 @@ TEST(Gemm, HandoffStreamsTheTailOfTileZero) {
 // through the port. Both outputs match the chain, timing-only gives the functional cycles, and
 // the pair takes fewer cycles than with the second's tile loaded at its own start. Negative
 // controls: a column of the second call's output lost (each of lost_cols) fails the gate.
-void expect_narrow_handoff(const Call& c, uint32_t split, std::initializer_list<uint32_t> lost_cols) {
+// first: the call handing off (default: one of the same shape).
+void expect_narrow_handoff(const Call& c, uint32_t split, std::initializer_list<uint32_t> lost_cols,
+                           std::optional<Call> first = {}) {
   const GemmPlan pl = plan_gemm(sim::Config::make("qc-u", {}), c.m, c.n, c.k);
   ASSERT_EQ(pl.split, split);
   ASSERT_TRUE(pl.tail_at(0));
-  PairRun f = run_pair(false, true, c, c);
+  const Call c1 = first.value_or(c);
+  PairRun f = run_pair(false, true, c1, c);
   EXPECT_EQ(f.handed, 0u);  // (a one-tile call: all of it)
   for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
     Compare cmp = compare(*y, *ref);
     EXPECT_GE(cmp.cosine, 0.9999);
     EXPECT_LE(cmp.max_abs, cmp.max_ref * std::ldexp(1.0, -10) + 1e-6);
   }
-  const PairRun t = run_pair(true, true, c, c), plain = run_pair(true, true, c, c, false);
+  const PairRun t = run_pair(true, true, c1, c), plain = run_pair(true, true, c1, c, false);
   EXPECT_EQ(f.cycles, t.cycles);
   EXPECT_LT(t.cycles, plain.cycles);
-  std::printf("two GEMMs of a narrow tile at split %u: %llu cycles handed off, %llu not\n", split,
+  std::printf("two GEMMs, the second's narrow tile at split %u: %llu cycles handed off, %llu not\n", split,
               (unsigned long long)t.cycles, (unsigned long long)plain.cycles);
   for (uint32_t col : lost_cols) {
     PairRun g = f;
@@ -405,7 +409,12 @@ TEST(Gemm, HandoffOfANarrowTileZero) { expect_narrow_handoff({64, 768, 1024}, 1,
 // N = 384 of a 512-column tile at split 2, K = 2,048 (the 2B tower's fc2 and proj, N = 1,024
 // on 64x64, whose tile 0 was loaded at the call's start): the narrow tile's meta goes to its
 // even and its odd PEs in turn (p4 & p2, p4 & p3), its codes to its 768 PEs.
-TEST(Gemm, HandoffOfANarrowTileZeroAtSplitTwo) { expect_narrow_handoff({48, 384, 2048}, 2, {200, 383}); }
+TEST(Gemm, HandoffOfANarrowTileZeroAtSplitTwo) {
+  expect_narrow_handoff({48, 384, 2048}, 2, {200, 383});
+  // From a call at split 1 (the tower's fc1 before its fc2): its PE pairs set for the meta.
+  ASSERT_EQ(plan_gemm(sim::Config::make("qc-u", {}), 64, 1024, 1024).split, 1u);
+  expect_narrow_handoff({48, 384, 2048}, 2, {200, 383}, Call{64, 1024, 1024});
+}
 
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
 // inputs, each packed on its own; call 0 writes fp32 partial sums (with the bias), the
