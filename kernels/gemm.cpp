@@ -1,6 +1,7 @@
 #include "kernels/gemm.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -81,6 +82,50 @@ uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t r
     if (ok) best = j;
   }
   return best;
+}
+// The epilogue's activation (GemmAct) on v28, a row a lane, in place, predicated by p, in
+// emit_elementwise's operations and order (kernels/elementwise.cpp: the same bits). Uses
+// v24-v27, v29, v31 (free after the MAC loop; the next group's prologue reloads them).
+void emit_act(Builder& b, GemmAct act, P p) {
+  const V z{28}, t{24}, u{25}, one{26}, half{27}, c{29}, k{31};
+  b.op("vsplat.f32", {one, F32{1.0f}});
+  switch (act) {
+    case GemmAct::none: return;
+    case GemmAct::silu_pairs:
+      // silu(g) * u = (g * (1 / (1 + exp(-g)))) * u, u from the east neighbour (PE 2j + 1)
+      b.op("vmovn", {u, z, Dir{1}});
+      b.op("vsplati", {half, int64_t(INT32_MIN)});
+      b.op("vxor", {t, z, half}, p);
+      b.op("vexp.f32", {t, t}, p);
+      b.op("vadd.f32", {t, t, one}, p);
+      b.op("vrcp.f32", {t, t}, p);
+      b.op("vmul.f32", {t, z, t}, p);
+      b.op("vmul.f32", {z, t, u}, p);
+      return;
+    case GemmAct::gelu_tanh:
+      b.op("vsplat.f32", {c, F32{0.044715f}});
+      b.op("vsplat.f32", {k, F32{0.7978845608028654f}});
+      b.op("vsplat.f32", {half, F32{0.5f}});
+      b.op("vmul.f32", {t, z, c}, p);
+      b.op("vmul.f32", {t, t, z}, p);
+      b.op("vmov", {u, z}, p);
+      b.op("vmla.f32", {u, t, z}, p);
+      b.op("vmul.f32", {u, u, k}, p);
+      b.op("vtanh.f32", {u, u}, p);
+      b.op("vadd.f32", {u, u, one}, p);
+      b.op("vmul.f32", {t, z, half}, p);
+      b.op("vmul.f32", {z, t, u}, p);
+      return;
+    case GemmAct::gelu_erf:
+      b.op("vsplat.f32", {c, F32{0.7071067811865476f}});
+      b.op("vsplat.f32", {half, F32{0.5f}});
+      b.op("vmul.f32", {u, z, c}, p);
+      b.op("verf.f32", {u, u}, p);
+      b.op("vadd.f32", {u, u, one}, p);
+      b.op("vmul.f32", {t, z, half}, p);
+      b.op("vmul.f32", {z, t, u}, p);
+      return;
+  }
 }
 // Starts units first..C-1 of tile 0 on channels first..C-1 (uses reg and x31).
 void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg, uint32_t first = 0) {
@@ -255,6 +300,18 @@ KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a) {
   return c;
 }
 
+double gemm_act_cycles(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split, GemmAct act) {
+  if (act == GemmAct::none) return 0;
+  const GemmPlan pl = plan_gemm(cfg, m, n, k, split);
+  double group = pl.split == 1 ? 124 : 133;
+  if (act == GemmAct::silu_pairs) {
+    // a row's gather from half the PEs: ceil(bytes / port) cycles of the OCM write port
+    auto gather = [&](uint32_t pes) { return std::max(1.0, std::ceil(2.0 * pes / cfg.ocm_port_bytes)); };
+    group -= pl.rows * (gather(cfg.npe()) - gather(cfg.npe() / 2));
+  }
+  return group * pl.tiles * pl.groups;
+}
+
 void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.m == 0) fail("gemm: M must be positive");
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
@@ -281,15 +338,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       fail("gemm: the call handed off to keeps its LRM buffers below lrm_end = {}, above the partial sums at {}",
            nx->lrm_end, a.lrm_acc);
   }
+  const bool act = a.act != GemmAct::none, silu = a.act == GemmAct::silu_pairs;
+  if (act && (lrm_acc || a.acc_in || a.y_f32))
+    fail("gemm: an epilogue activation (act) takes the final fp16 outputs, not partial sums (acc_in, y_f32, lrm_in, "
+         "lrm_out)");
+  if (silu && (S != 1 || a.n % 2))
+    fail("gemm: silu_pairs needs split 1 and an even N (gate and up columns interleaved), got split {} and N = {}", S,
+         a.n);
+  const uint32_t n_out = silu ? a.n / 2 : a.n;  // Y's columns
   const uint32_t ocm = uint32_t(cfg.ocm_bytes);
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
-  if (a.y_stride < 2 * a.n || a.y_stride % 2) fail("gemm: y_stride {} must be even and >= 2*N = {}", a.y_stride, 2 * a.n);
+  if (a.y_stride < 2 * n_out || a.y_stride % 2)
+    fail("gemm: y_stride {} must be even and >= 2 x {} Y columns = {}", a.y_stride, n_out, 2 * n_out);
   if (uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k > ocm)
     fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.k, a.x_ocm, a.x_stride, ocm);
   const uint32_t y_bytes = a.y_f32 ? 4 : 2;  // per output
   if (a.y_f32 && a.y_stride < 4 * a.n) fail("gemm: y_stride {} must be >= 4*N = {} for fp32 Y", a.y_stride, 4 * a.n);
-  if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + y_bytes * a.n > ocm)
-    fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.n, a.y_ocm, a.y_stride, ocm);
+  if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + y_bytes * n_out > ocm)
+    fail("gemm: Y [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, n_out, a.y_ocm, a.y_stride,
+         ocm);
   if (a.acc_in && a.acc_stride < 4 * a.n) fail("gemm: acc_stride {} must be >= 4*N = {}", a.acc_stride, 4 * a.n);
   if (a.acc_in && uint64_t(a.acc_ocm) + uint64_t(a.m - 1) * a.acc_stride + 4 * a.n > ocm)
     fail("gemm: partial sums [{} x {}] fp32 at OCM {} (stride {}) do not fit the {} bytes of OCM", a.m, a.n, a.acc_ocm,
@@ -322,7 +389,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.li(xY, a.y_ocm);
   b.li(xB, a.bias_ocm);
   b.li(xCols, a.n);
-  b.li(xGs, y_bytes / S);
+  b.li(xGs, silu ? 1 : y_bytes / S);  // (silu: PE 2j writes Y column j)
   if (a.acc_in) {
     b.li(xA, a.acc_ocm);
     b.li(xAs, 4 / S);
@@ -347,7 +414,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("pand", {P{3}, P{3}, P{5}});
     }
   };
-  if (S == 2) even_odd();
+  if (S == 2 || silu) even_odd();  // (silu: the gate columns' PEs, p2, gather)
   // Sub-array: p7 = the view's PEs (a full tile's scatters; split 2 with a narrow last
   // tile, whose even PEs take p7, scatters a full tile as its even and its odd PEs).
   if (a.sub_array && (S == 1 || !tail)) {
@@ -859,7 +926,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("xor", {xCur, xCur, xSwap});
     b.bind(noswap);
   }
-  b.op("addi", {xY, xY, int64_t(T) * y_bytes});
+  b.op("addi", {xY, xY, int64_t(silu ? T / 2 : T) * y_bytes});
   if (a.acc_in) b.op("addi", {xA, xA, int64_t(T) * 4});
   if (lrm_acc) b.op("addi", {xA, xA, int64_t(pl.groups) * 64});
   b.op("addi", {xB, xB, int64_t(T) * bias_bytes});
@@ -964,9 +1031,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     uint32_t ready = S == 2 ? 6 : 2;  // the row's sum is complete
     if (a.acc_in) ready += 2;
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
-    if (lrm_acc) {
-      b.op("vlaneid", {V{30}});
-      if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}});
+    if (lrm_acc || act) b.op("vlaneid", {V{30}});
+    if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}});
+    if (act) {
+      b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
+      b.op("vsplati", {V{29}, int64_t(1)});
     }
     // Step s of `depth` stages over the rows: row(back, f) runs f on row s - back.
     auto pipeline = [&](uint32_t depth, auto&& step) {
@@ -990,7 +1059,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       // LRM partial sums: row r's sum into lane r of v28 (a one-hot lane mask from the lane
       // ids v30: in v16 + r % 4 at split 1, v31 at split 2, whose pair sums use v16-v19),
       // after the rows v28 += the group's partial sums (v29), then stored, or lane r spread
-      // to every lane of row r's register for the fp16 output below.
+      // to every lane of row r's register for the fp16 output below. An activation: the
+      // same with the sum rounded to fp16 first (each lane of v28 then holds it twice).
       if (lrm_acc) {
         row(ready, [&](uint8_t r) {
           const V mask{uint8_t(S == 1 ? 16 + r % 4 : 31)};
@@ -998,6 +1068,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           b.op("vcmpeq.i32", {mask, V{30}, mask});
           b.op("vsel", {V{28}, V{r}, V{28}, mask});
         });
+        return;
+      }
+      // An activation: row r's sum into lane r of v28 where lane id - r (v30 - r, counted
+      // down a row at a time by the ones in v29) is 0: at split 1 a row ahead in v16 + r % 4,
+      // so no row waits on the count's latency; at split 2 in v31 (v16-v19: the pair sums).
+      if (act) {
+        const auto count = [&](uint8_t r) { return r == 0 ? V{30} : V{uint8_t(S == 1 ? 16 + r % 4 : 31)}; };
+        const auto down = [&](uint8_t r) {
+          if (r) b.op("vsub.i32", {count(r), r == 1 ? V{30} : count(r - 1), V{29}});
+        };
+        row(lag, [&](uint8_t r) {
+          if (S == 2) down(r);
+          b.op("vsel", {V{28}, V{28}, V{r}, count(r)}, P{1});
+        });
+        if (S == 1) row(lag - 2, down);
         return;
       }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
@@ -1009,6 +1094,20 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
       }
     });
+    if (act) {
+      // The group's rows in v28 as fp32, the activation on them, each row spread back for its
+      // gather (silu_pairs: the gate columns' PEs, p4 = p1 & p2, gather).
+      b.op("vpack.f16", {V{24}, V{28}, V{28}}, P{1});  // each lane rounded to fp16 and back
+      b.op("vunpack.f16", {V{28}, V{24}, int64_t(0)}, P{1});
+      const P pg = silu ? P{4} : P{1};
+      if (silu) b.op("pand", {P{4}, P{1}, P{2}});
+      emit_act(b, a.act, pg);
+      pipeline(4, [&](auto row) {
+        row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
+        row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
+        row(4, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, pg); });
+      });
+    }
     if (lrm_acc) {
       if (a.lrm_in) b.op("vadd.f32", {V{28}, V{28}, V{29}});
       if (a.lrm_out) {

@@ -76,6 +76,20 @@ namespace gpnpu::kernels {
 
 enum class GemmBias : uint8_t { none, f32, f16 };
 
+// An activation in the epilogue (GemmArgs::act), in the element-wise kernel's operations
+// (kernels/elementwise.h: the same instructions, so the same bits as the GEMM rounded to
+// fp16 and then emit_elementwise): each output is rounded to fp16, the activation runs in
+// fp32, the result is rounded to fp16 once more. silu_pairs: the weight's rows interleave a
+// gate and an up projection (row 2j gate j, row 2j + 1 up j: pack_gemm_weight of such a
+// matrix) and Y gets N/2 columns, silu(gate j) x up j (EwOp::silu_mul); split 1 only (the
+// output of PE 2j then lands 2j bytes into the row: a gather stride of 1).
+// Per row group the 16 rows' sums go into the lanes of one register (vsel where lane id - r
+// is 0), are rounded to fp16 there, the activation runs once on the register and the rows are
+// spread back for their gathers (the cost: gemm_act_cycles). The image compiler fuses the
+// GELUs where that beats the element-wise call; it does not use silu_pairs yet (its gate|up
+// packings are not interleaved; docs/performance.md, twenty-second stop).
+enum class GemmAct : uint8_t { none, gelu_tanh, gelu_erf, silu_pairs };
+
 struct GemmArgs {
   uint32_t m = 0, n = 0, k = 0;  // rows, output and input features (k a multiple of 128)
   uint32_t split = 0;            // K split S (0: the tiling rule); must match the packing
@@ -127,6 +141,9 @@ struct GemmArgs {
   // whole rows): every scatter is held to those PEs (the others compute on stale LRM and
   // never gather). The weight is packed for the view (pack_gemm_weight(w, view)).
   bool sub_array = false;
+  // The epilogue's activation (above): Y then holds act(rounded sums), fp16; not with the
+  // partial sums (acc_in, y_f32, lrm_in, lrm_out).
+  GemmAct act = GemmAct::none;
 };
 
 // The static plan of one call (everything the emitter derives from cfg and shapes).
@@ -171,6 +188,14 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
 
 // macs = m*n*k, ddr_bytes = the packed weight (bias and activations are in OCM).
 KernelCost cost_gemm(const sim::Config& cfg, const GemmArgs& a);
+// The cycles an epilogue activation adds to a call of m x n x k at `split`: per tile and row
+// group a fixed cost (the rows into lanes, the activation's dependent chain, the rows spread
+// back), less, for silu_pairs, the gather bytes it saves. Measured against the call without it
+// (tests/kernels/test_gemm_act.cpp's shapes at 128 rows, on 16x16, 32x32 and 32x64): 124 cycles
+// a group at split 1, 133 at split 2; the element-wise call it replaces grows with the tile's PEs
+// (a GELU, a tile as wide as the array: 71 cycles a tile and group on 16x16, 169 on 32x32, 297
+// on 32x64).
+double gemm_act_cycles(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split, GemmAct act);
 
 // Emits the kernel (no halt). Throws gpnpu::Error if the shapes or buffers do not fit.
 void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);

@@ -158,6 +158,9 @@ struct CompileOptions {
   uint32_t image_qkv_rows = 0, image_qkv_buffers = 0;
   // Test knob: the tower's MLP phase in row tiles, never over every row in chunks (Streamed::vpm).
   bool image_tower_mlp_tiles = false;
+  // Test knob: every fc1's GELU in the GEMM's epilogue (GemmArgs::act), also where the cost
+  // model keeps the element-wise call (the tiny models' GEMMs are too narrow to fuse).
+  bool image_gelu_fused = false;
   // Test knob: the resident plan's tower MLP over every row in chunks (its packings laid, the
   // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
   // takes row chunks.

@@ -582,6 +582,7 @@ struct ImageKernels {
   // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
   // gather GEMM between two calls uses their LRM and DMA channels).
   F16Regions f16;
+  bool fuse_gelu = false;  // CompileOptions::image_gelu_fused
   std::vector<Gemm>* record = nullptr;
   const std::vector<Gemm>* chain = nullptr;
   size_t chain_i = 0;
@@ -646,8 +647,10 @@ struct ImageKernels {
     next_between = between;
   }
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
-            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {}) {
+            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {},
+            GemmAct act = GemmAct::none) {
     GemmArgs g = base_args(w, n, k);
+    g.act = act;
     g.m = m;  // (gemm_handoff reads it)
     if (f16.on) {
     } else if (record) {
@@ -699,6 +702,23 @@ struct ImageKernels {
     sel.y_stride = kF16RowBytes;
     em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
     em.f16_add(mark, ddr.bus(detail::f16w(w)), m, n, y, y_stride, f16.xs, f16.scratch);
+  }
+  // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call, the GELU in
+  // its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
+  // element-wise call (gemm_act_cycles against its estimate: wide arrays; on 16x16 the pass over
+  // the output is the cheaper), else the element-wise kernel after it (gelu_mark), as always
+  // with mixed precision, whose correction comes between them.
+  void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, const std::string& w, uint32_t m,
+                 uint32_t n, uint32_t k, uint32_t x, uint32_t x_stride, uint32_t y, uint32_t bias) {
+    const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
+    EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
+    if (!f16.on && (fuse_gelu || gemm_act_cycles(gcfg, m, n, k, base_args(w, n, k).split, act) <
+                                     ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e)))) {
+      gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
+      return;
+    }
+    gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias);
+    ew(gelu_mark, op, m, n, y, 0, y, 0, y, 0);
   }
   // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
   // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
@@ -782,9 +802,9 @@ struct ImageKernels {
         ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, m.up, m.up_stride, m.up + m.chunk * 2, m.up_stride, m.up,
            m.up_stride);
       } else {
-        gemm(C + ".fc1", m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride,
-             m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
-        ew(C + ".gelu", m.act, m.rows, m.chunk, m.up, 0, m.up, 0, m.up, 0);
+        if (m.up_stride != m.chunk * 2) fail("compiler: internal: the chunk chain's fc1 rows are not dense");
+        gemm_gelu(C + ".fc1", C + ".gelu", m.act, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up,
+                  m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
       }
       if (m.before) m.before(c, true);
       gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.out_n, m.chunk, m.up, m.up_stride,
@@ -1245,6 +1265,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
+  k.fuse_gelu = opt_.image_gelu_fused;
   detail::Emitter& em = k.em;
   // Rotary tables cos [rows][hd] then sin into ROPE from src and src + sin_off: waited for
   // (chan UINT32_MAX) or started on chan. rope_tmp: a block's (layer's) tables start before its
@@ -1353,8 +1374,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const uint32_t rows = std::min(rcv, N - r0);
         const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
         prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
-        gemm(C + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2, d.Dv * 2, BIG, d.Iv * 2, vv_fc1b);
-        ew(C + ".gelu", EwOp::gelu_tanh, rows, d.Iv, BIG, 0, BIG, 0, BIG, 0);
+        k.gemm_gelu(C + ".fc1", C + ".gelu", EwOp::gelu_tanh, vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2,
+                    d.Dv * 2, BIG, vv_fc1b);
         if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
         else prefetch_after_block(blk, 0);
         gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
@@ -1370,8 +1391,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
         norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
-        gemm(M + ".fc1", mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Md * 2);
-        ew(M + ".gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+        k.gemm_gelu(M + ".fc1", M + ".gelu", EwOp::gelu_erf, mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG,
+                    VEC + 2 * d.Md * 2);
         prefetch_after_block(blk, j + 1);
         gemm(M + ".fc2", mname(j, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 3 * d.Md * 2);
         em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
@@ -1384,8 +1405,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
       norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
-      gemm("Mf.fc1", mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG, d.Md * 2, VEC + 2 * d.Dv * 2);
-      ew("Mf.gelu", EwOp::gelu_erf, Nt, d.Md, BIG, 0, BIG, 0, BIG, 0);
+      k.gemm_gelu("Mf.fc1", "Mf.gelu", EwOp::gelu_erf, mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG,
+                  VEC + 2 * d.Dv * 2);
       if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
       gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
       em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
@@ -2149,6 +2170,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
     k.f16 = f16;
+    k.fuse_gelu = opt_.image_gelu_fused;
     if (record) k.record = &gemms;
     else k.chain = &gemms;
     detail::Emitter& em = k.em;
@@ -2378,8 +2400,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           const std::string T = fmt::format("{}.t{}", M, t++);
           em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
           norm(T, rows, X);
-          k.gemm(T + ".fc1", mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1, d.Md * 2, fc1b);
-          k.ew(T + ".gelu", EwOp::gelu_erf, rows, d.Md, F1, 0, F1, 0, F1, 0);
+          k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_erf, mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1,
+                      fc1b);
           k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
           em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
         }
@@ -2578,8 +2600,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
             k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
             kick(0);
-            k.gemm(T + ".fc1", vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F, d.Iv * 2, vv_fc1b);
-            k.ew(T + ".gelu", EwOp::gelu_tanh, rows, d.Iv, F, 0, F, 0, F, 0);
+            k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_tanh, vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F,
+                        vv_fc1b);
             kick(1);
             k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
             k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);

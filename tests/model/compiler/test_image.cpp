@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <filesystem>
 #include <functional>
@@ -391,6 +392,40 @@ TEST(ImageOcm, TinyResidentTowerMlpInChunksMatchesTheChain) {
                        false);
   expect_zeroed_weight_fails(c, prog, shape, tiny.bundle.get(), pixels, ref, "V1.pm1.fc2",
                              "tower block 1's fc2 chunk 1");
+}
+
+// The fc1 GEMMs' GELU in their epilogues (GemmArgs::act: the 2B's tower and mergers on wide
+// arrays; the tiny models' GEMMs are too narrow for the cost model to fuse them, so the knob
+// CompileOptions::image_gelu_fused forces it): the tower blocks (tanh) and the mergers (erf),
+// resident and streamed (row tiles of 64: the tower's and the mergers' fc1 a tile at a time).
+// The same logits, bit for bit,
+// as the program with the element-wise calls, and fewer kernel calls. Against the chain;
+// negative control: a merger's fc1 zeroed in DDR.
+TEST(ImageOcm, TinyGeluInTheGemmEpilogueGivesTheSameLogits) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 29);
+  for (uint32_t tile_rows : {0u, 64u}) {
+    std::vector<float> logits[2];
+    size_t calls[2];
+    for (bool fused : {false, true}) {
+      CompileOptions opt = ocm_options();
+      opt.image_gelu_fused = fused;
+      opt.image_tile_rows = tile_rows;
+      Compiler c(config_tiny_wide(), sim::Config::make("qc-u", {}), opt);
+      const CompiledProgram prog = c.image_program(kOcmShape);
+      EXPECT_TRUE(prog.plan.starts_with(tile_rows ? "streamed" : "resident")) << prog.plan;
+      calls[fused] = prog.calls.size();
+      logits[fused] = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false).logits;
+      if (!fused) continue;
+      for (const KernelCall& k : prog.calls) EXPECT_EQ(k.mark.find(".gelu"), std::string::npos) << k.mark;
+      const std::string what = std::string("tiny (wide) image program, GELU fused, ") + (tile_rows ? "streamed" : "resident");
+      expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, what, false);
+      expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "M0.fc1",
+                                 "merger 0's fc1");
+    }
+    EXPECT_LT(calls[1], calls[0]);
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+  }
 }
 
 // The resident plan's rotary tables loaded a block (layer) at a time into its temporaries
