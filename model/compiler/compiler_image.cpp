@@ -705,14 +705,18 @@ struct ImageKernels {
   }
   // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call, the GELU in
   // its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
-  // element-wise call (gemm_act_cycles against its estimate: wide arrays; on 16x16 the pass over
-  // the output is the cheaper), else the element-wise kernel after it (gelu_mark), as always
-  // with mixed precision, whose correction comes between them.
+  // element-wise call by kActMargin (gemm_act_cycles against its estimate: arrays wider than
+  // 32x32; on 16x16 and 32x32 the pass over the output is about as cheap), else the element-wise
+  // kernel after it (gelu_mark), as always with mixed precision, whose correction comes between
+  // them. The margin: in the streamed tower at 1,200 patches on qc-u (row tiles of 200, the
+  // fills spread over the MAC loops) the epilogue cost 243 cycles a group, not 124, and fusing
+  // there took 0.6 M cycles more (146.57 -> 147.21 M for the tower).
+  static constexpr double kActMargin = 2.0;
   void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, const std::string& w, uint32_t m,
                  uint32_t n, uint32_t k, uint32_t x, uint32_t x_stride, uint32_t y, uint32_t bias) {
     const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
     EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
-    if (!f16.on && (fuse_gelu || gemm_act_cycles(gcfg, m, n, k, base_args(w, n, k).split, act) <
+    if (!f16.on && (fuse_gelu || kActMargin * gemm_act_cycles(gcfg, m, n, k, base_args(w, n, k).split, act) <
                                      ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e)))) {
       gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
       return;
