@@ -85,9 +85,8 @@ enum class GemmBias : uint8_t { none, f32, f16 };
 // output of PE 2j then lands 2j bytes into the row: a gather stride of 1).
 // Per row group the 16 rows' sums go into the lanes of one register (vsel where lane id - r
 // is 0), are rounded to fp16 there, the activation runs once on the register and the rows are
-// spread back for their gathers (the cost: gemm_act_cycles). The image compiler fuses the
-// GELUs where that beats the element-wise call; it does not use silu_pairs yet (its gate|up
-// packings are not interleaved; docs/performance.md, twenty-second stop).
+// spread back for their gathers (the cost: gemm_act_cycles). The image compiler fuses where
+// that beats the element-wise call (docs/performance.md, twenty-second stop).
 enum class GemmAct : uint8_t { none, gelu_tanh, gelu_erf, silu_pairs };
 
 struct GemmArgs {

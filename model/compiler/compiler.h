@@ -161,6 +161,9 @@ struct CompileOptions {
   // Test knob: every fc1's GELU in the GEMM's epilogue (GemmArgs::act), also where the cost
   // model keeps the element-wise call (the tiny models' GEMMs are too narrow to fuse).
   bool image_gelu_fused = false;
+  // Test knob: the prefill's gate|up packings interleaved and their SiLU in the GEMM's epilogue
+  // (Compiler::gate_up_fused) where their calls run at split 1, whatever the cost model says.
+  bool image_silu_fused = false;
   // Test knob: the resident plan's tower MLP over every row in chunks (its packings laid, the
   // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
   // takes row chunks.
@@ -261,6 +264,9 @@ class Compiler {
   // The prefill chunks' gate|up split (pm_gate_up_split over the planning prompt's rows; 0: the
   // tiling rule).
   uint32_t pm_split() const;
+  // The prefill's gate|up chunk packings (gu{c}.gemm) interleave gate and up rows and their
+  // calls take the SiLU in the GEMM's epilogue (kernels::GemmAct::silu_pairs: compiler_image.cpp).
+  bool gate_up_fused() const;
   void add_pm_packings();
   void settle_pm_chunks();
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out

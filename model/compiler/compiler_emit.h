@@ -88,6 +88,25 @@ inline QuantTensor concat_rows(const std::vector<QuantTensor>& parts) {
   return out;
 }
 
+// Rows a0, b0, a1, b1, ... of two quantised tensors of the same shape without fp16 channels
+// (a gate|up weight for GemmAct::silu_pairs).
+inline QuantTensor interleave_rows(const QuantTensor& a, const QuantTensor& b) {
+  if (a.rows != b.rows || a.cols != b.cols || !a.fp16_cols.empty() || !b.fp16_cols.empty())
+    fail("compiler: internal: cannot interleave the rows of [{}][{}] and [{}][{}] tensors", a.rows, a.cols, b.rows,
+         b.cols);
+  QuantTensor out;
+  out.rows = 2 * a.rows;
+  out.cols = a.cols;
+  const size_t rs = size_t(a.row_stride()), nb = size_t(a.nblocks());
+  for (int64_t r = 0; r < a.rows; ++r)
+    for (const QuantTensor* q : {&a, &b}) {
+      out.codes.insert(out.codes.end(), q->codes.begin() + r * rs, q->codes.begin() + (r + 1) * rs);
+      out.scales.insert(out.scales.end(), q->scales.begin() + r * nb, q->scales.begin() + (r + 1) * nb);
+      out.zeros.insert(out.zeros.end(), q->zeros.begin() + r * nb, q->zeros.begin() + (r + 1) * nb);
+    }
+  return out;
+}
+
 // Rows [r0, r0 + n) of a quantised tensor (with their fp16 channels).
 inline QuantTensor slice_rows(const QuantTensor& q, int64_t r0, int64_t n) {
   QuantTensor out;

@@ -246,6 +246,30 @@ ImageShape planning_shape(const CompileOptions& opt) {
 }  // namespace
 
 uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const { return pm_chunk_width(pm_npe_, inter, up); }
+// An activation goes into the GEMM's epilogue (kernels::GemmArgs::act) where twice its estimate
+// (gemm_act_cycles) is below the element-wise call's: the element-wise estimate runs low, and in
+// the streamed tower at 1,200 patches on qc-u (row tiles of 200, the fills spread over the MAC
+// loops) the epilogue cost 243 cycles a row group, not the 124 of gemm_act_cycles; fusing the
+// GELUs there on the estimates alone took 0.64 M cycles more (146.57 -> 147.21 M for the tower).
+constexpr double kActMargin = 2.0;
+bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
+               GemmAct act, const EwArgs& e) {
+  return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
+}
+
+// Every call on the gate|up chunk packings (J chunks a call, J dividing the chunks) runs at split
+// 1, no mixed precision (its correction comes before the SiLU), and the epilogue wins at the
+// planning prompt's rows: 32x64 and 64x64, not 16x16 and 32x32.
+bool Compiler::gate_up_fused() const {
+  const Dims d(model_);
+  if (opt_.fp16_channels || !opt_.image) return false;
+  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw, rows = uint32_t(planning_shape(opt_).seq_len);
+  for (uint32_t j = 1; j <= nchunks; ++j)
+    if (nchunks % j == 0 && gemm_split(gemm_cfg_, 2 * cw * j, d.H) != 1) return false;
+  const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
+  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
+}
+
 uint32_t Compiler::pm_split() const {
   const Dims d(model_);
   return pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H, uint32_t(planning_shape(opt_).seq_len));
@@ -474,15 +498,18 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     }
   }
   const uint32_t cw = gate_up_chunk(cfg_, d.I);
+  const bool gu_fused = gate_up_fused();
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
     for (const std::string& n : qkv_names(i)) qkv.push_back(bundle.get_quant(n));
     gemm(layer_name(i, "qkv.gemm"), detail::concat_rows(qkv));
     gemm_of(layer_name(i, "o.gemm"), text_layer_name(i, "self_attn.o_proj.weight"));
     QuantTensor gate = bundle.get_quant(gate_up_names(i)[0]), up = bundle.get_quant(gate_up_names(i)[1]);
-    for (uint32_t k = 0; k < d.I / cw; ++k)
+    for (uint32_t k = 0; k < d.I / cw; ++k) {
+      const QuantTensor g = detail::slice_rows(gate, k * cw, cw), u = detail::slice_rows(up, k * cw, cw);
       gemm(layer_name(i, fmt::format("gu{}.gemm", k).c_str()),
-           detail::concat_rows({detail::slice_rows(gate, k * cw, cw), detail::slice_rows(up, k * cw, cw)}));
+           gu_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}));
+    }
     gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
     if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
     const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
@@ -705,19 +732,14 @@ struct ImageKernels {
   }
   // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call, the GELU in
   // its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
-  // element-wise call by kActMargin (gemm_act_cycles against its estimate: arrays wider than
-  // 32x32; on 16x16 and 32x32 the pass over the output is about as cheap), else the element-wise
-  // kernel after it (gelu_mark), as always with mixed precision, whose correction comes between
-  // them. The margin: in the streamed tower at 1,200 patches on qc-u (row tiles of 200, the
-  // fills spread over the MAC loops) the epilogue cost 243 cycles a group, not 124, and fusing
-  // there took 0.6 M cycles more (146.57 -> 147.21 M for the tower).
-  static constexpr double kActMargin = 2.0;
+  // element-wise call by kActMargin (act_fused: arrays wider than 32x32; on 16x16 and 32x32 the
+  // pass over the output is about as cheap), else the element-wise kernel after it (gelu_mark),
+  // as always with mixed precision, whose correction comes between them.
   void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, const std::string& w, uint32_t m,
                  uint32_t n, uint32_t k, uint32_t x, uint32_t x_stride, uint32_t y, uint32_t bias) {
     const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
-    EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
-    if (!f16.on && (fuse_gelu || kActMargin * gemm_act_cycles(gcfg, m, n, k, base_args(w, n, k).split, act) <
-                                     ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e)))) {
+    const EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
+    if (!f16.on && (fuse_gelu || act_fused(cfg, gcfg, m, n, k, base_args(w, n, k).split, act, e))) {
       gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
       return;
     }
@@ -1448,6 +1470,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
+  const bool gu_fused = gate_up_fused();
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
@@ -1502,6 +1525,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
+      if (gu_fused) {  // SiLU x up straight into the activation's rows
+        k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2,
+               BIG + c * J * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
+        if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();
+        continue;
+      }
       gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
            gu_n * 2, kNone);
       if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();  // the next layer's norm weights
@@ -2166,6 +2195,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t is = ni ? uint32_t(s.image_start) : 0;
 
   std::vector<ImageKernels::Gemm> gemms;
+  const bool gu_fused = gate_up_fused();
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
@@ -2703,6 +2733,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (c == nchunks / 2) kick(1);
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
           const uint32_t at = ACT + c * cw * 2;
+          if (gu_fused) {  // (SiLU x up into the gate half, at)
+            k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
+                   d.H * 2, at, as, kNone, {}, GemmAct::silu_pairs);
+            continue;
+          }
           k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
                  d.H * 2, at, as, kNone);
           k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);

@@ -428,6 +428,40 @@ TEST(ImageOcm, TinyGeluInTheGemmEpilogueGivesTheSameLogits) {
   }
 }
 
+// The prefill's SiLU in its gate|up GEMMs' epilogues (GemmAct::silu_pairs over gate|up
+// packings with gate and up rows interleaved: the 2B on 32x64; forced here by the knob
+// CompileOptions::image_silu_fused), resident and streamed (row tiles of 64: the phases' gate|up
+// chunk by chunk). The same logits, bit for bit, as the program with the SiLU calls. Against
+// the chain; negative control: a layer's gate|up chunk zeroed in DDR.
+TEST(ImageOcm, TinySiluInTheGemmEpilogueGivesTheSameLogits) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 31);
+  for (uint32_t tile_rows : {0u, 64u}) {
+    std::vector<float> logits[2];
+    for (bool fused : {false, true}) {
+      CompileOptions opt = ocm_options();
+      opt.image_silu_fused = fused;
+      opt.image_tile_rows = tile_rows;
+      Compiler c(config_tiny_wide(), sim::Config::make("qc-u", {}), opt);
+      const CompiledProgram prog = c.image_program(kOcmShape);
+      EXPECT_TRUE(prog.plan.starts_with(tile_rows ? "streamed" : "resident")) << prog.plan;
+      logits[fused] = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false).logits;
+      size_t silu = 0;
+      for (const KernelCall& k : prog.calls) silu += k.mark.find(".silu_mul") != std::string::npos;
+      if (!fused) {
+        EXPECT_GT(silu, 0u);
+        continue;
+      }
+      EXPECT_EQ(silu, 0u);
+      const std::string what = std::string("tiny (wide) image program, SiLU fused, ") + (tile_rows ? "streamed" : "resident");
+      expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, what, false);
+      expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "L1.gu0.gemm",
+                                 "layer 1's gate|up chunk 0");
+    }
+    ASSERT_EQ(logits[0].size(), logits[1].size());
+    EXPECT_EQ(std::memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+  }
+}
+
 // The resident plan's rotary tables loaded a block (layer) at a time into its temporaries
 // instead of their own region (the 2B on 64x64 at 4 MiB: the region's 128 KB let only one
 // GEMM DMA channel fit; 39.84 -> 38.50 M cycles with two), forced by
