@@ -132,6 +132,9 @@ struct CompiledProgram {
   // where its chunk packings (Compiler::add_pm_packings), as wide as on this many PEs
   // (pm_chunk_width), would take it over every row (0: they would not).
   uint32_t tower_chunk_pes = 0;
+  // plan_only, resident: the prefill's down GEMM would run in chunks beside its gate|up calls
+  // (Compiler::down_chunks_laid) where their packings are laid.
+  bool down_chunks = false;
 };
 
 struct CompileOptions {
@@ -164,6 +167,9 @@ struct CompileOptions {
   // Test knob: the prefill's gate|up packings interleaved and their SiLU in the GEMM's epilogue
   // (Compiler::gate_up_fused) where their calls run at split 1, whatever the cost model says.
   bool image_silu_fused = false;
+  // Test knob: the resident prefill's down chunk packings laid (Compiler::pm_down_) whatever the
+  // planning prompt's plan; the down then runs in chunks where the plan allows it.
+  bool image_down_chunks = false;
   // Test knob: the resident plan's tower MLP over every row in chunks (its packings laid, the
   // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
   // takes row chunks.
@@ -275,6 +281,7 @@ class Compiler {
   bool pm_tower_only_ = false;
   bool pm_left_out_ = false;  // they did not fit beside the KV cache (plan_ddr)
   bool pm_kept_ = false;      // LayoutOnly::packings
+  bool pm_down_ = false;      // the resident prefill's down chunk packings (L.dn{c}) too
   std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;

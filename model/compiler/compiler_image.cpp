@@ -86,6 +86,16 @@ uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
   return best ? best : fit;
 }
 
+// The K of the resident prefill's down chunks (L.dn{c}): two gate|up chunks' columns, so that a
+// down chunk, like a gate|up call, reads a tile of K = 2 cw and streams the next one's while it
+// runs (one down over all of K has a first tile 3x as large, which the last gate|up call cannot
+// stream in time: 32x64, 4 MiB, 64 GB/s: the layer's MLP waited 17 K cycles there); 0 where the
+// chunks do not pair up.
+uint32_t down_chunk_k(const sim::Config& cfg, uint32_t inter) {
+  const uint32_t cw = gate_up_chunk(cfg, inter);
+  return (inter / cw) % 2 == 0 ? 2 * cw : 0;
+}
+
 // The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
 // tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
 // packed on their own (vpm_name, pm_name): a chunk's up output [rows][c] (gate|up: 2 c) sits
@@ -332,9 +342,11 @@ void Compiler::plan_image_ddr() {
   } catch (const Error&) {
     return;  // the default shape does not fit this model's limits
   }
+  // The resident prefill's down in chunks where its gate|up calls take the SiLU (or the knob).
+  pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
   if (planned.plan.starts_with("resident")) {
     // The resident tower's MLP over every row where its chunk packings would take it there.
-    if (!planned.tower_chunk_pes) return;
+    if (!planned.tower_chunk_pes && !pm_down_) return;
     pm_first_ = ddr_.tensors().size();
     pm_tower_only_ = true;
     pm_npe_ = planned.tower_chunk_pes;
@@ -361,7 +373,13 @@ bool Compiler::pm_allowed() const {
 void Compiler::add_pm_packings() {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
-  if (d.Iv % kW4Block == 0)
+  if (pm_down_) {  // (resident: the down's K in chunks of two gate|up chunks, down_chunk_k)
+    const uint32_t dk = down_chunk_k(cfg_, d.I);
+    for (int i = 0; i < model_.text.num_hidden_layers; ++i)
+      for (uint32_t k = 0; k < d.I / dk; ++k)
+        ddr_.add(layer_name(i, fmt::format("dn{}.gemm", k).c_str()), gemm_weight_bytes(cfg_, d.H, dk), "gemm-pm");
+  }
+  if (d.Iv % kW4Block == 0 && (!pm_tower_only_ || pm_npe_))
     for (int b = 0; b < v.depth; ++b)
       for (uint32_t c = 0; c < d.Iv / pm_chunk(d.Iv, 1); ++c) {
         ddr_.add(vpm_name(b, c, "fc1"), gemm_weight_bytes(cfg_, pm_chunk(d.Iv, 1), d.Dv), "gemm-pm");
@@ -511,6 +529,12 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
            gu_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}));
     }
     gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
+    if (ddr_.has(layer_name(i, "dn0.gemm"))) {
+      const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
+      const uint32_t dk = down_chunk_k(cfg_, d.I);
+      for (uint32_t k = 0; k < d.I / dk; ++k)
+        gemm(layer_name(i, fmt::format("dn{}.gemm", k).c_str()), detail::slice_cols(down, k * dk, dk));
+    }
     if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
     const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
     const uint32_t cp = pm_chunk(d.I, 2);
@@ -1039,6 +1063,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (!opt_.image) fail("compiler: built without the image path (CompileOptions::image = false)");
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
+  // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk that take the
+  // SiLU (gate_up_fused), a prompt without cached tokens, the partial sums in LRM (sums != 0).
   const TextConfig& tc = model_.text;
   // A run without the tower has no patches (N = 0), one without the prefill no rows (S = 0).
   const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
@@ -1047,6 +1073,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
   const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
+  // Only where the MLP's MACs take longer than its weights' DDR time: DDR-bound, the down's
+  // first tile waits no matter what, and one chunk a call costs (32x64 at 8 MiB and 32 GB/s:
+  // 65.65 -> 65.71 M cycles in chunks).
+  const double mlp_macs = 3.0 * S * d.I * d.H / gemm_cfg_.mac_peak(true),
+               mlp_ddr = double(gemm_weight_bytes(cfg_, 2 * cw, d.H) * nchunks + gemm_weight_bytes(cfg_, d.H, d.I)) /
+                         cfg_.ddr_bytes_per_cycle();
+  auto down_chunked = [&](uint32_t J, uint32_t sums) {
+    return S && !off && J == 1 && sums && mlp_ddr < mlp_macs && gate_up_fused();
+  };
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
 
@@ -1077,6 +1112,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
+  // One chunk a call where the down can then run in chunks beside them (down_chunked: its first
+  // tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks a call 42.58 M cycles).
+  const uint32_t dk_plan = down_chunk_k(cfg_, d.I);
+  if (dk_plan && down_chunked(1, lrm_sums(gemm_cfg_, S, d.H, dk_plan, 2 * cw, 0))) js = {1};
   // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, as wide as on `pes` PEs
   // (pm_chunk_width), fp32 partial sums at vsums in LRM. Where they are laid, pm_npe_'s; planning
   // the layout, one or two tiles of fc1 at split 2: fewer calls where the wider chunk fits
@@ -1252,6 +1291,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                       : "resident");
     if (res->rcv == 0 && !vpm_laid && s.vision)
       o.tower_chunk_pes = res->pes;
+    const uint32_t dk = down_chunk_k(cfg_, d.I);
+    o.down_chunks = down_chunked(res->J, dk ? lrm_sums(gemm_cfg_, S, d.H, dk, 2 * cw * res->J, 0) : 0);
     return o;
   }
   const uint32_t rcv = res->rcv, J = res->J, cv = width(res->pes), vsums = rcv ? 0 : vsums_of(cv);
@@ -1471,6 +1512,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
   const bool gu_fused = gate_up_fused();
+  // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
+  // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
+  const uint32_t dk = down_chunk_k(cfg_, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
+  const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
@@ -1514,6 +1559,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                        .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = off});
       }
     }
+    if (dchain) k.lrm_end = dsums;
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
     gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
     ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
@@ -1521,7 +1567,27 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                      d.text_vec() * 2);
-    for (uint32_t c = 0; c < ncalls; ++c) {
+    if (dchain) {
+      k.lrm_seed(L + ".residual_sums", S, d.H, dk, 0, S, H, d.H * 2, dsums);
+      for (uint32_t c = 0; c < nchunks; ++c) {
+        const std::string C = fmt::format("{}.mlp{}", L, c);
+        const bool odd = c % 2;
+        if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
+        else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
+        k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2,
+               BIG + c * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
+        if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();
+        if (!odd) continue;
+        const bool last = c + 1 == nchunks;
+        if (!last) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
+        else if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
+        k.gemm(C + ".down", layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), S, d.H, dk,
+               BIG + (c - 1) * cw * 2, d.I * 2, H, d.H * 2, kNone,
+               {.in = true, .y_f32 = !last, .lrm = dsums});
+      }
+      k.lrm_end = 0;
+    }
+    for (uint32_t c = 0; !dchain && c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
@@ -1548,10 +1614,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // (One gate|up call: the norm weights' copy waited for here, where the down's first wait on
     // channel 0 waits behind it anyway, not after the call: 32x64, 8 MiB, 64 GB/s 43.23 -> 42.94
     // M cycles. With several calls, after the first: here would cost qc-u 0.2%.)
+    if (!dchain) {
     if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
     if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
     gemm(L + ".down", layer_name(i, "down.gemm"), S, d.H, d.I, BIG, d.I * 2, TMP, d.H * 2, kNone);
     ew(L + ".mlp_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
+    }
     if (i < int(vc.deepstack_visual_indexes.size()) && ni) {
       em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + i0 * d.H * 2, ocm(TMP), ni * d.H * 2);
       const uint32_t rows_at = H + is * d.H * 2;
@@ -1572,7 +1640,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}", tower_note, J, channels_note);
+  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}", tower_note, J,
+                         dchain ? fmt::format(", the down in chunks of {} beside them (fp32 partial sums in LRM)", dk) : "",
+                         channels_note);
   return out;
 }
 
