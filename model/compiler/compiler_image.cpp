@@ -274,8 +274,7 @@ bool Compiler::gate_up_fused() const {
   const Dims d(model_);
   if (opt_.fp16_channels || !opt_.image) return false;
   const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw, rows = uint32_t(planning_shape(opt_).seq_len);
-  for (uint32_t j = 1; j <= nchunks; ++j)
-    if (nchunks % j == 0 && gemm_split(gemm_cfg_, 2 * cw * j, d.H) != 1) return false;
+  if (gemm_split(gemm_cfg_, 2 * cw, d.H) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
 }
@@ -1111,7 +1110,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   std::vector<uint32_t> js;
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
-      if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole) js.push_back(j);
+      if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole &&
+          (!gate_up_fused() || gemm_split(gemm_cfg_, 2 * cw * j, d.H) == 1))  // (silu_pairs: split 1 only)
+        js.push_back(j);
   // One chunk a call where the down can then run in chunks beside them (down_chunked: its first
   // tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks a call 42.58 M cycles).
   const uint32_t dk_plan = down_chunk_k(cfg_, d.I);
