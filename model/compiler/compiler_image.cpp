@@ -273,7 +273,7 @@ bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint
 bool Compiler::gate_up_fused() const {
   const Dims d(model_);
   if (opt_.fp16_channels || !opt_.image) return false;
-  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw, rows = uint32_t(planning_shape(opt_).seq_len);
+  const uint32_t cw = gate_up_chunk(cfg_, d.I), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cw, d.H) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
