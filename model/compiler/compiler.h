@@ -273,6 +273,8 @@ class Compiler {
   // The prefill's gate|up chunk packings (gu{c}.gemm) interleave gate and up rows and their
   // calls take the SiLU in the GEMM's epilogue (kernels::GemmAct::silu_pairs: compiler_image.cpp).
   bool gate_up_fused() const;
+  // The same for the streamed plan's gate|up chunk packings (pm_name(i, c, "gu")).
+  bool pm_gate_up_fused() const;
   void add_pm_packings();
   void settle_pm_chunks();
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out

@@ -279,6 +279,15 @@ bool Compiler::gate_up_fused() const {
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
 }
 
+bool Compiler::pm_gate_up_fused() const {
+  const Dims d(model_);
+  if (opt_.fp16_channels || !opt_.image || d.I % kW4Block) return false;
+  const uint32_t cp = pm_chunk(d.I, 2), rows = uint32_t(planning_shape(opt_).seq_len);
+  if (gemm_split(gemm_cfg_, 2 * cp, d.H, pm_split()) != 1) return false;
+  const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cp, .a_stride = 4 * cp, .b_stride = 4 * cp};
+  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
+}
+
 uint32_t Compiler::pm_split() const {
   const Dims d(model_);
   return pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H, uint32_t(planning_shape(opt_).seq_len));
@@ -537,9 +546,10 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
     const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
     const uint32_t cp = pm_chunk(d.I, 2);
+    const bool pm_fused = pm_gate_up_fused();
     for (uint32_t k = 0; k < d.I / cp; ++k) {
-      put_weight(ddr, pm_name(i, k, "gu"),
-                 detail::concat_rows({detail::slice_rows(gate, k * cp, cp), detail::slice_rows(up, k * cp, cp)}),
+      const QuantTensor g = detail::slice_rows(gate, k * cp, cp), u = detail::slice_rows(up, k * cp, cp);
+      put_weight(ddr, pm_name(i, k, "gu"), pm_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}),
                  pm_split());
       gemm(pm_name(i, k, "down"), detail::slice_cols(down, k * cp, cp));
     }
@@ -633,6 +643,7 @@ struct ImageKernels {
   // gather GEMM between two calls uses their LRM and DMA channels).
   F16Regions f16;
   bool fuse_gelu = false;  // CompileOptions::image_gelu_fused
+  bool silu_pm = false;    // the gated chunk chain's packings interleaved (Compiler::pm_gate_up_fused)
   std::vector<Gemm>* record = nullptr;
   const std::vector<Gemm>* chain = nullptr;
   size_t chain_i = 0;
@@ -846,7 +857,10 @@ struct ImageKernels {
       const std::string C = fmt::format("{}.mlp{}", m.mark, c);
       const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
       if (m.before) m.before(c, false);
-      if (m.gated) {
+      if (m.gated && silu_pm) {  // SiLU x up over the gate half (Compiler::pm_gate_up_fused)
+        gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone,
+             {}, GemmAct::silu_pairs);
+      } else if (m.gated) {
         gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone);
         ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, m.up, m.up_stride, m.up + m.chunk * 2, m.up_stride, m.up,
            m.up_stride);
@@ -2266,7 +2280,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t is = ni ? uint32_t(s.image_start) : 0;
 
   std::vector<ImageKernels::Gemm> gemms;
-  const bool gu_fused = gate_up_fused();
+  const bool gu_fused = gate_up_fused(), pm_fused = ddr_.has(pm_name(0, 0, "gu")) && pm_gate_up_fused();
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
@@ -2276,6 +2290,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     k.gcfg.dma_channels = int(p.channels);
     k.f16 = f16;
     k.fuse_gelu = opt_.image_gelu_fused;
+    k.silu_pm = pm_fused;
     if (record) k.record = &gemms;
     else k.chain = &gemms;
     detail::Emitter& em = k.em;

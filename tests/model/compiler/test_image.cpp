@@ -462,6 +462,34 @@ TEST(ImageOcm, TinySiluInTheGemmEpilogueGivesTheSameLogits) {
   }
 }
 
+// The SiLU in the gate|up GEMMs of the streamed MLP over every row (its own chunk packings
+// interleaved: Compiler::pm_gate_up_fused; the 2B on 32x64 and 64x64 at 2 MiB and 128 GB/s),
+// forced by the knob on the tiny wider model's phases plan (32x64, 832 KiB, 16 GB/s: the chain's
+// gate|up at split 1). Against the chain; negative control: a layer's gate|up chunk zeroed in DDR.
+TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 41);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=832KiB", "ddr_gbps=16"});
+  CompileOptions opt = ocm_options();
+  opt.image_gemm_rows = 32;
+  opt.image_chunk_pes = 4096;
+  opt.image_silu_fused = true;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of"), std::string::npos) << prog.plan;
+  size_t gate_ups = 0, silus = 0;
+  for (const KernelCall& k : prog.calls) {
+    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up");
+    silus += k.mark.starts_with("P") && k.mark.find(".silu_mul") != std::string::npos;
+  }
+  EXPECT_GT(gate_ups, 0u);
+  EXPECT_EQ(silus, 0u);
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 32x64, 832 KiB, 16 GB/s, the SiLU in the chunk chain", false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "L1.pm0.gu",
+                             "layer 1's gate|up chunk 0");
+}
+
 // The resident prefill's down GEMM in chunks beside its gate|up calls (Compiler::down_chunk_k:
 // the 2B on 32x64, where the SiLU is fused and one chunk goes a call; here the tiny model with an
 // MLP of 4,096 (4 chunks of 1,024) at 1 MiB and 1,024 GB/s (MAC-bound), the SiLU and the
