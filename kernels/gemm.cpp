@@ -94,8 +94,8 @@ void emit_act(Builder& b, GemmAct act, P p) {
     case GemmAct::silu_pairs:
       // silu(g) * u = (g * (1 / (1 + exp(-g)))) * u, u from the east neighbour (PE 2j + 1)
       b.op("vmovn", {u, z, Dir{1}});
-      b.op("vsplati", {half, int64_t(INT32_MIN)});
-      b.op("vxor", {t, z, half}, p);
+      b.op("vsplati", {half, int64_t(INT32_MIN)});  // (here the sign bit)
+      b.op("vxor", {t, z, half}, p);                 // -g
       b.op("vexp.f32", {t, t}, p);
       b.op("vadd.f32", {t, t, one}, p);
       b.op("vrcp.f32", {t, t}, p);
