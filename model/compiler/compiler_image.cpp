@@ -1076,8 +1076,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (!opt_.image) fail("compiler: built without the image path (CompileOptions::image = false)");
   const Dims d(model_);
   const VisionConfig& vc = model_.vision;
-  // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk that take the
-  // SiLU (gate_up_fused), a prompt without cached tokens, the partial sums in LRM (sums != 0).
   const TextConfig& tc = model_.text;
   // A run without the tower has no patches (N = 0), one without the prefill no rows (S = 0).
   const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
@@ -1086,7 +1084,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
   const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
-  // Only where the MLP's MACs take longer than its weights' DDR time: DDR-bound, the down's
+  // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk that take the
+  // SiLU (gate_up_fused), a prompt without cached tokens, the partial sums in LRM (sums != 0),
+  // and only where the MLP's MACs take longer than its weights' DDR time: DDR-bound, the down's
   // first tile waits no matter what, and one chunk a call costs (32x64 at 8 MiB and 32 GB/s:
   // 65.65 -> 65.71 M cycles in chunks).
   const double mlp_macs = 3.0 * S * d.I * d.H / gemm_cfg_.mac_peak(true),
