@@ -24,7 +24,9 @@ struct ActShape {
   uint32_t m, n, k;  // n: Y's columns (silu: the weight has 2n rows)
   GemmAct act;
   bool bias = false;
+  std::vector<std::string> sets = {};  // machine keys over the preset
 };
+sim::Config config(const ActShape& s) { return sim::Config::make(s.preset, s.sets); }
 
 struct ActRun {
   std::vector<uint16_t> y;  // fp16 bits, [m][n]
@@ -47,7 +49,7 @@ std::vector<float> weight(const ActShape& s, bool interleave) {
 // fused: one GEMM with s.act on the weight laid out as `interleave` says; else the GEMM
 // (gate|up columns for SiLU) and emit_elementwise after it. `act` overrides s.act.
 ActRun run(const ActShape& s, bool fused, bool interleave, GemmAct act) {
-  const sim::Config cfg = sim::Config::make(s.preset, {});
+  const sim::Config cfg = config(s);
   const bool silu = s.act == GemmAct::silu_pairs;
   const uint32_t wn = silu ? 2 * s.n : s.n;  // the GEMM's N
   GemmArgs a;
@@ -116,14 +118,16 @@ class GemmActShapes : public ::testing::TestWithParam<ActShape> {};
 
 TEST_P(GemmActShapes, SameBitsAsTheGemmThenTheElementwiseKernel) {
   const ActShape& s = GetParam();
-  const ActRun two = run(s, false, false, s.act), one = run(s, true, true, s.act);
+  // (plain: the GEMM alone, for the epilogue's and the element-wise call's own cycles)
+  const ActRun two = run(s, false, false, s.act), one = run(s, true, true, s.act),
+               plain = run(s, true, false, GemmAct::none);
   ASSERT_EQ(one.y.size(), two.y.size());
   size_t diff = 0;
   for (size_t i = 0; i < one.y.size(); ++i) diff += one.y[i] != two.y[i];
   EXPECT_EQ(diff, 0u) << "of " << one.y.size() << " outputs";
   // Where the epilogue's estimate is below the element-wise call's (ImageKernels::gemm_gelu
   // fuses below half of it), the fused call is the faster.
-  const sim::Config cfg = sim::Config::make(s.preset, {});
+  const sim::Config cfg = config(s);
   const bool silu = s.act == GemmAct::silu_pairs;
   EwArgs e{.op = silu ? EwOp::silu_mul : s.act == GemmAct::gelu_erf ? EwOp::gelu_erf : EwOp::gelu_tanh,
            .rows = s.m, .cols = s.n, .a_stride = (silu ? 4 : 2) * s.n, .b_stride = (silu ? 4 : 2) * s.n};
@@ -132,9 +136,14 @@ TEST_P(GemmActShapes, SameBitsAsTheGemmThenTheElementwiseKernel) {
   if (fused_est < ew_est) {
     EXPECT_LT(one.cycles, two.cycles) << "estimates: epilogue " << fused_est << ", element-wise call " << ew_est;
   }
-  std::printf("%s m %u n %u k %u act %d: fused %llu cycles, GEMM + element-wise %llu (estimates %.0f, %.0f)\n",
-              s.preset, s.m, s.n, s.k, int(s.act), (unsigned long long)one.cycles, (unsigned long long)two.cycles,
-              fused_est, ew_est);
+  const GemmPlan pl = plan_gemm(cfg, s.m, silu ? 2 * s.n : s.n, s.k);
+  const double groups = double(pl.tiles) * pl.groups;
+  std::printf("%s %ux%u m %u n %u k %u act %d split %u: fused %llu cycles, GEMM + element-wise %llu; a tile and row "
+              "group: epilogue +%.1f, element-wise call %.1f (estimates %.1f, %.1f)\n",
+              s.preset, unsigned(cfg.pe_rows), unsigned(cfg.pe_cols), s.m, s.n, s.k, int(s.act), pl.split,
+              (unsigned long long)one.cycles, (unsigned long long)two.cycles,
+              (double(one.cycles) - double(plain.cycles)) / groups, (double(two.cycles) - double(plain.cycles)) / groups,
+              fused_est / groups, ew_est / groups);
 }
 
 // qc-u (1,024 PEs): SiLU pairs over 2 tiles and a narrow third (2 x 1,280 columns), 37
@@ -145,7 +154,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmActShapes,
                                            ActShape{"qc-u", 40, 1536, 1024, GemmAct::gelu_tanh, true},
                                            ActShape{"qc-u", 20, 544, 4096, GemmAct::gelu_erf, true},
                                            ActShape{"mini", 19, 96, 256, GemmAct::silu_pairs},
-                                           ActShape{"mini", 33, 200, 512, GemmAct::gelu_tanh, true}));
+                                           ActShape{"mini", 33, 200, 512, GemmAct::gelu_tanh, true},
+                                           // gemm_act_cycles' measurements: 128 rows, tiles as wide as the array
+                                           ActShape{"qc-u", 128, 512, 1024, GemmAct::gelu_tanh, false,
+                                                    {"pe_rows=16", "pe_cols=16"}},
+                                           ActShape{"qc-u", 128, 1024, 1024, GemmAct::gelu_tanh},
+                                           ActShape{"qc-u", 128, 512, 1024, GemmAct::gelu_tanh},  // (split 2)
+                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::gelu_tanh, false, {"pe_cols=64"}},
+                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::silu_pairs, false, {"pe_cols=64"}}));
 
 TEST(GemmAct, NegativeControlsChangeTheOutput) {
   const ActShape silu{"mini", 19, 96, 256, GemmAct::silu_pairs};
