@@ -764,8 +764,8 @@ struct ImageKernels {
     em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
     em.f16_add(mark, ddr.bus(detail::f16w(w)), m, n, y, y_stride, f16.xs, f16.scratch);
   }
-  // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call, the GELU in
-  // its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
+  // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call (mark_gelu),
+  // the GELU in its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
   // element-wise call by kActMargin (act_fused: arrays wider than 32x32; on 16x16 and 32x32 the
   // pass over the output is about as cheap), else the element-wise kernel after it (gelu_mark),
   // as always with mixed precision, whose correction comes between them.
@@ -774,7 +774,7 @@ struct ImageKernels {
     const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
     const EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
     if (!f16.on && (fuse_gelu || act_fused(cfg, gcfg, m, n, k, base_args(w, n, k).split, act, e))) {
-      gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
+      gemm(mark + "_gelu", w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
       return;
     }
     gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias);
@@ -858,8 +858,8 @@ struct ImageKernels {
       const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
       if (m.before) m.before(c, false);
       if (m.gated && silu_pm) {  // SiLU x up over the gate half (Compiler::pm_gate_up_fused)
-        gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone,
-             {}, GemmAct::silu_pairs);
+        gemm(C + ".gate_up_silu", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride,
+             kNone, {}, GemmAct::silu_pairs);
       } else if (m.gated) {
         gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone);
         ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, m.up, m.up_stride, m.up + m.chunk * 2, m.up_stride, m.up,
@@ -1589,7 +1589,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const bool odd = c % 2;
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
-        k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2,
+        k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2,
                BIG + c * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
         if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();
         if (!odd) continue;
@@ -1607,8 +1607,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
       if (gu_fused) {  // SiLU x up straight into the activation's rows
-        k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2,
-               BIG + c * J * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
+        k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN,
+               d.H * 2, BIG + c * J * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
         if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();
         continue;
       }
@@ -2820,7 +2820,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
           const uint32_t at = ACT + c * cw * 2;
           if (gu_fused) {  // (SiLU x up into the gate half, at)
-            k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
+            k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
                    d.H * 2, at, as, kNone, {}, GemmAct::silu_pairs);
             continue;
           }

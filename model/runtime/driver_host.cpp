@@ -289,12 +289,12 @@ std::string chain_tensor_of(const std::string& mark) {
   std::string op = mark.substr(mark.rfind('.') + 1);
   while (!op.empty() && std::isdigit(static_cast<unsigned char>(op.back()))) op.pop_back();  // silu_mul0 ...
   static const std::map<std::string, std::string> lm = {
-      {"silu_mul", "mlp_act"},     {"down", "mlp_out"},      {"o_proj", "attn_out"},      {"attn_residual", "attn_res"},
-      {"mlp_residual", "out"},     {"deepstack_add", "out"}, {"attention", "attn"},       {"q_rope", "q"},
-      {"k_rope", "k"}};
+      {"silu_mul", "mlp_act"},  {"gate_up_silu", "mlp_act"}, {"down", "mlp_out"}, {"o_proj", "attn_out"},
+      {"attn_residual", "attn_res"}, {"mlp_residual", "out"}, {"deepstack_add", "out"}, {"attention", "attn"},
+      {"q_rope", "q"},          {"k_rope", "k"}};
   static const std::map<std::string, std::string> tower = {
-      {"gelu", "mlp_act"}, {"attn_residual", "attn_res"}, {"mlp_residual", "out"}, {"attention", "attn"},
-      {"q_rope", "q"},     {"k_rope", "k"}};
+      {"gelu", "mlp_act"},   {"fc1_gelu", "mlp_act"}, {"attn_residual", "attn_res"}, {"mlp_residual", "out"},
+      {"attention", "attn"}, {"q_rope", "q"},          {"k_rope", "k"}};
   if (kind == 'L' || kind == 'P') {
     auto it = lm.find(op);
     return it == lm.end() ? "" : fmt::format("lm.layer.{}.{}", num, it->second);

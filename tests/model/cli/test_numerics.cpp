@@ -134,6 +134,9 @@ TEST(DescribeNumerics, EachKernelCallNamesTheChainTensorsItWrites) {
   EXPECT_EQ(chain_tensors_of("P0.t0.k_rope"), (V{"lm.layer.0.k"}));
   EXPECT_EQ(chain_tensors_of("P1.mlp_residual"), (V{"lm.layer.1.out"}));
   EXPECT_EQ(chain_tensors_of("L4.attention"), (V{"lm.layer.4.attn"}));
+  // GEMMs with the activation in their epilogue write the activation (kernels::GemmAct)
+  EXPECT_EQ(chain_tensors_of("V3.mlp1.fc1_gelu"), (V{"vision.0.block.3.mlp_act"}));
+  EXPECT_EQ(chain_tensors_of("P2.mlp4.gate_up_silu"), (V{"lm.layer.2.mlp_act"}));
   EXPECT_TRUE(chain_tensors_of("Mf.norm").empty());
   EXPECT_TRUE(chain_tensors_of("P1.qkv").empty());
 }

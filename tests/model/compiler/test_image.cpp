@@ -479,7 +479,7 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of"), std::string::npos) << prog.plan;
   size_t gate_ups = 0, silus = 0;
   for (const KernelCall& k : prog.calls) {
-    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up");
+    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up_silu");
     silus += k.mark.starts_with("P") && k.mark.find(".silu_mul") != std::string::npos;
   }
   EXPECT_GT(gate_ups, 0u);
