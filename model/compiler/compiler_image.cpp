@@ -780,6 +780,18 @@ struct ImageKernels {
     gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias);
     ew(gelu_mark, op, m, n, y, 0, y, 0, y, 0);
   }
+  // A gate|up GEMM (m rows, 2 chunk columns) and its SiLU x up into up (row stride up_stride):
+  // one call (mark.gate_up_silu) where its packing interleaves gate and up rows (fused:
+  // GemmAct::silu_pairs, SiLU x up over the gate half), else the GEMM's gate|up rows there and the
+  // element-wise call over the gate half.
+  void gate_up(const std::string& C, const std::string& w, uint32_t m, uint32_t chunk, uint32_t k, uint32_t x,
+               uint32_t x_stride, uint32_t up, uint32_t up_stride, bool fused) {
+    if (fused)
+      return gemm(C + ".gate_up_silu", w, m, 2 * chunk, k, x, x_stride, up, up_stride, UINT32_MAX, {},
+                  GemmAct::silu_pairs);
+    gemm(C + ".gate_up", w, m, 2 * chunk, k, x, x_stride, up, up_stride, UINT32_MAX);
+    ew(C + ".silu_mul", EwOp::silu_mul, m, chunk, up, up_stride, up + chunk * 2, up_stride, up, up_stride);
+  }
   // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
   // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
   void lrm_seed(const std::string& mark, uint32_t m, uint32_t n, uint32_t k, uint32_t row0, uint32_t rows,
@@ -857,13 +869,8 @@ struct ImageKernels {
       const std::string C = fmt::format("{}.mlp{}", m.mark, c);
       const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
       if (m.before) m.before(c, false);
-      if (m.gated && silu_pm) {  // SiLU x up over the gate half (Compiler::pm_gate_up_fused)
-        gemm(C + ".gate_up_silu", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride,
-             kNone, {}, GemmAct::silu_pairs);
-      } else if (m.gated) {
-        gemm(C + ".gate_up", m.weight(c, false), m.rows, 2 * m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, kNone);
-        ew(C + ".silu_mul", EwOp::silu_mul, m.rows, m.chunk, m.up, m.up_stride, m.up + m.chunk * 2, m.up_stride, m.up,
-           m.up_stride);
+      if (m.gated) {
+        gate_up(C, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, silu_pm);
       } else {
         if (m.up_stride != m.chunk * 2) fail("compiler: internal: the chunk chain's fc1 rows are not dense");
         gemm_gelu(C + ".fc1", C + ".gelu", m.act, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up,
@@ -1092,8 +1099,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const double mlp_macs = 3.0 * S * d.I * d.H / gemm_cfg_.mac_peak(true),
                mlp_ddr = double(gemm_weight_bytes(cfg_, 2 * cw, d.H) * nchunks + gemm_weight_bytes(cfg_, d.H, d.I)) /
                          cfg_.ddr_bytes_per_cycle();
+  const bool gu_fused = gate_up_fused();
   auto down_chunked = [&](uint32_t J, uint32_t sums) {
-    return S && !off && J == 1 && sums && mlp_ddr < mlp_macs && gate_up_fused();
+    return S && !off && J == 1 && sums && mlp_ddr < mlp_macs && gu_fused;
   };
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
@@ -1125,7 +1133,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole &&
-          (!gate_up_fused() || gemm_split(gemm_cfg_, 2 * cw * j, d.H) == 1))  // (silu_pairs: split 1 only)
+          (!gu_fused || gemm_split(gemm_cfg_, 2 * cw * j, d.H) == 1))  // (silu_pairs: split 1 only)
         js.push_back(j);
   // One chunk a call where the down can then run in chunks beside them (down_chunked: its first
   // tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks a call 42.58 M cycles).
@@ -1526,7 +1534,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
-  const bool gu_fused = gate_up_fused();
   // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
   // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
   const uint32_t dk = down_chunk_k(cfg_, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
@@ -1589,8 +1596,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const bool odd = c % 2;
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
-        k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2,
-               BIG + c * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
+        k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, cw, d.H, XN, d.H * 2, BIG + c * cw * 2,
+                  d.I * 2, true);
         if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();
         if (!odd) continue;
         const bool last = c + 1 == nchunks;
@@ -1606,15 +1613,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
-      if (gu_fused) {  // SiLU x up straight into the activation's rows
-        k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN,
-               d.H * 2, BIG + c * J * cw * 2, d.I * 2, kNone, {}, GemmAct::silu_pairs);
-        if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();
-        continue;
-      }
-      gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
-           gu_n * 2, kNone);
+      const std::string w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str());
+      // (fused: SiLU x up straight into the activation's rows)
+      if (gu_fused) k.gate_up(C, w, S, cw * J, d.H, XN, d.H * 2, BIG + c * J * cw * 2, d.I * 2, true);
+      else gemm(C + ".gate_up", w, S, gu_n, d.H, XN, d.H * 2, TMP, gu_n * 2, kNone);
       if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();  // the next layer's norm weights
+      if (gu_fused) continue;
       if (ncalls == 1) {
         // One call takes every chunk: its S x J gate|up rows of 2 cw and the activation's S x J
         // rows of cw are each evenly spaced, so one SiLU gate takes them all.
@@ -2819,14 +2823,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (c == nchunks / 2) kick(1);
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
           const uint32_t at = ACT + c * cw * 2;
-          if (gu_fused) {  // (SiLU x up into the gate half, at)
-            k.gemm(C + ".gate_up_silu", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
-                   d.H * 2, at, as, kNone, {}, GemmAct::silu_pairs);
-            continue;
-          }
-          k.gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, 2 * cw, d.H, X,
-                 d.H * 2, at, as, kNone);
-          k.ew(C + ".silu_mul", EwOp::silu_mul, rows, cw, at, as, at + cw * 2, as, at, as);
+          k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, cw, d.H, X, d.H * 2, at, as,
+                    gu_fused);
         }
         k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
         k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
