@@ -537,22 +537,24 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
            gu_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}));
     }
     gemm_of(layer_name(i, "down.gemm"), text_layer_name(i, "mlp.down_proj.weight"));
-    if (ddr_.has(layer_name(i, "dn0.gemm"))) {
-      const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
-      const uint32_t dk = down_chunk_k(cfg_, d.I);
-      for (uint32_t k = 0; k < d.I / dk; ++k)
-        gemm(layer_name(i, fmt::format("dn{}.gemm", k).c_str()), detail::slice_cols(down, k * dk, dk));
-    }
-    if (!ddr_.has(pm_name(i, 0, "gu"))) continue;
+    // The down's inputs again in chunks: the resident plan's (down_chunk_k), the streamed plan's.
+    const bool dn = ddr_.has(layer_name(i, "dn0.gemm")), pm = ddr_.has(pm_name(i, 0, "gu"));
+    if (!dn && !pm) continue;
     const QuantTensor down = bundle.get_quant(text_layer_name(i, "mlp.down_proj.weight"));
+    auto down_chunks = [&](uint32_t width, auto name) {
+      for (uint32_t k = 0; k < d.I / width; ++k) gemm(name(k), detail::slice_cols(down, k * width, width));
+    };
+    if (dn)
+      down_chunks(down_chunk_k(cfg_, d.I), [&](uint32_t k) { return layer_name(i, fmt::format("dn{}.gemm", k).c_str()); });
+    if (!pm) continue;
     const uint32_t cp = pm_chunk(d.I, 2);
     const bool pm_fused = pm_gate_up_fused();
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       const QuantTensor g = detail::slice_rows(gate, k * cp, cp), u = detail::slice_rows(up, k * cp, cp);
       put_weight(ddr, pm_name(i, k, "gu"), pm_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}),
                  pm_split());
-      gemm(pm_name(i, k, "down"), detail::slice_cols(down, k * cp, cp));
     }
+    down_chunks(cp, [&](uint32_t k) { return pm_name(i, k, "down"); });
   }
 }
 
