@@ -1737,15 +1737,16 @@ struct Streamed {
   uint32_t ppt = 0;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> pmb;  // (part, rows, part tile rows)
   // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
-  // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part).
+  // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part, rows, part tile rows).
+  // Where all rows do not fit, in tiles of vrpm rows (as rpm).
   bool vpm = false;
-  uint32_t vpt = 0;  // the tower's part tile rows (as ppt; N: untiled)
+  uint32_t vrpm = 0, vpt = 0;  // the tower's MLP rows a tile, part tile rows (as rpm, ppt)
   // The mergers' MLP over every merged row in chunks of pm_chunk(Md) fc1 columns (fc1, GELU,
   // fc2 into fp32 partial sums in LRM), where their row tiles would read every weight again:
   // buffers mpmb() (the normed rows, fc2's output over them at the end; a chunk's fc1 output).
   bool mpm = false;
   std::function<std::vector<uint64_t>()> mpmb;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vpmb;  // (part, part tile rows)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> vpmb;  // (part, rows, part tile rows)
   // The tower's qkv phase (A) over every row from block 1 on, or in tiles of vqt rows (N:
   // every row at once): the norm of the rows, then q, k and v in turn (q and k rotated), each
   // stored while the next computes (vqo = 2 output buffers; 1: each store waited for before
@@ -1823,8 +1824,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // The MLP phases' partial sums in LRM (lrm_sums): their offset, or 0 (in OCM). Their part 2
   // then holds the up output over part 1's attention rows (and residual: mlp_all_rows waits
   // for its store first).
-  auto vsums = [&] {
-    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, N, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0);
+  auto vsums = [&](uint32_t r) {
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, r, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0);
   };
   auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
     return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md);
@@ -1909,16 +1910,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t rows = uint64_t(N) * d.Dv * 2, w2 = uint64_t(vgq_heads(d.hv)) * hdv2, tab = uint64_t(N) * d.hdv * 4;
     return {rows, rows, tab, tab, uint64_t(d.Dv) * 6, N * 3 * w2, N * w2};
   };
-  // tower MLP over every row (vpm), its first and last parts in tiles of pt rows: 1: normed
-  // rows / proj out [N][Dv], attention rows [pt][Dv], residual [pt][Dv] (in tiles: over the
-  // attention rows, mlp_all_rows); 2: normed rows, partial sums [N][Dv] fp32 (over part 1's
-  // attention rows and residual; none in LRM: vsums), fc1 out [N][c]; 3: fc2 out (in the
-  // normed rows), residual [pt][Dv] (reloaded; unused where the residual seeds LRM sums).
-  p.vpmb = [&](uint32_t part, uint32_t pt) -> V64 {
-    const uint64_t rows = uint64_t(N) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
-    if (part == 1) return pt < N ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
-    const uint64_t up = uint64_t(N) * 2 * pm_chunk(d.Iv, 1);
-    if (part == 2) return {rows, vsums() ? 0 : 2 * rows, up};
+  // tower MLP over every row (vpm), r rows a tile, its first and last parts in tiles of pt
+  // rows: 1: normed rows / proj out [r][Dv], attention rows [pt][Dv], residual [pt][Dv] (in
+  // tiles: over the attention rows, mlp_all_rows); 2: normed rows, partial sums [r][Dv] fp32
+  // (over part 1's attention rows and residual; none in LRM: vsums), fc1 out [r][c]; 3: fc2
+  // out (in the normed rows), residual [pt][Dv] (reloaded; unused where the residual seeds LRM
+  // sums).
+  p.vpmb = [&](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
+    const uint64_t rows = uint64_t(r) * d.Dv * 2, tile = uint64_t(pt) * d.Dv * 2;
+    if (part == 1) return pt < r ? V64{rows, tile} : V64{rows, tile, tile};  // (tiles: the residual over A)
+    const uint64_t up = uint64_t(r) * 2 * pm_chunk(d.Iv, 1);
+    if (part == 2) return {rows, vsums(r) ? 0 : 2 * rows, up};
     return {rows, tile};
   };
   // prefill MLP over every row (pm), r rows a tile: 1: normed rows / o out [r][H], attention
@@ -2037,23 +2039,32 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 3, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   // The tower's MLP phase over every row when it is cheaper (as the prefill's below).
   // With LRM sums, the first and last parts in tiles of vpt rows where all rows do not fit
-  // (each reading the proj weight again).
-  p.vpt = N;
+  // (each reading the proj weight again); else in the fewest tiles of vrpm rows whose parts
+  // fit (each reading every chunk: at 1 MiB two tiles of 128 rows where the row tiles of the
+  // phase took five of 52 or four of 64).
+  p.vrpm = p.vpt = N;
   const uint32_t knob = opt_.image_part_rows;
-  if (N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && (!fits(p.vpmb(1, N)) || knob) && vsums() && fits(p.vpmb(2, 1)))
-    p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, t)) && fits(p.vpmb(3, t)); });
-  if (N && p.vpt && ddr_.has(vpm_name(0, 0, "fc1")) && !cap && !opt_.image_tower_mlp_tiles &&
-      fits(p.vpmb(1, p.vpt)) && fits(p.vpmb(2, p.vpt)) && fits(p.vpmb(3, p.vpt))) {
+  const bool vchunks = N && ddr_.has(vpm_name(0, 0, "fc1")) && !cap;
+  auto vparts_fit = [&](uint32_t r, uint32_t pt) {
+    return fits(p.vpmb(1, r, pt)) && fits(p.vpmb(2, r, pt)) && fits(p.vpmb(3, r, pt));
+  };
+  if (vchunks && (!fits(p.vpmb(1, N, N)) || knob) && vsums(N) && fits(p.vpmb(2, N, 1)))
+    p.vpt = rows_per_tile(N, knob, [&](uint32_t t) { return fits(p.vpmb(1, N, t)) && fits(p.vpmb(3, N, t)); });
+  if (vchunks && !knob && !(p.vpt && vparts_fit(N, p.vpt)))
+    p.vrpm = p.vpt = rows_per_tile(N, 0, [&](uint32_t r) { return vparts_fit(r, r); });
+  if (vchunks && p.vpt && !opt_.image_tower_mlp_tiles && vparts_fit(p.vrpm, p.vpt)) {
     const uint32_t cv = pm_chunk(d.Iv, 1);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
-    const GemmPlan fp = plan_gemm(gc, N, d.Dv, cv);
-    const double port = (vsums() ? 0.0 : double(N) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
-    const double proj_again = double((N + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
-    const double vpm_c = depth * (std::max(N * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
-                                  chunk_est(N, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
-                                  (vsums() ? 6.0 : 8.0) * N * d.Dv / bw +
-                                  double(d.Iv / cv) * fp.tiles * port);
+    double vpm_c = 0;
+    for (auto [r0, r] : tiles_of(N, p.vrpm)) {
+      const GemmPlan fp = plan_gemm(gc, r, d.Dv, cv);
+      const double port = (vsums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
+      const double proj_again = double((r + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
+      vpm_c += depth * (std::max(r * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
+                        chunk_est(r, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
+                        (vsums(r) ? 6.0 : 8.0) * r * d.Dv / bw + double(d.Iv / cv) * fp.tiles * port);
+    }
     if (!p.rvc || vpm_c < kFewerBytes * (p.cost - before_vc) || (knob && p.vpt < N))
       p.vpm = true, p.cost = before_vc + vpm_c;
   }
@@ -2201,7 +2212,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const double wb_mlp = wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv), wb_pm = wb_c - wb(d.H, d.nq * d.hd);
     p.weight_bytes =
         depth * (wb(3 * d.Dv, d.Dv) * (p.vqg ? 1.0 : p.vqa ? passes(N, p.vqt) : passes(N, p.rva)) +
-                 (p.vpm ? wb_mlp + wb(d.Dv, d.Dv) * passes(N, p.vpt) : wb_vc * passes(N, p.rvc))) +
+                 (p.vpm ? passes(N, p.vrpm) * (wb_mlp + wb(d.Dv, d.Dv) * passes(p.vrpm, p.vpt))
+                        : wb_vc * passes(N, p.rvc))) +
         mergers * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (p.mpm ? 1.0 : passes(Nt, p.rm)) +
         layers * (p.fused ? (wb_a + wb_c) * passes(S, p.rpf)
                           : wb_a * passes(S, p.rpa) +
@@ -2691,20 +2703,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         }
         if (p.vpm) {
           const bool in_place = p.vqg && blk > 0 && p.vpt == N;  // the attention rows where vqg left them
-          if (in_place && phase(p.vpmb(1, N))[1] != phase(p.vqgb())[1])
+          if (in_place && phase(p.vpmb(1, N, N))[1] != phase(p.vqgb())[1])
             fail("compiler: internal: the tower's attention rows are not where its MLP phase reads them");
-          mlp_all_rows({.mark = B, .rows = N, .width = d.Dv, .o1 = phase(p.vpmb(1, p.vpt)),
-                        .o2 = phase(p.vpmb(2, p.vpt)), .o3 = phase(p.vpmb(3, p.vpt)),
-                        .load_attn = in_place ? std::function<void(uint32_t, uint32_t, uint32_t)>()
-                                              : [&](uint32_t A, uint32_t r0, uint32_t n) {
-                          em.copy(B + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n, 3 * d.Dv * 2,
-                                  d.Dv * 2);
-                        },
-                        .a_stride = d.Dv * 2, .res_ddr = vh, .out_w = vname(blk, "proj"), .out_k = d.Dv,
-                        .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w, .norm_b = vv_n2b,
-                        .eps = veps, .chunk = pm_chunk(d.Iv, 1), .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
-                        .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
-                        .up_bias = vv_fc1b, .down_bias = vv_fc2b, .sums_lrm = vsums(), .part_rows = p.vpt});
+          // Over every row, or in tiles of vrpm rows (marks B.t<n>.*).
+          uint32_t t = 0;
+          for (auto [r0, rows] : tiles_of(N, p.vrpm)) {
+            const std::string T = p.vrpm < N ? fmt::format("{}.t{}", B, t++) : B;
+            mlp_all_rows({.mark = T, .rows = rows, .width = d.Dv, .o1 = phase(p.vpmb(1, p.vrpm, p.vpt)),
+                          .o2 = phase(p.vpmb(2, p.vrpm, p.vpt)), .o3 = phase(p.vpmb(3, p.vrpm, p.vpt)),
+                          .load_attn = in_place ? std::function<void(uint32_t, uint32_t, uint32_t)>()
+                                                : [&](uint32_t A, uint32_t a0, uint32_t n) {
+                            em.copy(T + ".load_attn", vqkv + (r0 + a0) * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n,
+                                    3 * d.Dv * 2, d.Dv * 2);
+                          },
+                          .a_stride = d.Dv * 2, .res_ddr = vh + r0 * d.Dv * 2, .out_w = vname(blk, "proj"),
+                          .out_k = d.Dv, .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w,
+                          .norm_b = vv_n2b, .eps = veps, .chunk = pm_chunk(d.Iv, 1),
+                          .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
+                          .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
+                          .up_bias = vv_fc1b, .down_bias = vv_fc2b,
+                          .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt});
+          }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
           // doubles them; proj/fc2 out, fc1 out once.
@@ -3043,7 +3062,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                   : std::to_string(p.rm);
   const std::string vrows =
       p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{}{})", va,
-                          N, pm_chunk(d.Iv, 1), vsums() ? "LRM" : "OCM", part_tiles(p.vpt, N), qkv_note)
+                          p.vrpm, pm_chunk(d.Iv, 1), vsums(p.vrpm) ? "LRM" : "OCM", part_tiles(p.vpt, p.vrpm),
+                          qkv_note)
             : fmt::format("{}|{} (qkv|MLP phases{})", va, p.rvc, qkv_note);
   if (s.vision && s.prefill)
     out.plan = fmt::format("streamed: rows per tile tower {}, mergers {}, prefill {}; copies "

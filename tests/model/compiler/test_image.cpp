@@ -950,6 +950,38 @@ TEST(Image, FullSizeCyclesPerStage) {
   EXPECT_LE(total, 101500000u);
 }
 
+// The streamed tower's MLP over row tiles (Streamed::vrpm): a tiny model with a tower of 384
+// features and an MLP of 1536 on 16x16 patches (256 rows) at 512 KiB, where the chunk
+// chain's parts for all 256 rows do not fit beside the tower's other buffers: two tiles of 128
+// rows, each reading every fc1 and fc2 chunk, the partial sums in LRM. Against the chain
+// (logits cosine >= 0.9999, the same top-1, timing-only = functional), with the KV-slot
+// control and a zeroed fc2 chunk (read by both tiles) failing the gate.
+ModelConfig config_tiny_tower() {
+  ModelConfig m = config_tiny_wider();
+  m.name = "tiny_tower";
+  m.vision.hidden_size = 384;
+  return m;
+}
+TEST(ImageOcm, TinyTowerMlpInRowTilesMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_tower().name, config_tiny_tower());
+  const ImageShape shape{16, 16, 96, 5};
+  const auto [pixels, ref] = ocm_reference(config_tiny_tower(), *tiny.bundle, 23, shape);
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  Compiler c(config_tiny_tower(), cfg, ocm_options(128));
+  const CompiledProgram prog = c.image_program(shape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("tower 256 (block 0: 52)|128 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial "
+                           "sums in LRM;"),
+            std::string::npos);
+  auto calls = [&](const std::string& mark) {
+    return std::count_if(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
+  };
+  EXPECT_EQ(calls("V1.t0.proj"), 1);
+  EXPECT_EQ(calls("V1.t1.proj"), 1);
+  EXPECT_EQ(calls("V1.proj"), 0);
+  expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref, "tiny (tower 384) image program, 512 KiB, 8 GB/s");
+  expect_zeroed_weight_fails(c, prog, shape, tiny.bundle.get(), pixels, ref, "V1.pm2.fc2", "block 1's third fc2 chunk");
+}
+
 }  // namespace
 }  // namespace gpnpu::model
-
