@@ -350,7 +350,7 @@ void Compiler::plan_image_ddr() {
   } catch (const Error&) {
     return;  // the default shape does not fit this model's limits
   }
-  // The resident prefill's down in chunks where its gate|up calls take the SiLU (or the knob).
+  // The resident prefill's down in chunks where its plan takes them (or the knob).
   pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
   if (planned.plan.starts_with("resident")) {
     // The resident tower's MLP over every row where its chunk packings would take it there.
@@ -1093,17 +1093,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
   const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
-  // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk that take the
-  // SiLU (gate_up_fused), a prompt without cached tokens, the partial sums in LRM (sums != 0),
-  // and only where the MLP's MACs take longer than its weights' DDR time: DDR-bound, the down's
-  // first tile waits no matter what, and one chunk a call costs (32x64 at 8 MiB and 32 GB/s:
-  // 65.65 -> 65.71 M cycles in chunks).
+  // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk (with the
+  // SiLU fused, gate_up_fused, or a SiLU call after each), a prompt without cached tokens, the
+  // partial sums in LRM (sums != 0), and only where the MLP's MACs take longer than its weights'
+  // DDR time: DDR-bound, the down's first tile waits no matter what, and one chunk a call costs
+  // (32x64 at 8 MiB and 32 GB/s: 65.65 -> 65.71 M cycles in chunks). Where the SiLU is fused the
+  // plan takes one chunk a call for them (below); else only where it takes one chunk a call
+  // anyway (64x64 at 4 MiB, 128 GB/s: 28.53 -> 27.91 M; at 8 MiB six chunks a call, 26.54 M,
+  // beat one a call with the down in chunks, 27.56 M).
   const double mlp_macs = 3.0 * S * d.I * d.H / gemm_cfg_.mac_peak(true),
                mlp_ddr = double(gemm_weight_bytes(cfg_, 2 * cw, d.H) * nchunks + gemm_weight_bytes(cfg_, d.H, d.I)) /
                          cfg_.ddr_bytes_per_cycle();
   const bool gu_fused = gate_up_fused();
   auto down_chunked = [&](uint32_t J, uint32_t sums) {
-    return S && !off && J == 1 && sums && mlp_ddr < mlp_macs && gu_fused;
+    return S && !off && J == 1 && sums && mlp_ddr < mlp_macs;
   };
   const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1);
   auto mx = [](std::initializer_list<uint64_t> v) { return *std::max_element(v.begin(), v.end()); };
@@ -1137,10 +1140,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (nchunks % j == 0 && (2ull * cw * j % gemm_cfg_.npe() == 0) == whole &&
           (!gu_fused || gemm_split(gemm_cfg_, 2 * cw * j, d.H) == 1))  // (silu_pairs: split 1 only)
         js.push_back(j);
-  // One chunk a call where the down can then run in chunks beside them (down_chunked: its first
-  // tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks a call 42.58 M cycles).
+  // One chunk a call where the SiLU is fused and the down can then run in chunks beside them
+  // (down_chunked: its first tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks
+  // a call 42.58 M cycles).
   const uint32_t dk_plan = down_chunk_k(cfg_, d.I);
-  if (dk_plan && down_chunked(1, lrm_sums(gemm_cfg_, S, d.H, dk_plan, 2 * cw, 0))) js = {1};
+  if (dk_plan && gu_fused && down_chunked(1, lrm_sums(gemm_cfg_, S, d.H, dk_plan, 2 * cw, 0))) js = {1};
   // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, as wide as on `pes` PEs
   // (pm_chunk_width), fp32 partial sums at vsums in LRM. Where they are laid, pm_npe_'s; planning
   // the layout, one or two tiles of fc1 at split 2: fewer calls where the wider chunk fits
@@ -1598,8 +1602,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const bool odd = c % 2;
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
-        k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, cw, d.H, XN, d.H * 2, BIG + c * cw * 2,
-                  d.I * 2, true);
+        if (gu_fused)
+          k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, cw, d.H, XN, d.H * 2, BIG + c * cw * 2,
+                    d.I * 2, true);
+        else {
+          gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
+               gu_n * 2, kNone);
+          ew(C + ".silu_mul", EwOp::silu_mul, S, cw, TMP, gu_n * 2, TMP + cw * 2, gu_n * 2, BIG + c * cw * 2, d.I * 2);
+        }
         if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();
         if (!odd) continue;
         const bool last = c + 1 == nchunks;

@@ -491,9 +491,10 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
 }
 
 // The resident prefill's down GEMM in chunks beside its gate|up calls (Compiler::down_chunk_k:
-// the 2B on 32x64, where the SiLU is fused and one chunk goes a call; here the tiny model with an
-// MLP of 4,096 (4 chunks of 1,024) at 1 MiB and 1,024 GB/s (MAC-bound), the SiLU and the
-// packings forced by knobs): down chunk c after gate|up calls 2c and 2c + 1, over their SiLU
+// the 2B on 32x64, where the SiLU is fused and one chunk goes a call, and on 64x64 at 4 MiB, 128
+// GB/s, where it is not; here the tiny model with an MLP of 4,096 (4 chunks of 1,024) at 1 MiB
+// and 1,024 GB/s (MAC-bound), the packings forced by a knob, the SiLU fused by a knob or a call
+// after each gate|up call): down chunk c after gate|up calls 2c and 2c + 1, over their SiLU
 // rows, into fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP
 // into the residual stream (no mlp_residual call). Against the chain; negative control: a
 // layer's down chunk zeroed in DDR.
@@ -503,22 +504,28 @@ TEST(ImageOcm, TinyDownInChunksBesideTheGateUpCallsMatchesTheChain) {
   m.text.intermediate_size = 4096;
   static TinyBundle tiny("image_" + m.name, m);
   const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 37);
-  CompileOptions opt = ocm_options();
-  opt.image_silu_fused = opt.image_down_chunks = true;
-  Compiler c(m, sim::Config::make("qc-u", {"ocm_bytes=1MiB", "ddr_gbps=1024"}), opt);
-  const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("gate|up chunks per call 1, the down in chunks of 2048"), std::string::npos) << prog.plan;
-  size_t downs = 0, residuals = 0;
-  for (const KernelCall& k : prog.calls) {
-    downs += k.mark.starts_with("P1.") && k.mark.ends_with(".down");
-    residuals += k.mark.starts_with("P") && k.mark.ends_with(".mlp_residual");
+  for (bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "SiLU fused" : "SiLU calls");
+    CompileOptions opt = ocm_options();
+    opt.image_silu_fused = fused;
+    opt.image_down_chunks = true;
+    Compiler c(m, sim::Config::make("qc-u", {"ocm_bytes=1MiB", "ddr_gbps=1024"}), opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    EXPECT_NE(prog.plan.find("gate|up chunks per call 1, the down in chunks of 2048"), std::string::npos) << prog.plan;
+    size_t downs = 0, residuals = 0, silus = 0;
+    for (const KernelCall& k : prog.calls) {
+      downs += k.mark.starts_with("P1.") && k.mark.ends_with(".down");
+      residuals += k.mark.starts_with("P") && k.mark.ends_with(".mlp_residual");
+      silus += k.mark.starts_with("P1.") && k.mark.ends_with(".silu_mul");
+    }
+    EXPECT_EQ(downs, 2u);
+    EXPECT_EQ(residuals, 0u);
+    EXPECT_EQ(silus, fused ? 0u : 4u);
+    expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                         "tiny (MLP 4096) image program, 1 MiB, the down in chunks beside the gate|up calls", false);
+    expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "L1.dn1.gemm",
+                               "layer 1's down chunk 1");
   }
-  EXPECT_EQ(downs, 2u);
-  EXPECT_EQ(residuals, 0u);
-  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (MLP 4096) image program, 1 MiB, the down in chunks beside the gate|up calls", false);
-  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "L1.dn1.gemm",
-                             "layer 1's down chunk 1");
 }
 
 // The resident plan's rotary tables loaded a block (layer) at a time into its temporaries
