@@ -1787,6 +1787,12 @@ struct Streamed {
   std::function<std::vector<uint64_t>(uint32_t)> mg;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> ta, tc, pa, pc, pf;  // (rows, copy mode)
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> tb, pb;              // (kv heads, buffer sets)
+  // The prefill's attention phase reading q where the qkv phase left it (its q|k|v rows, one
+  // tile of every row), the output written over it and stored from there: no q store and
+  // load. Buffers pbq(kv heads, sets): the q|k|v rows, then per set the head-major staging
+  // of q and the output, k, v.
+  bool pq = false;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> pbq;
   std::vector<uint64_t> hd;
   bool ok = false;
 };
@@ -1891,6 +1897,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.pb = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     return sets == 2 ? V64{x, y, y, x, x, y, y, x} : V64{x, y, y, x};
+  };
+  p.pbq = [&](uint32_t g, uint32_t sets) -> V64 {
+    const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
+    V64 v{uint64_t(S) * d.qkv_n * 2};
+    for (uint32_t i = 0; i < sets; ++i) v.insert(v.end(), {x, y, y});
+    return v;
   };
   // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows / down out
   // (loaded), o out / MLP activation [r][I + cw] (each gate|up chunk's [r][2 cw] output
@@ -2197,10 +2209,25 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   }
   if (pm && !p.pm) p.rpc = 0;  // (a plan without the whole-width down's buffers)
   p.gp = attn_groups(d.nkv, G, S, d.hd, off + S, p.pb, p.sp);
+  const uint32_t unkept_gp = p.gp;
+  // q kept in the q|k|v rows (pq) where the qkv phase takes every row in one tile and the
+  // attention's buffers fit beyond them, when the cost model says so: the q store (waited)
+  // and its loads back go, the calls may take fewer kv heads.
+  auto attn_phase_c = [&](uint32_t g, bool q_kept) {
+    return std::max(attn_cycles(d.nkv, g, G, S, d.hd, off + S),
+                    ((q_kept ? 1.0 : 2.0) * S * qd + 2.0 * (off + S) * kd) / bw);
+  };
+  if (S && p.rpa == S && !gcap) {
+    uint32_t sets = 1;
+    const uint32_t g = attn_groups(d.nkv, G, S, d.hd, off + S, p.pbq, sets);
+    if (g && (!p.gp || attn_phase_c(g, true) < attn_phase_c(p.gp, false) + S * double(qd) / bw))
+      p.pq = true, p.gp = g, p.sp = sets;
+  }
   const bool phased_ok = p.rpa && (p.rpc || p.pm) && p.gp && opt_.image_prefill != 2;
   double phased = p.cost - before;
-  if (S && p.gp)
-    phased += layers * std::max(attn_cycles(d.nkv, p.gp, G, S, d.hd, off + S), (2.0 * S * qd + 2.0 * (off + S) * kd) / bw);
+  // (pq's saving does not enter the choice between phases and whole layers: at 16x16, 2 MiB,
+  // 16 GB/s it made the phases estimated cheaper, measured 195.06 -> 199.11 M cycles)
+  if (S && p.gp) phased += layers * attn_phase_c(unkept_gp ? unkept_gp : p.gp, !unkept_gp);
   p.cost = before;
   p.rpf = row_phase(S, p.pf, macs_a + macs_c, wb_a + wb_c, 3.0 + nchunks, d.H * 2.0 + 2.0 * kd + d.hd * 8.0,
                     2.0 * d.H, p.spf, layers, 2.0 * kd);
@@ -2509,6 +2536,27 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // ================= vision tower =================
     if (s.vision) {
       begin("vision_tower");
+      // The residual kept in OCM from a block's MLP phase to the next block's norm (as the
+      // prefill's kept_rows): where the MLP phase runs over every row at once with LRM sums
+      // seeded with the residual (the rows end in its normed rows' buffer, the first of both
+      // phases' buffers) and the next block's qkv phase takes every row at once (vqg, vkv, vqa
+      // untiled). Its store to DDR (for the next MLP phase's residual) starts at the next
+      // block's start, behind which its tables load; it is waited for before anything writes
+      // the rows (vqg, vqa: the norm in place; vkv: the q GEMM, the norm writing its own
+      // buffer); the load is gone.
+      const uint32_t vkept = [&]() -> uint32_t {
+        if (!p.vpm || p.vrpm != N || p.vpt != N || !vsums(N) || !(p.vqg || p.vkv || (p.vqa && p.vqt == N)))
+          return kNone;
+        const uint32_t XN = phase(p.vpmb(1, N, N))[0];
+        const uint32_t X0 = phase(p.vqg ? p.vqgb() : p.vkv ? p.vkvab() : p.vqab(p.vqt, p.vqo))[0];
+        return X0 == XN ? XN : kNone;
+      }();
+      // Block b's rows stay for block b + 1 unless a merger reads them after block b (from DDR,
+      // its buffers over them).
+      auto kept_after = [&](int b) {
+        const auto& taps = vc.deepstack_visual_indexes;
+        return vkept != kNone && b >= 0 && b + 1 < vc.depth && std::find(taps.begin(), taps.end(), b) == taps.end();
+      };
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                      vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
@@ -2568,10 +2616,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           const std::vector<uint32_t> o = phase(p.vqgb());
           const uint32_t X = o[0], ATT = o[1], RC = o[2], RS = o[3], QB = o[4], Y = o[5], SCR = o[6];
           const uint32_t gq = vgq_heads(d.hv), w2 = gq * hdv2, ys = 3 * w2;
-          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
+          if (kept_after(blk - 1)) copy_on(cs, B + ".store_residual", ocm(X), vh, N * d.Dv * 2);
+          else em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           em.copy(B + ".load_qkv_bias", ddr_.bus(vname(blk, "gqbias")), ocm(QB), 3 * d.Dv * 2);
+          if (kept_after(blk - 1)) em.wait(cs);
           k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
           for (uint32_t g = 0; g < d.hv / gq; ++g) {
             const std::string A = fmt::format("{}.g{}", B, g);
@@ -2591,10 +2641,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // own for the attention (v's buffer held cos and sin until then).
           const std::vector<uint32_t> o = phase(p.vkvab());
           const uint32_t K = o[0], V = o[1], X = o[2], RC = V, RS = V + N * d.hdv * 4;
-          em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
+          if (kept_after(blk - 1)) copy_on(cs, B + ".store_residual", ocm(K), vh, N * d.Dv * 2);
+          else em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
-          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, kept_after(blk - 1) ? K : X, X, vv_n1w, vv_n1b, veps);
+          if (kept_after(blk - 1)) em.wait(cs);  // (the store reads the rows the q GEMM writes)
           for (uint32_t j = 0; j < 3; ++j) {
             const uint32_t Y = j == 2 ? V : K;
             k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y,
@@ -2611,9 +2663,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           uint32_t t = 0;
           for (auto [r0, n] : tiles_of(N, p.vqt)) {
             const std::string T = p.vqt < N ? fmt::format("{}.t{}", B, t++) : B;
-            em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), n * d.Dv * 2);
+            if (kept_after(blk - 1)) copy_on(cs, T + ".store_residual", ocm(X), vh, N * d.Dv * 2);
+            else em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), n * d.Dv * 2);
             em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), n * d.hdv * 4);
             em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
+            if (kept_after(blk - 1)) em.wait(cs);
             k.norm(T + ".norm1", NormKind::layer, n, d.Dv, X, X, vv_n1w, vv_n1b, veps);
             for (uint32_t j = 0; j < 3; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
@@ -2732,7 +2786,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
                           .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
                           .up_bias = vv_fc1b, .down_bias = vv_fc2b,
-                          .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt});
+                          .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt,
+                          .store_later = kept_after(blk)});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
@@ -2938,34 +2993,53 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                  [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-                copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
+                if (!p.pq) copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
               });
         }
         {
           // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of
           // the off cached tokens before them.
           auto gname = [&](uint32_t g0) { return fmt::format("{}.g{}", L, g0 / p.gp); };
+          // q kept (Streamed::pq): read and overwritten in the q|k|v rows at Q0 (row stride
+          // qkvs), each group's output stored from there; a set's first buffer is the call's
+          // head-major staging.
+          std::vector<uint32_t> sets = phase(p.pq ? p.pbq(p.gp, p.sp) : p.pb(p.gp, p.sp));
+          const uint32_t Q0 = sets[0];
+          if (p.pq) {
+            std::vector<uint32_t> four;
+            for (size_t j = 1; j + 2 < sets.size(); j += 3)
+              four.insert(four.end(), {sets[j], sets[j + 1], sets[j + 2], sets[j]});
+            sets = four;
+          }
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
             const std::string A = gname(g0);
             const bool w = ch == UINT32_MAX;
             const uint32_t nh = ng * G;
+            if (!load && p.pq)
+              return copy_on(ch, A + ".store", ocm(Q0 + g0 * G * hd2), aq + g0 * G * hd2, nh * hd2, S, qkvs, qd);
             if (!load)
               return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
-            copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+            if (!p.pq)
+              copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
             copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
                     ng * hd2, ng, opt_.max_seq * hd2, hd2);
             copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
                     ng * hd2, ng, opt_.max_seq * hd2, hd2);
           };
-          attention_phase(d.nkv, p.gp, p.sp, phase(p.pb(p.gp, p.sp)), io,
-                          [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
-                            k.attention(gname(g0) + ".attention",
-                                        {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
-                                         .q_ocm = u[0], .q_row_stride = hd2, .q_head_stride = S * hd2, .k_ocm = u[1],
-                                         .v_ocm = u[2], .kv_row_stride = ng * hd2, .out_ocm = u[3],
-                                         .out_row_stride = hd2, .out_head_stride = S * hd2, .max_groups = ng,
-                                         .kv_offset = off});
-                          });
+          attention_phase(d.nkv, p.gp, p.sp, sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+            OcmAttnArgs at{.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
+                           .q_ocm = u[0], .q_row_stride = hd2, .q_head_stride = S * hd2, .k_ocm = u[1], .v_ocm = u[2],
+                           .kv_row_stride = ng * hd2, .out_ocm = u[3], .out_row_stride = hd2,
+                           .out_head_stride = S * hd2, .max_groups = ng, .kv_offset = off};
+            if (p.pq) {
+              at.q_ocm = at.out_ocm = Q0 + g0 * G * hd2;
+              at.q_row_stride = at.out_row_stride = qkvs;
+              at.q_head_stride = at.out_head_stride = hd2;
+              at.scratch_ocm = u[0];
+              at.scratch_bytes = ng * G * S * hd2;
+            }
+            k.attention(gname(g0) + ".attention", at);
+          });
         }
         if (p.pm) {
           // Over every row, or in tiles of rpm rows (marks L.t<n>.*).
@@ -3051,7 +3125,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto part_tiles = [](uint32_t pt, uint32_t rows) {
     return pt < rows ? fmt::format(", its out GEMM and residuals in tiles of {}", pt) : std::string();
   };
-  const std::string rope_note = !p.fused && p.pa(p.rpa, p.spa).size() == 2 ? "; cos, sin over the qkv rows" : "";
+  const std::string rope_note =
+      std::string(!p.fused && p.pa(p.rpa, p.spa).size() == 2 ? "; cos, sin over the qkv rows" : "") +
+      (!p.fused && p.pq ? "; the attention reads q in the q|k|v rows" : "");
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
                                                     "partial sums in {}{})", p.rpa, p.rpm, rope_note, pm_chunk(d.I, 2),

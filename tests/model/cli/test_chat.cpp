@@ -82,15 +82,19 @@ TEST(Chat, TinyChunkedAndStreamedPrefillsMatchTheChain) {
     Conversation c(o);
     const ChatTurn& t1 = c.turn("What is in this photo?", kPhoto);
     expect_gated(t1);
-    int chunks = 0;
+    int chunks = 0, q_kept = 0;
     for (const ChatRun& r : t1.runs) {
       chunks += r.kind == "prefill";
       if (r.kind == "prefill") {
         EXPECT_EQ(r.plan.starts_with("streamed"), streamed) << r.plan;
-        if (streamed) EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases)"), std::string::npos) << r.plan;
+        if (streamed) EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases"), std::string::npos) << r.plan;
+        q_kept += r.plan.find("the attention reads q in the q|k|v rows") != std::string::npos;
       }
     }
     EXPECT_GT(chunks, 2);
+    // (phases: a chunk's 8 rows are one qkv tile; some chunks' attention reads q where it is,
+    // after cached keys: Streamed::pq with a kv offset)
+    if (streamed && arrangement == 1) EXPECT_GT(q_kept, 0);
     expect_gated(c.turn("And the background?"));
   }
 }

@@ -143,14 +143,15 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=1MiB"}, 4, "streamed");
 }
 
-// 512 KiB: the prefill run streamed too, in two tiles of 84 rows per phase with its MLP over
-// every row in chunks (Streamed::pm; compiler_image.cpp). (Its whole layers a tile, which
+// 512 KiB: the prefill run streamed too, in one tile of 84 rows per phase (its attention reading
+// q where the qkv phase left it: Streamed::pq) with its MLP over every row in chunks
+// (Streamed::pm; compiler_image.cpp). (Its whole layers a tile, which
 // the cost model took before it counted the row tiles' call start-ups, run against the chain
 // in ImageOcm.TinyMatchesTheChainOnEveryOcmPlan.)
 TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2,
-                         "rows per tile 84|84 (qkv|MLP phases; the MLP in chunks of 384 with fp32 partial sums "
-                         "in LRM)");
+                         "rows per tile 84|84 (qkv|MLP phases; the attention reads q in the q|k|v rows; the MLP "
+                         "in chunks of 384 with fp32 partial sums in LRM)");
 }
 
 // A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on half of its rows (Compiler::gemm_view:

@@ -242,7 +242,8 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
                              "behind"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
       // The prefill's MLP over all 48 rows, six chunks of 512 with fp32 partial sums.
-      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"},
+      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of 512 with fp32 partial sums in LRM)"},
   };
   std::map<std::string, uint64_t> cycles;
   for (const Case& k : cases) {
@@ -333,7 +334,8 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
                            "partial sums in LRM; q|k|v 2 heads at a time beside the attention)"),
             std::string::npos) << prog.plan;
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM)"),
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of 512 with fp32 partial sums in LRM)"),
             std::string::npos) << prog.plan;
   // Every row at once in both phases: the residual stays in OCM from a layer's MLP to the
   // next layer's norm, stored behind it (not loaded back).
@@ -342,6 +344,11 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   };
   EXPECT_TRUE(has("P1.store_residual"));
   EXPECT_FALSE(has("P1.t0.load"));
+  // The tower's too, from block 0 to block 1 (blocks 1-3 feed mergers, which read their rows
+  // from DDR: block 2 loads its own).
+  EXPECT_TRUE(has("V1.store_residual"));
+  EXPECT_FALSE(has("V1.load"));
+  EXPECT_TRUE(has("V2.load"));
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 }
@@ -361,7 +368,8 @@ TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos)
       << prog.plan;
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of 1024 with fp32"), std::string::npos)
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of 1024 with fp32"), std::string::npos)
       << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 32x64, 832 KiB, 8 GB/s, wide chunks");
@@ -476,7 +484,8 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   opt.image_silu_fused = true;
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the MLP in chunks of"), std::string::npos) << prog.plan;
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of"), std::string::npos) << prog.plan;
   size_t gate_ups = 0, silus = 0;
   for (const KernelCall& k : prog.calls) {
     gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up_silu");
@@ -571,7 +580,8 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
   EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM, its out "
                            "GEMM and residuals in tiles of 48; q|k|v 2 heads at a time beside the attention)"),
             std::string::npos);
-  EXPECT_NE(prog.plan.find("prefill 160|160 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM, "
+  EXPECT_NE(prog.plan.find("prefill 160|160 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of 512 with fp32 partial sums in LRM, "
                            "its out GEMM and residuals in tiles of 48)"),
             std::string::npos);
   expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
@@ -648,7 +658,8 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   Compiler c(config_tiny_wide(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
-  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in OCM)"),
+  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+                           "the MLP in chunks of 512 with fp32 partial sums in OCM)"),
             std::string::npos);
   expect_matches_chain(c, prog, shape, wide_bundle().bundle.get(), pixels, ref,
                        "tiny image program, 160 tokens, 512 KiB, 8 GB/s");
@@ -668,7 +679,8 @@ TEST(ImageOcm, TinyRopeOverTheQkvRowsMatchesTheChain) {
   Compiler c(config_tiny(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
-  EXPECT_NE(prog.plan.find("prefill 512|172 (qkv|MLP phases; cos, sin over the qkv rows)"), std::string::npos);
+  EXPECT_NE(prog.plan.find("prefill 512|172 (qkv|MLP phases; cos, sin over the qkv rows; "
+                           "the attention reads q in the q|k|v rows)"), std::string::npos);
   expect_matches_chain(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref,
                        "tiny image program, 512 tokens, cos and sin over the qkv rows, 512 KiB, 8 GB/s");
 }
