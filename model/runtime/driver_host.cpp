@@ -351,6 +351,16 @@ std::string nonfinite_message(const sim::Stats::F16Event& e, int64_t row0, const
 
 std::vector<std::string> chain_tensors_of(const std::string& mark) {
   const size_t last = mark.rfind('.');
+  // A down (fc2) GEMM in chunks of its inputs (L.mlp<c>.down, V.mlp<c>.fc2): only the last
+  // chunk writes fp16, the MLP's output, or residual + MLP where the partial sums start from
+  // the residual (compiler_image.cpp, emit_gemm_lrm_seed): both (the tower's chain keeps no
+  // MLP output: the block's).
+  const size_t prev = last == std::string::npos || last == 0 ? std::string::npos : mark.rfind('.', last - 1);
+  if (prev != std::string::npos && mark.compare(prev + 1, 3, "mlp") == 0) {
+    const std::string op = mark.substr(last + 1), stem = mark.substr(0, mark.find('.') + 1);
+    if (op == "down") return {chain_tensor_of(stem + "down"), chain_tensor_of(stem + "mlp_residual")};
+    if (op == "fc2" && mark[0] == 'V') return {chain_tensor_of(stem + "mlp_residual")};
+  }
   if (last != std::string::npos && mark.substr(last + 1) == "qk_rope") {
     const std::string stem = mark.substr(0, last + 1);
     std::vector<std::string> out;

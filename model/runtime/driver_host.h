@@ -167,7 +167,8 @@ struct DescribeResult {
 std::string format_cosine(double c);
 // The chain intermediates (model/reference/chain.h) that hold what the kernel call `mark` writes
 // (for the non-finite message): L<l>/P<l>.<op> the LM layers, V<b>.<op> the tower; a qk_rope
-// call writes both q and k; none when the chain keeps no such intermediate.
+// call writes both q and k, a down in chunks (.mlp<c>.down) the MLP's output or residual + MLP;
+// none when the chain keeps no such intermediate.
 std::vector<std::string> chain_tensors_of(const std::string& mark);
 
 // $GPNPU_CACHE, else $XDG_CACHE_HOME/gpnpu, else ~/.cache/gpnpu.

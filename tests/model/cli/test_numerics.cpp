@@ -125,7 +125,7 @@ TEST(DescribeNumerics, AMassiveActivationPastTheFp16RangeStopsTheGatesWithOneMes
 }
 
 // The non-finite message looks for the device's value among the chain tensors the call
-// writes: a fused q|k rotary writes two of them.
+// writes: a fused q|k rotary writes two of them, a chunked down one of two.
 TEST(DescribeNumerics, EachKernelCallNamesTheChainTensorsItWrites) {
   using V = std::vector<std::string>;
   EXPECT_EQ(chain_tensors_of("V3.qk_rope"), (V{"vision.0.block.3.q", "vision.0.block.3.k"}));
@@ -137,6 +137,12 @@ TEST(DescribeNumerics, EachKernelCallNamesTheChainTensorsItWrites) {
   // GEMMs with the activation in their epilogue write the activation (kernels::GemmAct)
   EXPECT_EQ(chain_tensors_of("V3.mlp1.fc1_gelu"), (V{"vision.0.block.3.mlp_act"}));
   EXPECT_EQ(chain_tensors_of("P2.mlp4.gate_up_silu"), (V{"lm.layer.2.mlp_act"}));
+  // a down in chunks: its last chunk writes the MLP's output, or residual + MLP where the
+  // partial sums start from the residual; a whole down the MLP's output
+  EXPECT_EQ(chain_tensors_of("P5.mlp3.down"), (V{"lm.layer.5.mlp_out", "lm.layer.5.out"}));
+  EXPECT_EQ(chain_tensors_of("P5.t1.mlp3.down"), (V{"lm.layer.5.mlp_out", "lm.layer.5.out"}));
+  EXPECT_EQ(chain_tensors_of("P5.down"), (V{"lm.layer.5.mlp_out"}));
+  EXPECT_EQ(chain_tensors_of("V2.mlp1.fc2"), (V{"vision.0.block.2.out"}));
   EXPECT_TRUE(chain_tensors_of("Mf.norm").empty());
   EXPECT_TRUE(chain_tensors_of("P1.qkv").empty());
 }
