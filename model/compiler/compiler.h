@@ -279,6 +279,7 @@ class Compiler {
   void settle_pm_chunks();
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out
   uint32_t pm_npe_ = 0;
+  uint32_t pm_tower_npe_ = 0;  // the tower's and mergers' chunks for this many PEs instead (0: pm_npe_)
   size_t pm_first_ = 0;
   bool pm_tower_only_ = false;
   bool pm_left_out_ = false;  // they did not fit beside the KV cache (plan_ddr)

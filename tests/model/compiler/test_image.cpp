@@ -911,6 +911,31 @@ TEST(ImageOcm, FullSizeWideArrayTakesWideChunksAndKeepsKeys) {
                                         "through one buffer"));
 }
 
+// The 2B on 32x64 at 2 MiB, 64 GB/s, timing-only: the tower's chunks take their own width
+// (Compiler::settle_pm_chunks, pm_tower_npe_): 1,024 columns over every row, beside the
+// prefill's 2,048-wide chunks, where the one width for both (forced: image_chunk_pes = 8,192)
+// gave the tower 4,096-wide chunks in two row tiles of 128 that read every chunk twice.
+TEST(ImageOcm, FullSizeWideArrayTakesTheTowersChunksOnTheirOwn) {
+  const ImageShape s{};
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=2MiB", "ddr_gbps=64"});
+  auto cycles = [&](const CompileOptions& o, const char* tower, const char* prefill) {
+    Compiler c(config_2b(), cfg, o);
+    const CompiledProgram prog = c.image_program(s);
+    const uint64_t n = run_image(c, prog, s, nullptr, {}, true).stats.total[sim::Stat::cycles];
+    std::printf("2B image program, 32x64, 2 MiB, 64 GB/s: %llu cycles (%s)\n", (unsigned long long)n,
+                prog.plan.c_str());
+    EXPECT_NE(prog.plan.find(tower), std::string::npos) << prog.plan;
+    EXPECT_NE(prog.plan.find(prefill), std::string::npos) << prog.plan;
+    return n;
+  };
+  CompileOptions one_width;
+  one_width.image_chunk_pes = 8192;
+  const uint64_t chosen = cycles({}, "|256 (qkv|MLP phases; the MLP in chunks of 1024 with fp32 partial sums in LRM;",
+                                 "the MLP in chunks of 2048 with fp32 partial sums in LRM)");
+  EXPECT_LT(chosen, cycles(one_width, "|128 (qkv|MLP phases; the MLP in chunks of 4096 with fp32 partial sums in LRM;",
+                           "the MLP in chunks of 2048 with fp32 partial sums in LRM)"));
+}
+
 // Too little OCM: a clear error naming the smallest workable ocm_bytes.
 TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   std::string m;
