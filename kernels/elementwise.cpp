@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "isa/error.h"
 
@@ -23,6 +24,33 @@ const char* op_name(EwOp op) {
   return "?";
 }
 bool has_b(EwOp op) { return op == EwOp::add || op == EwOp::bias_add || op == EwOp::silu_mul; }
+}  // namespace
+
+const std::vector<ActStep>& act_steps(EwOp op) {
+  using R = ActReg;
+  // silu(g) * u = (g * (1 / (1 + exp(-g)))) * u (-g: a sign flip, exact)
+  static const std::vector<ActStep> silu = {{"vxor", R::t, R::z, R::sign},  {"vexp.f32", R::t, R::t},
+                                            {"vadd.f32", R::t, R::t, R::one}, {"vrcp.f32", R::t, R::t},
+                                            {"vmul.f32", R::t, R::z, R::t},   {"vmul.f32", R::z, R::t, R::u}};
+  // 0.5f*z*(1 + tanh(k*(z + 0.044715f*z*z*z))), C++ left-to-right order:
+  // t = ((c*z)*z)*z; u = t + z (one vmla: z + round((c*z*z)*z)); u *= k; tanh; + 1
+  static const std::vector<ActStep> tanh = {
+      {"vmul.f32", R::t, R::z, R::c},   {"vmul.f32", R::t, R::t, R::z},    {"vmov", R::u, R::z},
+      {"vmla.f32", R::u, R::t, R::z},   {"vmul.f32", R::u, R::u, R::k},    {"vtanh.f32", R::u, R::u},
+      {"vadd.f32", R::u, R::u, R::one}, {"vmul.f32", R::t, R::z, R::half}, {"vmul.f32", R::z, R::t, R::u}};
+  // 0.5f*z*(1 + erf(z*0.70710678f))
+  static const std::vector<ActStep> erf = {{"vmul.f32", R::u, R::z, R::c},    {"verf.f32", R::u, R::u},
+                                           {"vadd.f32", R::u, R::u, R::one},  {"vmul.f32", R::t, R::z, R::half},
+                                           {"vmul.f32", R::z, R::t, R::u}};
+  switch (op) {
+    case EwOp::silu_mul: return silu;
+    case EwOp::gelu_tanh: return tanh;
+    case EwOp::gelu_erf: return erf;
+    default: fail("act_steps: {} is not an activation", op_name(op));
+  }
+}
+
+namespace {
 
 // Vector registers, slot s in {0, 1}: raw a RA = v(8s), raw b RB = v(8s+1), a lo/hi
 // AL/AH = v(8s+2, 8s+3), b lo/hi BL/BH = v(8s+4, 8s+5), temps TL/TH = v(8s+6, 8s+7).
@@ -171,41 +199,31 @@ void emit_step(Builder& b, const EwArgs& a, const Plan& p, int k, bool tail) {
   };
   V (*res_l)(int) = AL;
   V (*res_h)(int) = AH;
-  switch (a.op) {
-    case EwOp::add:
-    case EwOp::bias_add:
-      stage("vadd.f32", AL, AL, BL, AH, AH, BH);  // x + y
-      break;
-    case EwOp::silu_mul:
-      // silu(g) * u = (g * (1 / (1 + exp(-g)))) * u
-      stage_c("vxor", TL, AL, V{24}, TH, AH);     // -g (sign flip, exact)
-      stage_1("vexp.f32", TL, TL, TH, TH);
-      stage_c("vadd.f32", TL, TL, V{20}, TH, TH);
-      stage_1("vrcp.f32", TL, TL, TH, TH);
-      stage("vmul.f32", TL, AL, TL, TH, AH, TH);
-      stage("vmul.f32", AL, TL, BL, AH, TH, BH);
-      break;
-    case EwOp::gelu_tanh:
-      // 0.5f*z*(1 + tanh(k*(z + 0.044715f*z*z*z))), C++ left-to-right order:
-      // t = ((c*z)*z)*z; u = t + z (one vmla: z + round((c*z*z)*z)); u *= k; tanh; + 1
-      stage_c("vmul.f32", TL, AL, V{22}, TH, AH);
-      stage("vmul.f32", TL, TL, AL, TH, TH, AH);
-      stage_1("vmov", BL, AL, BH, AH);
-      stage("vmla.f32", BL, TL, AL, BH, TH, AH);
-      stage_c("vmul.f32", BL, BL, V{23}, BH, BH);
-      stage_1("vtanh.f32", BL, BL, BH, BH);
-      stage_c("vadd.f32", BL, BL, V{20}, BH, BH);
-      stage_c("vmul.f32", TL, AL, V{21}, TH, AH);  // 0.5f * z
-      stage("vmul.f32", AL, TL, BL, AH, TH, BH);
-      break;
-    case EwOp::gelu_erf:
-      // 0.5f*z*(1 + erf(z*0.70710678f))
-      stage_c("vmul.f32", BL, AL, V{22}, BH, AH);
-      stage_1("verf.f32", BL, BL, BH, BH);
-      stage_c("vadd.f32", BL, BL, V{20}, BH, BH);
-      stage_c("vmul.f32", TL, AL, V{21}, TH, AH);
-      stage("vmul.f32", AL, TL, BL, AH, TH, BH);
-      break;
+  if (a.op == EwOp::add || a.op == EwOp::bias_add) {
+    stage("vadd.f32", AL, AL, BL, AH, AH, BH);  // x + y
+  } else {
+    // The activation (act_steps): z on a, u on b, t on the temps, the constants v20-v24.
+    using Pair = std::pair<V (*)(int), V (*)(int)>;
+    auto reg = [](ActReg r) -> Pair {
+      return r == ActReg::z ? Pair{AL, AH} : r == ActReg::u ? Pair{BL, BH} : Pair{TL, TH};
+    };
+    auto constant = [](ActReg r) -> std::optional<V> {
+      switch (r) {
+        case ActReg::one: return V{20};
+        case ActReg::half: return V{21};
+        case ActReg::c: return V{22};
+        case ActReg::k: return V{23};
+        case ActReg::sign: return V{24};
+        default: return std::nullopt;
+      }
+    };
+    for (const ActStep& st : act_steps(a.op)) {
+      const auto [dl, dh] = reg(st.d);
+      const auto [sl, sh] = reg(st.a);
+      if (st.b == ActReg::none) stage_1(st.op, dl, sl, dh, sh);
+      else if (const std::optional<V> c = constant(st.b)) stage_c(st.op, dl, sl, *c, dh, sh);
+      else stage(st.op, dl, sl, reg(st.b).first, dh, sh, reg(st.b).second);
+    }
   }
   for (int s = 0; s < k; ++s) b.op("vpack.f16", {RA(s), res_l(s), res_h(s)}, pr);
   if (tail) {

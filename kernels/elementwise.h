@@ -37,6 +37,8 @@
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
+#include <vector>
+
 #include "sim/machine/config.h"
 
 namespace gpnpu::kernels {
@@ -59,5 +61,17 @@ double ew_estimate_cycles(const sim::Config& cfg, const EwArgs& a, EwMapping m);
 KernelCost cost_elementwise(const sim::Config& cfg, const EwArgs& a);
 // Emits the kernel (no halt). Throws gpnpu::Error if a shape or a buffer does not fit.
 void emit_elementwise(Builder& b, const sim::Config& cfg, const EwArgs& a);
+
+// An activation's operations (silu_mul, gelu_tanh, gelu_erf), in order, on fp32 registers: z
+// the input and the result (silu_mul: the gate), u (silu_mul: the up input; else a temporary),
+// t a temporary, and constants one (1.0), half (0.5), c (gelu_tanh 0.044715, gelu_erf
+// 1/sqrt(2)), k (sqrt(2/pi)), sign (the sign bit). emit_elementwise and the GEMM's epilogue
+// (GemmArgs::act) both emit these, so they give the same bits.
+enum class ActReg : uint8_t { z, t, u, one, half, c, k, sign, none };
+struct ActStep {
+  const char* op;
+  ActReg d, a, b = ActReg::none;  // b: none for a unary operation (vmla.f32 also reads d)
+};
+const std::vector<ActStep>& act_steps(EwOp op);
 
 }  // namespace gpnpu::kernels

@@ -8,6 +8,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
+#include "kernels/elementwise.h"
 #include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
@@ -83,48 +84,38 @@ uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t r
   }
   return best;
 }
-// The epilogue's activation (GemmAct) on v28, a row a lane, in place, predicated by p, in
-// emit_elementwise's operations and order (kernels/elementwise.cpp: the same bits). Uses
+// The epilogue's activation (GemmAct) on v28, a row a lane, in place, predicated by p:
+// act_steps (kernels/elementwise.h), as emit_elementwise runs them, so the same bits. Uses
 // v24-v27, v29, v31 (free after the MAC loop; the next group's prologue reloads them).
 void emit_act(Builder& b, GemmAct act, P p) {
   const V z{28}, t{24}, u{25}, one{26}, half{27}, c{29}, k{31};
   b.op("vsplat.f32", {one, F32{1.0f}});
-  switch (act) {
-    case GemmAct::none: return;
-    case GemmAct::silu_pairs:
-      // silu(g) * u = (g * (1 / (1 + exp(-g)))) * u, u from the east neighbour (PE 2j + 1)
-      b.op("vmovn", {u, z, Dir{1}});
-      b.op("vsplati", {half, int64_t(INT32_MIN)});  // (here the sign bit)
-      b.op("vxor", {t, z, half}, p);                 // -g
-      b.op("vexp.f32", {t, t}, p);
-      b.op("vadd.f32", {t, t, one}, p);
-      b.op("vrcp.f32", {t, t}, p);
-      b.op("vmul.f32", {t, z, t}, p);
-      b.op("vmul.f32", {z, t, u}, p);
-      return;
-    case GemmAct::gelu_tanh:
-      b.op("vsplat.f32", {c, F32{0.044715f}});
-      b.op("vsplat.f32", {k, F32{0.7978845608028654f}});
-      b.op("vsplat.f32", {half, F32{0.5f}});
-      b.op("vmul.f32", {t, z, c}, p);
-      b.op("vmul.f32", {t, t, z}, p);
-      b.op("vmov", {u, z}, p);
-      b.op("vmla.f32", {u, t, z}, p);
-      b.op("vmul.f32", {u, u, k}, p);
-      b.op("vtanh.f32", {u, u}, p);
-      b.op("vadd.f32", {u, u, one}, p);
-      b.op("vmul.f32", {t, z, half}, p);
-      b.op("vmul.f32", {z, t, u}, p);
-      return;
-    case GemmAct::gelu_erf:
-      b.op("vsplat.f32", {c, F32{0.7071067811865476f}});
-      b.op("vsplat.f32", {half, F32{0.5f}});
-      b.op("vmul.f32", {u, z, c}, p);
-      b.op("verf.f32", {u, u}, p);
-      b.op("vadd.f32", {u, u, one}, p);
-      b.op("vmul.f32", {t, z, half}, p);
-      b.op("vmul.f32", {z, t, u}, p);
-      return;
+  if (act == GemmAct::none) return;
+  if (act == GemmAct::silu_pairs) {
+    b.op("vmovn", {u, z, Dir{1}});                // up j from the east neighbour (PE 2j + 1)
+    b.op("vsplati", {half, int64_t(INT32_MIN)});  // (here the sign bit)
+  } else {
+    b.op("vsplat.f32", {c, F32{act == GemmAct::gelu_tanh ? 0.044715f : 0.7071067811865476f}});
+    if (act == GemmAct::gelu_tanh) b.op("vsplat.f32", {k, F32{0.7978845608028654f}});
+    b.op("vsplat.f32", {half, F32{0.5f}});
+  }
+  auto reg = [&](ActReg r) {
+    switch (r) {
+      case ActReg::z: return z;
+      case ActReg::t: return t;
+      case ActReg::u: return u;
+      case ActReg::one: return one;
+      case ActReg::c: return c;
+      case ActReg::k: return k;
+      default: return half;  // half, or the sign bit where half is not used (silu_mul)
+    }
+  };
+  const EwOp op = act == GemmAct::silu_pairs ? EwOp::silu_mul
+                  : act == GemmAct::gelu_tanh ? EwOp::gelu_tanh
+                                               : EwOp::gelu_erf;
+  for (const ActStep& st : act_steps(op)) {
+    if (st.b == ActReg::none) b.op(st.op, {reg(st.d), reg(st.a)}, p);
+    else b.op(st.op, {reg(st.d), reg(st.a), reg(st.b)}, p);
   }
 }
 // Starts units first..C-1 of tile 0 on channels first..C-1 (uses reg and x31).
