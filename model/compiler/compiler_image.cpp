@@ -2568,18 +2568,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // block's start, behind which its tables load; it is waited for before anything writes
       // the rows (vqg, vqa: the norm in place; vkv: the q GEMM, the norm writing its own
       // buffer); the load is gone.
-      const uint32_t vkept = [&]() -> uint32_t {
-        if (!p.vpm || p.vrpm != N || p.vpt != N || !vsums(N) || !(p.vqg || p.vkv || (p.vqa && p.vqt == N)))
-          return kNone;
-        const uint32_t XN = phase(p.vpmb(1, N, N))[0];
-        const uint32_t X0 = phase(p.vqg ? p.vqgb() : p.vkv ? p.vkvab() : p.vqab(p.vqt, p.vqo))[0];
-        return X0 == XN ? XN : kNone;
-      }();
+      const bool vkept = p.vpm && p.vrpm == N && p.vpt == N && vsums(N) &&
+                         (p.vqg || p.vkv || (p.vqa && p.vqt == N)) &&
+                         phase(p.vqg ? p.vqgb() : p.vkv ? p.vkvab() : p.vqab(p.vqt, p.vqo))[0] ==
+                             phase(p.vpmb(1, N, N))[0];
       // Block b's rows stay for block b + 1 unless a merger reads them after block b (from DDR,
       // its buffers over them).
       auto kept_after = [&](int b) {
         const auto& taps = vc.deepstack_visual_indexes;
-        return vkept != kNone && b >= 0 && b + 1 < vc.depth && std::find(taps.begin(), taps.end(), b) == taps.end();
+        return vkept && b >= 0 && b + 1 < vc.depth && std::find(taps.begin(), taps.end(), b) == taps.end();
       };
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
