@@ -321,10 +321,11 @@ bool Batch::take(ArchState& s, const Insn& in) {
     in.exec(s, in);
   }
   if (reads_ocm(in) && s.pred_count[in.p]) {  // the OCM bytes it reads: a DMA write there runs the batch first
-    const uint64_t base = uint32_t(s.x[in.b] + uint32_t(in.imm));  // as the semantics' address (32 bits)
-    const uint64_t stride = in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ? s.x[in.c] : 0;
-    ocm_lo_ = std::min(ocm_lo_, base + stride * s.pred_first[in.p]);
-    ocm_hi_ = std::max(ocm_hi_, base + stride * s.pred_last[in.p] + in.info->mem_bytes);
+    // as the semantics' addresses (32 bits, the first enabled PE's on without wrapping)
+    const uint32_t stride = in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ? s.x[in.c] : 0;
+    const uint64_t lo = uint32_t(s.x[in.b] + uint32_t(in.imm) + stride * s.pred_first[in.p]);
+    ocm_lo_ = std::min(ocm_lo_, lo);
+    ocm_hi_ = std::max(ocm_hi_, lo + uint64_t(stride) * (s.pred_last[in.p] - s.pred_first[in.p]) + in.info->mem_bytes);
   }
   const bool pl = s.lazy_pl && take_pl(s, in);
   if (s.uni_yes) forget_written(s, in);

@@ -48,7 +48,10 @@ int main(int argc, char** argv) {
       "- scalar unit: {} registers x0..x31 of 32 bits (x0 reads 0), a scalar memory (`smem_bytes`), {} levels of hardware loops\n"
       "- PE array: `pe_rows` x `pe_cols` PEs, each with {} vector registers v0..v31 of {} lanes x 32 bits, local memory (LRM, `lrm_bytes`)\n"
       "- {} per-PE predicate registers p0..p7; p0 is all ones; an array instruction with `@pN` changes only the PEs whose bit is set\n"
-      "- OCM (`ocm_bytes`), reached by the array through broadcast, scatter and gather, and by DMA\n"
+      "- OCM (`ocm_bytes`), reached by the array through broadcast, scatter and gather, and by DMA; an array "
+      "instruction's OCM address (xb + imm, and + i * xc for PE i) is 32-bit arithmetic, wrapping, and every "
+      "enabled PE's bytes must lie inside OCM (a base below 0 with the first enabled PE's offset above it is "
+      "fine)\n"
       "- DMA: `dma_channels` channels; a descriptor is {} words in scalar memory: src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride, dst_plane_stride (bus addresses, see the memory map in docs/architecture.md)\n\n",
       kXregs, kLoopDepth, kVregs, kLanes, kPregs, kDmaDescWords);
   out += "## Assembly syntax\n\n"

@@ -21,6 +21,9 @@ constexpr uint32_t kVecBytes = kLanes * 4;   // a full register: 64 bytes
 constexpr uint32_t kHalfBytes = kLanes * 2;  // 16 fp16: 32 bytes
 
 uint32_t address(const ArchState& s, const Insn& i) { return X(s, i.b) + uint32_t(i.imm); }
+// PE e's address of a strided access: 32-bit arithmetic, as address() (a base below 0 reaches
+// OCM at the PEs whose offset passes it).
+inline uint32_t pe_address(uint32_t base, uint32_t e, uint32_t stride) { return base + e * stride; }
 
 // Copy 16 fp16 into the low halves of 16 lanes (high halves zero) and back.
 inline void halves_to_lanes(const uint8_t* src, uint32_t* lanes) {
@@ -80,12 +83,14 @@ void ocm_broadcast(ArchState& s, const Insn& i) {
   for_pes(s, i, [&](uint32_t e) { std::memcpy(a + size_t(e) * kLanes, row, kVecBytes); });
 }
 
-// Checks the address range that the enabled PEs touch: base + pe * stride.
+// Checks the address range that the enabled PEs touch: from the first one's pe_address, on
+// without wrapping to the last one's.
 void check_strided(const ArchState& s, const Insn& i, uint32_t base, uint32_t stride, uint32_t bytes) {
   const uint32_t first = s.pred_first[i.p], last = s.pred_last[i.p];  // the summary: no scan of the lanes
   if (s.pred_count[i.p] == 0) return;
-  check_range("OCM", uint64_t(base) + uint64_t(first) * stride, bytes, s.ocm.size());
-  check_range("OCM", uint64_t(base) + uint64_t(last) * stride, bytes, s.ocm.size());
+  const uint32_t lo = pe_address(base, first, stride);
+  check_range("OCM", lo, bytes, s.ocm.size());
+  check_range("OCM", uint64_t(lo) + uint64_t(last - first) * stride, bytes, s.ocm.size());
 }
 
 template <bool kHalf>
@@ -96,7 +101,7 @@ void ocm_scatter(ArchState& s, const Insn& i) {
   if (!s.functional) return;
   uint32_t* a = s.vreg(i.a);
   for_pes(s, i, [&](uint32_t e) {
-    const uint8_t* src = &s.ocm[base + size_t(e) * stride];
+    const uint8_t* src = &s.ocm[pe_address(base, e, stride)];
     if constexpr (kHalf) halves_to_lanes(src, a + size_t(e) * kLanes);
     else std::memcpy(a + size_t(e) * kLanes, src, bytes);
   });
@@ -109,7 +114,7 @@ void ocm_gather(ArchState& s, const Insn& i) {
   if (!s.functional) return;
   const uint32_t* a = s.vreg(i.a);
   for_pes(s, i, [&](uint32_t e) {
-    uint8_t* dst = &s.ocm[base + size_t(e) * stride];
+    uint8_t* dst = &s.ocm[pe_address(base, e, stride)];
     if constexpr (kHalf) lanes_to_halves(a + size_t(e) * kLanes, dst);
     else std::memcpy(dst, a + size_t(e) * kLanes, bytes);
   });
@@ -125,12 +130,12 @@ void ocm_scatter_word(ArchState& s, const Insn& i) {
     const bool all = i.p == 0 || s.pred_count[i.p] == s.npe;
     const uint8_t* pr = s.predicate(i.p);
     uint32_t* w = s.pl_of(i.a, 0);
-    const uint8_t* src = &s.ocm[base];
+    const uint8_t* ocm = s.ocm.data();
     if (all)
-      for (uint32_t e = 0; e < s.npe; ++e) std::memcpy(&w[e], src + size_t(e) * stride, 4);
+      for (uint32_t e = 0; e < s.npe; ++e) std::memcpy(&w[e], ocm + pe_address(base, e, stride), 4);
     else
       for (uint32_t e = 0; e < s.npe; ++e)
-        if (pr[e]) std::memcpy(&w[e], src + size_t(e) * stride, 4);
+        if (pr[e]) std::memcpy(&w[e], ocm + pe_address(base, e, stride), 4);
     std::fill(std::begin(s.pl_cls[i.a]), std::end(s.pl_cls[i.a]), uint8_t(0));
     s.set_pl(i.a);
     return;
@@ -138,7 +143,7 @@ void ocm_scatter_word(ArchState& s, const Insn& i) {
   uint32_t* a = s.vreg(i.a);
   for_pes(s, i, [&](uint32_t e) {
     uint32_t w;
-    std::memcpy(&w, &s.ocm[base + size_t(e) * stride], 4);
+    std::memcpy(&w, &s.ocm[pe_address(base, e, stride)], 4);
     std::fill(a + size_t(e) * kLanes, a + size_t(e + 1) * kLanes, w);
   });
 }
@@ -148,7 +153,7 @@ void ocm_gather_element(ArchState& s, const Insn& i) {
   check_strided(s, i, base, stride, kBytes);
   if (!s.functional) return;
   const uint32_t* a = s.vreg(i.a);
-  for_pes(s, i, [&](uint32_t e) { std::memcpy(&s.ocm[base + size_t(e) * stride], a + size_t(e) * kLanes, kBytes); });
+  for_pes(s, i, [&](uint32_t e) { std::memcpy(&s.ocm[pe_address(base, e, stride)], a + size_t(e) * kLanes, kBytes); });
 }
 
 }  // namespace

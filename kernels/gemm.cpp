@@ -63,19 +63,22 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 // vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
 // piece, at most one per 4 rows), and the iterations one unit (npe x 64 B) takes.
 uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / 64); }
-uint32_t pieces_per_iter(const sim::Config& cfg, uint32_t S, uint32_t rr) {
-  const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * (S == 2 ? 3 : 2) - 11;
+// (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, 4 with two
+// row sets.)
+uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+  const uint32_t slot = pl.split == 1 ? 2 : pl.sets == 2 ? 4 : 3;
+  const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * slot - 11;
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
 }
-uint32_t unit_iters(const sim::Config& cfg, uint32_t S, uint32_t rr) {
-  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg)), std::max(1u, pieces_per_iter(cfg, S, rr)));
+uint32_t unit_iters(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg)), std::max(1u, pieces_per_iter(cfg, pl, rr)));
 }
 // The most tile-0 units (the last ones) a call of plan pl can scatter during its first
 // row group of rr rows, one per unit_iters segment, each in LRM before the loop's look-
 // ahead load first reads it (unit d at iteration 8d - 1).
 uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
-  if (!pieces_per_iter(cfg, pl.split, rr)) return 0;
-  const uint32_t seg = unit_iters(cfg, pl.split, rr), U = pl.units;
+  if (!pieces_per_iter(cfg, pl, rr)) return 0;
+  const uint32_t seg = unit_iters(cfg, pl, rr), U = pl.units;
   uint32_t best = 0;
   for (uint32_t j = 1; j + 1 <= U; ++j) {
     bool ok = true;
@@ -165,7 +168,7 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
     // time) arrive while next's first row group computes (one unit more: measured best of 0 to 4).
     const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
-    const double rows = double(pm.groups - 1) * pm.rows + (pm.last_rows + 3) / 4 * 4;
+    const double rows = double(pm.groups - 1) * pm.rows + pm.slots(pm.last_rows);
     const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
     const double short_bytes = double(pn.tile_bytes) - last_tile * cfg.ddr_bytes_per_cycle();
     if (short_bytes > 0) {
@@ -226,10 +229,13 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
   p.tail_cols = n % p.cols;
   p.tail_meta_unit = p.tail_cols * p.blocks * 4;
   p.tail_code_unit = p.tail_cols * p.split * 64;
+  // Two row sets (gemm.h): one narrow tile at split 2 on at most half the PEs (then 16 rows or more).
+  if (p.split == 2 && p.tiles == 1 && p.tail_cols && 2 * p.tail_cols * p.split <= cfg.npe()) p.copies = 2;
   if (m) {
-    p.rows = m >= kMaxRows ? kMaxRows : (m + 3) / 4 * 4;
-    p.groups = ceil_div(m, p.rows);
-    p.last_rows = m - (p.groups - 1) * p.rows;
+    if (p.copies == 2 && m >= 16) p.sets = 2;
+    p.rows = m >= p.sets * kMaxRows ? kMaxRows : p.slots(m);
+    p.groups = ceil_div(m, p.group_rows());
+    p.last_rows = m - (p.groups - 1) * p.group_rows();
   }
   return p;
 }
@@ -307,6 +313,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.m == 0) fail("gemm: M must be positive");
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
+  const bool twin = pl.sets == 2;  // two row sets: the lower PEs [0, H), the upper ones [H, npe)
+  const uint32_t H = npe / 2;
   const uint32_t C = pl.channels;
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
   const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);
@@ -444,10 +452,24 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op(pending_half ? "vst.h" : "vst", {V{uint8_t(pending)}, Mem{pending_base, pending_dst}});
     pending = -1;
   };
+  // The upper row set's copy of a scatter to PEs [0, pes) (two row sets): to [H, H + pes), a
+  // base H strides (sval bytes) lower; pair: the even and the odd PEs in turn, as below. Uses p4.
+  auto scatter_upper = [&](uint8_t r, bool half, int64_t src, X stride, uint32_t sval, bool pair, uint32_t pes,
+                           uint32_t nblk) {
+    for (uint8_t parity = pair ? 2 : 0; parity <= (pair ? 3 : 0); ++parity) {  // (p2 even, p3 odd)
+      b.li(xT1, H);
+      b.li(xT3, H + pes);
+      b.op("pset.range", {P{4}, xT1, xT3});
+      if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
+      const int64_t from = src - (parity == 3 ? 2 * int64_t(nblk) : 0) - int64_t(H) * sval;
+      b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, from}, stride}, P{4});
+    }
+  };
   // Scatters into the next fill register, stored later to LRM base + dst; at split 2 the
   // meta of a column goes to both of its PEs (even PEs read column c at 2c * stride, odd
-  // ones 2 * nblk bytes lower).
-  auto scatter_to = [&](X base, bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow, uint32_t nblk) {
+  // ones 2 * nblk bytes lower). sval: the stride's value.
+  auto scatter_to = [&](X base, bool half, int64_t src, X stride, uint32_t sval, int64_t dst, bool pair, bool narrow,
+                        uint32_t nblk) {
     const uint8_t r = uint8_t(22 + fill_reg);
     fill_reg ^= 1;
     if (pair) {
@@ -460,14 +482,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     } else {
       for (uint8_t p : {2, 3}) b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, src}, stride}, P{p});
     }
+    if (pl.copies == 2 && narrow) scatter_upper(r, half, src, stride, sval, pair, pl.tail_cols * S, nblk);
     flush();  // the previous unit's store issues while this scatter streams
     pending = r;
     pending_base = base;
     pending_dst = dst;
     pending_half = half;
   };
-  auto scatter = [&](bool half, int64_t src, X stride, int64_t dst, bool pair, bool narrow) {
-    scatter_to(xFill, half, src, stride, dst, pair, narrow, B);
+  auto scatter = [&](bool half, int64_t src, X stride, uint32_t sval, int64_t dst, bool pair, bool narrow) {
+    scatter_to(xFill, half, src, stride, sval, dst, pair, narrow, B);
   };
   // The next call's tile-0 units start as early as their channels allow: channel c's
   // buffer (at the same place in every call) takes the next call's unit c as soon as
@@ -492,8 +515,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0)
-      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 32 * i, S == 2, narrow);
-    if (!in_loop) scatter(false, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), x64, pl.meta_lrm + 64 * u, false, narrow);
+      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 4 * B / S, 32 * i, S == 2, narrow);
+    if (!in_loop)
+      scatter(false, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), x64, 64, pl.meta_lrm + 64 * u, false, narrow);
   };
   // Restarts unit u's channel with its next unit.
   auto restart = [&](uint32_t u, bool narrow, bool next_narrow) {
@@ -557,8 +581,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // only, by p4 (free outside the tile start and the loop pieces), through the port; at
   // split 2 its meta to the even and the odd ones of them in turn (p4 & p2, p4 & p3).
   const bool nx_narrow = nx && pn.tail_at(0);
-  auto scatter_next = [&](bool half, int64_t src, X stride, int64_t dst, bool pair) {
-    if (!nx_narrow) return scatter_to(X{0}, half, src, stride, dst, pair, false, pn.blocks);
+  auto scatter_next = [&](bool half, int64_t src, X stride, uint32_t sval, int64_t dst, bool pair) {
+    if (!nx_narrow) return scatter_to(X{0}, half, src, stride, sval, dst, pair, false, pn.blocks);
     const uint8_t r = uint8_t(22 + fill_reg);
     fill_reg ^= 1;
     auto to_pes = [&](int64_t from, uint8_t parity) {
@@ -573,6 +597,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     } else {
       to_pes(src, 0);
     }
+    if (pn.copies == 2) scatter_upper(r, half, src, stride, sval, pair, pn.tail_cols * pn.split, pn.blocks);
     flush();
     pending = r;
     pending_base = X{0};
@@ -584,9 +609,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
-        scatter_next(true, base + 32 * i, xMsN, nx->lrm_p + 32 * i, pn.split == 2);
+        scatter_next(true, base + 32 * i, xMsN, 4 * pn.blocks / pn.split, nx->lrm_p + 32 * i, pn.split == 2);
     if (!in_loop)
-      scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, nx->lrm_p + pn.meta_lrm + 64 * u, false);
+      scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, 64, nx->lrm_p + pn.meta_lrm + 64 * u,
+                   false);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
@@ -620,7 +646,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // written again because other kernels reuse the smem since. handed_off: tile 0 is in
   // LRM already and tile 1's first units are in flight.)
   const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
-  const bool two_routines = pl.last_rows != pl.rows;
+  const bool two_routines = pl.last_rows != pl.group_rows();
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
@@ -631,8 +657,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // group, when the loop has the issue slots (split 1) and the call has 2 tiles or more
   // (not the narrow tile, whose units go to its PEs only). Tile 0: the units not handed
   // off (GemmArgs::handed_units; when the prologue loads it, the same ts).
-  const uint32_t rr0 = pl.groups == 1 && two_routines ? (pl.last_rows + 3) / 4 * 4 : pl.rows;
-  const uint32_t smax = pieces_per_iter(cfg, S, rr0) >= 2 ? max_stream_units(cfg, pl, rr0) : 0;
+  const uint32_t rr0 = pl.groups == 1 && two_routines ? pl.slots(pl.last_rows) : pl.rows;
+  const uint32_t smax = pieces_per_iter(cfg, pl, rr0) >= 2 ? max_stream_units(cfg, pl, rr0) : 0;
   const uint32_t after_last = U - (pl.groups - 1) * U / pl.groups;
   const uint32_t ts = pl.tiles >= 2 && after_last <= smax ? after_last : 0;
   const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : smax) : a.handed_units ? a.handed_units : U;
@@ -669,9 +695,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.bias != GemmBias::none) {
     b.li(xT2, bias_bytes / S);
     b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xT2}, P{4});
+    if (twin) {  // the upper row set's columns
+      b.li(xT1, H);
+      b.li(xT3, H + pl.tail_cols * S);
+      b.op("pset.range", {P{4}, xT1, xT3});
+      b.op("oscatter.w1", {V{20}, Mem{xB, -int64_t(H) * (bias_bytes / S)}, xT2}, P{4});
+    }
     if (a.bias == GemmBias::f16) b.op("vcvt.f32.f16", {V{20}, V{20}});
     b.op("vand", {V{20}, V{20}, V{21}});
     if (S == 2) b.op("vsplati", {V{20}, int64_t(0)}, P{3});
+  }
+  if (twin) {
+    // p5 = the lower set's gathering PEs, p7 = the upper set's, p1 = both, p6 = the lower half.
+    b.op("por", {P{5}, P{1}, P{1}});
+    b.li(xT1, H);
+    b.li(xT3, H + pl.tail_cols * S);
+    b.op("pset.range", {P{4}, xT1, xT3});
+    b.op("pand", {P{7}, P{4}, P{2}});
+    b.op("por", {P{1}, P{5}, P{7}});
+    b.op("pset.range", {P{6}, X{0}, xT1});
   }
   // Fills inside the row groups' MAC loops. The next tile's units (in the last tile, nx's
   // tile 0) are spread over the G row groups as above: units [(g-1)D/G, gD/G) are taken
@@ -685,9 +727,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
   const uint32_t piece = piece_pes(cfg);
-  auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? (pl.last_rows + 3) / 4 * 4 : pl.rows; };
-  auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, S, rr); };
-  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, S, rr); };
+  auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
+  auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
+  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
   // (one piece per iteration, at split 2, takes so long that the channel's restart after
   // the unit comes too late: the DMA falls behind; measured)
   auto in_loop_max = [&](uint32_t g) { return per_iter(rr_of(g)) >= 2 ? iters / seg_iters(rr_of(g)) : 0u; };
@@ -800,9 +842,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     });
   };
   for (uint32_t g = 0; g < pl.groups; ++g) {
-    b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.rows * a.x_stride);
-    b.op("addi", {xYg, xY, int64_t(g) * pl.rows * a.y_stride});
-    if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.rows * a.acc_stride});
+    b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.group_rows() * a.x_stride);
+    b.op("addi", {xYg, xY, int64_t(g) * pl.group_rows() * a.y_stride});
+    if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.group_rows() * a.acc_stride});
     if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
@@ -934,25 +976,36 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // with per_iter fill pieces each into v22 + r (from OCM x25); head: the prologue and x16
   // iterations; mid: x16 iterations; b: x16 more iterations and the epilogue.
   auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r) {
-    const uint32_t rr = (real + 3) / 4 * 4;
-    auto rowoff = [&](uint32_t i) -> int64_t {
-      uint32_t r = i % rr, grp = i / rr;
+    const uint32_t rr = pl.slots(real);
+    // Slot i's X (i >= rr: the next group of codes); two row sets: row 2i (set 0) or 2i + 1.
+    auto rowoff = [&](uint32_t i, uint32_t set = 0) -> int64_t {
+      const uint32_t r = twin ? 2 * (i % rr) + set : i % rr, grp = i / rr;
       return (r < real ? int64_t(r) * a.x_stride : 0) + int64_t(grp) * 32 * S;
     };
+    // Slot i's activations: v28 + i % 4 (two row sets: v28-v31, v16-v19 in turn).
+    auto xr = [&](uint32_t i) { return V{uint8_t(!twin || i % 8 < 4 ? 28 + i % 4 : 16 + i % 4)}; };
     // Split 2: obcast 32 activations (64 B); odd PEs take the odd k (high halves).
     const char* bcast = S == 2 ? "obcast" : "obcast.h";
     auto odd_shift = [&](uint32_t i) {
-      if (S == 2) b.op("vshr", {V{uint8_t(28 + i % 4)}, V{uint8_t(28 + i % 4)}, int64_t(16)}, P{3});
+      if (S == 2) b.op("vshr", {xr(i), xr(i), int64_t(16)}, P{3});
     };
+    // Two row sets: the upper row to every PE, then (3 slots later) the lower row to p6.
+    auto upper_bcast = [&](uint32_t i) { b.op(bcast, {xr(i), Mem{xAct, rowoff(i, 1)}}); };
+    auto lower_bcast = [&](uint32_t i) { b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}}, P{6}); };
     b.bind(entry);
     if (part == Part::full || part == Part::a || part == Part::head) {
     b.op("addi", {xC, xCur, pl.meta_lrm});
     b.op("vld", {V{26}, Mem{xC, 0}});
     b.op("vld.h", {V{27}, Mem{xCur, 0}});
     b.li(xG, 1);
-    for (uint32_t i = 0; i < 3; ++i) b.op(bcast, {V{uint8_t(28 + i)}, Mem{xAct, rowoff(i)}});
+    for (uint32_t i = 0; i < (twin ? 6 : 3); ++i) {
+      if (twin) upper_bcast(i);
+      else b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}});
+    }
     b.op("vcvt.f32.f16", {V{27}, V{27}});
     for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
+    if (twin)
+      for (uint32_t i = 0; i < 3; ++i) lower_bcast(i);
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
     odd_shift(0);
     }
@@ -987,9 +1040,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       size_t next = 0;
       bool dq = false;
       for (uint32_t j = 0; j < rr; ++j) {
-        b.op("vmac.f16", {V{uint8_t(j)}, V{24}, V{uint8_t(28 + j % 4)}});
-        b.op(bcast, {V{uint8_t(28 + (j + 3) % 4)}, Mem{xAct, rowoff(j + 3)}});
-        odd_shift(j + 1);
+        b.op("vmac.f16", {V{uint8_t(j)}, V{24}, xr(j)});
+        if (twin) {
+          lower_bcast(j + 3);
+          odd_shift(j + 1);
+          upper_bcast(j + 6);
+        } else {
+          b.op(bcast, {xr(j + 3), Mem{xAct, rowoff(j + 3)}});
+          odd_shift(j + 1);
+        }
         for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
         if (pieces) piece_op(j);
         if (j >= jdq && next == extra.size() && !dq) {
@@ -1028,13 +1087,26 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
       b.op("vsplati", {V{29}, int64_t(1)});
     }
-    // Step s of `depth` stages over the rows: row(back, f) runs f on row s - back.
+    // Step s of `depth` stages over the slots: row(back, f) runs f on slot s - back.
+    const uint32_t nslots = twin ? (real + 1) / 2 : real;
     auto pipeline = [&](uint32_t depth, auto&& step) {
-      for (uint32_t s = 0; s < real + depth; ++s)
+      for (uint32_t s = 0; s < nslots + depth; ++s)
         step([&](uint32_t back, auto f) {
-          if (s >= back && s - back < real) f(uint8_t(s - back));
+          if (s >= back && s - back < nslots) f(uint8_t(s - back));
         });
     };
+    // Slot r's rows to (or from, an OCM scatter) OCM at base + row * stride, PEs p: two row
+    // sets, row 2r from p5 and row 2r + 1 from p7, whose base lies H PEs' steps (sval) lower.
+    auto rows_op = [&](const char* op, V v, X base, uint32_t stride, X step, uint32_t sval, uint8_t r, P p) {
+      if (!twin) {
+        b.op(op, {v, Mem{base, int64_t(r) * stride}, step}, p);
+        return;
+      }
+      b.op(op, {v, Mem{base, int64_t(2 * r) * stride}, step}, P{5});
+      if (2u * r + 1 < real) b.op(op, {v, Mem{base, int64_t(2 * r + 1) * stride - int64_t(H) * sval}, step}, P{7});
+    };
+    const uint32_t gs = silu ? 1 : y_bytes / S;  // (xGs)
+    auto gather = [&](const char* op, uint8_t r, P p) { rows_op(op, V{r}, xYg, a.y_stride, xGs, gs, r, p); };
     pipeline(lag, [&](auto row) {
       row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
       if (S == 2) {
@@ -1043,7 +1115,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       }
       if (a.acc_in) {
         row(ready - 4, [&](uint8_t r) {
-          b.op("oscatter.w1", {V{uint8_t(28 + r % 4)}, Mem{xAg, int64_t(r) * a.acc_stride}, xAs}, P{1});
+          rows_op("oscatter.w1", V{uint8_t(28 + r % 4)}, xAg, a.acc_stride, xAs, 4 / S, r, P{1});
         });
         row(ready - 2, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(28 + r % 4)}}); });
       }
@@ -1079,10 +1151,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
       // narrow last tile), whose sums are junk and must not reach the fp16 range tracking.
       if (a.y_f32) {
-        row(lag, [&](uint8_t r) { b.op("ogather.w1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+        row(lag, [&](uint8_t r) { gather("ogather.w1", r, P{1}); });
       } else {
         row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
-        row(lag, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+        row(lag, [&](uint8_t r) { gather("ogather.h1", r, P{1}); });
       }
     });
     if (act) {
@@ -1096,7 +1168,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       pipeline(4, [&](auto row) {
         row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
         row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
-        row(4, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, pg); });
+        row(4, [&](uint8_t r) { gather("ogather.h1", r, pg); });
       });
     }
     if (lrm_acc) {
@@ -1107,16 +1179,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         pipeline(4, [&](auto row) {
           row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
           row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
-          row(4, [&](uint8_t r) { b.op("ogather.h1", {V{r}, Mem{xYg, int64_t(r) * a.y_stride}, xGs}, P{1}); });
+          row(4, [&](uint8_t r) { gather("ogather.h1", r, P{1}); });
         });
       }
     }
     b.op("jalr", {X{0}, xLink, 0});
   };
-  routine(routine_full, pl.rows, Part::full, 0);
+  routine(routine_full, pl.group_rows(), Part::full, 0);
   if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0);
   for (const auto& [key, entry] : parts)
-    routine(entry, std::get<1>(key) ? pl.last_rows : pl.rows, std::get<0>(key), std::get<2>(key));
+    routine(entry, std::get<1>(key) ? pl.last_rows : pl.group_rows(), std::get<0>(key), std::get<2>(key));
   b.bind(done);
 }
 
@@ -1131,7 +1203,8 @@ void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& 
   if (a.m == 0 || a.rows == 0 || a.row0 + a.rows > a.m)
     fail("gemm seed: rows [{}, {}) must be a non-empty part of the call's {} rows", a.row0, a.row0 + a.rows, a.m);
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
-  const uint32_t S = pl.split, T = pl.cols, R = pl.rows;
+  const uint32_t S = pl.split, T = pl.cols, R = pl.group_rows(), H = cfg.npe() / 2;
+  const bool twin = pl.sets == 2;  // row 2i of a group to slot i of the lower set (p5), 2i + 1 of the upper (p7)
   if (a.x_stride < 2 * a.n || a.x_stride % 2) fail("gemm seed: x_stride {} must be even and >= 2*N = {}", a.x_stride, 2 * a.n);
   if (uint64_t(a.x_ocm) + uint64_t(a.rows - 1) * a.x_stride + 2 * a.n > cfg.ocm_bytes)
     fail("gemm seed: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.rows, a.n, a.x_ocm,
@@ -1149,6 +1222,18 @@ void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& 
     b.op("pset.range", {P{4}, X{0}, xT});
     if (S == 2) b.op("pand", {P{1}, P{4}, P{2}});
     else b.op("pset.range", {P{1}, X{0}, xT});
+    if (twin) {
+      b.op("por", {P{5}, P{1}, P{1}});
+      b.li(xL, H);
+      b.li(xT, H + pl.tail_cols * S);
+      b.op("pset.range", {P{4}, xL, xT});
+      b.op("pand", {P{7}, P{4}, P{2}});
+      b.op("por", {P{1}, P{5}, P{7}});
+    }
+    // Row j's PEs, lane and the offset of its base (the upper set's: H PEs' strides lower).
+    auto row_p = [&](uint32_t j) { return !twin ? P{1} : (j % R) % 2 ? P{7} : P{5}; };
+    auto lane = [&](uint32_t j) { return twin ? (j % R) / 2 : j % R; };
+    auto below = [&](uint32_t j) { return twin && (j % R) % 2 ? int64_t(H) * (2 / S) : 0; };
     for (uint32_t g = a.row0 / R; g * R < a.row0 + a.rows; ++g) {
       const uint32_t j0 = std::max(g * R, a.row0), j1 = std::min(g * R + R, a.row0 + a.rows);
       b.li(xL, a.lrm_acc + (t * pl.groups + g) * 64);
@@ -1157,14 +1242,14 @@ void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& 
       for (uint32_t q0 = j0; q0 < j1; q0 += 4) {  // four rows at a time: their latencies overlap
         const uint32_t q1 = std::min(q0 + 4, j1);
         for (uint32_t j = q0; j < q1; ++j)
-          b.op("oscatter.w1", {V{uint8_t(16 + j % 4)}, Mem{xRow, int64_t(j - j0) * a.x_stride}, xS}, P{1});
+          b.op("oscatter.w1", {V{uint8_t(16 + j % 4)}, Mem{xRow, int64_t(j - j0) * a.x_stride - below(j)}, xS}, row_p(j));
         for (uint32_t j = q0; j < q1; ++j) {
-          b.op("vcvt.f32.f16", {V{uint8_t(16 + j % 4)}, V{uint8_t(16 + j % 4)}}, P{1});
-          b.op("vsplati", {V{uint8_t(20 + j % 4)}, int64_t(j - g * R)});
+          b.op("vcvt.f32.f16", {V{uint8_t(16 + j % 4)}, V{uint8_t(16 + j % 4)}}, row_p(j));
+          b.op("vsplati", {V{uint8_t(20 + j % 4)}, int64_t(lane(j))});
           b.op("vcmpeq.i32", {V{uint8_t(20 + j % 4)}, V{30}, V{uint8_t(20 + j % 4)}});
         }
         for (uint32_t j = q0; j < q1; ++j)
-          b.op("vsel", {V{28}, V{uint8_t(16 + j % 4)}, V{28}, V{uint8_t(20 + j % 4)}}, P{1});
+          b.op("vsel", {V{28}, V{uint8_t(16 + j % 4)}, V{28}, V{uint8_t(20 + j % 4)}}, row_p(j));
       }
       b.op("vst", {V{28}, Mem{xL, 0}}, P{1});
     }

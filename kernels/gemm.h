@@ -61,6 +61,20 @@
 // scattered in this call's first group) or started its first units (GemmArgs::next,
 // emit_gemm_prefetch: prefetched = true). Measured figures: docs/performance.md, issue 13.
 //
+// Two row sets: a call of one narrow tile at split 2 whose W columns take at most half the
+// array (W * 2 <= H = npe / 2: the 2B tower's N = 1,024 GEMMs on 64x64) has its tile's units
+// scattered twice, to PEs [0, 2W) and again to [H, H + 2W), and over 16 rows or more each row
+// slot computes two rows: row 2i of the group
+// on the lower PEs, 2i + 1 on the upper ones (R slots, 2R rows a group). A slot's activations
+// reach the two halves in two broadcasts into one register, the upper row to every PE six
+// slots ahead, the lower row predicated to PEs [0, H) three slots ahead (a register is written
+// again 8 cycles after a write), split 2's shift one ahead: 4 issue slots a vmac, in 8 rotating
+// registers (v28-v31, v16-v19). Each half gathers its own rows (and reads its own partial
+// sums, bias and seeds) with a base H PEs' strides below its first PE's (the ISA's OCM
+// addresses wrap at 32 bits, so a base below 0 is fine). The LRM partial sums of a chain keep
+// their layout, a lane a slot (both sets' PEs hold their own rows). Not the narrow last tile
+// of a call of several tiles (its row groups are the other tiles').
+//
 // OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
 // only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
 #pragma once
@@ -164,9 +178,16 @@ struct GemmPlan {
   int64_t unit_offset(uint32_t u, bool tail) const { return u == 0 ? 0 : int64_t(meta_of(tail)) + int64_t(u) * code_of(tail); }
   bool tail_at(uint32_t t) const { return tail_cols && t + 1 == tiles; }  // tile t is the narrow one
   uint64_t weight_bytes() const { return (tiles - (tail_cols ? 1 : 0)) * tile_bytes + uint64_t(tail_cols) * blocks * 68; }
-  uint32_t rows = 0;         // R: rows per group (<= 16, a multiple of 4)
+  uint32_t rows = 0;         // R: row slots per group (accumulators: <= 16, a multiple of 4)
   uint32_t groups = 0;       // G: row groups
   uint32_t last_rows = 0;    // real rows of the last group
+  // Copies of the tile in LRM: 2 where its one tile at split 2 takes at most half the array
+  // (from the shape alone: the call handing its tile 0 off scatters both); else 1. Row sets: 2
+  // where such a call runs two rows a slot (m >= 16: "two row sets" above); else 1.
+  uint32_t copies = 1, sets = 1;
+  uint32_t group_rows() const { return sets * rows; }
+  // The slots a group of `real` rows runs (two row sets: a multiple of 8).
+  uint32_t slots(uint32_t real) const { return sets == 2 ? ((real + 1) / 2 + 7) / 8 * 8 : (real + 3) / 4 * 4; }
   uint32_t lrm_sums_bytes() const { return tiles * groups * 64; }  // GemmArgs::lrm_acc's region
 };
 
@@ -223,7 +244,8 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
 // DDR) between the norm and the down GEMM. Per tile, row and PE of a valid column: one
 // oscatter.w1 of the row (the PE's fp16 in the low half of the word), vcvt.f32.f16, and
 // vsel into the row's lane of the group's sums (vld first where the group is partly
-// seeded), vst at lrm_acc + (t * G + g) * 64. Uses v16-v23, v28, v30, p1, p2, p4, x1-x4.
+// seeded), vst at lrm_acc + (t * G + g) * 64 (two row sets: the rows of each set to its PEs).
+// Uses v16-v23, v28, v30, p1, p2, p4, p5, p7, x1-x4.
 struct GemmSeedArgs {
   uint32_t m = 0, n = 0, k = 0, split = 0;  // the chain's call (its row groups and tiles)
   uint32_t row0 = 0, rows = 0;              // the rows seeded

@@ -129,6 +129,15 @@ GOLDEN_MEM(oscatter) {
   run("oscatter v7, 0(x2), x3 @p1");
   for (uint32_t e = 0; e < s.npe; ++e)
     ASSERT_EQ(m.V(7, e, 0), e < 5 ? row_lane(ocm_byte, 8 + e * 200, 0) : 0xa0000500u);
+  // The address is 32-bit arithmetic: a base below 0 reaches OCM at the PEs past it (PEs 3..5
+  // at -200 + e * 100), an enabled PE below it is out of range (the wrapped address named).
+  s.x[2] = uint32_t(-200);
+  s.x[3] = 100;
+  m.set_pred(2, {3, 4, 5});
+  run("oscatter v8, 0(x2), x3 @p2");
+  for (uint32_t e = 3; e < s.npe; ++e) ASSERT_EQ(m.V(8, e, 0), row_lane(ocm_byte, e * 100 - 200, 0)) << e;
+  m.set_pred(2, {1, 3});
+  expect_error("oscatter v8, 0(x2), x3 @p2", "OCM access out of range: bytes [0xffffff9c, 0xffffffdc)");
 }
 
 GOLDEN_MEM(oscatter_h) {
