@@ -62,7 +62,9 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 // iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
 // vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
 // piece, at most one per 4 rows), and the iterations one unit (npe x 64 B) takes.
-uint32_t piece_pes(const sim::Config& cfg) { return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / 64); }
+uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl) {
+  return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe);
+}
 // (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, 4 with two
 // row sets.)
 uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
@@ -71,18 +73,18 @@ uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
 }
 uint32_t unit_iters(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
-  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg)), std::max(1u, pieces_per_iter(cfg, pl, rr)));
+  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg, pl)), std::max(1u, pieces_per_iter(cfg, pl, rr)));
 }
 // The most tile-0 units (the last ones) a call of plan pl can scatter during its first
 // row group of rr rows, one per unit_iters segment, each in LRM before the loop's look-
-// ahead load first reads it (unit d at iteration 8d - 1).
+// ahead load first reads it (unit d at iteration u d - 1, u = unit_pe / 8 iterations a unit).
 uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
   if (!pieces_per_iter(cfg, pl, rr)) return 0;
-  const uint32_t seg = unit_iters(cfg, pl, rr), U = pl.units;
+  const uint32_t seg = unit_iters(cfg, pl, rr), U = pl.units, per_unit = pl.unit_pe / 8;
   uint32_t best = 0;
   for (uint32_t j = 1; j + 1 <= U; ++j) {
     bool ok = true;
-    for (uint32_t s = 0; s < j && ok; ++s) ok = int64_t(s + 1) * seg <= 8 * int64_t(U - j + s) - 1;
+    for (uint32_t s = 0; s < j && ok; ++s) ok = int64_t(s + 1) * seg <= per_unit * int64_t(U - j + s) - 1;
     if (ok) best = j;
   }
   return best;
@@ -205,6 +207,10 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t spl
        k, nblk, gemm_lrm_need(cfg, k), cfg.lrm_bytes, gemm_lrm_need(cfg, k));
 }
 
+uint32_t gemm_unit_pe_bytes(const sim::Config& cfg) {
+  return cfg.ocm_bytes >= (2u << 20) && uint64_t(cfg.dma_channels) * cfg.npe() * 64 > cfg.ocm_bytes / 4 ? 32 : 64;
+}
+
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k) {
   const uint32_t nblk = k / kBlock;
   const bool two = cfg.pe_cols % 2 == 0 && nblk % 2 == 0 && 2 * nblk <= kUnitPad;  // split 2 possible
@@ -219,16 +225,17 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
   p.tiles = ceil_div(n, p.cols);
   p.blocks = k / kBlock;
   p.meta_lrm = meta_lrm_bytes(p.blocks);
-  p.units = p.blocks / p.split;
+  p.unit_pe = gemm_unit_pe_bytes(cfg);
+  p.units = p.blocks / p.split * (64 / p.unit_pe);
   // Channels: the most (<= dma_channels) that divide the unit count, so unit u of every
   // tile is on channel u % C and the next tile's units start in order.
   for (p.channels = std::min<uint32_t>(uint32_t(cfg.dma_channels), p.units); p.units % p.channels; --p.channels) {}
   p.meta_unit = p.cols * p.blocks * 4;
-  p.code_unit = cfg.npe() * 64;
+  p.code_unit = cfg.npe() * p.unit_pe;
   p.tile_bytes = uint64_t(p.cols) * p.blocks * 68;
   p.tail_cols = n % p.cols;
   p.tail_meta_unit = p.tail_cols * p.blocks * 4;
-  p.tail_code_unit = p.tail_cols * p.split * 64;
+  p.tail_code_unit = p.tail_cols * p.split * p.unit_pe;
   // Two row sets (gemm.h): one narrow tile at split 2 on at most half the PEs (then 16 rows or more).
   if (p.split == 2 && p.tiles == 1 && p.tail_cols && 2 * p.tail_cols * p.split <= cfg.npe()) p.copies = 2;
   if (m) {
@@ -267,22 +274,22 @@ std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg
         uint16_t meta[2] = {w.scales[size_t(col) * B + j], f32_to_f16(float(w.zeros[size_t(col) * B + j]))};
         std::memcpy(tile + (size_t(c) * B + j) * 4, meta, 4);
       }
-    // Code units: PE e's code stream (k of parity e % S, in k order), 64 B per unit.
+    // Code units: PE e's code stream (k of parity e % S, in k order), unit_pe bytes per unit.
     // Byte j of the stream holds its codes 2j (low nibble) and 2j + 1: k = 2jS + par and
     // 2jS + S + par. With S = 1 that is the row's own byte j.
     for (uint32_t e = 0; e < pes; ++e) {
       const uint32_t col = t * p.cols + e / S, par = e % S;
       const uint8_t* row = w.codes.data() + size_t(col) * w.row_stride();
-      const uint32_t stream = k / S / 2;  // bytes of this PE's codes: a whole number of 64 B units
-      for (uint32_t u = 0; u * 64 < stream; ++u) {
-        uint8_t* dst = tile + p.meta_of(tail) + (size_t(u) * pes + e) * 64;
+      const uint32_t stream = k / S / 2, ub = p.unit_pe;  // bytes of this PE's codes: whole units
+      for (uint32_t u = 0; u * ub < stream; ++u) {
+        uint8_t* dst = tile + p.meta_of(tail) + (size_t(u) * pes + e) * ub;
         if (S == 1) {
-          std::memcpy(dst, row + u * 64, 64);
+          std::memcpy(dst, row + u * ub, ub);
           continue;
         }
-        for (uint32_t j = u * 64; j < u * 64 + 64; ++j) {
+        for (uint32_t j = u * ub; j < u * ub + ub; ++j) {
           const uint32_t c = 2 * j * S + par;
-          dst[j % 64] = uint8_t(w.code(col, c) | w.code(col, c + S) << 4);
+          dst[j % ub] = uint8_t(w.code(col, c) | w.code(col, c + S) << 4);
         }
       }
     }
@@ -376,7 +383,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
-  const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, x64{20}, xMs{21}, xT2{22}, xFills{23};
+  const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, xUnit{20}, xMs{21}, xT2{22}, xFills{23};
   const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25}, xAs{15}, xA{26}, xAg{29};
   const bool tail = pl.tail_cols != 0;
 
@@ -394,7 +401,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xAs, 4 / S);
   }
   if (lrm_acc) b.li(xA, a.lrm_acc);
-  b.li(x64, 64);
+  b.li(xUnit, pl.unit_pe);
+  const uint32_t UB = pl.unit_pe;
+  const bool half_units = UB == 32;  // (oscatter.h and vst.h move them)
   b.li(xMs, 4 * B / S);
   b.li(xFills, pl.tiles - 1);
   b.li(xSwap, lrm_p ^ lrm_q);
@@ -517,7 +526,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (u == 0)
       for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 4 * B / S, 32 * i, S == 2, narrow);
     if (!in_loop)
-      scatter(false, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), x64, 64, pl.meta_lrm + 64 * u, false, narrow);
+      scatter(half_units, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), xUnit, UB, pl.meta_lrm + UB * u, false, narrow);
   };
   // Restarts unit u's channel with its next unit.
   auto restart = [&](uint32_t u, bool narrow, bool next_narrow) {
@@ -611,8 +620,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
         scatter_next(true, base + 32 * i, xMsN, 4 * pn.blocks / pn.split, nx->lrm_p + 32 * i, pn.split == 2);
     if (!in_loop)
-      scatter_next(false, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), x64, 64, nx->lrm_p + pn.meta_lrm + 64 * u,
-                   false);
+      scatter_next(half_units, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), xUnit, UB,
+                   nx->lrm_p + pn.meta_lrm + UB * u, false);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
@@ -726,7 +735,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // channel restarts as its segment returns. The others (and unit 0's meta) go through
   // the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
-  const uint32_t piece = piece_pes(cfg);
+  const uint32_t piece = piece_pes(cfg, pl);
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
   auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
@@ -759,7 +768,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.li(xSrc, src(u));
       b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
       restart_u(u);
-      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
+      b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
     b.li(xCnt, iters - (u1 - u0) * seg_iters(rr_of(g)));
     b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
@@ -803,7 +812,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.li(xSrc, src(u));
       run(started ? Part::seg : Part::a, r);
       restart_u(u);
-      b.op("vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + 64 * int64_t(u)}});
+      b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
     flush();
     if (!started) {
@@ -1031,7 +1040,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (j / 4 >= pieces_here) return;
       switch (j % 4) {
         case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
-        case 1: b.op("oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, x64}, P{4}); break;
+        case 1: b.op(half_units ? "oscatter.h" : "oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, xUnit}, P{4}); break;
         case 2: b.op("addi", {xLo, xLo, int64_t(piece)}); break;
         default: b.op("addi", {xHi, xHi, int64_t(piece)}); break;
       }

@@ -29,9 +29,12 @@
 // DDR layout (pack_gemm_weight), tile after tile, tile t = columns [t*T, t*T + T),
 // B = K / 128 blocks:
 //   meta:        [T columns][B blocks][fp16 s, fp16 z]
-//   code unit d: [npe PEs][64 B], d = 0..B/S-1: PE e's code stream (column t*T + e/S,
+//   code unit d: [npe PEs][UB bytes], d = 0..D-1: PE e's code stream (column t*T + e/S,
 //                the k of parity e % S in k order, two codes per byte, low nibble
-//                first), bytes [64d, 64d + 64)
+//                first), bytes [UB d, UB d + UB); UB = 64 (D = B/S), or 32 (D = 2B/S) where
+//                64 a PE would give DMA buffers over a quarter of an OCM of 2 MiB or more
+//                (gemm_unit_pe_bytes: 64x64 at 2 MiB), scattered then by oscatter.h and
+//                stored by vst.h
 // The last tile may be narrower: W = N mod T columns on its first W * S PEs, laid out
 // the same way with W for T and W * S for npe (no padding columns: the packed weight
 // is exactly N * B * 68 bytes at any array size). One tile is T * B * 68 bytes. DMA
@@ -166,12 +169,13 @@ struct GemmPlan {
   uint32_t tiles = 0;        // ceil(n / T)
   uint32_t blocks = 0;       // B = k / 128
   uint32_t meta_lrm = 0;     // ceil(B/8) * 32
-  uint32_t units = 0;        // D = B / S DMA units per tile (unit 0 carries the meta)
+  uint32_t unit_pe = 64;     // UB: code bytes a PE takes from a DMA unit (gemm_unit_pe_bytes)
+  uint32_t units = 0;        // D = B / S * 64 / UB DMA units per tile (unit 0 carries the meta)
   uint32_t channels = 0;     // C: DMA channels used (divides D)
-  uint32_t meta_unit = 0, code_unit = 0;  // bytes of the two unit kinds (T*B*4, npe*64)
+  uint32_t meta_unit = 0, code_unit = 0;  // bytes of the two unit kinds (T*B*4, npe*UB)
   uint64_t tile_bytes = 0;   // T * B * 68
   uint32_t tail_cols = 0;    // W: columns of the narrow last tile (0: every tile is full)
-  uint32_t tail_meta_unit = 0, tail_code_unit = 0;  // W*B*4, W*S*64
+  uint32_t tail_meta_unit = 0, tail_code_unit = 0;  // W*B*4, W*S*UB
   // Unit sizes and offsets of a full (tail = false) or the narrow (tail = true) tile.
   uint32_t meta_of(bool tail) const { return tail ? tail_meta_unit : meta_unit; }
   uint32_t code_of(bool tail) const { return tail ? tail_code_unit : code_unit; }
@@ -197,6 +201,11 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 // The least lrm_bytes with which a K-input weight fits some split on cfg's array.
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
+// UB, the code bytes a PE takes from a DMA unit: 64, or 32 where a unit of 64 a PE on every
+// DMA channel would take more than a quarter of an OCM of 2 MiB or more (64x64 at 2 MiB: the
+// image compiler then keeps the GEMMs on every row, Compiler::gemm_view; below 2 MiB it halves
+// their view instead, which leaves the row tiles more room).
+uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 // OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.

@@ -641,6 +641,40 @@ INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
                                                       {.lrm = true, .handoff = true, .sub = true, .seed = true}}));
 
 
+// Half units (gemm_unit_pe_bytes: 32 code bytes a PE where 64 on every channel would take over a
+// quarter of an OCM of 2 MiB or more; 64x32 PEs, 8 channels, 2 MiB): every path that moves units - the prologue, the next
+// tile's units at the row groups' starts and in loop segments (a, seg), a narrow last tile,
+// split 2, two row sets, the next call prefetched, partial sums in OCM and LRM chained by hand-
+// offs with seeds - matches the chain within one fp16 ulp, and timing-only gives the functional
+// cycles.
+TEST(Gemm, HalfUnitsMatchTheChain) {
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "ocm_bytes=2MiB", "dma_channels=8"});
+  ASSERT_EQ(gemm_unit_pe_bytes(cfg), 32u);
+  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {})), 64u);
+  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"ocm_bytes=786432"})), 64u);  // (below 2 MiB)
+  ASSERT_EQ(plan_gemm(cfg, 64, 2100, 1024).units, 2 * plan_gemm(sim::Config::make("qc-u", {}), 64, 2100, 1024).units);
+  for (Shape s : {Shape{"", 64, 2100, 1024, GemmBias::f16, 0}, Shape{"", 64, 2100, 1024, GemmBias::f16, 1},
+                  Shape{"", 18, 600, 256, GemmBias::none, 2},
+                  Shape{"", 40, 256, 1024, GemmBias::f32, 0}, Shape{"", 20, 1100, 384, GemmBias::f32, 0}}) {
+    for (bool twice : {false, true}) {
+      GemmRun f = run_gemm(cfg, s.m, s.n, s.k, s.bias, 13, false, s.split, twice, twice ? 500 : 0, twice);
+      Compare c = compare(f.y, f.ref);
+      EXPECT_GE(c.cosine, 0.9999) << s.m << "x" << s.n << "x" << s.k;
+      EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << s.m << "x" << s.n << "x" << s.k << " " << twice;
+      GemmRun t = run_gemm(cfg, s.m, s.n, s.k, s.bias, 13, true, s.split, twice, twice ? 500 : 0, twice);
+      EXPECT_EQ(f.stats.total[sim::Stat::cycles], t.stats.total[sim::Stat::cycles]);
+    }
+  }
+  for (ChunkShape s : {ChunkShape{"", 35, 1100, 384, 3, 0, {.lrm = true, .handoff = true, .seed = true}},
+                       ChunkShape{"", 18, 600, 256, 4, 2, {.handoff = true}},
+                       ChunkShape{"", 45, 200, 256, 3, 0, {.lrm = true, .handoff = true, .seed = true}}}) {
+    ChunkRun r = run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, false, UINT32_MAX, s.o);
+    Compare c = compare(r.y, r.ref);
+    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << s.m << "x" << s.n << "x" << s.kc;
+    EXPECT_EQ(run_chunks(cfg, s.m, s.n, s.kc, s.chunks, s.split, true, UINT32_MAX, s.o).cycles, r.cycles);
+  }
+}
+
 // LRM partial sums below the call's buffers (lrm_end not set), past LRM, or together with
 // OCM ones: each a clear error naming the region, not a silent overwrite.
 TEST(GemmChunks, LrmPartialSumsRegionChecked) {

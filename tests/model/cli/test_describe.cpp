@@ -12,6 +12,7 @@
 #include <string>
 #include <sys/wait.h>
 
+#include "kernels/gemm.h"
 #include "model/checkpoint/config.h"
 #include "model/runtime/driver_host.h"
 #include "run_describe.h"
@@ -154,11 +155,20 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
                          "in chunks of 384 with fp32 partial sums in LRM)");
 }
 
-// A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on half of its rows (Compiler::gemm_view:
-// on all of them a 64 B-per-PE DMA unit is 256 KiB, and the four channels' buffers take
-// half the OCM), every scatter held to those PEs (GemmArgs::sub_array).
+// A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on every row, their DMA units of 32 code
+// bytes a PE (kernels::gemm_unit_pe_bytes: the four channels' 64-byte units would take half the
+// OCM), the narrow one-tile calls in two row sets.
 TEST(Describe, TinyMatchesTheGoldensOn64x64With2MiB) {
-  matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"}, 2, "GEMMs on 32 of the 64 PE rows");
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"});
+  ASSERT_EQ(kernels::gemm_unit_pe_bytes(cfg), 32u);
+  matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"}, 2, "resident: tower MLP rows per chunk");
+}
+
+// On 1 MiB the GEMMs on a quarter of its rows (Compiler::gemm_view: below 2 MiB the view is
+// halved until the channels' 64-byte units take a quarter of the OCM), every scatter held to
+// those PEs (GemmArgs::sub_array).
+TEST(Describe, TinyMatchesTheGoldensOn64x64With1MiB) {
+  matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"}, 2, "GEMMs on 16 of the 64 PE rows");
 }
 
 // Every negative control must fail a gate, at the step where it bites.
