@@ -61,7 +61,7 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 // OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program), pieces per loop
 // iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
 // vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
-// piece, at most one per 4 rows), and the iterations one unit (npe x 64 B) takes.
+// piece, at most one per 4 rows), and the iterations one unit (npe x UB bytes) takes.
 uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl) {
   return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe);
 }
@@ -380,7 +380,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left, x25 OCM source of
   // the unit a routine part scatters, x26/x29 partial sums of the tile / of the row group,
   // x27 buffer xor, x30 the meta scatter stride of the call handed off to.
-  // v0-v15 accumulators, v16-v19 epilogue temps, v20 accumulator init (bias in lane 0),
+  // v0-v15 accumulators, v16-v19 epilogue temps (two row sets: also slot activations), v20
+  // accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, xUnit{20}, xMs{21}, xT2{22}, xFills{23};
@@ -461,14 +462,18 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op(pending_half ? "vst.h" : "vst", {V{uint8_t(pending)}, Mem{pending_base, pending_dst}});
     pending = -1;
   };
+  // p4 = PEs [H, H + pes) (x19 = H after it): the upper row set's copy of [0, pes).
+  auto upper_p4 = [&](uint32_t pes) {
+    b.li(xT1, H);
+    b.li(xT3, H + pes);
+    b.op("pset.range", {P{4}, xT1, xT3});
+  };
   // The upper row set's copy of a scatter to PEs [0, pes) (two row sets): to [H, H + pes), a
   // base H strides (sval bytes) lower; pair: the even and the odd PEs in turn, as below. Uses p4.
   auto scatter_upper = [&](uint8_t r, bool half, int64_t src, X stride, uint32_t sval, bool pair, uint32_t pes,
                            uint32_t nblk) {
     for (uint8_t parity = pair ? 2 : 0; parity <= (pair ? 3 : 0); ++parity) {  // (p2 even, p3 odd)
-      b.li(xT1, H);
-      b.li(xT3, H + pes);
-      b.op("pset.range", {P{4}, xT1, xT3});
+      upper_p4(pes);
       if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
       const int64_t from = src - (parity == 3 ? 2 * int64_t(nblk) : 0) - int64_t(H) * sval;
       b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, from}, stride}, P{4});
@@ -705,9 +710,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xT2, bias_bytes / S);
     b.op("oscatter.w1", {V{20}, Mem{xB, 0}, xT2}, P{4});
     if (twin) {  // the upper row set's columns
-      b.li(xT1, H);
-      b.li(xT3, H + pl.tail_cols * S);
-      b.op("pset.range", {P{4}, xT1, xT3});
+      upper_p4(pl.tail_cols * S);
       b.op("oscatter.w1", {V{20}, Mem{xB, -int64_t(H) * (bias_bytes / S)}, xT2}, P{4});
     }
     if (a.bias == GemmBias::f16) b.op("vcvt.f32.f16", {V{20}, V{20}});
@@ -717,9 +720,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (twin) {
     // p5 = the lower set's gathering PEs, p7 = the upper set's, p1 = both, p6 = the lower half.
     b.op("por", {P{5}, P{1}, P{1}});
-    b.li(xT1, H);
-    b.li(xT3, H + pl.tail_cols * S);
-    b.op("pset.range", {P{4}, xT1, xT3});
+    upper_p4(pl.tail_cols * S);
     b.op("pand", {P{7}, P{4}, P{2}});
     b.op("por", {P{1}, P{5}, P{7}});
     b.op("pset.range", {P{6}, X{0}, xT1});
