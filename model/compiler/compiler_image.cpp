@@ -294,6 +294,17 @@ bool Compiler::pm_gate_up_fused() const {
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
 }
 
+// Where one call of 3 Dv leaves part of its tile idle and two calls fill theirs - q|k in whole
+// tiles, v in two row sets (kernels/gemm.h) - the resident tower's q|k|v runs as those two: 64x64,
+// N = 3,072 at split 1 on 3,072 of the 4,096 PEs, q|k at split 2 on all of them, v (N = 1,024)
+// on both halves, 0.75 of the PE steps. The same DDR bytes: both packings back to back under
+// V{b}.qkv. (Not with mixed precision: its fp16 columns are per packing.)
+bool Compiler::tower_qkv_split() const {
+  const Dims d(model_);
+  return !opt_.fp16_channels && plan_gemm(gemm_cfg_, 0, 3 * d.Dv, d.Dv).tail_cols &&
+         !plan_gemm(gemm_cfg_, 0, 2 * d.Dv, d.Dv).tail_cols && plan_gemm(gemm_cfg_, 16, d.Dv, d.Dv).sets == 2;
+}
+
 uint32_t Compiler::pm_split() const {
   const Dims d(model_);
   return pm_gate_up_split(gemm_cfg_, pm_chunk(d.I, 2), d.H, uint32_t(planning_shape(opt_).seq_len));
@@ -496,7 +507,15 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
   gemm_of("V.patch", kPatchEmbedWeight);
   vec("V.patch_bias", {kPatchEmbedBias});
   for (int b = 0; b < v.depth; ++b) {
-    gemm_of(vname(b, "qkv"), vision_block_name(b, "attn.qkv.weight"));
+    if (tower_qkv_split()) {  // q|k, then v, packed on their own
+      const QuantTensor q = bundle.get_quant(vision_block_name(b, "attn.qkv.weight"));
+      std::vector<uint8_t> bytes = pack_gemm_weight(detail::slice_rows(q, 0, 2 * d.Dv).view(), gemm_cfg_);
+      const std::vector<uint8_t> v_part = pack_gemm_weight(detail::slice_rows(q, 2 * d.Dv, d.Dv).view(), gemm_cfg_);
+      bytes.insert(bytes.end(), v_part.begin(), v_part.end());
+      put(ddr, vname(b, "qkv"), bytes);
+    } else {
+      gemm_of(vname(b, "qkv"), vision_block_name(b, "attn.qkv.weight"));
+    }
     const bool by_qkv = ddr_.has(vpm_name(b, 0, "qkv")), by_group = ddr_.has(vgq_name(b, 0));
     const QuantTensor qkv =
         by_qkv || by_group ? bundle.get_quant(vision_block_name(b, "attn.qkv.weight")) : QuantTensor{};
@@ -659,8 +678,9 @@ struct GemmAcc {
 // a first emission records the GEMMs in program order (record), the second chains
 // each GEMM to the one after it (chain).
 struct ImageKernels {
-  // weight, n, k, LRM bytes the kernels between the previous GEMM and this one use
-  using Gemm = std::tuple<std::string, uint32_t, uint32_t, uint32_t>;
+  // weight, n, k, LRM bytes the kernels between the previous GEMM and this one use, the
+  // weight's byte offset into w (GemmArgs::w_ddr)
+  using Gemm = std::tuple<std::string, uint32_t, uint32_t, uint32_t, uint64_t>;
 
   kernels::Builder& b;
   detail::Emitter em;
@@ -731,21 +751,24 @@ struct ImageKernels {
   // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
   // between: the LRM the kernels emitted between the two GEMMs use (checked when the
   // GEMM on w is emitted).
-  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared) {
+  // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
+  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0) {
     if (f16.on) return;
     next_g = base_args(w, n, k);
+    next_g.w_ddr += uint32_t(w_off);
     next_w = w;
     next_between = between;
   }
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {},
-            GemmAct act = GemmAct::none) {
+            GemmAct act = GemmAct::none, uint64_t w_off = 0) {
     GemmArgs g = base_args(w, n, k);
+    g.w_ddr += uint32_t(w_off);
     g.act = act;
     g.m = m;  // (gemm_handoff reads it)
     if (f16.on) {
     } else if (record) {
-      record->emplace_back(w, n, k, lrm_since);
+      record->emplace_back(w, n, k, lrm_since, w_off);
     } else if (chain) {
       if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != w)
         fail("compiler: internal: the GEMM chain does not match the program at '{}'", mark);
@@ -754,6 +777,7 @@ struct ImageKernels {
       if (++chain_i < chain->size()) {
         const Gemm& nx = (*chain)[chain_i];
         next_g = base_args(std::get<0>(nx), std::get<1>(nx), std::get<2>(nx));
+        next_g.w_ddr += uint32_t(std::get<4>(nx));
         link(g, std::get<3>(nx));
       }
     } else {
@@ -1408,13 +1432,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (res->rope_tmp && rope_ch == UINT32_MAX) load(UINT32_MAX);
     if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
   };
-  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared) {
-    k.prefetch(w, n, kk, between);
-  };
+  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared,
+                      uint64_t w_off = 0) { k.prefetch(w, n, kk, between, w_off); };
   auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t kk, uint32_t x,
-                  uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias) {
-    k.gemm(mark, w, m, n, kk, x, x_stride, y, y_stride, bias);
+                  uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, uint64_t w_off = 0) {
+    k.gemm(mark, w, m, n, kk, x, x_stride, y, y_stride, bias, {}, GemmAct::none, w_off);
   };
+  // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
+  const bool qkv_split = tower_qkv_split();
+  const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
   auto norm = [&](const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y,
                   uint32_t w, uint32_t bias, float eps) { k.norm(mark, kind, rows, dim, x, y, w, bias, eps); };
   auto ew = [&](const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
@@ -1430,7 +1456,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     b.op("mark.begin", {Name{"vision_tower"}});
     em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
     em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
-    prefetch(vname(0, "qkv"), 3 * d.Dv, d.Dv);
+    prefetch(vname(0, "qkv"), qkv_n, d.Dv);
     gemm("V.patch_embed", "V.patch", N, d.Dv, d.pd, BIG, d.pd * 2, H, d.Dv * 2, VEC);
     em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
     ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
@@ -1450,7 +1476,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const auto& taps = vc.deepstack_visual_indexes;
       for (int j = j0; j < int(taps.size()); ++j)
         if (taps[j] == blk) return prefetch(mname(j, "fc1"), d.Md, d.Md);
-      if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), 3 * d.Dv, d.Dv);
+      if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), qkv_n, d.Dv);
       prefetch(mname(-1, "fc1"), d.Md, d.Md);
     };
     for (int blk = 0; blk < vc.depth; ++blk) {
@@ -1459,8 +1485,17 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
       tables_early(vtables(B + "."));
       norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
-      prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-      gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+      if (qkv_split) {
+        const uint64_t v_off = gemm_weight_bytes(gemm_cfg_, 2 * d.Dv, d.Dv);
+        prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, v_off);
+        gemm(B + ".qk", vname(blk, "qkv"), N, 2 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+        prefetch(vname(blk, "proj"), d.Dv, d.Dv);
+        gemm(B + ".v", vname(blk, "qkv"), N, d.Dv, d.Dv, XN, d.Dv * 2, BIG + 2 * d.Dv * 2, 3 * d.Dv * 2,
+             vv_qkvb + 2 * d.Dv * 2, v_off);
+      } else {
+        prefetch(vname(blk, "proj"), d.Dv, d.Dv);
+        gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+      }
       tables_ready(vtables(B + "."));
       rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
@@ -2733,8 +2768,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 }
                 k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
                 kick(1);
-                k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
-                       vv_qkvb);
+                if (tower_qkv_split()) {  // q|k, then v (as the resident plan)
+                  k.gemm(T + ".qk", vname(blk, "qkv"), rows, 2 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
+                  k.gemm(T + ".v", vname(blk, "qkv"), rows, d.Dv, d.Dv, X, d.Dv * 2, QKV + 2 * d.Dv * 2, 3 * d.Dv * 2,
+                         vv_qkvb + 2 * d.Dv * 2, {}, GemmAct::none, gemm_weight_bytes(gemm_cfg_, 2 * d.Dv, d.Dv));
+                } else {
+                  k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
+                         vv_qkvb);
+                }
                 k.rope(T + ".qk_rope", rows, 2 * d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);  // q and k heads adjacent
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {

@@ -15,6 +15,7 @@
 
 #include "isa/error.h"
 #include "isa/fp16.h"
+#include "kernels/gemm.h"
 #include "kernels/rope.h"
 #include "model/reference/chain.h"
 #include "model/compiler/compiler.h"
@@ -1006,6 +1007,52 @@ ModelConfig config_tiny_tower() {
   m.vision.hidden_size = 384;
   return m;
 }
+// The tower's q|k|v in two calls (Compiler::tower_qkv_split), on the tiny model with a tower of
+// 256 on qc-u: one call of N = 768 ran at split 1 on 768 of the 1,024 PEs; q|k (512) at split 2
+// fills them and v (256) runs two row sets, both packed back to back under V<b>.qkv. Resident,
+// and streamed (block 0's q|k|v in row tiles, the calls chained automatically). Against the
+// chain; negative control: block 1's v packing (the second call's weight, past q|k's) zeroed.
+ModelConfig config_tiny_tower256() {
+  ModelConfig m = config_tiny();
+  m.name = "tiny_tower256";
+  m.vision.hidden_size = 256;
+  return m;
+}
+TEST(ImageOcm, TinyTowerQkvInTwoCallsMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_tower256().name, config_tiny_tower256());
+  const auto [pixels, ref] = ocm_reference(config_tiny_tower256(), *tiny.bundle, 17);
+  for (uint32_t tile_rows : {0u, 64u}) {
+    const sim::Config cfg = sim::Config::make("qc-u", {});
+    CompileOptions opt = ocm_options();
+    opt.image_tile_rows = tile_rows;
+    opt.image_gemm_rows = 32;  // (the view would be halved: the tiny model is DDR-bound)
+    Compiler c(config_tiny_tower256(), cfg, opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    size_t qk = 0, v = 0, qkv = 0;
+    for (const KernelCall& k : prog.calls) {
+      if (k.mark[0] != 'V') continue;
+      qk += k.mark.ends_with(".qk");
+      v += k.mark.ends_with(".v");
+      qkv += k.mark.ends_with(".qkv");
+    }
+    EXPECT_GT(qk, 0u) << prog.plan;
+    EXPECT_EQ(qk, v);
+    EXPECT_EQ(qkv, 0u);
+    const std::string what = std::string("tiny image program (tower 256), its q|k|v in two calls, ") +
+                             (tile_rows ? "streamed" : "resident");
+    expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, what, false);
+    const DdrTensor& t = c.layout().at("V1.qkv");
+    const uint64_t qk_bytes = kernels::gemm_weight_bytes(cfg, 2 * 256, 256);
+    const std::vector<uint8_t> zeros(t.bytes - qk_bytes, 0);
+    const ImageRun bad = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0, [&](Session& dev) {
+      dev.write_ddr(t.offset + qk_bytes, zeros.data(), zeros.size());
+    });
+    const double cs = cosine(bad.logits, ref);
+    std::printf("negative control (block 1's v packing zeroed): logits cosine %.7f\n", cs);
+    EXPECT_LT(cs, 0.9999) << "a zeroed v packing must fail the gate";
+  }
+}
+
 TEST(ImageOcm, TinyTowerMlpInRowTilesMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_tower().name, config_tiny_tower());
   const ImageShape shape{16, 16, 96, 5};
