@@ -32,8 +32,8 @@
 //   code unit d: [npe PEs][UB bytes], d = 0..D-1: PE e's code stream (column t*T + e/S,
 //                the k of parity e % S in k order, two codes per byte, low nibble
 //                first), bytes [UB d, UB d + UB); UB = 64 (D = B/S), or 32 (D = 2B/S) where
-//                64 a PE would give DMA buffers over a quarter of an OCM of 2 MiB or more
-//                (gemm_unit_pe_bytes: 64x64 at 2 MiB), scattered then by oscatter.h and
+//                64 a PE on four channels would take over a quarter of an OCM of 2 MiB or
+//                more (gemm_unit_pe_bytes: 64x64 at 2 MiB), scattered then by oscatter.h and
 //                stored by vst.h
 // The last tile may be narrower: W = N mod T columns on its first W * S PEs, laid out
 // the same way with W for T and W * S for npe (no padding columns: the packed weight
@@ -201,10 +201,11 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 // The least lrm_bytes with which a K-input weight fits some split on cfg's array.
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
-// UB, the code bytes a PE takes from a DMA unit: 64, or 32 where a unit of 64 a PE on every
-// DMA channel would take more than a quarter of an OCM of 2 MiB or more (64x64 at 2 MiB: the
-// image compiler then keeps the GEMMs on every row, Compiler::gemm_view; below 2 MiB it halves
-// their view instead, which leaves the row tiles more room).
+// UB, the code bytes a PE takes from a DMA unit: 64, or 32 where units of 64 a PE on four DMA
+// channels would take more than a quarter of an OCM of 2 MiB or more (64x64 at 2 MiB: the image
+// compiler then keeps the GEMMs on every row, Compiler::gemm_view; below 2 MiB it halves their
+// view instead, which leaves the row tiles more room). Four, not cfg.dma_channels: the packing
+// and the calls must agree where the compiler gives its GEMMs fewer channels.
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);

@@ -641,18 +641,23 @@ INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
                                                       {.lrm = true, .handoff = true, .sub = true, .seed = true}}));
 
 
-// Half units (gemm_unit_pe_bytes: 32 code bytes a PE where 64 on every channel would take over a
-// quarter of an OCM of 2 MiB or more; 64x32 PEs, 8 channels, 2 MiB): every path that moves units - the prologue, the next
+// Half units (gemm_unit_pe_bytes: 32 code bytes a PE where 64 on four channels would take over a
+// quarter of an OCM of 2 MiB or more; 64x64 PEs, 2 MiB): every path that moves units - the prologue, the next
 // tile's units at the row groups' starts and in loop segments (a, seg), a narrow last tile,
 // split 2, two row sets, the next call prefetched, partial sums in OCM and LRM chained by hand-
 // offs with seeds - matches the chain within one fp16 ulp, and timing-only gives the functional
 // cycles.
 TEST(Gemm, HalfUnitsMatchTheChain) {
-  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "ocm_bytes=2MiB", "dma_channels=8"});
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"});
   ASSERT_EQ(gemm_unit_pe_bytes(cfg), 32u);
+  sim::Config two = cfg;  // (the same units on fewer channels: packing and calls agree)
+  two.dma_channels = 2;
+  ASSERT_EQ(gemm_unit_pe_bytes(two), 32u);
   ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {})), 64u);
   ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"ocm_bytes=786432"})), 64u);  // (below 2 MiB)
-  ASSERT_EQ(plan_gemm(cfg, 64, 2100, 1024).units, 2 * plan_gemm(sim::Config::make("qc-u", {}), 64, 2100, 1024).units);
+  sim::Config four = cfg;  // (4 MiB: 64 bytes a PE)
+  four.ocm_bytes = 4u << 20;
+  ASSERT_EQ(plan_gemm(cfg, 64, 2100, 1024).units, 2 * plan_gemm(four, 64, 2100, 1024).units);
   for (Shape s : {Shape{"", 64, 2100, 1024, GemmBias::f16, 0}, Shape{"", 64, 2100, 1024, GemmBias::f16, 1},
                   Shape{"", 18, 600, 256, GemmBias::none, 2},
                   Shape{"", 40, 256, 1024, GemmBias::f32, 0}, Shape{"", 20, 1100, 384, GemmBias::f32, 0}}) {

@@ -754,6 +754,24 @@ TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
                              detail::layer_name(0, "gu2.gemm"), "layer 0's gate|up chunk 2");
 }
 
+// The same model on a 64x64 array (the GEMMs on every row): its gate|up chunks of 1,536 columns
+// each (3,072 with up: a tile and a half at split 1 on 4,096 PEs) are packed on their own, so a
+// call takes one of them (ImageKernels::gu_split, gate_up_chunk_split): two back to back are not
+// the packing of 6,144 columns (the plan took two a call, logits NaN).
+TEST(ImageOcm, TinyGateUpChunksOn64x64MatchTheChain) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 19);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
+  CompileOptions opt = ocm_options();
+  opt.image_gemm_rows = 64;
+  Compiler c(config_tiny_wide(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("gate|up chunks per call 1"), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                       "tiny (wide) image program, 64x64, 8 MiB", false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                             detail::layer_name(0, "gu1.gemm"), "layer 0's gate|up chunk 1");
+}
+
 // The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
 // through one output buffer, each store waited for; at 64 GB/s tiles of 88 through two):
 // forced by CompileOptions::image_qkv_rows and image_qkv_buffers on the tiny wider model, 256
