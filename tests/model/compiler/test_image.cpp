@@ -772,6 +772,29 @@ TEST(ImageOcm, TinyGateUpChunksOn64x64MatchTheChain) {
                              detail::layer_name(0, "gu1.gemm"), "layer 0's gate|up chunk 1");
 }
 
+// And as the 2B on 64x64 takes them: a tiny model with a hidden size of 256 (K = 256: split 2
+// possible) and an MLP of 2,048 in chunks of 1,024 (2,048 columns with up: one whole tile at
+// split 2), two a call, the calls at split 2 (not the split 1 that 4,096 columns take alone).
+TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
+  ModelConfig m = config_tiny();
+  m.name = "tiny_h256_mlp2048";
+  m.text.hidden_size = 256;
+  m.vision.out_hidden_size = 256;
+  m.text.intermediate_size = 2048;
+  static TinyBundle tiny("image_" + m.name, m);
+  const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
+  CompileOptions opt = ocm_options();
+  opt.image_gemm_rows = 64;
+  Compiler c(m, cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("gate|up chunks per call 2"), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "tiny (MLP 2,048) image program, 64x64, 8 MiB",
+                       false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, "gu1.gemm"),
+                             "layer 1's gate|up chunk 1");
+}
+
 // The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
 // through one output buffer, each store waited for; at 64 GB/s tiles of 88 through two):
 // forced by CompileOptions::image_qkv_rows and image_qkv_buffers on the tiny wider model, 256
