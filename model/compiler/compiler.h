@@ -280,6 +280,8 @@ class Compiler {
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out
   // The resident tower's q|k|v in two calls, q|k then v (compiler_image.cpp).
   bool tower_qkv_split() const;
+  // The split of every call on the resident prefill's gate|up chunks (compiler_image.cpp).
+  uint32_t gate_up_chunk_split() const;
   uint32_t pm_npe_ = 0;
   uint32_t pm_tower_npe_ = 0;  // the tower's and mergers' chunks for this many PEs instead (0: pm_npe_)
   size_t pm_first_ = 0;

@@ -129,14 +129,8 @@ uint32_t vgq_heads(uint32_t heads) {
 }
 std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
 bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
-// The resident prefill's gate|up chunk packings (L<i>.gu<c>.gemm): each packed at its own split
-// (the tiling rule on 2 cw columns), so every call on J of them runs at that split
-// (ImageKernels::gu_split), and takes J > 1 only where a chunk is whole tiles at it (then J
-// chunks' packings back to back are the packing of 2 cw J columns).
+// The resident prefill's gate|up chunk packings (L<i>.gu<c>.gemm; Compiler::gate_up_chunk_split).
 bool is_gate_up_chunk(const std::string& w) { return w.find(".gu") != std::string::npos && w.ends_with(".gemm"); }
-uint32_t gate_up_chunk_split(const sim::Config& gcfg, uint32_t cw, uint32_t hidden) {
-  return gemm_split(gcfg, 2 * cw, hidden);
-}
 // Its gate|up GEMMs at split 2 where split 1 would make them one tile whose weight streams in
 // slower than the down chunk before runs the MACs of its last tile over `rows` rows (the tile
 // that down chunk hands off during its last tile is then half as large: 32x32, 2 MiB, 32 GB/s,
@@ -307,6 +301,16 @@ bool Compiler::pm_gate_up_fused() const {
 // N = 3,072 at split 1 on 3,072 of the 4,096 PEs, q|k at split 2 on all of them, v (N = 1,024)
 // on both halves, 0.75 of the PE steps. The same DDR bytes: both packings back to back under
 // V{b}.qkv. (Not with mixed precision: its fp16 columns are per packing.)
+// The resident prefill's gate|up chunks are packed one by one at the tiling rule's split for
+// their 2 cw columns, so every call on J of them runs at that split (ImageKernels::gu_split) and
+// takes J > 1 only where a chunk is whole tiles at it (then J packings back to back are the
+// packing of 2 cw J columns). (On 64x64, cw = 1,024: chunks at split 2, where six chunks' 12,288
+// columns alone would take split 1.)
+uint32_t Compiler::gate_up_chunk_split() const {
+  const Dims d(model_);
+  return gemm_split(gemm_cfg_, 2 * gate_up_chunk(cfg_, d.I), d.H);
+}
+
 bool Compiler::tower_qkv_split() const {
   const Dims d(model_);
   return !opt_.fp16_channels && plan_gemm(gemm_cfg_, 0, 3 * d.Dv, d.Dv).tail_cols &&
@@ -697,7 +701,7 @@ struct ImageKernels {
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
   uint32_t pm_split = 0;  // the split of the streamed prefill's gate|up chunks (pm_gate_up_split)
-  uint32_t gu_split = 0;  // the resident prefill's gate|up chunks' split (gate_up_chunk_split)
+  uint32_t gu_split = 0;  // the resident prefill's gate|up chunks' split (Compiler::gate_up_chunk_split)
   // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
   // gather GEMM between two calls uses their LRM and DMA channels).
   F16Regions f16;
@@ -1196,8 +1200,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const DdrTensor& t0 = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c).c_str()));
       contiguous = ddr_.at(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str())).offset == t0.offset + t0.bytes;
     }
-  const uint32_t gsplit = gate_up_chunk_split(gemm_cfg_, cw, d.H);
-  if ((2 * cw) % (gemm_cfg_.npe() / gsplit)) contiguous = false;  // (a chunk not whole tiles: one a call)
+  if ((2 * cw) % (gemm_cfg_.npe() / gate_up_chunk_split())) contiguous = false;  // (a chunk not whole tiles)
   std::vector<uint32_t> js;
   for (bool whole : {true, false})
     for (uint32_t j = contiguous ? nchunks : 1; j >= 1; --j)
@@ -1415,7 +1418,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
   ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
-  k.gu_split = gate_up_chunk_split(gemm_cfg_, gate_up_chunk(cfg_, d.I), d.H);
+  k.gu_split = gate_up_chunk_split();
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -2416,7 +2419,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
     k.pm_split = pm_split();
-    k.gu_split = gate_up_chunk_split(gemm_cfg_, gate_up_chunk(cfg_, d.I), d.H);
+    k.gu_split = gate_up_chunk_split();
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
