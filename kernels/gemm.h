@@ -67,9 +67,9 @@
 // Two row sets: a call of one narrow tile at split 2 whose W columns take at most half the
 // array (W * 2 <= H = npe / 2: the 2B tower's N = 1,024 GEMMs on 64x64) has its tile's units
 // scattered twice, to PEs [0, 2W) and again to [H, H + 2W), and over 16 rows or more each row
-// slot computes two rows: row 2i of the group
-// on the lower PEs, 2i + 1 on the upper ones (R slots, 2R rows a group). A slot's activations
-// reach the two halves in two broadcasts into one register, the upper row to every PE six
+// slot computes two rows: row 2i of the group on the lower PEs, 2i + 1 on the upper ones (R
+// slots, 2R rows a group). A slot's activations reach the two halves in two broadcasts into one
+// register, the upper row to every PE six
 // slots ahead, the lower row predicated to PEs [0, H) three slots ahead (a register is written
 // again 8 cycles after a write), split 2's shift one ahead: 4 issue slots a vmac, in 8 rotating
 // registers (v28-v31, v16-v19). Each half gathers its own rows (and reads its own partial

@@ -280,6 +280,7 @@ class Compiler {
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out
   // The resident tower's q|k|v in two calls, q|k then v (compiler_image.cpp).
   bool tower_qkv_split() const;
+  uint64_t tower_v_offset() const;  // (the v call's weight bytes into V<b>.qkv)
   // The split of every call on the resident prefill's gate|up chunks (compiler_image.cpp).
   uint32_t gate_up_chunk_split() const;
   uint32_t pm_npe_ = 0;

@@ -296,11 +296,6 @@ bool Compiler::pm_gate_up_fused() const {
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
 }
 
-// Where one call of 3 Dv leaves part of its tile idle and two calls fill theirs - q|k in whole
-// tiles, v in two row sets (kernels/gemm.h) - the resident tower's q|k|v runs as those two: 64x64,
-// N = 3,072 at split 1 on 3,072 of the 4,096 PEs, q|k at split 2 on all of them, v (N = 1,024)
-// on both halves, 0.75 of the PE steps. The same DDR bytes: both packings back to back under
-// V{b}.qkv. (Not with mixed precision: its fp16 columns are per packing.)
 // The resident prefill's gate|up chunks are packed one by one at the tiling rule's split for
 // their 2 cw columns, so every call on J of them runs at that split (ImageKernels::gu_split) and
 // takes J > 1 only where a chunk is whole tiles at it (then J packings back to back are the
@@ -311,11 +306,18 @@ uint32_t Compiler::gate_up_chunk_split() const {
   return gemm_split(gemm_cfg_, 2 * gate_up_chunk(cfg_, d.I), d.H);
 }
 
+// Where one call of 3 Dv leaves part of its tile idle and two calls fill theirs - q|k in whole
+// tiles, v in two row sets (kernels/gemm.h) - the resident tower's q|k|v runs as those two: 64x64,
+// N = 3,072 at split 1 on 3,072 of the 4,096 PEs, q|k at split 2 on all of them, v (N = 1,024)
+// on both halves, 0.75 of the PE steps. The same DDR bytes: both packings back to back under
+// V{b}.qkv. (Not with mixed precision: its fp16 columns are per packing.)
 bool Compiler::tower_qkv_split() const {
   const Dims d(model_);
   return !opt_.fp16_channels && plan_gemm(gemm_cfg_, 0, 3 * d.Dv, d.Dv).tail_cols &&
          !plan_gemm(gemm_cfg_, 0, 2 * d.Dv, d.Dv).tail_cols && plan_gemm(gemm_cfg_, 16, d.Dv, d.Dv).sets == 2;
 }
+// Where the v call's packing starts in V{b}.qkv: after q|k's.
+uint64_t Compiler::tower_v_offset() const { return gemm_weight_bytes(gemm_cfg_, 2 * Dims(model_).Dv, Dims(model_).Dv); }
 
 uint32_t Compiler::pm_split() const {
   const Dims d(model_);
@@ -1502,7 +1504,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       tables_early(vtables(B + "."));
       norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
       if (qkv_split) {
-        const uint64_t v_off = gemm_weight_bytes(gemm_cfg_, 2 * d.Dv, d.Dv);
+        const uint64_t v_off = tower_v_offset();
         prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, v_off);
         gemm(B + ".qk", vname(blk, "qkv"), N, 2 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
@@ -2788,7 +2790,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 if (tower_qkv_split()) {  // q|k, then v (as the resident plan)
                   k.gemm(T + ".qk", vname(blk, "qkv"), rows, 2 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
                   k.gemm(T + ".v", vname(blk, "qkv"), rows, d.Dv, d.Dv, X, d.Dv * 2, QKV + 2 * d.Dv * 2, 3 * d.Dv * 2,
-                         vv_qkvb + 2 * d.Dv * 2, {}, GemmAct::none, gemm_weight_bytes(gemm_cfg_, 2 * d.Dv, d.Dv));
+                         vv_qkvb + 2 * d.Dv * 2, {}, GemmAct::none, tower_v_offset());
                 } else {
                   k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
                          vv_qkvb);

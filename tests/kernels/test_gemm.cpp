@@ -51,7 +51,6 @@ GemmRun run_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, Gem
   a.x_stride = 2 * k;
   a.y_ocm = align64(uint64_t(m) * a.x_stride);
   a.y_stride = 2 * n;
-
   a.bias = bias;
   a.bias_ocm = align64(a.y_ocm + uint64_t(m) * a.y_stride);
   a.scratch_ocm = align64(a.bias_ocm + uint64_t(n) * 4 + 4);
@@ -168,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"qc-u", 17, 256, 512, GemmBias::f16, 0}, Shape{"qc-u", 20, 256, 512, GemmBias::f16, 0},
                       Shape{"qc-u", 24, 256, 512, GemmBias::f16, 0}, Shape{"qc-u", 31, 256, 512, GemmBias::f16, 0},
                       Shape{"qc-u", 33, 256, 512, GemmBias::f16, 0}, Shape{"qc-u", 50, 256, 512, GemmBias::f16, 0},
-                      Shape{"qc-u", 24, 64, 128, GemmBias::f16, 0}, Shape{"qc-u", 64, 64, 256, GemmBias::f32, 0}, Shape{"qc-u", 64, 128, 512, GemmBias::f16, 0}, Shape{"qc-u", 256, 128, 256, GemmBias::f16, 0}));
+                      Shape{"qc-u", 24, 64, 128, GemmBias::f16, 0}, Shape{"qc-u", 64, 64, 256, GemmBias::f32, 0},
+                      Shape{"qc-u", 64, 128, 512, GemmBias::f16, 0}, Shape{"qc-u", 256, 128, 256, GemmBias::f16, 0}));
 
 // Two row sets (a one-tile call at split 2 on at most half the PEs, 16 rows or more): timing-
 // only gives the functional cycles, and on 64x64 the 2B tower's proj (N = 1,024 of a 2,048-column
@@ -642,11 +642,11 @@ INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
 
 
 // Half units (gemm_unit_pe_bytes: 32 code bytes a PE where 64 on four channels would take over a
-// quarter of an OCM of 2 MiB or more; 64x64 PEs, 2 MiB): every path that moves units - the prologue, the next
-// tile's units at the row groups' starts and in loop segments (a, seg), a narrow last tile,
-// split 2, two row sets, the next call prefetched, partial sums in OCM and LRM chained by hand-
-// offs with seeds - matches the chain within one fp16 ulp, and timing-only gives the functional
-// cycles.
+// quarter of an OCM of 2 MiB or more; 64x64 PEs, 2 MiB): every path that moves units - the
+// prologue, the next tile's units at the row groups' starts and in loop segments (a, seg), a
+// narrow last tile, split 2, two row sets, the next call prefetched, partial sums in OCM and
+// LRM chained by hand-offs with seeds - matches the chain within one fp16 ulp, and timing-only
+// gives the functional cycles.
 TEST(Gemm, HalfUnitsMatchTheChain) {
   const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB"});
   ASSERT_EQ(gemm_unit_pe_bytes(cfg), 32u);
