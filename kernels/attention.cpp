@@ -654,7 +654,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     b.op("vshr", {odd, raw, int64_t(16)});
   };
   // p7 holds the pass's PEs for the MACs, unless the groups need it (eight groups: the
-  // MACs then run on every PE, those past the pass on stale, finite q and never gathered).
+  // MACs then run on every PE, those past the pass on zero q and never gathered).
   const P mac{pred_groups > kP7Group ? uint8_t(0) : uint8_t(7)};
 
   // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
@@ -807,6 +807,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   b.li(X{11}, qrs);
   b.li(X{30}, ors);
   b.op("vlaneid", {LANE_});
+  // MACs on every PE: q zero on the PEs no pass fills, whatever an earlier kernel left in
+  // the registers (stale NaN would flow into their scores); the passes scatter finite q.
+  if (mac.n == 0)
+    for (uint32_t c = 0; c < CH; ++c) b.op("vsplati", {QR[c], int64_t(0)});
   if (lrm_masks)
     for (uint32_t j = 0; j < kJ; ++j) {
       b.op("vsplati", {tmp[0], int64_t(j)});
