@@ -30,10 +30,10 @@ using detail::align_up;
 using detail::layer_name;
 constexpr uint64_t kAlign = 64;
 
-uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout) {
+uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout, uint32_t split) {
   if (index_.count(name)) fail("compiler: DDR tensor '{}' laid out twice", name);
   uint64_t off = align_up(end_, kAlign);
-  tensors_.push_back({name, off, bytes, layout});
+  tensors_.push_back({name, off, bytes, layout, split});
   index_[name] = tensors_.size() - 1;
   end_ = off + bytes;
   return off;
@@ -75,7 +75,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
   settle_pm_chunks();
 }
 
-void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {
+void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout, uint32_t split) {
   const bool gemm = std::string(layout) == "gemm";
   auto bytes = [&](uint32_t rows) {
     return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k);
@@ -86,12 +86,12 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
     sim::Config big = cfg_;
     big.lrm_bytes = kernels::gemm_lrm_need(cfg_, k);
     if (big.lrm_bytes > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), big.lrm_bytes};
-    ddr_.add(name, gemm_weight_bytes(big, n, k), layout);
+    ddr_.add(name, gemm_weight_bytes(big, n, k), layout, split);
     return;
   }
-  ddr_.add(name, bytes(n), layout);
+  ddr_.add(name, bytes(n), layout, split);
   if (!opt_.fp16_channels) return;
-  ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout);
+  ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout, split);
   ddr_.add(detail::f16w(name), uint64_t(n) * kF16RowBytes, layout);
 }
 
@@ -400,8 +400,8 @@ void Compiler::put(DdrWriter ddr, const std::string& name, const std::vector<uin
   ddr.write(d.offset, bytes.data(), bytes.size());
 }
 
-void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, uint32_t split) const {
-  put_weight(ddr, name, q, q.view(), split);
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const {
+  put_weight(ddr, name, q, q.view());
 }
 
 QuantTensor Compiler::put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
@@ -414,13 +414,13 @@ QuantTensor Compiler::put_bundle_weight(DdrWriter ddr, const std::string& name, 
   return q;
 }
 
-// w: q's codes, scales and zeros (q.view(), or its codes in the mapped bundle); split: a GEMM
-// weight's K split (0: the tiling rule), as its calls ask for it.
-void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const W4Weights& w,
-                          uint32_t split) const {
-  const bool gemm = ddr_.at(name).layout.starts_with("gemm");  // "gemm", "gemm-pm"
+// w: q's codes, scales and zeros (q.view(), or its codes in the mapped bundle), packed at the
+// split its layout entry records (DdrTensor::split), the one its calls read.
+void Compiler::put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const W4Weights& w) const {
+  const DdrTensor& t = ddr_.at(name);
+  const bool gemm = t.layout.starts_with("gemm");  // "gemm", "gemm-pm"
   auto pack = [&](const W4Weights& v) {
-    return gemm ? pack_gemm_weight(v, gemm_cfg_, split) : pack_gemv_weight(v, cfg_);
+    return gemm ? pack_gemm_weight(v, gemm_cfg_, t.split) : pack_gemv_weight(v, cfg_);
   };
   put(ddr, name, pack(w));
   if (!opt_.fp16_channels) return;

@@ -50,11 +50,12 @@ struct DdrTensor {
   std::string name;
   uint64_t offset = 0, bytes = 0;
   std::string layout;  // "gemv", "gemm", "f16", "kv"
+  uint32_t split = 0;  // a GEMM packing's K split, as its calls read it (0: the tiling rule's for its shape)
 };
 
 class DdrLayout {
  public:
-  uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout);
+  uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout, uint32_t split = 0);
   const DdrTensor& at(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)
@@ -259,7 +260,7 @@ class Compiler {
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
-  void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
+  void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout, uint32_t split = 0);
   void plan_image_ddr();
   // The streamed plan's MLP chunks (compiler_image.cpp, pm_chunk_width; up columns per inner
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
@@ -294,15 +295,15 @@ class Compiler {
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
-  // A quantised weight packed in its layout ("gemv" or "gemm"), with its fp16 parts.
-  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, uint32_t split = 0) const;
+  // A quantised weight packed in its layout ("gemv" or "gemm", at the layout's split), with
+  // its fp16 parts.
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q) const;
   // The bundle's tensor `tensor` as put_weight packs it, its codes read in place from the
   // mapped file (QuantBundle::get_quant_mapped) instead of from a copy; returns the tensor
   // without its codes (scales, zeros, fp16 parts).
   QuantTensor put_bundle_weight(DdrWriter ddr, const std::string& name, const QuantBundle& bundle,
                                 const std::string& tensor) const;
-  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const kernels::W4Weights& w,
-                  uint32_t split = 0) const;
+  void put_weight(DdrWriter ddr, const std::string& name, const QuantTensor& q, const kernels::W4Weights& w) const;
   // The image program; with `into`, emitted into *into and its calls appended to *calls:
   // image_program (the resident plan) then leaves out the halt and the finish (a resident
   // tower before a streamed prefill), image_streamed finishes the program.

@@ -128,9 +128,6 @@ uint32_t vgq_heads(uint32_t heads) {
   return 1;
 }
 std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
-bool is_pm_gate_up(const std::string& w) { return w.find(".pm") != std::string::npos && w.ends_with(".gu"); }
-// The resident prefill's gate|up chunk packings (L<i>.gu<c>.gemm; Compiler::gate_up_chunk_split).
-bool is_gate_up_chunk(const std::string& w) { return w.find(".gu") != std::string::npos && w.ends_with(".gemm"); }
 // Its gate|up GEMMs at split 2 where split 1 would make them one tile whose weight streams in
 // slower than the down chunk before runs the MACs of its last tile over `rows` rows (the tile
 // that down chunk hands off during its last tile is then half as large: 32x32, 2 MiB, 32 GB/s,
@@ -297,10 +294,10 @@ bool Compiler::pm_gate_up_fused() const {
 }
 
 // The resident prefill's gate|up chunks are packed one by one at the tiling rule's split for
-// their 2 cw columns, so every call on J of them runs at that split (ImageKernels::gu_split) and
-// takes J > 1 only where a chunk is whole tiles at it (then J packings back to back are the
-// packing of 2 cw J columns). (On 64x64, cw = 1,024: chunks at split 2, where six chunks' 12,288
-// columns alone would take split 1.)
+// their 2 cw columns, recorded with them (DdrTensor::split), so every call on J of them runs at
+// that split and takes J > 1 only where a chunk is whole tiles at it (then J packings back to
+// back are the packing of 2 cw J columns). (On 64x64, cw = 1,024: chunks at split 2, where six
+// chunks' 12,288 columns alone would take split 1.)
 uint32_t Compiler::gate_up_chunk_split() const {
   const Dims d(model_);
   return gemm_split(gemm_cfg_, 2 * gate_up_chunk(cfg_, d.I), d.H);
@@ -351,7 +348,7 @@ void Compiler::plan_image_ddr() {
     // In mixed precision each chunk's fp16 parts follow it: the chunks are then not
     // contiguous, and each gate|up GEMM call takes one chunk (J = 1).
     for (uint32_t k = 0; k < d.I / cw; ++k)
-      add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm");
+      add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm", gate_up_chunk_split());
     add_weight(layer_name(i, "down.gemm"), d.H, d.I, "gemm");
   }
   ddr_.add("in.patches", uint64_t(P) * d.pd * 2, "input");
@@ -434,7 +431,7 @@ void Compiler::add_pm_packings() {
   const uint32_t cp = pm_chunk(d.I, 2);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i)
     for (uint32_t k = 0; k < d.I / cp; ++k) {
-      ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm");
+      ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm", pm_split());
       ddr_.add(pm_name(i, k, "down"), gemm_weight_bytes(cfg_, d.H, cp), "gemm-pm");
     }
 }
@@ -612,8 +609,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
     const bool pm_fused = pm_gate_up_fused();
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       const QuantTensor g = detail::slice_rows(gate, k * cp, cp), u = detail::slice_rows(up, k * cp, cp);
-      put_weight(ddr, pm_name(i, k, "gu"), pm_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}),
-                 pm_split());
+      put_weight(ddr, pm_name(i, k, "gu"), pm_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}));
     }
     down_chunks(cp, [&](uint32_t k) { return pm_name(i, k, "down"); });
   }
@@ -702,8 +698,6 @@ struct ImageKernels {
   sim::Config gcfg;  // the GEMMs' view of the machine (either plan may give them fewer DMA channels)
   const DdrLayout& ddr;
   uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
-  uint32_t pm_split = 0;  // the split of the streamed prefill's gate|up chunks (pm_gate_up_split)
-  uint32_t gu_split = 0;  // the resident prefill's gate|up chunks' split (Compiler::gate_up_chunk_split)
   // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
   // gather GEMM between two calls uses their LRM and DMA channels).
   F16Regions f16;
@@ -758,8 +752,7 @@ struct ImageKernels {
     g.smem = kSmem;
     g.sub_array = gcfg.npe() < cfg.npe();
     g.lrm_end = lrm_end;
-    if (is_pm_gate_up(w)) g.split = pm_split;
-    else if (is_gate_up_chunk(w)) g.split = gu_split;
+    g.split = ddr.at(w).split;
     return g;
   }
   // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
@@ -1420,7 +1413,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
   ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
-  k.gu_split = gate_up_chunk_split();
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -2420,8 +2412,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
-    k.pm_split = pm_split();
-    k.gu_split = gate_up_chunk_split();
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
     k.gcfg.dma_channels = int(p.channels);
