@@ -30,10 +30,10 @@ using detail::align_up;
 using detail::layer_name;
 constexpr uint64_t kAlign = 64;
 
-uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout, uint32_t split) {
+uint64_t DdrLayout::add(const std::string& name, uint64_t bytes, const std::string& layout) {
   if (index_.count(name)) fail("compiler: DDR tensor '{}' laid out twice", name);
   uint64_t off = align_up(end_, kAlign);
-  tensors_.push_back({name, off, bytes, layout, split});
+  tensors_.push_back({name, off, bytes, layout});
   index_[name] = tensors_.size() - 1;
   end_ = off + bytes;
   return off;
@@ -73,9 +73,10 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
   plan_decode_ocm();
   settle_gemm_view();
   settle_pm_chunks();
+  record_gemm_splits();
 }
 
-void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout, uint32_t split) {
+void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout) {
   const bool gemm = std::string(layout) == "gemm";
   auto bytes = [&](uint32_t rows) {
     return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k);
@@ -86,12 +87,12 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
     sim::Config big = cfg_;
     big.lrm_bytes = kernels::gemm_lrm_need(cfg_, k);
     if (big.lrm_bytes > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), big.lrm_bytes};
-    ddr_.add(name, gemm_weight_bytes(big, n, k), layout, split);
+    ddr_.add(name, gemm_weight_bytes(big, n, k), layout);
     return;
   }
-  ddr_.add(name, bytes(n), layout, split);
+  ddr_.add(name, bytes(n), layout);
   if (!opt_.fp16_channels) return;
-  ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout, split);
+  ddr_.add(detail::f16sel(name), bytes(kF16Cols), layout);
   ddr_.add(detail::f16w(name), uint64_t(n) * kF16RowBytes, layout);
 }
 

@@ -55,7 +55,8 @@ struct DdrTensor {
 
 class DdrLayout {
  public:
-  uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout, uint32_t split = 0);
+  uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout);
+  void set_split(const std::string& name, uint32_t split) { tensors_[index_.at(name)].split = split; }
   const DdrTensor& at(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)
@@ -260,7 +261,7 @@ class Compiler {
   void plan_ddr();
   // A W4 weight of n rows and k inputs in the "gemv" or "gemm" layout, with its
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
-  void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout, uint32_t split = 0);
+  void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
   // The streamed plan's MLP chunks (compiler_image.cpp, pm_chunk_width; up columns per inner
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
@@ -284,6 +285,9 @@ class Compiler {
   uint64_t tower_v_offset() const;  // (the v call's weight bytes into V<b>.qkv)
   // The split of every call on the resident prefill's gate|up chunks (compiler_image.cpp).
   uint32_t gate_up_chunk_split() const;
+  // The packings whose calls read them at a split other than the tiling rule's for their shape
+  // (DdrTensor::split), recorded once the GEMM view has settled (compiler_image.cpp).
+  void record_gemm_splits();
   uint32_t pm_npe_ = 0;
   uint32_t pm_tower_npe_ = 0;  // the tower's and mergers' chunks for this many PEs instead (0: pm_npe_)
   size_t pm_first_ = 0;

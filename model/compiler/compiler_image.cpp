@@ -303,6 +303,18 @@ uint32_t Compiler::gate_up_chunk_split() const {
   return gemm_split(gemm_cfg_, 2 * gate_up_chunk(cfg_, d.I), d.H);
 }
 
+void Compiler::record_gemm_splits() {
+  if (!opt_.image) return;
+  const Dims d(model_);
+  const uint32_t cw = gate_up_chunk(cfg_, d.I), cp = pm_chunk(d.I, 2);
+  for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
+    for (uint32_t k = 0; k < d.I / cw; ++k)
+      ddr_.set_split(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), gate_up_chunk_split());
+    if (ddr_.has(pm_name(i, 0, "gu")))
+      for (uint32_t k = 0; k < d.I / cp; ++k) ddr_.set_split(pm_name(i, k, "gu"), pm_split());
+  }
+}
+
 // Where one call of 3 Dv leaves part of its tile idle and two calls fill theirs - q|k in whole
 // tiles, v in two row sets (kernels/gemm.h) - the resident tower's q|k|v runs as those two: 64x64,
 // N = 3,072 at split 1 on 3,072 of the 4,096 PEs, q|k at split 2 on all of them, v (N = 1,024)
@@ -348,7 +360,7 @@ void Compiler::plan_image_ddr() {
     // In mixed precision each chunk's fp16 parts follow it: the chunks are then not
     // contiguous, and each gate|up GEMM call takes one chunk (J = 1).
     for (uint32_t k = 0; k < d.I / cw; ++k)
-      add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm", gate_up_chunk_split());
+      add_weight(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), 2 * cw, d.H, "gemm");
     add_weight(layer_name(i, "down.gemm"), d.H, d.I, "gemm");
   }
   ddr_.add("in.patches", uint64_t(P) * d.pd * 2, "input");
@@ -431,7 +443,7 @@ void Compiler::add_pm_packings() {
   const uint32_t cp = pm_chunk(d.I, 2);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i)
     for (uint32_t k = 0; k < d.I / cp; ++k) {
-      ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm", pm_split());
+      ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm");
       ddr_.add(pm_name(i, k, "down"), gemm_weight_bytes(cfg_, d.H, cp), "gemm-pm");
     }
 }
