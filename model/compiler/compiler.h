@@ -137,6 +137,7 @@ struct CompiledProgram {
   // plan_only, resident: the prefill's down GEMM would run in chunks beside its gate|up calls
   // (Compiler::down_chunks_laid) where their packings are laid.
   bool down_chunks = false;
+  bool gate_up_whole = false;  // plan_only, resident: one gate|up call takes every chunk
 };
 
 struct CompileOptions {
@@ -169,6 +170,9 @@ struct CompileOptions {
   // Test knob: the prefill's gate|up packings interleaved and their SiLU in the GEMM's epilogue
   // (Compiler::gate_up_fused) where their calls run at split 1, whatever the cost model says.
   bool image_silu_fused = false;
+  // Test knob: the resident prefill's gate|up chunks of gate_up_chunk's width (compiler_image.cpp),
+  // never as one where a call takes them all (Compiler::gu_cw_).
+  bool image_narrow_gate_up = false;
   // Test knob: the resident prefill's down chunk packings laid (Compiler::pm_down_) whatever the
   // planning prompt's plan; the down then runs in chunks where the plan allows it.
   bool image_down_chunks = false;
@@ -283,8 +287,11 @@ class Compiler {
   // The resident tower's q|k|v in two calls, q|k then v (compiler_image.cpp).
   bool tower_qkv_split() const;
   uint64_t tower_v_offset() const;  // (the v call's weight bytes into V<b>.qkv)
-  // The split of every call on the resident prefill's gate|up chunks (compiler_image.cpp).
+  // The resident prefill's gate|up chunk width (gate_up_chunk, or gu_cw_: plan_image_ddr) and
+  // the split of every call on its chunks (compiler_image.cpp).
+  uint32_t gu_chunk() const;
   uint32_t gate_up_chunk_split() const;
+  uint32_t gu_cw_ = 0;
   // The packings whose calls read them at a split other than the tiling rule's for their shape
   // (DdrTensor::split), recorded once the GEMM view has settled (compiler_image.cpp).
   void record_gemm_splits();

@@ -91,10 +91,7 @@ uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
 // runs (one down over all of K has a first tile 3x as large, which the last gate|up call cannot
 // stream in time: 32x64, 4 MiB, 64 GB/s: the layer's MLP waited 17 K cycles there); 0 where the
 // chunks do not pair up.
-uint32_t down_chunk_k(const sim::Config& cfg, uint32_t inter) {
-  const uint32_t cw = gate_up_chunk(cfg, inter);
-  return (inter / cw) % 2 == 0 ? 2 * cw : 0;
-}
+uint32_t down_chunk_k(uint32_t cw, uint32_t inter) { return (inter / cw) % 2 == 0 ? 2 * cw : 0; }
 
 // The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
 // tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
@@ -278,7 +275,7 @@ bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint
 bool Compiler::gate_up_fused() const {
   const Dims d(model_);
   if (opt_.fp16_channels || !opt_.image) return false;
-  const uint32_t cw = gate_up_chunk(cfg_, d.I), rows = uint32_t(planning_shape(opt_).seq_len);
+  const uint32_t cw = gu_chunk(), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cw, d.H) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
@@ -298,15 +295,17 @@ bool Compiler::pm_gate_up_fused() const {
 // that split and takes J > 1 only where a chunk is whole tiles at it (then J packings back to
 // back are the packing of 2 cw J columns). (On 64x64, cw = 1,024: chunks at split 2, where six
 // chunks' 12,288 columns alone would take split 1.)
+uint32_t Compiler::gu_chunk() const { return gu_cw_ ? gu_cw_ : gate_up_chunk(cfg_, Dims(model_).I); }
+
 uint32_t Compiler::gate_up_chunk_split() const {
   const Dims d(model_);
-  return gemm_split(gemm_cfg_, 2 * gate_up_chunk(cfg_, d.I), d.H);
+  return gemm_split(gemm_cfg_, 2 * gu_chunk(), d.H);
 }
 
 void Compiler::record_gemm_splits() {
   if (!opt_.image) return;
   const Dims d(model_);
-  const uint32_t cw = gate_up_chunk(cfg_, d.I), cp = pm_chunk(d.I, 2);
+  const uint32_t cw = gu_chunk(), cp = pm_chunk(d.I, 2);
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     for (uint32_t k = 0; k < d.I / cw; ++k)
       ddr_.set_split(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), gate_up_chunk_split());
@@ -335,6 +334,7 @@ uint32_t Compiler::pm_split() const {
 
 void Compiler::plan_image_ddr() {
   const Dims d(model_);
+  const size_t first = ddr_.tensors().size();
   const VisionConfig& v = model_.vision;
   const uint32_t P = opt_.max_patches;
   add_weight("V.patch", d.Dv, d.pd, "gemm");
@@ -353,7 +353,7 @@ void Compiler::plan_image_ddr() {
     ddr_.add(mname(j, "vec"), uint64_t(d.merger_vec(j >= 0)) * 2, "f16");
     ddr_.add(j < 0 ? "act.img" : fmt::format("act.ds{}", j), uint64_t(P / 4) * d.H * 2, "act");
   }
-  const uint32_t cw = gate_up_chunk(cfg_, d.I);
+  const uint32_t cw = gu_chunk();
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     add_weight(layer_name(i, "qkv.gemm"), d.qkv_n, d.H, "gemm");
     add_weight(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, "gemm");
@@ -390,6 +390,23 @@ void Compiler::plan_image_ddr() {
   } catch (const Error&) {
     return;  // the default shape does not fit this model's limits
   }
+  // The gate|up chunks as one (gu_cw_ = I) where the resident plan's gate|up call takes every
+  // chunk and would read one chunk of I at another split (the split of the call's columns, not
+  // of a chunk's): the same bytes, the same OCM, whole tiles. Kept where the plan then stays
+  // resident with one call. 64x64, 8 MiB, 128 GB/s: chunks of 1,024 at split 2 in a call of
+  // six, 25.69 M cycles; one chunk at split 1, 24.53 M (the in-loop unit scatters of split 1).
+  const bool whole = planned.plan.starts_with("resident") && planned.gate_up_whole;
+  if (!gu_cw_ && whole && !opt_.image_narrow_gate_up && gu_chunk() < d.I &&
+      gemm_split(gemm_cfg_, 2 * d.I, d.H) != gemm_split(gemm_cfg_, 2 * gu_chunk(), d.H)) {
+    ddr_.truncate(first);
+    gu_cw_ = d.I;
+    return plan_image_ddr();
+  }
+  if (gu_cw_ == d.I && !whole && gate_up_chunk(cfg_, d.I) < d.I) {
+    ddr_.truncate(first);
+    gu_cw_ = gate_up_chunk(cfg_, d.I);
+    return plan_image_ddr();
+  }
   // The resident prefill's down in chunks where its plan takes them (or the knob).
   pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
   if (planned.plan.starts_with("resident")) {
@@ -422,7 +439,7 @@ void Compiler::add_pm_packings() {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
   if (pm_down_) {  // (resident: the down's K in chunks of two gate|up chunks, down_chunk_k)
-    const uint32_t dk = down_chunk_k(cfg_, d.I);
+    const uint32_t dk = down_chunk_k(gu_chunk(), d.I);
     for (int i = 0; i < model_.text.num_hidden_layers; ++i)
       for (uint32_t k = 0; k < d.I / dk; ++k)
         ddr_.add(layer_name(i, fmt::format("dn{}.gemm", k).c_str()), gemm_weight_bytes(cfg_, d.H, dk), "gemm-pm");
@@ -593,7 +610,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       }
     }
   }
-  const uint32_t cw = gate_up_chunk(cfg_, d.I);
+  const uint32_t cw = gu_chunk();
   const bool gu_fused = gate_up_fused();
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
     std::vector<QuantTensor> qkv;
@@ -615,7 +632,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       for (uint32_t k = 0; k < d.I / width; ++k) gemm(name(k), detail::slice_cols(down, k * width, width));
     };
     if (dn)
-      down_chunks(down_chunk_k(cfg_, d.I), [&](uint32_t k) { return layer_name(i, fmt::format("dn{}.gemm", k).c_str()); });
+      down_chunks(down_chunk_k(gu_chunk(), d.I), [&](uint32_t k) { return layer_name(i, fmt::format("dn{}.gemm", k).c_str()); });
     if (!pm) continue;
     const uint32_t cp = pm_chunk(d.I, 2);
     const bool pm_fused = pm_gate_up_fused();
@@ -1165,7 +1182,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
-  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
+  const uint32_t cw = gu_chunk(), nchunks = d.I / cw;
   // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk (with the
   // SiLU fused, gate_up_fused, or a SiLU call after each), a prompt without cached tokens, the
   // partial sums in LRM (sums != 0), and only where the MLP's MACs take longer than its weights'
@@ -1217,7 +1234,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // One chunk a call where the SiLU is fused and the down can then run in chunks beside them
   // (down_chunked: its first tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks
   // a call 42.58 M cycles).
-  const uint32_t dk_plan = down_chunk_k(cfg_, d.I);
+  const uint32_t dk_plan = down_chunk_k(gu_chunk(), d.I);
   if (dk_plan && gu_fused && down_chunked(1, lrm_sums(gemm_cfg_, S, d.H, dk_plan, 2 * cw, 0))) js = {1};
   // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, as wide as on `pes` PEs
   // (pm_chunk_width), fp32 partial sums at vsums in LRM. Where they are laid, pm_npe_'s; planning
@@ -1394,8 +1411,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                       : "resident");
     if (res->rcv == 0 && !vpm_laid && s.vision)
       o.tower_chunk_pes = res->pes;
-    const uint32_t dk = down_chunk_k(cfg_, d.I);
+    const uint32_t dk = down_chunk_k(gu_chunk(), d.I);
     o.down_chunks = down_chunked(res->J, dk ? lrm_sums(gemm_cfg_, S, d.H, dk, 2 * cw * res->J, 0) : 0);
+    o.gate_up_whole = res->J == nchunks;
     return o;
   }
   const uint32_t rcv = res->rcv, J = res->J, cv = width(res->pes), vsums = rcv ? 0 : vsums_of(cv);
@@ -1627,7 +1645,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
   // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
   // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
-  const uint32_t dk = down_chunk_k(cfg_, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
+  const uint32_t dk = down_chunk_k(gu_chunk(), d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
   const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
@@ -1896,7 +1914,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t N = s.vision ? uint32_t(s.grid_h * s.grid_w) : 0, S = s.prefill ? uint32_t(s.seq_len) : 0, Nt = N / 4;
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;  // as in image_program
-  const uint32_t cw = gate_up_chunk(cfg_, d.I), nchunks = d.I / cw;
+  const uint32_t cw = gu_chunk(), nchunks = d.I / cw;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
   // The prefill's qkv phase, waited, where its four buffers do not fit: the rotary tables

@@ -756,7 +756,7 @@ TEST(ImageOcm, TinyGateUpCallsOfWholeTilesOn32x64) {
 
 // The same model on a 64x64 array (the GEMMs on every row): its gate|up chunks of 1,536 columns
 // each (3,072 with up: a tile and a half at split 1 on 4,096 PEs) are packed on their own, so a
-// call takes one of them (ImageKernels::gu_split, gate_up_chunk_split): two back to back are not
+// call takes one of them (gate_up_chunk_split, DdrTensor::split): two back to back are not
 // the packing of 6,144 columns (the plan took two a call, logits NaN).
 TEST(ImageOcm, TinyGateUpChunksOn64x64MatchTheChain) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 19);
@@ -772,20 +772,31 @@ TEST(ImageOcm, TinyGateUpChunksOn64x64MatchTheChain) {
                              detail::layer_name(0, "gu1.gemm"), "layer 0's gate|up chunk 1");
 }
 
-// And as the 2B on 64x64 takes them: a tiny model with a hidden size of 256 (K = 256: split 2
-// possible) and an MLP of 2,048 in chunks of 1,024 (2,048 columns with up: one whole tile at
-// split 2), two a call, the calls at split 2 (not the split 1 that 4,096 columns take alone).
-TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
+// A tiny model with a hidden size of 256 (K = 256: split 2 possible) and an MLP of 2,048 in
+// chunks of 1,024 (2,048 columns with up: one whole tile at split 2 on 4,096 PEs).
+ModelConfig config_h256_mlp2048() {
   ModelConfig m = config_tiny();
   m.name = "tiny_h256_mlp2048";
   m.text.hidden_size = 256;
   m.vision.out_hidden_size = 256;
   m.text.intermediate_size = 2048;
-  static TinyBundle tiny("image_" + m.name, m);
+  return m;
+}
+TinyBundle& h256_mlp2048_bundle() {
+  static TinyBundle tiny("image_tiny_h256_mlp2048", config_h256_mlp2048());
+  return tiny;
+}
+
+// As the 2B on 64x64 took them: the chunks two a call, the calls at split 2 (not the split 1
+// that 4,096 columns take alone; the knob keeps the chunks, OneGateUpChunkWhereACallTakesThemAll).
+TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
+  const ModelConfig m = config_h256_mlp2048();
+  TinyBundle& tiny = h256_mlp2048_bundle();
   const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
   sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
   CompileOptions opt = ocm_options();
   opt.image_gemm_rows = 64;
+  opt.image_narrow_gate_up = true;
   Compiler c(m, cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("gate|up chunks per call 2"), std::string::npos) << prog.plan;
@@ -793,6 +804,29 @@ TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
                        false);
   expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, "gu1.gemm"),
                              "layer 1's gate|up chunk 1");
+}
+
+// Where one call takes every chunk and their columns together take another split, the chunks
+// are laid as one (Compiler::gu_cw_): the same model, one chunk of 2,048 (4,096 columns: one
+// whole tile at split 1), packed and read at split 1. Against the chain; negative control: that
+// chunk zeroed in layer 1 fails the gate.
+TEST(ImageOcm, OneGateUpChunkWhereACallTakesThemAll) {
+  const ModelConfig m = config_h256_mlp2048();
+  TinyBundle& tiny = h256_mlp2048_bundle();
+  const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
+  CompileOptions opt = ocm_options();
+  opt.image_gemm_rows = 64;
+  Compiler c(m, cfg, opt);
+  EXPECT_TRUE(c.layout().has(detail::layer_name(1, "gu0.gemm")));
+  EXPECT_FALSE(c.layout().has(detail::layer_name(1, "gu1.gemm")));
+  EXPECT_EQ(c.layout().at(detail::layer_name(1, "gu0.gemm")).split, 1u);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("gate|up chunks per call 1"), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (MLP 2,048) image program, 64x64, 8 MiB, one gate|up chunk", false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, "gu0.gemm"),
+                             "layer 1's gate|up chunk");
 }
 
 // The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
