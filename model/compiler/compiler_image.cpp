@@ -290,13 +290,14 @@ bool Compiler::pm_gate_up_fused() const {
   return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
 }
 
+uint32_t Compiler::gu_chunk() const { return gu_cw_ ? gu_cw_ : gate_up_chunk(cfg_, Dims(model_).I); }
+
 // The resident prefill's gate|up chunks are packed one by one at the tiling rule's split for
 // their 2 cw columns, recorded with them (DdrTensor::split), so every call on J of them runs at
 // that split and takes J > 1 only where a chunk is whole tiles at it (then J packings back to
 // back are the packing of 2 cw J columns). (On 64x64, cw = 1,024: chunks at split 2, where six
-// chunks' 12,288 columns alone would take split 1.)
-uint32_t Compiler::gu_chunk() const { return gu_cw_ ? gu_cw_ : gate_up_chunk(cfg_, Dims(model_).I); }
-
+// chunks' 12,288 columns alone would take split 1; where one call takes all six they are laid
+// as one chunk instead: plan_image_ddr.)
 uint32_t Compiler::gate_up_chunk_split() const {
   const Dims d(model_);
   return gemm_split(gemm_cfg_, 2 * gu_chunk(), d.H);
@@ -385,28 +386,30 @@ void Compiler::plan_image_ddr() {
   // the one Compiler::max_context measured without them.)
   if (!pm_allowed()) return;
   CompiledProgram planned;
+  bool fits = true;
   try {
     planned = image_program(planning_shape(opt_), nullptr, nullptr);
   } catch (const Error&) {
-    return;  // the default shape does not fit this model's limits
+    fits = false;  // the default shape does not fit this model's limits
   }
   // The gate|up chunks as one (gu_cw_ = I) where the resident plan's gate|up call takes every
   // chunk and would read one chunk of I at another split (the split of the call's columns, not
   // of a chunk's): the same bytes, the same OCM, whole tiles. Kept where the plan then stays
-  // resident with one call. 64x64, 8 MiB, 128 GB/s: chunks of 1,024 at split 2 in a call of
-  // six, 25.69 M cycles; one chunk at split 1, 24.53 M (the in-loop unit scatters of split 1).
-  const bool whole = planned.plan.starts_with("resident") && planned.gate_up_whole;
-  if (!gu_cw_ && whole && !opt_.image_narrow_gate_up && gu_chunk() < d.I &&
-      gemm_split(gemm_cfg_, 2 * d.I, d.H) != gemm_split(gemm_cfg_, 2 * gu_chunk(), d.H)) {
+  // resident with one call, else laid again as they were. 64x64, 8 MiB, 128 GB/s: chunks of
+  // 1,024 at split 2 in a call of six, 25.69 M cycles; one chunk at split 1, 24.53 M (split 1's
+  // loop scatters the next tile's units inside it: kernels/gemm.cpp).
+  const bool whole = fits && planned.plan.starts_with("resident") && planned.gate_up_whole;
+  const uint32_t narrow = gate_up_chunk(cfg_, d.I);
+  auto relay = [&](uint32_t cw) {
     ddr_.truncate(first);
-    gu_cw_ = d.I;
-    return plan_image_ddr();
-  }
-  if (gu_cw_ == d.I && !whole && gate_up_chunk(cfg_, d.I) < d.I) {
-    ddr_.truncate(first);
-    gu_cw_ = gate_up_chunk(cfg_, d.I);
-    return plan_image_ddr();
-  }
+    gu_cw_ = cw;
+    plan_image_ddr();
+  };
+  if (!gu_cw_ && whole && !opt_.image_narrow_gate_up && narrow < d.I &&
+      gemm_split(gemm_cfg_, 2 * d.I, d.H) != gemm_split(gemm_cfg_, 2 * narrow, d.H))
+    return relay(d.I);
+  if (gu_cw_ == d.I && narrow < d.I && !whole) return relay(narrow);
+  if (!fits) return;
   // The resident prefill's down in chunks where its plan takes them (or the knob).
   pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
   if (planned.plan.starts_with("resident")) {
@@ -632,7 +635,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       for (uint32_t k = 0; k < d.I / width; ++k) gemm(name(k), detail::slice_cols(down, k * width, width));
     };
     if (dn)
-      down_chunks(down_chunk_k(gu_chunk(), d.I), [&](uint32_t k) { return layer_name(i, fmt::format("dn{}.gemm", k).c_str()); });
+      down_chunks(down_chunk_k(cw, d.I), [&](uint32_t k) { return layer_name(i, fmt::format("dn{}.gemm", k).c_str()); });
     if (!pm) continue;
     const uint32_t cp = pm_chunk(d.I, 2);
     const bool pm_fused = pm_gate_up_fused();
