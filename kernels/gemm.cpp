@@ -685,15 +685,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   next_fill_tile();
 
   // ---- tile loop ----
+  if (a.next_started && !(a.next && pl.tiles == 1 && a.handed_off && !a.handed_units))
+    fail("gemm: next_started needs a next call and a call of one tile handed off whole (this one: {} tiles)", pl.tiles);
   Label tile_loop = b.label(), done = b.label(), routine_full = b.label(), routine_last = b.label();
   b.bind(tile_loop);
   if (a.next) {
     // Last tile: every unit of this call is in LRM, so the DMA of the next call's tile 0
-    // (its first units) overlaps this tile's MACs.
+    // (its first units) overlaps this tile's MACs (unless they started before this call).
     Label skip = b.label();
     b.op("addi", {xT3, xT, -1});
     b.op("bne", {xT3, X{0}, skip});
-    prefetch_units(b, cfg, *a.next, xT3, early);
+    if (!a.next_started) prefetch_units(b, cfg, *a.next, xT3, early);
     if (nx) {
       if (pn.split == 2 && S == 1) even_odd();  // nx's meta goes to PE pairs
       b.li(xMsN, 4 * pn.blocks / pn.split);

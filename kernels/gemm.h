@@ -133,6 +133,10 @@ struct GemmArgs {
   // started the others on their channels; this call scatters those during its first row
   // group (set by gemm_handoff).
   uint32_t handed_units = 0;
+  // next_started: next's first units are on their channels already (emit_gemm_prefetch(*next)
+  // ran before this call, after the call before it; this call takes no unit of its own: one
+  // tile, handed off whole), so its last tile does not start them.
+  bool next_started = false;
   // Partial sums (a K split across calls, e.g. a layer's MLP in chunks of its inner
   // dimension): acc_in adds fp32 partial sums [m][n] at acc_ocm (row stride acc_stride >= 4n)
   // to every output after its lane sum (and split 2's pair sum), before the rounding; y_f32

@@ -800,6 +800,23 @@ struct ImageKernels {
     next_w = w;
     next_between = between;
   }
+  // Right after a GEMM whose next call (prefetched, of next_m rows) takes no unit of its own
+  // (one tile, handed off whole), the call after that (w: n x k) starts its first units, where
+  // its first tile takes the DDR longer than the next call's MACs and the program's GEMMs are
+  // MAC-bound (mac_bound): they then come in while the kernels between the two calls leave the
+  // DDR idle (the prefill's attention between q|k|v and o_proj), not only during the next
+  // call's MACs (GemmArgs::next_started).
+  bool mac_bound = false;
+  std::string started_w;
+  void start_after_next(const std::string& w, uint32_t n, uint32_t k, uint32_t next_m) {
+    if (f16.on || !mac_bound || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
+    if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
+    const GemmArgs g2 = base_args(w, n, k);
+    const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
+    if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
+    emit_gemm_prefetch(b, gcfg, g2);
+    started_w = w;
+  }
   void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
             uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {},
             GemmAct act = GemmAct::none, uint64_t w_off = 0) {
@@ -828,6 +845,10 @@ struct ImageKernels {
       if (g.prefetched) take_handoff(g, mark);
       prefetched_w = next_w;
       if (!next_w.empty()) link(g, next_between);
+      g.next_started = !next_w.empty() && next_w == started_w;
+      if (!started_w.empty() && !g.next_started)
+        fail("compiler: internal: '{}' started before '{}', which is not its next GEMM", started_w, mark);
+      started_w.clear();
       next_w.clear();
     }
     g.m = m;
@@ -1446,6 +1467,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
   ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
+  const GemmLoad load = gemm_load(model_, cfg_);
+  k.mac_bound = load.macs / gemm_cfg_.mac_peak(true) >= load.ddr_cycles;
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -1661,6 +1684,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
+    k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);

@@ -470,6 +470,104 @@ TEST(Gemm, HandoffToTwoRowSets) {
   expect_narrow_handoff({256, 128, 256}, 2, {100}, Call{256, 384, 256}, false);
 }
 
+// Three calls with other work between the first two (the prefill's attention between q|k|v and
+// o_proj): the second takes one tile, handed off whole by the first, so it takes no unit of its
+// own; the third's first units start right after the first call (emit_gemm_prefetch; the second
+// runs with GemmArgs::next_started) instead of at the second's start, and stream while the work
+// between runs. Every output matches the chain, timing-only gives the functional cycles, and the
+// three take fewer cycles than with the third's units started by the second. Negative control:
+// a row of the third call's output corrupted fails the gate.
+struct ThreeRun {
+  std::vector<float> y[3], ref[3];
+  uint64_t cycles = 0;
+};
+ThreeRun run_three(bool timing_only, bool early) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  const Call calls[3] = {{128, 1024, 1024}, {64, 1024, 1024}, {64, 2048, 4096}};
+  uint32_t at = 0;
+  auto take = [&](uint64_t bytes) { const uint32_t r = at; at = align64(at + bytes); return r; };
+  GemmArgs a[3];
+  uint32_t scratch = 0, w = 0x1000;
+  for (int i = 0; i < 3; ++i) {
+    const Call& c = calls[i];
+    a[i].m = c.m, a[i].n = c.n, a[i].k = c.k;
+    a[i].x_ocm = take(uint64_t(c.m) * c.k * 2), a[i].x_stride = 2 * c.k;
+    a[i].y_ocm = take(uint64_t(c.m) * c.n * 2), a[i].y_stride = 2 * c.n;
+    a[i].w_ddr = sim::ddr_addr(w);
+    w += uint32_t(align64(gemm_weight_bytes(cfg, c.n, c.k)));
+    scratch = std::max(scratch, gemm_scratch_bytes(cfg, c.n, c.k));
+  }
+  const uint32_t scratch_ocm = take(scratch);
+  for (GemmArgs& g : a) g.scratch_ocm = scratch_ocm, g.scratch_bytes = scratch;
+  // As the compiler links them (the next call's rows unknown).
+  GemmArgs link[2] = {a[1], a[2]};
+  for (int i = 0; i < 2; ++i) {
+    link[i].m = 0;
+    EXPECT_TRUE(gemm_handoff(cfg, a[i], link[i], 0));
+    a[i].next = &link[i];
+    a[i + 1].prefetched = true;
+    a[i + 1].handed_off = link[i].handed_off, a[i + 1].handed_units = link[i].handed_units;
+    a[i + 1].lrm_p = link[i].lrm_p, a[i + 1].lrm_q = link[i].lrm_q;
+  }
+  EXPECT_EQ(plan_gemm(cfg, 0, calls[1].n, calls[1].k).tiles, 1u);
+  EXPECT_EQ(a[1].handed_units, 0u);  // (the second call's one tile: handed off whole)
+  a[1].next_started = early;
+  Builder b;
+  emit_gemm_w4(b, cfg, a[0]);
+  if (early) emit_gemm_prefetch(b, cfg, link[1]);
+  b.li(X{5}, 6000);  // the work between: about 12 K cycles of scalar steps
+  Label again = b.label();
+  b.bind(again);
+  b.op("addi", {X{5}, X{5}, -1});
+  b.op("bne", {X{5}, X{0}, again});
+  emit_gemm_w4(b, cfg, a[1]);
+  emit_gemm_w4(b, cfg, a[2]);
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, timing_only);
+  std::vector<float> x[3];
+  model::QuantTensor q[3];
+  for (int i = 0; i < 3 && !timing_only; ++i) {
+    const Call& c = calls[i];
+    x[i] = random_vector(size_t(c.m) * c.k, 60 + i);
+    for (float& v : x[i]) v = round_f16(v);
+    q[i] = model::quantise(random_vector(size_t(c.n) * c.k, 70 + i, 0.02f).data(), c.n, c.k);
+    const std::vector<uint8_t> packed = pack_gemm_weight(q[i].view(), cfg);
+    p.ddr().write(a[i].w_ddr - sim::ddr_addr(0), packed.data(), packed.size());
+    write_ocm_f16(a[i].x_ocm, x[i]);
+  }
+  ThreeRun r;
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  for (int i = 0; i < 3 && !timing_only; ++i) {
+    const Call& c = calls[i];
+    r.y[i] = read_ocm_f16(a[i].y_ocm, size_t(c.m) * c.n);
+    std::vector<float> wh = model::dequantise(q[i]);
+    model::ops::round_f16_inplace(wh);
+    r.ref[i].assign(size_t(c.m) * c.n, 0.0f);
+    model::ops::linear(x[i], model::ops::Matrix::dense("w_f16", c.n, c.k, wh.data()), {}, r.ref[i]);
+    model::ops::round_f16_inplace(r.ref[i]);
+  }
+  return r;
+}
+
+TEST(Gemm, NextUnitsStartedBeforeACallOfNoUnits) {
+  ThreeRun f = run_three(false, true);
+  for (int i = 0; i < 3; ++i) {
+    Compare c = compare(f.y[i], f.ref[i]);
+    EXPECT_GE(c.cosine, 0.9999) << "call " << i;
+    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "call " << i;
+  }
+  const ThreeRun t = run_three(true, true), late = run_three(true, false);
+  EXPECT_EQ(f.cycles, t.cycles);
+  EXPECT_LT(t.cycles, late.cycles);
+  std::printf("three GEMMs, the third's first units started before the second: %llu cycles; by the second: %llu\n",
+              (unsigned long long)t.cycles, (unsigned long long)late.cycles);
+  f.y[2][7] = -f.y[2][7] + 1.0f;
+  Compare bad = compare(f.y[2], f.ref[2]);
+  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
+}
+
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
 // inputs, each packed on its own; call 0 writes fp32 partial sums (with the bias), the
 // middle calls add theirs in place, the last adds its own and rounds Y to fp16. The result
