@@ -1562,6 +1562,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
         gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
       }
+      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N);
+      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N);
       tables_ready(vtables(B + "."));
       rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,

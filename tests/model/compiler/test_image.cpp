@@ -829,6 +829,21 @@ TEST(ImageOcm, OneGateUpChunkWhereACallTakesThemAll) {
                              "layer 1's gate|up chunk");
 }
 
+// On 64x64 at 128 GB/s the tiny model's GEMMs are MAC-bound and o_proj (one tile, handed off
+// whole) leaves gate|up's first tile to the DDR for longer than its MACs: gate|up's first units
+// start right after q|k|v (GemmArgs::next_started; in the tower fc1's after q|k|v). Against the
+// chain; negative control: layer 1's first gate|up chunk zeroed fails the gate.
+TEST(ImageOcm, TinyUnitsStartedBeforeOProjMatchTheChain) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 19);
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=128"});
+  Compiler c(config_tiny_wide(), cfg, ocm_options());
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                       "tiny (wide) image program, 64x64, 8 MiB, 128 GB/s", false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                             detail::layer_name(1, "gu0.gemm"), "layer 1's gate|up chunk 0");
+}
+
 // The tower's q, k, v in turn (Streamed::vqa) in row tiles (the 2B at 1 MiB: tiles of 128
 // through one output buffer, each store waited for; at 64 GB/s tiles of 88 through two):
 // forced by CompileOptions::image_qkv_rows and image_qkv_buffers on the tiny wider model, 256
