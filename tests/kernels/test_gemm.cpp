@@ -312,6 +312,32 @@ TEST(Gemm, SubArrayMatchesAndScattersOnlyToItsPes) {
   }
 }
 
+// A chained call's inputs: random X (fp16 values) into OCM and a random weight, packed, into
+// DDR (seeds seed and seed + 10); its output read back beside the chain's (fp16 weights and
+// rounding, as ops::linear).
+struct CallData {
+  std::vector<float> x;
+  model::QuantTensor q;
+};
+CallData load_call(sim::Platform& p, const sim::Config& cfg, const GemmArgs& a, uint32_t seed) {
+  CallData d;
+  d.x = random_vector(size_t(a.m) * a.k, seed);
+  for (float& v : d.x) v = round_f16(v);
+  d.q = model::quantise(random_vector(size_t(a.n) * a.k, seed + 10, 0.02f).data(), a.n, a.k);
+  const std::vector<uint8_t> packed = pack_gemm_weight(d.q.view(), cfg);
+  p.ddr().write(a.w_ddr - sim::ddr_addr(0), packed.data(), packed.size());
+  write_ocm_f16(a.x_ocm, d.x);
+  return d;
+}
+void read_call(const GemmArgs& a, const CallData& d, std::vector<float>& y, std::vector<float>& ref) {
+  y = read_ocm_f16(a.y_ocm, size_t(a.m) * a.n);
+  std::vector<float> wh = model::dequantise(d.q);
+  model::ops::round_f16_inplace(wh);
+  ref.assign(size_t(a.m) * a.n, 0.0f);
+  model::ops::linear(d.x, model::ops::Matrix::dense("w_f16", a.n, a.k, wh.data()), {}, ref);
+  model::ops::round_f16_inplace(ref);
+}
+
 // gemm_handoff between two calls whose second's tile 0 (1.1 MB, split 2) takes longer to
 // stream than the first's last tile computes: the first hands off only part of it
 // (GemmArgs::handed_units) and the second scatters the rest inside its first row group's
@@ -360,34 +386,12 @@ PairRun run_pair(bool timing_only, bool partial, Call c1 = {128, 1024, 1024}, Ca
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
-  std::vector<float> x[2];
-  model::QuantTensor q[2];
-  int i = 0;
-  for (auto [a, c] : {std::pair<GemmArgs*, Call>{&a1, c1}, {&a2, c2}}) {
-    if (!timing_only) {
-      x[i] = random_vector(size_t(c.m) * c.k, 40 + i);
-      for (float& v : x[i]) v = round_f16(v);
-      q[i] = model::quantise(random_vector(size_t(c.n) * c.k, 50 + i, 0.02f).data(), c.n, c.k);
-      const std::vector<uint8_t> packed = pack_gemm_weight(q[i].view(), cfg);
-      p.ddr().write(a->w_ddr - sim::ddr_addr(0), packed.data(), packed.size());
-      write_ocm_f16(a->x_ocm, x[i]);
-    }
-    ++i;
-  }
+  CallData d1, d2;
+  if (!timing_only) d1 = load_call(p, cfg, a1, 40), d2 = load_call(p, cfg, a2, 41);
   r.cycles = p.run(prog).total[sim::Stat::cycles];
   if (timing_only) return r;
-  i = 0;
-  for (auto [a, c] : {std::pair<GemmArgs*, Call>{&a1, c1}, {&a2, c2}}) {
-    std::vector<float>& y = i ? r.y2 : r.y1;
-    std::vector<float>& ref = i ? r.ref2 : r.ref1;
-    y = read_ocm_f16(a->y_ocm, size_t(c.m) * c.n);
-    std::vector<float> wh = model::dequantise(q[i]);
-    model::ops::round_f16_inplace(wh);
-    ref.assign(size_t(c.m) * c.n, 0.0f);
-    model::ops::linear(x[i], model::ops::Matrix::dense("w_f16", c.n, c.k, wh.data()), {}, ref);
-    model::ops::round_f16_inplace(ref);
-    ++i;
-  }
+  read_call(a1, d1, r.y1, r.ref1);
+  read_call(a2, d2, r.y2, r.ref2);
   return r;
 }
 
@@ -526,28 +530,11 @@ ThreeRun run_three(bool timing_only, bool early) {
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
-  std::vector<float> x[3];
-  model::QuantTensor q[3];
-  for (int i = 0; i < 3 && !timing_only; ++i) {
-    const Call& c = calls[i];
-    x[i] = random_vector(size_t(c.m) * c.k, 60 + i);
-    for (float& v : x[i]) v = round_f16(v);
-    q[i] = model::quantise(random_vector(size_t(c.n) * c.k, 70 + i, 0.02f).data(), c.n, c.k);
-    const std::vector<uint8_t> packed = pack_gemm_weight(q[i].view(), cfg);
-    p.ddr().write(a[i].w_ddr - sim::ddr_addr(0), packed.data(), packed.size());
-    write_ocm_f16(a[i].x_ocm, x[i]);
-  }
+  CallData d[3];
+  for (int i = 0; i < 3 && !timing_only; ++i) d[i] = load_call(p, cfg, a[i], 60 + i);
   ThreeRun r;
   r.cycles = p.run(prog).total[sim::Stat::cycles];
-  for (int i = 0; i < 3 && !timing_only; ++i) {
-    const Call& c = calls[i];
-    r.y[i] = read_ocm_f16(a[i].y_ocm, size_t(c.m) * c.n);
-    std::vector<float> wh = model::dequantise(q[i]);
-    model::ops::round_f16_inplace(wh);
-    r.ref[i].assign(size_t(c.m) * c.n, 0.0f);
-    model::ops::linear(x[i], model::ops::Matrix::dense("w_f16", c.n, c.k, wh.data()), {}, r.ref[i]);
-    model::ops::round_f16_inplace(r.ref[i]);
-  }
+  for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
   return r;
 }
 

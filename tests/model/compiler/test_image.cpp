@@ -787,47 +787,39 @@ TinyBundle& h256_mlp2048_bundle() {
   return tiny;
 }
 
-// As the 2B on 64x64 took them: the chunks two a call, the calls at split 2 (not the split 1
-// that 4,096 columns take alone; the knob keeps the chunks, OneGateUpChunkWhereACallTakesThemAll).
-TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
+// The model on 64x64, 8 MiB, its chunks as the compiler lays them or kept narrow (the knob):
+// the plan's gate|up calls, against the chain; negative control: layer 1's chunk `zeroed`
+// zeroed fails the gate.
+void expect_h256_on_64x64(bool narrow, const char* calls, uint32_t zeroed) {
   const ModelConfig m = config_h256_mlp2048();
   TinyBundle& tiny = h256_mlp2048_bundle();
   const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
   sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
   CompileOptions opt = ocm_options();
   opt.image_gemm_rows = 64;
-  opt.image_narrow_gate_up = true;
+  opt.image_narrow_gate_up = narrow;
   Compiler c(m, cfg, opt);
+  EXPECT_EQ(c.layout().has(detail::layer_name(1, "gu1.gemm")), narrow);
+  if (!narrow) EXPECT_EQ(c.layout().at(detail::layer_name(1, "gu0.gemm")).split, 1u);
   const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("gate|up chunks per call 2"), std::string::npos) << prog.plan;
-  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "tiny (MLP 2,048) image program, 64x64, 8 MiB",
-                       false);
-  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, "gu1.gemm"),
-                             "layer 1's gate|up chunk 1");
+  EXPECT_NE(prog.plan.find(calls), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       fmt::format("tiny (MLP 2,048) image program, 64x64, 8 MiB, {}", calls), false);
+  const std::string w = fmt::format("gu{}.gemm", zeroed);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, w.c_str()),
+                             fmt::format("layer 1's gate|up chunk {}", zeroed));
+}
+
+// As the 2B on 64x64 took them: the chunks two a call, the calls at split 2 (not the split 1
+// that 4,096 columns take alone; the knob keeps the chunks).
+TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
+  expect_h256_on_64x64(true, "gate|up chunks per call 2", 1);
 }
 
 // Where one call takes every chunk and their columns together take another split, the chunks
 // are laid as one (Compiler::gu_cw_): the same model, one chunk of 2,048 (4,096 columns: one
-// whole tile at split 1), packed and read at split 1. Against the chain; negative control: that
-// chunk zeroed in layer 1 fails the gate.
-TEST(ImageOcm, OneGateUpChunkWhereACallTakesThemAll) {
-  const ModelConfig m = config_h256_mlp2048();
-  TinyBundle& tiny = h256_mlp2048_bundle();
-  const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
-  sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB"});
-  CompileOptions opt = ocm_options();
-  opt.image_gemm_rows = 64;
-  Compiler c(m, cfg, opt);
-  EXPECT_TRUE(c.layout().has(detail::layer_name(1, "gu0.gemm")));
-  EXPECT_FALSE(c.layout().has(detail::layer_name(1, "gu1.gemm")));
-  EXPECT_EQ(c.layout().at(detail::layer_name(1, "gu0.gemm")).split, 1u);
-  const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("gate|up chunks per call 1"), std::string::npos) << prog.plan;
-  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (MLP 2,048) image program, 64x64, 8 MiB, one gate|up chunk", false);
-  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, detail::layer_name(1, "gu0.gemm"),
-                             "layer 1's gate|up chunk");
-}
+// whole tile at split 1), packed and read at split 1.
+TEST(ImageOcm, OneGateUpChunkWhereACallTakesThemAll) { expect_h256_on_64x64(false, "gate|up chunks per call 1", 0); }
 
 // On 64x64 at 128 GB/s the tiny model's GEMMs are MAC-bound and o_proj (one tile, handed off
 // whole) leaves gate|up's first tile to the DDR for longer than its MACs: gate|up's first units
