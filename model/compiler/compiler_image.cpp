@@ -93,6 +93,12 @@ uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
 // chunks do not pair up.
 uint32_t down_chunk_k(uint32_t cw, uint32_t inter) { return (inter / cw) % 2 == 0 ? 2 * cw : 0; }
 
+// Cycles of an OCM attention call: its key steps (plan_attention_ocm), each about
+// hd x (0.47 + 0.08 G) cycles (measured at qc-u: 35 a step in the tower, 80 in the prefill).
+double attention_estimate(const sim::Config& cfg, const OcmAttnArgs& a) {
+  return plan_attention_ocm(cfg, a).work * a.head_dim * (0.47 + 0.08 * (a.q_heads / a.kv_heads));
+}
+
 // The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
 // tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
 // packed on their own (vpm_name, pm_name): a chunk's up output [rows][c] (gate|up: 2 c) sits
@@ -801,15 +807,18 @@ struct ImageKernels {
     next_between = between;
   }
   // Right after a GEMM whose next call (prefetched, of next_m rows) takes no unit of its own
-  // (one tile, handed off whole), the call after that (w: n x k) starts its first units, where
-  // its first tile takes the DDR longer than the next call's MACs and the program's GEMMs are
-  // MAC-bound (mac_bound): they then come in while the kernels between the two calls leave the
-  // DDR idle (the prefill's attention between q|k|v and o_proj), not only during the next
-  // call's MACs (GemmArgs::next_started).
-  bool mac_bound = false;
+  // (one tile, handed off whole), the call after that (w: n x k) starts its first units
+  // (GemmArgs::next_started), where its first tile takes the DDR longer than the next call's
+  // MACs and the kernels between the two calls (`window` cycles, moving `window_bytes` through
+  // the DDR themselves) leave the DDR idle: the units then come in beside them, not only during
+  // the next call's MACs. (The prefill's attention between q|k|v and o_proj, with the KV write:
+  // where that write alone fills the attention's time, 32 GB/s, the units queued before it
+  // measured +0.06%.)
   std::string started_w;
-  void start_after_next(const std::string& w, uint32_t n, uint32_t k, uint32_t next_m) {
-    if (f16.on || !mac_bound || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
+  void start_after_next(const std::string& w, uint32_t n, uint32_t k, uint32_t next_m, double window,
+                        double window_bytes = 0) {
+    if (window_bytes / cfg.ddr_bytes_per_cycle() >= window) return;
+    if (f16.on || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
     if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
     const GemmArgs g2 = base_args(w, n, k);
     const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
@@ -1467,8 +1476,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
   ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
-  const GemmLoad load = gemm_load(model_, cfg_);
-  k.mac_bound = load.macs / gemm_cfg_.mac_peak(true) >= load.ddr_cycles;
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -1562,8 +1569,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
         gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
       }
-      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N);
-      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N);
+      const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
+      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
+      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
       tables_ready(vtables(B + "."));
       rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
@@ -1671,6 +1679,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
+  const double p_attn =
+      attention_estimate(cfg_, {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true});
   // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
   // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
   const uint32_t dk = down_chunk_k(gu_chunk(), d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
@@ -1686,7 +1696,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
-    k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S);
+    k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
@@ -2243,7 +2253,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     at.seq = rows;
     at.causal = kv_rows != rows;  // the prefill (kv_rows = off + rows before them)
     at.kv_offset = kv_rows - rows;
-    return std::ceil(double(heads) / g) * plan_attention_ocm(cfg_, at).work * hd * (0.47 + 0.08 * g_size);
+    return std::ceil(double(heads) / g) * attention_estimate(cfg_, at);
   };
   auto attn_groups = [&](uint32_t heads, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows,
                          const std::function<V64(uint32_t, uint32_t)>& sizes, uint32_t& sets) {

@@ -800,7 +800,9 @@ void expect_h256_on_64x64(bool narrow, const char* calls, uint32_t zeroed) {
   opt.image_narrow_gate_up = narrow;
   Compiler c(m, cfg, opt);
   EXPECT_EQ(c.layout().has(detail::layer_name(1, "gu1.gemm")), narrow);
-  if (!narrow) EXPECT_EQ(c.layout().at(detail::layer_name(1, "gu0.gemm")).split, 1u);
+  if (!narrow) {
+    EXPECT_EQ(c.layout().at(detail::layer_name(1, "gu0.gemm")).split, 1u);
+  }
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find(calls), std::string::npos) << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
