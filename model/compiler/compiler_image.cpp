@@ -2239,10 +2239,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           fits(p.mpmb());
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
-  // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' work in
-  // key steps (plan_attention_ocm; measured at qc-u, a key step of a pass costs about
-  // hd x (0.47 + 0.08 G) cycles: 35 in the tower, 80 in the prefill) plus the first
-  // load and the last store, which are not overlapped. More heads a call pay when their
+  // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' cycles
+  // (attention_estimate) plus the first load and the last store, which are not overlapped. More heads a call pay when their
   // passes hold more rows x heads (N = 1200: 2 heads of 512 rows a pass, 1.5 passes a
   // head instead of 2).
   auto attn_cycles = [&](uint32_t heads, uint32_t g, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows) {
