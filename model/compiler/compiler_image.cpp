@@ -1267,7 +1267,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // One chunk a call where the SiLU is fused and the down can then run in chunks beside them
   // (down_chunked: its first tile no more than a gate|up call's; 32x64 at 8 MiB, 64 GB/s: 6 chunks
   // a call 42.58 M cycles).
-  const uint32_t dk_plan = down_chunk_k(gu_chunk(), d.I);
+  const uint32_t dk_plan = down_chunk_k(cw, d.I);
   if (dk_plan && gu_fused && down_chunked(1, lrm_sums(gemm_cfg_, S, d.H, dk_plan, 2 * cw, 0))) js = {1};
   // The tower's MLP chunks (rcv = 0 below): cv fc1 columns, as wide as on `pes` PEs
   // (pm_chunk_width), fp32 partial sums at vsums in LRM. Where they are laid, pm_npe_'s; planning
@@ -1444,7 +1444,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                       : "resident");
     if (res->rcv == 0 && !vpm_laid && s.vision)
       o.tower_chunk_pes = res->pes;
-    const uint32_t dk = down_chunk_k(gu_chunk(), d.I);
+    const uint32_t dk = down_chunk_k(cw, d.I);
     o.down_chunks = down_chunked(res->J, dk ? lrm_sums(gemm_cfg_, S, d.H, dk, 2 * cw * res->J, 0) : 0);
     o.gate_up_whole = res->J == nchunks;
     return o;
@@ -1552,6 +1552,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (blk + 1 < vc.depth) return prefetch(vname(blk + 1, "qkv"), qkv_n, d.Dv);
       prefetch(mname(-1, "fc1"), d.Md, d.Md);
     };
+    const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
     for (int blk = 0; blk < vc.depth; ++blk) {
       const std::string B = fmt::format("V{}", blk);
       b.op("mark.begin", {Name{B}});
@@ -1569,7 +1570,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
         gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
       }
-      const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
       tables_ready(vtables(B + "."));
@@ -1683,7 +1683,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       attention_estimate(cfg_, {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true});
   // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
   // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
-  const uint32_t dk = down_chunk_k(gu_chunk(), d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
+  const uint32_t dk = down_chunk_k(cw, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
   const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
