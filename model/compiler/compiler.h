@@ -56,7 +56,7 @@ struct DdrTensor {
 class DdrLayout {
  public:
   uint64_t add(const std::string& name, uint64_t bytes, const std::string& layout);
-  void set_split(const std::string& name, uint32_t split) { tensors_[index_.at(name)].split = split; }
+  void set_split(const std::string& name, uint32_t split) { tensors_[&at(name) - tensors_.data()].split = split; }
   const DdrTensor& at(const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) != 0; }
   uint32_t bus(const std::string& name) const;  // bus address (sim::ddr_addr)

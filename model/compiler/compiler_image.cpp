@@ -312,12 +312,12 @@ uint32_t Compiler::gate_up_chunk_split() const {
 void Compiler::record_gemm_splits() {
   if (!opt_.image) return;
   const Dims d(model_);
-  const uint32_t cw = gu_chunk(), cp = pm_chunk(d.I, 2);
+  const uint32_t cw = gu_chunk(), cp = pm_chunk(d.I, 2), gu = gate_up_chunk_split();
+  const uint32_t pm = ddr_.has(pm_name(0, 0, "gu")) ? pm_split() : 0;  // (the streamed plan's packings, if laid)
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
-    for (uint32_t k = 0; k < d.I / cw; ++k)
-      ddr_.set_split(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), gate_up_chunk_split());
-    if (ddr_.has(pm_name(i, 0, "gu")))
-      for (uint32_t k = 0; k < d.I / cp; ++k) ddr_.set_split(pm_name(i, k, "gu"), pm_split());
+    for (uint32_t k = 0; k < d.I / cw; ++k) ddr_.set_split(layer_name(i, fmt::format("gu{}.gemm", k).c_str()), gu);
+    if (pm)
+      for (uint32_t k = 0; k < d.I / cp; ++k) ddr_.set_split(pm_name(i, k, "gu"), pm);
   }
 }
 
