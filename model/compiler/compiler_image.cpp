@@ -131,17 +131,17 @@ uint32_t vgq_heads(uint32_t heads) {
   return 1;
 }
 std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
-// Its gate|up GEMMs at split 2 where split 1 would make them one tile whose weight streams in
-// slower than the down chunk before runs the MACs of its last tile over `rows` rows (the tile
-// that down chunk hands off during its last tile is then half as large: 32x32, 2 MiB, 32 GB/s,
-// 113.7 -> 103.5 M cycles). Where the DDR keeps up, split 1: a split 2 call spends an array
+// Its gate|up GEMMs at split 2 where a tile of them at split 1 (the whole weight where that is
+// less) streams in slower than the down chunk before runs the MACs of its last tile over `rows`
+// rows (the tile that down chunk hands off during its last tile is then half as large: 32x32,
+// 2 MiB, 32 GB/s, one tile 113.7 -> 103.5 M cycles; two tiles 92.23 -> 90.87 M). Where the DDR keeps up, split 1: a split 2 call spends an array
 // cycle more a step on its pair's halves (32x64, 2 MiB, 128 GB/s: the gate|up calls at 1.13 x
 // their MACs; 43.65 -> 42.98 M cycles at split 1; where the down chunk has two tiles, as on
 // 32x32 at 1 MiB and 64 GB/s, split 1 took 2.4% more).
 uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
-  if (plan_gemm(gcfg, 1, 2 * cp, hidden).tiles > 1) return 0;
+  const GemmPlan up = plan_gemm(gcfg, 1, 2 * cp, hidden);
   const GemmPlan down = plan_gemm(gcfg, rows, hidden, cp);
-  if (double(gemm_weight_bytes(gcfg, 2 * cp, hidden)) / gcfg.ddr_bytes_per_cycle() <=
+  if (double(std::min(up.tile_bytes, up.weight_bytes())) / gcfg.ddr_bytes_per_cycle() <=
       double(rows) * down.cols * cp / gcfg.mac_peak(true))
     return 0;
   try {
@@ -154,10 +154,10 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden,
 // The LRM offset of an MLP phase's partial sums (GemmArgs::lrm_out: its down GEMM of `width`
 // outputs over `rows` rows in chunks of `chunk` inputs) at the top of LRM, or 0 where they do
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
-// width, split up_split, and the down GEMM keep their splits below them). They take no OCM and
-// no OCM port time.
+// width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
+// out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
 uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
-                  uint32_t up_split, uint32_t up_k = 0) {
+                  uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0) {
   if (!up_k) up_k = width;
   const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, width, chunk);
   if (bytes + 64 >= gcfg.lrm_bytes) return 0;
@@ -165,7 +165,8 @@ uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32
   below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
   try {
     if (gemm_split(below, up_n, up_k, up_split) != gemm_split(gcfg, up_n, up_k, up_split) ||
-        gemm_split(below, width, chunk) != gemm_split(gcfg, width, chunk))
+        gemm_split(below, width, chunk) != gemm_split(gcfg, width, chunk) ||
+        (out_k && gemm_split(below, width, out_k) != gemm_split(gcfg, width, out_k)))
       return 0;
   } catch (const Error&) {
     return 0;
@@ -1990,7 +1991,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
-                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2), pm_split());
+                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2), pm_split(), d.H,
+                                          d.nq * d.hd);
   };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;

@@ -502,6 +502,7 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
                              "layer 1's gate|up chunk 0");
 }
 
+
 // The resident prefill's down GEMM in chunks beside its gate|up calls (Compiler::down_chunk_k:
 // the 2B on 32x64, where the SiLU is fused and one chunk goes a call, and on 64x64 at 4 MiB, 128
 // GB/s, where it is not; here the tiny model with an MLP of 4,096 (4 chunks of 1,024) at 1 MiB
@@ -969,6 +970,20 @@ TEST(ImageOcm, FullSizeMlpChunkPackingsGiveWayToALargerKvCache) {
       << plan_past;
   EXPECT_FALSE(compiled(fit).first);
   EXPECT_THROW(compiled(fit + 1), Error);
+}
+
+// The 2B on 32x32 at 2 MiB: the streamed prefill's gate|up chunk (2,048 columns, two tiles at
+// split 1) is packed at split 2 where a split-1 tile (1.1 MB) streams in slower than the down
+// chunk before it runs the MACs of its last tile (32.8 K cycles): at 32 GB/s (the hand-off
+// waited; 92.23 -> 90.87 M cycles, the 2B's gates pass there), not at 64 GB/s (pm_gate_up_split).
+// The numerics of split-2 chunk calls: TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain.
+TEST(ImageOcm, FullSizeGateUpTilesAtSplitTwoWhereTheDdrCannotKeepUp) {
+  for (const auto& [gbps, split] : {std::pair{"ddr_gbps=32", 2u}, std::pair{"ddr_gbps=64", 0u}}) {
+    const sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=2MiB", gbps});
+    Compiler c(config_2b(), cfg, {});
+    ASSERT_TRUE(c.layout().has("L1.pm0.gu")) << gbps;
+    EXPECT_EQ(c.layout().at("L1.pm0.gu").split, split) << gbps;
+  }
 }
 
 // The 2B on 32x64 at 2 MiB, 32 GB/s, timing-only: the streamed plan takes MLP chunks as wide
