@@ -73,6 +73,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
   plan_decode_ocm();
   settle_gemm_view();
   settle_pm_chunks();
+  settle_pm_pairs();
   record_gemm_splits();
 }
 

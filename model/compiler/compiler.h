@@ -173,6 +173,9 @@ struct CompileOptions {
   // Test knob: the resident prefill's gate|up chunks of gate_up_chunk's width (compiler_image.cpp),
   // never as one where a call takes them all (Compiler::gu_cw_).
   bool image_narrow_gate_up = false;
+  // Test knob: the streamed prefill's down over two gate|up chunks a call wherever
+  // pm_down_pairs allows it, whatever the estimate (Compiler::settle_pm_pairs).
+  bool image_down_pairs = false;
   // Test knob: the resident prefill's down chunk packings laid (Compiler::pm_down_) whatever the
   // planning prompt's plan; the down then runs in chunks where the plan allows it.
   bool image_down_chunks = false;
@@ -276,6 +279,9 @@ class Compiler {
   // The prefill chunks' gate|up split (pm_gate_up_split over the planning prompt's rows; 0: the
   // tiling rule).
   uint32_t pm_split() const;
+  // Gate|up chunks a down call of the streamed prefill's MLP takes (1 or 2: pm_pairs_; its
+  // packings pm_name(i, k, "down") then take K = pm_down() * pm_chunk(I, 2)).
+  uint32_t pm_down() const { return pm_pairs_; }
   // The prefill's gate|up chunk packings (gu{c}.gemm) interleave gate and up rows and their
   // calls take the SiLU in the GEMM's epilogue (kernels::GemmAct::silu_pairs: compiler_image.cpp).
   bool gate_up_fused() const;
@@ -283,6 +289,10 @@ class Compiler {
   bool pm_gate_up_fused() const;
   void add_pm_packings();
   void settle_pm_chunks();
+  void settle_pm_pairs();
+  // The default image program's streamed plan (plan only), or an empty one where it is not
+  // streamed or does not fit.
+  CompiledProgram streamed_estimate() const;
   bool pm_allowed() const;  // the plan knobs and mixed precision leave the second packings out
   // The resident tower's q|k|v in two calls, q|k then v (compiler_image.cpp).
   bool tower_qkv_split() const;
@@ -296,6 +306,7 @@ class Compiler {
   // (DdrTensor::split), recorded once the GEMM view has settled (compiler_image.cpp).
   void record_gemm_splits();
   uint32_t pm_npe_ = 0;
+  uint32_t pm_pairs_ = 1;  // settle_pm_pairs
   uint32_t pm_tower_npe_ = 0;  // the tower's and mergers' chunks for this many PEs instead (0: pm_npe_)
   size_t pm_first_ = 0;
   bool pm_tower_only_ = false;

@@ -151,6 +151,34 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden,
   }
 }
 
+// Its down GEMM over two gate|up chunks at a time (K = 2 cp, the chunks' SiLU rows side by side)
+// where a tile of the chunk's gate|up (at pm_gate_up_split's split) streams in slower than a down
+// chunk of K = cp runs its last tile, and a down of K = 2 cp runs its last tile as long or longer:
+// a call's first tile streams in during the call before, and gate|up's weight is twice a down
+// chunk's, so a down over two chunks makes the calls alike (64x64, 2 MiB, 128 GB/s: gate|up one
+// tile of 2.2 MB, 29.6 K cycles of DDR, against a down chunk of 16.4 K MAC cycles).
+// Compiler::settle_pm_pairs keeps it where the estimate agrees.
+uint32_t pm_down_pairs(const sim::Config& gcfg, uint32_t cp, uint32_t inter, uint32_t hidden, uint32_t rows) {
+  if ((inter / cp) % 2) return 1;
+  auto last = [&](uint32_t k) {  // MAC cycles of the down's last tile over K = k
+    return double(rows) * plan_gemm(gcfg, rows, hidden, k).cols * k / gcfg.mac_peak(true);
+  };
+  try {
+    const GemmPlan up = plan_gemm(gcfg, 1, 2 * cp, hidden, pm_gate_up_split(gcfg, cp, hidden, rows));
+    const double first = double(std::min(up.tile_bytes, up.weight_bytes())) / gcfg.ddr_bytes_per_cycle();
+    return first > last(cp) && first <= last(2 * cp) ? 2 : 1;
+  } catch (const Error&) {
+    return 1;
+  }
+}
+
+// Row bytes of an MLP chunk chain's up output, in chunk columns x 2 (ChunkChain::up): fc1's
+// chunk; gate|up's rows (2 chunks), or with a down over two chunks the first chunk's SiLU rows
+// beside the second's gate|up rows (3; fused, SiLU rows only: 2).
+uint32_t up_row(bool gated, uint32_t pairs, bool fused) {
+  return gated ? 2 * (pairs > 1 && !fused ? 3 : 2) : 2;
+}
+
 // The LRM offset of an MLP phase's partial sums (GemmArgs::lrm_out: its down GEMM of `width`
 // outputs over `rows` rows in chunks of `chunk` inputs) at the top of LRM, or 0 where they do
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
@@ -471,7 +499,8 @@ void Compiler::add_pm_packings() {
   for (int i = 0; i < model_.text.num_hidden_layers; ++i)
     for (uint32_t k = 0; k < d.I / cp; ++k) {
       ddr_.add(pm_name(i, k, "gu"), gemm_weight_bytes(cfg_, 2 * cp, d.H), "gemm-pm");
-      ddr_.add(pm_name(i, k, "down"), gemm_weight_bytes(cfg_, d.H, cp), "gemm-pm");
+      if (k % pm_down() == 0)
+        ddr_.add(pm_name(i, k / pm_down(), "down"), gemm_weight_bytes(cfg_, d.H, cp * pm_down()), "gemm-pm");
     }
 }
 
@@ -493,14 +522,7 @@ void Compiler::settle_pm_chunks() {
   };
   if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
   if (pm_tower_only_) return;  // (the resident tower's: laid as wide as its plan took them)
-  auto plan = [&] {
-    try {
-      const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
-      return o.plan == "streamed" && std::isfinite(o.est_cycles) ? o : CompiledProgram{};
-    } catch (const Error&) {
-      return CompiledProgram{};
-    }
-  };
+  auto plan = [&] { return streamed_estimate(); };
   const Dims d(model_);
   auto widths = [&](uint32_t npe) {
     return std::array{pm_chunk_width(npe, d.Iv, 1), pm_chunk_width(npe, d.Md, 1), pm_chunk_width(npe, d.I, 2)};
@@ -539,6 +561,39 @@ void Compiler::settle_pm_chunks() {
   }
   pm_tower_npe_ = tower;
   relay(pm_npe_);
+}
+
+CompiledProgram Compiler::streamed_estimate() const {
+  try {
+    const CompiledProgram o = image_program(planning_shape(opt_), nullptr, nullptr);
+    return o.plan == "streamed" && std::isfinite(o.est_cycles) ? o : CompiledProgram{};
+  } catch (const Error&) {
+    return CompiledProgram{};
+  }
+}
+
+void Compiler::settle_pm_pairs() {
+  // The prefill's down over two gate|up chunks where pm_down_pairs takes it, kept where the
+  // default image program then reads no more weight bytes and its estimate falls by 3% or more
+  // (its OCM, the first chunk's SiLU rows beside the second's gate|up rows, may cost the plan
+  // more: at 1 MiB, 32 GB/s the MLP then took row tiles, 110.8 -> 129.8 M cycles; 64x64 at 2 MiB,
+  // 128 GB/s estimated 6.3% less, measured 3.1%; 32x64 at 2 MiB, 32 GB/s estimated 2.7% less,
+  // measured 0.03% more).
+  if (!pm_first_ || pm_tower_only_) return;
+  const Dims d(model_);
+  if (pm_down_pairs(gemm_cfg_, pm_chunk(d.I, 2), d.I, d.H, uint32_t(planning_shape(opt_).seq_len)) < 2) return;
+  const CompiledProgram one = streamed_estimate();
+  if (one.plan.empty()) return;
+  auto relay = [&](uint32_t pairs) {
+    pm_pairs_ = pairs;
+    ddr_.truncate(pm_first_);
+    add_pm_packings();
+  };
+  relay(2);
+  const CompiledProgram two = streamed_estimate();
+  if (!opt_.image_down_pairs &&
+      (two.plan.empty() || two.est_weight_bytes > one.est_weight_bytes || !(two.est_cycles < 0.97 * one.est_cycles)))
+    relay(1);
 }
 
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
@@ -650,7 +705,7 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       const QuantTensor g = detail::slice_rows(gate, k * cp, cp), u = detail::slice_rows(up, k * cp, cp);
       put_weight(ddr, pm_name(i, k, "gu"), pm_fused ? detail::interleave_rows(g, u) : detail::concat_rows({g, u}));
     }
-    down_chunks(cp, [&](uint32_t k) { return pm_name(i, k, "down"); });
+    down_chunks(cp * pm_down(), [&](uint32_t k) { return pm_name(i, k, "down"); });
   }
 }
 
@@ -679,14 +734,15 @@ namespace {
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
 // chunks replace the whole-width gate|up and down GEMMs (0: none). (The tower's chunks,
 // Streamed::vpm, need no more than its whole-width fc1 and fc2.)
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0) {
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0,
+                           uint32_t pairs = 1) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
-  for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, cp}}
+  for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, pairs * cp}}
                         : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
   return r;
@@ -975,12 +1031,15 @@ struct ImageKernels {
   // fc1 with its bias slice, then act) and the down GEMM's chunk into fp32 partial sums (in
   // OCM at acc, or in LRM from lrm), the first with down_bias (seeded: adding to sums already
   // there), the last rounded into out. before(c, down): the caller's kernels before chunk c's
-  // up GEMM (false) and before its down GEMM (true): prefetches, waits. (Its estimate: the
-  // streamed plan's chunk_est.)
+  // up GEMM (false) and before down GEMM c (true; c / pairs of the chunks): prefetches, waits.
+  // (Its estimate: the streamed plan's chunk_est.)
   struct ChunkChain {
     std::string mark;
     uint32_t rows = 0, chunk = 0, chunks = 0, in = 0, out_n = 0;  // up: in -> chunk; down: chunk -> out_n
     bool gated = false;
+    // gated: a down call every `pairs` chunks (its weight(c / pairs, true) over K = pairs chunk):
+    // chunk c's SiLU rows at up + (c % pairs) chunk columns (its gate|up rows from there: up_row).
+    uint32_t pairs = 1;
     EwOp act = EwOp::gelu_tanh;
     std::function<std::string(uint32_t, bool)> weight;  // chunk c's up (false) or down (true) weight
     uint32_t x = 0, x_stride = 0, up = 0, up_stride = 0;
@@ -995,17 +1054,22 @@ struct ImageKernels {
       const std::string C = fmt::format("{}.mlp{}", m.mark, c);
       const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
       if (m.before) m.before(c, false);
+      if (m.pairs > 1 && !m.gated) fail("compiler: internal: a down over {} chunks of an fc1 chain", m.pairs);
+      const uint32_t j = c % m.pairs;
       if (m.gated) {
-        gate_up(C, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up, m.up_stride, silu_pm);
+        gate_up(C, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up + 2 * j * m.chunk, m.up_stride,
+                silu_pm);
       } else {
         if (m.up_stride != m.chunk * 2) fail("compiler: internal: the chunk chain's fc1 rows are not dense");
         gemm_gelu(C + ".fc1", C + ".gelu", m.act, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up,
                   m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
       }
-      if (m.before) m.before(c, true);
-      gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c, true), m.rows, m.out_n, m.chunk, m.up, m.up_stride,
-           into_out ? m.out : m.acc, into_out ? m.out_stride : m.acc_stride, c == 0 ? m.down_bias : kNone,
-           {.in = c > 0 || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last, .lrm = m.lrm});
+      if (j + 1 < m.pairs) continue;
+      if (m.before) m.before(c / m.pairs, true);
+      gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c / m.pairs, true), m.rows, m.out_n, m.pairs * m.chunk, m.up,
+           m.up_stride, into_out ? m.out : m.acc, into_out ? m.out_stride : m.acc_stride,
+           c + 1 == m.pairs ? m.down_bias : kNone,
+           {.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last, .lrm = m.lrm});
     }
   }
   // In place on rows x heads x hd at x (row stride bytes); fp32 tables [rows][hd].
@@ -1991,14 +2055,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   auto psums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u
-                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2), 2 * pm_chunk(d.I, 2), pm_split(), d.H,
-                                          d.nq * d.hd);
+                               : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2) * pm_down(), 2 * pm_chunk(d.I, 2),
+                                          pm_split(), d.H, d.nq * d.hd);
   };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
   p.channels = channels;
   p.with_pm = pm;
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down());
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -2099,7 +2163,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
     if (part == 1)  // (tiles: the residual over the attention rows)
       return pt < r ? V64{rows, std::max<uint64_t>(uint64_t(pt) * qd, tile)} : V64{rows, uint64_t(pt) * qd, tile};
-    const uint64_t up = uint64_t(r) * 4 * pm_chunk(d.I, 2);
+    const uint64_t up = uint64_t(r) * up_row(true, pm_down(), pm_gate_up_fused()) * pm_chunk(d.I, 2);
     if (part == 2) return {rows, psums(r) ? 0 : 2 * rows, up};
     return {rows, tile};
   };
@@ -2167,11 +2231,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // one tile each, as on 2,048 PEs or more, a chunk takes that, not max(MACs, weights): 32x64,
   // 64 rows at 128 GB/s: 34 K cycles measured a chunk, 31 K this, 25 K the max.) A narrow
   // tile's idle PEs count.
-  auto chunk_est = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split) {
-    const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, c);
+  // (pairs: a down call over K = pairs c every pairs chunks, ChunkChain::pairs; each call's
+  // weight streams in during the call before; per chunk.)
+  auto chunk_est = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split,
+                       uint32_t pairs = 1) {
+    const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, pairs * c);
     const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak,
-                 m_dn = sl * r * double(gd.tiles) * gd.cols * c / peak;
-    return std::max(m_up, wb(w, c) / bw) + std::max(m_dn, wb(u, w) / bw);
+                 m_dn = sl * r * double(gd.tiles) * gd.cols * pairs * c / peak;
+    return ((pairs - 1) * std::max(m_up, wb(u, w) / bw) + std::max(m_up, wb(w, pairs * c) / bw) +
+            std::max(m_dn, wb(u, w) / bw)) / pairs;
   };
   const double before_va = p.cost;
   p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
@@ -2334,7 +2402,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_est(r, d.H, cp, 2 * cp, slow, pm_split()) * (d.I / cp) +
+                       chunk_est(r, d.H, cp, 2 * cp, slow, pm_split(), pm_down()) * (d.I / cp) +
                        o_again / bw +
                        r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
                        double(d.I / cp) * dp.tiles * port);
@@ -2611,6 +2679,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       float eps = 0;
       uint32_t chunk = 0, chunks = 0;
       bool gated = false;  // gate|up and SiLU (else fc1 and GELU)
+      uint32_t pairs = 1;  // chunks a down call (ChunkChain::pairs)
       std::function<std::string(uint32_t, bool)> weight;  // chunk's up (false) or down (true) weight
       uint32_t up_bias = 0, down_bias = 0;  // kNone: none (up: chunk c at + 2 c chunk)
       // on rows [r0, r0 + n) at X3, with scratch for n rows (the tile's normed rows)
@@ -2626,7 +2695,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // then takes one buffer a tile: at 1 MiB twice the rows a tile, half the out GEMM's reads).
       const bool tiled = pt < m.rows;
       const uint32_t XN = m.o1[0], A = m.o1[1], X1 = tiled ? A : m.o1[2], ACC = m.o2[1], U = m.o2[2], X3 = m.o3[1];
-      const uint32_t w2 = m.width * 2, us = (m.gated ? 4 : 2) * m.chunk;  // row bytes: residual, up output
+      // row bytes: residual, up output
+      const uint32_t w2 = m.width * 2, us = up_row(m.gated, m.pairs, k.silu_pm) * m.chunk;
       // (the up output over the residual buffer, whose last store is still in flight)
       // With LRM sums the residual seeds them (emit_gemm_lrm_seed): the down GEMM's first chunk
       // adds it, its last rounds residual + MLP into the normed rows; else the residual goes
@@ -2652,8 +2722,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       }
       if (over_residual) em.wait(cs);
       k.chunk_chain({.mark = m.mark, .rows = m.rows, .chunk = m.chunk, .chunks = m.chunks, .in = m.width,
-                     .out_n = m.width, .gated = m.gated, .weight = m.weight, .x = XN, .x_stride = w2, .up = U,
-                     .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias, .out = XN, .out_stride = w2,
+                     .out_n = m.width, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
+                     .x_stride = w2, .up = U, .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias,
+                     .out = XN, .out_stride = w2,
                      .acc = ACC, .acc_stride = 2 * w2, .lrm = m.sums_lrm, .seeded = seed,
                      .before = [&](uint32_t c, bool down) {
                        // the residual stored before the partial sums overwrite it
@@ -3198,7 +3269,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
                           .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
                           .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2),
-                          .gated = true,
+                          .gated = true, .pairs = pm_down(),
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
                           .after = [&](uint32_t X3, uint32_t a0, uint32_t n, uint32_t DS) {  // the DeepStack rows
@@ -3274,8 +3345,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       (!p.fused && p.pq ? "; the attention reads q in the q|k|v rows" : "");
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
-                                                    "partial sums in {}{})", p.rpa, p.rpm, rope_note, pm_chunk(d.I, 2),
-                                                    psums(p.rpm) ? "LRM" : "OCM", part_tiles(p.ppt, p.rpm))
+                                                    "partial sums in {}{}{})", p.rpa, p.rpm, rope_note,
+                                                    pm_chunk(d.I, 2), psums(p.rpm) ? "LRM" : "OCM",
+                                                    part_tiles(p.ppt, p.rpm),
+                                                    pm_down() > 1 ? ", the down over two chunks a call" : "")
                                       : fmt::format("{}|{} (qkv|MLP phases{})", p.rpa, p.rpc, rope_note);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
