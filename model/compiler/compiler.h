@@ -174,7 +174,7 @@ struct CompileOptions {
   // never as one where a call takes them all (Compiler::gu_cw_).
   bool image_narrow_gate_up = false;
   // Test knob: the streamed prefill's down over two gate|up chunks a call wherever
-  // pm_down_pairs allows it, whatever the estimate (Compiler::settle_pm_pairs).
+  // pm_down_pairs allows it and the plan fits, whatever the estimate (Compiler::settle_pm_pairs).
   bool image_down_pairs = false;
   // Test knob: the resident prefill's down chunk packings laid (Compiler::pm_down_) whatever the
   // planning prompt's plan; the down then runs in chunks where the plan allows it.

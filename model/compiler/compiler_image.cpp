@@ -134,10 +134,12 @@ std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::forma
 // Its gate|up GEMMs at split 2 where a tile of them at split 1 (the whole weight where that is
 // less) streams in slower than the down chunk before runs the MACs of its last tile over `rows`
 // rows (the tile that down chunk hands off during its last tile is then half as large: 32x32,
-// 2 MiB, 32 GB/s, one tile 113.7 -> 103.5 M cycles; two tiles 92.23 -> 90.87 M). Where the DDR keeps up, split 1: a split 2 call spends an array
-// cycle more a step on its pair's halves (32x64, 2 MiB, 128 GB/s: the gate|up calls at 1.13 x
-// their MACs; 43.65 -> 42.98 M cycles at split 1; where the down chunk has two tiles, as on
-// 32x32 at 1 MiB and 64 GB/s, split 1 took 2.4% more).
+// 2 MiB, 32 GB/s, when the chunk was one tile 113.7 -> 103.5 M cycles; two tiles, twenty-sixth
+// stop, 92.23 -> 90.87 M). Where the DDR keeps up, split 1: a split 2 call spends an array cycle
+// more a step on its pair's halves (32x64, 2 MiB, 128 GB/s: the gate|up calls at 1.13 x their
+// MACs; 43.65 -> 42.98 M cycles at split 1; where the down chunk has two tiles, as on 32x32 at
+// 1 MiB and 64 GB/s, split 1 took 2.4% more). Where even split 2's tile is too slow, the down
+// may take two chunks a call instead (pm_down_pairs).
 uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
   const GemmPlan up = plan_gemm(gcfg, 1, 2 * cp, hidden);
   const GemmPlan down = plan_gemm(gcfg, rows, hidden, cp);
@@ -591,8 +593,8 @@ void Compiler::settle_pm_pairs() {
   };
   relay(2);
   const CompiledProgram two = streamed_estimate();
-  if (!opt_.image_down_pairs &&
-      (two.plan.empty() || two.est_weight_bytes > one.est_weight_bytes || !(two.est_cycles < 0.97 * one.est_cycles)))
+  if (two.plan.empty() || (!opt_.image_down_pairs && (two.est_weight_bytes > one.est_weight_bytes ||
+                                                       !(two.est_cycles < 0.97 * one.est_cycles))))
     relay(1);
 }
 
