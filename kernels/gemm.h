@@ -206,10 +206,10 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 // The least lrm_bytes with which a K-input weight fits some split on cfg's array.
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // UB, the code bytes a PE takes from a DMA unit: 64, or 32 where units of 64 a PE on four DMA
-// channels would take more than a quarter of an OCM of 2 MiB or more (64x64 at 2 MiB: the image
-// compiler then keeps the GEMMs on every row, Compiler::gemm_view; below 2 MiB it halves their
-// view instead, which leaves the row tiles more room). Four, not cfg.dma_channels: the packing
-// and the calls must agree where the compiler gives its GEMMs fewer channels.
+// channels would take more than a quarter of an OCM of more than 1 MiB (64x64 at 2 MiB: the image
+// compiler then keeps the GEMMs on every row, Compiler::gemm_view; at 1 MiB or less it halves
+// their view instead, which leaves the row tiles more room). Four, not cfg.dma_channels: the
+// packing and the calls must agree where the compiler gives its GEMMs fewer channels.
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);

@@ -256,10 +256,12 @@ sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg
   auto halve = [&](auto more) {
     while (g.pe_rows % 2 == 0 && more()) g.pe_rows /= 2;
   };
-  // From 2 MiB of OCM the DMA units carry 32 code bytes a PE where 64 would not fit so
-  // (kernels::gemm_unit_pe_bytes) and the view keeps its rows: 64x64 at 2 MiB, 128 GB/s, all 64
-  // rows 35.11 M cycles against 42.07 M on 32. (At 1 MiB the wider view's MLP chunks left room
-  // for half the rows: DDR 1.47 -> 2.84 x the weights at 32x64 and 64x64, 64 GB/s 6% slower.)
+  // Above 1 MiB of OCM the DMA units carry 32 code bytes a PE where 64 would not fit so
+  // (kernels::gemm_unit_pe_bytes) and the view keeps more rows: 64x64 at 2 MiB, 128 GB/s, all 64
+  // rows 35.11 M cycles against 42.07 M on 32; at 1.25 MiB, 32 of its rows instead of 16, 64 GB/s
+  // 86.31 -> 57.71 M (the same DDR bytes), 128 GB/s 78.83 -> 47.35 M; 1.5 MiB, 128 GB/s 78.24 ->
+  // 45.20 M (that rule took 32-byte units from 2 MiB). (At 1 MiB the wider view's MLP chunks left
+  // room for half the rows: DDR 1.47 -> 2.84 x the weights at 32x64 and 64x64, 64 GB/s 6% slower.)
   halve([&] { return double(g.dma_channels) * g.npe() * kernels::gemm_unit_pe_bytes(g) > double(cfg.ocm_bytes) / 4; });
   halve([&] { return l.macs / (g.mac_peak(true) / 2) <= 0.7 * l.ddr_cycles; });
   return g;

@@ -727,7 +727,7 @@ INSTANTIATE_TEST_SUITE_P(Chunks, GemmChunks,
 
 
 // Half units (gemm_unit_pe_bytes: 32 code bytes a PE where 64 on four channels would take over a
-// quarter of an OCM of 2 MiB or more; 64x64 PEs, 2 MiB): every path that moves units - the
+// quarter of an OCM of more than 1 MiB; 64x64 PEs, 2 MiB): every path that moves units - the
 // prologue, the next tile's units at the row groups' starts and in loop segments (a, seg), a
 // narrow last tile, split 2, two row sets, the next call prefetched, partial sums in OCM and
 // LRM chained by hand-offs with seeds - matches the chain within one fp16 ulp, and timing-only
@@ -739,7 +739,10 @@ TEST(Gemm, HalfUnitsMatchTheChain) {
   two.dma_channels = 2;
   ASSERT_EQ(gemm_unit_pe_bytes(two), 32u);
   ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {})), 64u);
-  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"ocm_bytes=786432"})), 64u);  // (below 2 MiB)
+  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"ocm_bytes=786432"})), 64u);  // (a quarter holds them)
+  // 64x64 from just above 1 MiB (at 1 MiB the compiler halves the GEMMs' view instead)
+  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"})), 64u);
+  ASSERT_EQ(gemm_unit_pe_bytes(sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=1280KiB"})), 32u);
   sim::Config four = cfg;  // (4 MiB: 64 bytes a PE)
   four.ocm_bytes = 4u << 20;
   ASSERT_EQ(plan_gemm(cfg, 64, 2100, 1024).units, 2 * plan_gemm(four, 64, 2100, 1024).units);
