@@ -288,6 +288,7 @@ class Compiler {
   // The same for the streamed plan's gate|up chunk packings (pm_name(i, c, "gu")).
   bool pm_gate_up_fused() const;
   void add_pm_packings();
+  void relay_pm_packings();
   void settle_pm_chunks();
   void settle_pm_pairs();
   // The default image program's streamed plan (plan only), or an empty one where it is not

@@ -131,6 +131,17 @@ uint32_t vgq_heads(uint32_t heads) {
   return 1;
 }
 std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
+// The DDR cycles of an n x k GEMM's first tile at `split` (the whole weight where that is less),
+// and the MAC cycles of a tile of one over `rows` rows: what a call's hand-off of the next call's
+// first tile, during its own last tile, must fit in.
+double first_tile_ddr(const sim::Config& gcfg, uint32_t n, uint32_t k, uint32_t split) {
+  const GemmPlan p = plan_gemm(gcfg, 1, n, k, split);
+  return double(std::min(p.tile_bytes, p.weight_bytes())) / gcfg.ddr_bytes_per_cycle();
+}
+double last_tile_macs(const sim::Config& gcfg, uint32_t rows, uint32_t n, uint32_t k) {
+  return double(rows) * plan_gemm(gcfg, rows, n, k).cols * k / gcfg.mac_peak(true);
+}
+
 // Its gate|up GEMMs at split 2 where a tile of them at split 1 (the whole weight where that is
 // less) streams in slower than the down chunk before runs the MACs of its last tile over `rows`
 // rows (the tile that down chunk hands off during its last tile is then half as large: 32x32,
@@ -141,11 +152,7 @@ std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::forma
 // 1 MiB and 64 GB/s, split 1 took 2.4% more). Where even split 2's tile is too slow, the down
 // may take two chunks a call instead (pm_down_pairs).
 uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
-  const GemmPlan up = plan_gemm(gcfg, 1, 2 * cp, hidden);
-  const GemmPlan down = plan_gemm(gcfg, rows, hidden, cp);
-  if (double(std::min(up.tile_bytes, up.weight_bytes())) / gcfg.ddr_bytes_per_cycle() <=
-      double(rows) * down.cols * cp / gcfg.mac_peak(true))
-    return 0;
+  if (first_tile_ddr(gcfg, 2 * cp, hidden, 0) <= last_tile_macs(gcfg, rows, hidden, cp)) return 0;
   try {
     return gemm_split(gcfg, 2 * cp, hidden, 2);
   } catch (const Error&) {
@@ -162,13 +169,10 @@ uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden,
 // Compiler::settle_pm_pairs keeps it where the estimate agrees.
 uint32_t pm_down_pairs(const sim::Config& gcfg, uint32_t cp, uint32_t inter, uint32_t hidden, uint32_t rows) {
   if ((inter / cp) % 2) return 1;
-  auto last = [&](uint32_t k) {  // MAC cycles of the down's last tile over K = k
-    return double(rows) * plan_gemm(gcfg, rows, hidden, k).cols * k / gcfg.mac_peak(true);
-  };
   try {
-    const GemmPlan up = plan_gemm(gcfg, 1, 2 * cp, hidden, pm_gate_up_split(gcfg, cp, hidden, rows));
-    const double first = double(std::min(up.tile_bytes, up.weight_bytes())) / gcfg.ddr_bytes_per_cycle();
-    return first > last(cp) && first <= last(2 * cp) ? 2 : 1;
+    const double first = first_tile_ddr(gcfg, 2 * cp, hidden, pm_gate_up_split(gcfg, cp, hidden, rows));
+    const double one = last_tile_macs(gcfg, rows, hidden, cp), two = last_tile_macs(gcfg, rows, hidden, 2 * cp);
+    return first > one && first <= two ? 2 : 1;
   } catch (const Error&) {
     return 1;
   }
@@ -476,6 +480,12 @@ bool Compiler::pm_allowed() const {
          !opt_.image_copy_mode && !opt_.image_prefill;
 }
 
+// The MLP chunks laid again (after a change of their widths or pairing).
+void Compiler::relay_pm_packings() {
+  ddr_.truncate(pm_first_);
+  add_pm_packings();
+}
+
 // The MLP chunks (the layout's last tensors): the same bytes at any chunk width.
 void Compiler::add_pm_packings() {
   const Dims d(model_);
@@ -521,8 +531,7 @@ void Compiler::settle_pm_chunks() {
   if (!pm_first_) return;
   auto relay = [&](uint32_t npe) {
     pm_npe_ = npe;
-    ddr_.truncate(pm_first_);
-    add_pm_packings();
+    relay_pm_packings();
   };
   if (opt_.image_chunk_pes) return relay(opt_.image_chunk_pes);
   if (pm_tower_only_) return;  // (the resident tower's: laid as wide as its plan took them)
@@ -590,8 +599,7 @@ void Compiler::settle_pm_pairs() {
   if (one.plan.empty()) return;
   auto relay = [&](uint32_t pairs) {
     pm_pairs_ = pairs;
-    ddr_.truncate(pm_first_);
-    add_pm_packings();
+    relay_pm_packings();
   };
   relay(2);
   const CompiledProgram two = streamed_estimate();
@@ -2314,9 +2322,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' cycles
-  // (attention_estimate) plus the first load and the last store, which are not overlapped. More heads a call pay when their
-  // passes hold more rows x heads (N = 1200: 2 heads of 512 rows a pass, 1.5 passes a
-  // head instead of 2).
+  // (attention_estimate) plus the first load and the last store, which are not overlapped.
+  // More heads a call pay when their passes hold more rows x heads (N = 1200: 2 heads of 512
+  // rows a pass, 1.5 passes a head instead of 2).
   auto attn_cycles = [&](uint32_t heads, uint32_t g, uint32_t g_size, uint32_t rows, uint32_t hd, uint32_t kv_rows) {
     OcmAttnArgs at;
     at.q_heads = g * g_size;
