@@ -746,14 +746,56 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
   // (one piece per iteration, at split 2, takes so long that the channel's restart after
   // the unit comes too late: the DMA falls behind; measured)
-  auto in_loop_max = [&](uint32_t g) { return per_iter(rr_of(g)) >= 2 ? iters / seg_iters(rr_of(g)) : 0u; };
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, head, mid, b };
-  std::map<std::tuple<Part, bool, uint8_t>, Label> parts;
-  auto part_label = [&](Part part, bool lastr, uint8_t r) {
-    auto [it, fresh] = parts.try_emplace({part, lastr, r}, Label{0});
+  // (seg: the segment a part a / seg scatters, Seg below: 0 every PE, 1 and 2 a narrow next
+  // tile's lower and upper copy)
+  std::map<std::tuple<Part, bool, uint8_t, uint8_t>, Label> parts;
+  auto part_label = [&](Part part, bool lastr, uint8_t r, uint8_t seg = 0) {
+    auto [it, fresh] = parts.try_emplace({part, lastr, r, seg}, Label{0});
     if (fresh) it->second = b.label();
     return it->second;
+  };
+  // A unit's loop segments: PEs [lo, lo + pes) take their code bytes from the unit's OCM data
+  // + off. This call's units (and a wide next tile's): one segment over every PE. A narrow
+  // next tile's with two copies (nx_narrow, two row sets): its W x split PEs, then the upper
+  // ones [H, H + W x split) from a base H strides lower, each segment a whole number of
+  // iterations (else, and for a narrow tile of one copy, its units go through the port
+  // between the row groups). 64x64, 8 MiB, 128 GB/s: the tower's GEMMs before its N = 1,024
+  // ones hand their tiles off so, 24.10 -> 23.94 M cycles.
+  struct Seg {
+    uint32_t lo, pes;
+    int64_t off;
+  };
+  const std::vector<Seg> all_segs = [&] {
+    const uint32_t w = nx_narrow ? pn.tail_cols * pn.split : 0;
+    return std::vector<Seg>{{0, npe, 0}, {0, w, 0}, {H, w, -int64_t(H) * UB}};
+  }();
+  const std::vector<uint8_t> own_segs{0};
+  const std::vector<uint8_t> nx_segs = !nx_narrow ? own_segs : pn.copies == 2 ? std::vector<uint8_t>{1, 2}
+                                                                              : std::vector<uint8_t>{};
+  // Iterations of a segment; 0 where its pieces do not fill whole iterations.
+  auto seg_len = [&](uint32_t rr, const Seg& sg) -> uint32_t {
+    if (sg.pes == npe) return seg_iters(rr);
+    const uint32_t per = piece * per_iter(rr);
+    return per && sg.pes % per == 0 ? sg.pes / per : 0;
+  };
+  auto unit_len = [&](uint32_t rr, const std::vector<uint8_t>& segs) {
+    uint32_t n = 0;
+    for (uint8_t sg : segs) {
+      if (!seg_len(rr, all_segs[sg])) return 0u;
+      n += seg_len(rr, all_segs[sg]);
+    }
+    return n;
+  };
+  auto in_loop_max = [&](uint32_t g, const std::vector<uint8_t>& segs) {
+    const uint32_t len = unit_len(rr_of(g), segs);
+    return per_iter(rr_of(g)) >= 2 && len ? iters / len : 0u;
+  };
+  // One segment of a routine's loop (part a: after the prologue; seg), fill register v22 + r.
+  auto run_seg = [&](Part part, bool lastr, uint8_t r, uint8_t sg, int64_t src) {
+    b.li(xSrc, src + all_segs[sg].off);
+    b.op("jal", {xLink, part_label(part, lastr, r, sg)});
   };
   // Units taken at the start of group g (none at g = 0).
   auto quota = [&](uint32_t g, uint32_t units) -> std::pair<uint32_t, uint32_t> {
@@ -770,12 +812,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     for (uint32_t u = u0; u < u1; ++u) {
       const uint8_t r = uint8_t((u - u0) % 2);
       before(u);
-      b.li(xSrc, src(u));
-      b.op("jal", {xLink, part_label(u == u0 ? Part::a : Part::seg, lastr, r)});
+      run_seg(u == u0 ? Part::a : Part::seg, lastr, r, 0, src(u));
       restart_u(u);
       b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
-    b.li(xCnt, iters - (u1 - u0) * seg_iters(rr_of(g)));
+    b.li(xCnt, iters - (u1 - u0) * unit_len(rr_of(g), own_segs));
     b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
   };
   // Group g taking units [u0, u1). Where they are more than the channels hold at once and
@@ -785,15 +826,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // rather than the group waiting at its start for units whose channels only restart
   // there, with the DDR idle behind them (32x32, 2 MiB, 64 GB/s: 85.4 -> 83.1 M cycles).
   // Elsewhere all at the start. The first ones' codes go through the port; the last k
-  // (those the loop has iterations for; none when !in_loop) are scattered in loop segments.
+  // (those the loop has iterations for; none where segs has no segment) are scattered in loop
+  // segments, those of a unit one after another (segs).
   // src(u), base + dst0 + 64 u: a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
-                              int64_t dst0, auto restart_u, bool in_loop = true) {
+                              int64_t dst0, auto restart_u, const std::vector<uint8_t>& segs) {
     const bool lastr = g + 1 == pl.groups && two_routines;
-    const uint32_t n = u1 - u0, k = in_loop ? std::min(n, in_loop_max(g)) : 0, ui = u1 - k,
-                   rest = iters - k * seg_iters(rr_of(g));
-    const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle(),
-                 loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
+    const double loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
+    // (A narrow next tile's two copies hold a unit's channel through two segments: in the loop
+    // only where its units stream in within half of it; 64x64, 2 MiB, 128 GB/s: 1.2% slower.)
+    const bool two_copies = segs.size() == 2;
+    const uint32_t n = u1 - u0,
+                   k = two_copies && 2.0 * n * pn.code_of(true) / cfg.ddr_bytes_per_cycle() > loop
+                           ? 0
+                           : std::min(n, in_loop_max(g, segs)),
+                   ui = u1 - k, rest = iters - k * unit_len(rr_of(g), segs);
+    const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle();
     const uint32_t gap = n > C && 2 * ddr >= loop ? rest / n : 0;
     bool started = false;  // the prologue has run
     auto run = [&](Part part, uint8_t r) {
@@ -814,8 +862,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       take(u, true);
       flush();
       const uint8_t r = uint8_t((u - ui) % 2);
-      b.li(xSrc, src(u));
-      run(started ? Part::seg : Part::a, r);
+      for (uint8_t sg : segs) {
+        run_seg(started ? Part::seg : Part::a, lastr, r, sg, src(u));
+        started = true;
+      }
       restart_u(u);
       b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
@@ -902,7 +952,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         group_with_fills(
             g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop); },
             [&](uint32_t u) { return buf(u % C) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
-            [&](uint32_t u) { restart(u, false, next_narrow); });
+            [&](uint32_t u) { restart(u, false, next_narrow); }, own_segs);
       };
       if (tail) {
         // Filling the narrow last tile (x23 = 1): its units go to its PEs only, before the
@@ -932,8 +982,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (n1 > n0) {
       group_with_fills(
           g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
-          [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_unit : 0); }, X{0},
-          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, !nx_narrow);
+          [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_of(nx_narrow) : 0); }, X{0},
+          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, nx_segs);
     } else {
       b.op("jal", {xLink, full});
     }
@@ -989,7 +1039,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Parts: full (as described above); a: the prologue and seg; seg: seg_iters iterations
   // with per_iter fill pieces each into v22 + r (from OCM x25); head: the prologue and x16
   // iterations; mid: x16 iterations; b: x16 more iterations and the epilogue.
-  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r) {
+  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r, uint8_t sg) {
     const uint32_t rr = pl.slots(real);
     // Slot i's X (i >= rr: the next group of codes); two row sets: row 2i (set 0) or 2i + 1.
     auto rowoff = [&](uint32_t i, uint32_t set = 0) -> int64_t {
@@ -1077,9 +1127,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     };
     if (part == Part::full) b.li(xCnt, iters);
     if (part == Part::a || part == Part::seg) {
-      b.li(xLo, 0);
-      b.li(xHi, piece);
-      b.li(xCnt, seg_iters(rr));
+      b.li(xLo, all_segs[sg].lo);
+      b.li(xHi, all_segs[sg].lo + piece);
+      b.li(xCnt, seg_len(rr, all_segs[sg]));
       b.loop(xCnt, [&] { body(true); });
       b.op("jalr", {X{0}, xLink, 0});
       return;
@@ -1199,10 +1249,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     b.op("jalr", {X{0}, xLink, 0});
   };
-  routine(routine_full, pl.group_rows(), Part::full, 0);
-  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0);
+  routine(routine_full, pl.group_rows(), Part::full, 0, 0);
+  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0, 0);
   for (const auto& [key, entry] : parts)
-    routine(entry, std::get<1>(key) ? pl.last_rows : pl.group_rows(), std::get<0>(key), std::get<2>(key));
+    routine(entry, std::get<1>(key) ? pl.last_rows : pl.group_rows(), std::get<0>(key), std::get<2>(key),
+            std::get<3>(key));
   b.bind(done);
 }
 

@@ -58,8 +58,10 @@
 // g >= 1, the last ones after the last group or (split 1) inside tile t+1's own first
 // group. A unit taken at a group's start has its codes scattered inside that group's MAC
 // loop when the loop has issue slots for it (split 1): 16-PE pieces (pset.range + a
-// predicated oscatter) between the broadcasts, one loop segment per unit, so the OCM port
-// time overlaps the MACs. Tile 0 is loaded before the first row group unless the previous
+// predicated oscatter) between the broadcasts, one loop segment per unit (two for the next
+// call's narrow tile 0 of two copies, GemmPlan::copies: its PEs, then the upper set's, where
+// the DDR brings each unit within half a row group's loop), so the OCM port time overlaps the
+// MACs. Tile 0 is loaded before the first row group unless the previous
 // call handed it off (gemm_handoff: in part when it cannot stream in time, the rest then
 // scattered in this call's first group) or started its first units (GemmArgs::next,
 // emit_gemm_prefetch: prefetched = true). Measured figures: docs/performance.md, issue 13.
