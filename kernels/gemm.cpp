@@ -58,22 +58,35 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
 // Fill pieces inside a routine's MAC loop (emit_gemm_w4): PEs per piece (2 cycles of the
-// OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program), pieces per loop
+// OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program; 4 where a unit in
+// pieces of 2 takes more iterations than a row group's loop has, or, at split 2, longer than
+// the DDR takes to bring the other channels' units: 64x64, 2 MiB, 128 GB/s 34.13 -> 33.47 M
+// cycles; 4 everywhere at split 2 lost at qc-u, 80.77 -> 80.85 M), pieces per loop
 // iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
-// vmac, its broadcast, split 2's shift and 11 for the next weights, at 4 instructions a
-// piece, at most one per 4 rows), and the iterations one unit (npe x UB bytes) takes.
-uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl) {
-  return std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe);
+// vmac, its broadcast, split 2's shift and the next weights' (a code load and a dequantise
+// an iteration, the block's meta and pointers once a trip of 8 / split iterations: at most 3
+// at split 1, 4 at split 2), at 4 instructions a piece, at most one per 4 rows), and the
+// iterations one unit (npe x UB bytes) takes (whole trips).
+uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr);
+uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+  const uint32_t two = std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe),
+                 iters = ceil_div(ceil_div(cfg.npe(), two), std::max(1u, pieces_per_iter(cfg, pl, rr)));
+  const double loop = double(iters) * rr * cfg.occ(isa::Unit::mac16),
+               ddr = double(pl.channels - 1) * pl.code_unit / cfg.ddr_bytes_per_cycle();
+  return iters <= 8 / pl.split * pl.blocks && (pl.split == 1 || loop <= ddr) ? two : 2 * two;
 }
 // (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, 4 with two
 // row sets.)
 uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
   const uint32_t slot = pl.split == 1 ? 2 : pl.sets == 2 ? 4 : 3;
-  const int64_t free = int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * slot - 11;
+  const int64_t free =
+      int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * slot - (pl.split == 1 ? 3 : 4);
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
 }
 uint32_t unit_iters(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
-  return ceil_div(ceil_div(cfg.npe(), piece_pes(cfg, pl)), std::max(1u, pieces_per_iter(cfg, pl, rr)));
+  const uint32_t trip = 8 / pl.split,
+                 pieces = ceil_div(cfg.npe(), piece_pes(cfg, pl, rr));
+  return ceil_div(ceil_div(pieces, std::max(1u, pieces_per_iter(cfg, pl, rr))), trip) * trip;
 }
 // The most tile-0 units (the last ones) a call of plan pl can scatter during its first
 // row group of rr rows, one per unit_iters segment, each in LRM before the loop's look-
@@ -378,15 +391,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // x1 tiles left, x2 DDR base of the tile being filled, x3 tiles after it, x4/x5 LRM
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
   // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
-  // x12-x14 routine temps, x15 partial-sum scatter stride, x16 loop count, x17 gather
-  // stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left, x25 OCM source of
+  // x12/x13 the routine's code and meta pointers, x15 partial-sum scatter stride, x16 loop
+  // count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left, x25 OCM source of
   // the unit a routine part scatters, x26/x29 partial sums of the tile / of the row group,
   // x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps (two row sets: also slot activations), v20
   // accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
-  const X xC{12}, xG{13}, xTmp{14}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, xUnit{20}, xMs{21}, xT2{22}, xFills{23};
+  const X xC{12}, xG{13}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, xUnit{20}, xMs{21}, xT2{22}, xFills{23};
   const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25}, xAs{15}, xA{26}, xAg{29};
   const bool tail = pl.tail_cols != 0;
 
@@ -740,7 +753,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // channel restarts as its segment returns. The others (and unit 0's meta) go through
   // the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
-  const uint32_t piece = piece_pes(cfg, pl);
+  // The loop runs a 128-block's trip = 8 / S iterations a pass (one meta load a block); the
+  // parts' iteration counts are whole trips.
+  const uint32_t trip = 8 / S;
+  auto trips = [&](uint32_t it) {
+    if (it % trip) fail("gemm: internal: {} loop iterations are not whole trips of {}", it, trip);
+    return it / trip;
+  };
+  auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr); };
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
   auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
@@ -777,8 +797,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Iterations of a segment; 0 where its pieces do not fill whole iterations.
   auto seg_len = [&](uint32_t rr, const Seg& sg) -> uint32_t {
     if (sg.pes == npe) return seg_iters(rr);
-    const uint32_t per = piece * per_iter(rr);
-    return per && sg.pes % per == 0 ? sg.pes / per : 0;
+    const uint32_t per = piece_of(rr) * per_iter(rr);
+    return per && sg.pes % (per * trip) == 0 ? sg.pes / per : 0;
   };
   auto unit_len = [&](uint32_t rr, const std::vector<uint8_t>& segs) {
     uint32_t n = 0;
@@ -816,7 +836,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       restart_u(u);
       b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
-    b.li(xCnt, iters - (u1 - u0) * unit_len(rr_of(g), own_segs));
+    b.li(xCnt, trips(iters - (u1 - u0) * unit_len(rr_of(g), own_segs)));
     b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
   };
   // Group g taking units [u0, u1). Where they are more than the channels hold at once and
@@ -842,7 +862,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                            : std::min(n, in_loop_max(g, segs)),
                    ui = u1 - k, rest = iters - k * unit_len(rr_of(g), segs);
     const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle();
-    const uint32_t gap = n > C && 2 * ddr >= loop ? rest / n : 0;
+    const uint32_t gap = n > C && 2 * ddr >= loop ? rest / n / trip * trip : 0;
     bool started = false;  // the prologue has run
     auto run = [&](Part part, uint8_t r) {
       b.op("jal", {xLink, part_label(part, lastr, r)});
@@ -851,7 +871,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     for (uint32_t u = u0; u < u1; ++u) {
       if (u > u0 && gap) {
         flush();
-        b.li(xCnt, gap);
+        b.li(xCnt, trips(gap));
         run(started ? Part::mid : Part::head, 0);
       }
       if (u < ui) {
@@ -874,7 +894,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("jal", {xLink, full});
       return;
     }
-    b.li(xCnt, rest - (n - 1) * gap);
+    b.li(xCnt, trips(rest - (n - 1) * gap));
     run(Part::b, 0);
   };
   // Group 0 of a tile whose units [u0, U) are on their way: each is scattered into the
@@ -982,7 +1002,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (n1 > n0) {
       group_with_fills(
           g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
-          [&](uint32_t u) { return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_of(nx_narrow) : 0); }, X{0},
+          [&](uint32_t u) {
+            return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
+          },
+          X{0},
           int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, nx_segs);
     } else {
       b.op("jal", {xLink, full});
@@ -1035,10 +1058,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
 
   // ---- row-group routine: rr rows (a multiple of 4), the first `real` of them real ----
   // In: x10 = X of the group's row 0, x11 = Y of its row 0 at the tile's column 0,
-  // x4 = LRM buffer. The loop runs once per group of 16 codes (8 per 128-block).
-  // Parts: full (as described above); a: the prologue and seg; seg: seg_iters iterations
-  // with per_iter fill pieces each into v22 + r (from OCM x25); head: the prologue and x16
-  // iterations; mid: x16 iterations; b: x16 more iterations and the epilogue.
+  // x4 = LRM buffer, x12 / x13 the codes / meta of the block. The loop runs once per
+  // 128-block (a trip: `trip` groups of 16 codes). Parts: full (as described above); a: the
+  // prologue and seg; seg: a unit segment's trips with per_iter fill pieces each iteration
+  // into v22 + r (from OCM x25); head: the prologue and x16 trips; mid: x16 trips; b: x16
+  // more trips and the epilogue.
   auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r, uint8_t sg) {
     const uint32_t rr = pl.slots(real);
     // Slot i's X (i >= rr: the next group of codes); two row sets: row 2i (set 0) or 2i + 1.
@@ -1054,14 +1078,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (S == 2) b.op("vshr", {xr(i), xr(i), int64_t(16)}, P{3});
     };
     // Two row sets: the upper row to every PE, then (3 slots later) the lower row to p6.
-    auto upper_bcast = [&](uint32_t i) { b.op(bcast, {xr(i), Mem{xAct, rowoff(i, 1)}}); };
-    auto lower_bcast = [&](uint32_t i) { b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}}, P{6}); };
+    // (xo: the trip's group's activations)
+    auto upper_bcast = [&](uint32_t i, int64_t xo = 0) { b.op(bcast, {xr(i), Mem{xAct, xo + rowoff(i, 1)}}); };
+    auto lower_bcast = [&](uint32_t i, int64_t xo = 0) { b.op(bcast, {xr(i), Mem{xAct, xo + rowoff(i)}}, P{6}); };
     b.bind(entry);
     if (part == Part::full || part == Part::a || part == Part::head) {
     b.op("addi", {xC, xCur, pl.meta_lrm});
     b.op("vld", {V{26}, Mem{xC, 0}});
     b.op("vld.h", {V{27}, Mem{xCur, 0}});
-    b.li(xG, 1);
+    b.op("addi", {xG, xCur, 0});
     for (uint32_t i = 0; i < (twin ? 6 : 3); ++i) {
       if (twin) upper_bcast(i);
       else b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}});
@@ -1073,24 +1098,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
     odd_shift(0);
     }
-    // The next group's weights (codes at x12 + 8, meta of block (g+1) / groups per
-    // block) are prepared between the vmacs: one extra per vmac slot when the group
-    // has >= 12 rows, else two.
-    std::vector<std::function<void()>> extra = {
-        [&] { b.op("srli", {xTmp, xG, int64_t(S == 2 ? 2 : 3)}); },
-        [&] { b.op("slli", {xTmp, xTmp, 2}); },
-        [&] { b.op("add", {xTmp, xTmp, xCur}); },
-        [&] { b.op("vld", {V{26}, Mem{xC, 8}}); },
-        [&] { b.op("vld.h", {V{27}, Mem{xTmp, 0}}); },
-        [&] { b.op("addi", {xC, xC, 8}); },
-        [&] { b.op("addi", {xG, xG, 1}); },
-        [&] { b.op("vcvt.f32.f16", {V{27}, V{27}}); },
-    };
+    // A trip: the block's `trip` groups of 16 codes, group u's activations 32 S u bytes on
+    // (x10 moves once a trip), its dequantised weights in v24 + u % 2. The next group's
+    // weights are prepared between the vmacs (codes at x12 + 8 (u + 1); in the last group the
+    // next block's meta at x13 + 4, then x12 and x13 move): one extra per vmac slot when the
+    // group has >= 12 rows, else two.
     const bool spread = rr >= 12;
     const uint32_t jdq = spread ? 9 : std::min<uint32_t>(5, rr - 1);
     // A fill piece per 4 rows (the first per_iter of them): PEs [x9, x24) take their 64
     // code bytes.
-    const uint32_t pieces_here = per_iter(rr);
+    const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr);
     auto piece_op = [&](uint32_t j) {
       if (j / 4 >= pieces_here) return;
       switch (j % 4) {
@@ -1101,35 +1118,50 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       }
     };
     auto body = [&](bool pieces) {
-      size_t next = 0;
-      bool dq = false;
-      for (uint32_t j = 0; j < rr; ++j) {
-        b.op("vmac.f16", {V{uint8_t(j)}, V{24}, xr(j)});
-        if (twin) {
-          lower_bcast(j + 3);
-          odd_shift(j + 1);
-          upper_bcast(j + 6);
-        } else {
-          b.op(bcast, {xr(j + 3), Mem{xAct, rowoff(j + 3)}});
-          odd_shift(j + 1);
+      for (uint32_t u = 0; u < trip; ++u) {
+        const V w{uint8_t(24 + u % 2)}, wn{uint8_t(24 + (u + 1) % 2)};
+        const int64_t xo = int64_t(u) * 32 * S;
+        std::vector<std::function<void()>> extra = {[&] { b.op("vld", {V{26}, Mem{xC, int64_t(8) * (u + 1)}}); }};
+        if (u + 1 == trip) {
+          extra.push_back([&] { b.op("vld.h", {V{27}, Mem{xG, 4}}); });
+          extra.push_back([&] { b.op("vcvt.f32.f16", {V{27}, V{27}}); });
+          extra.push_back([&] { b.op("addi", {xC, xC, int64_t(8) * trip}); });
+          extra.push_back([&] { b.op("addi", {xG, xG, 4}); });
         }
-        for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
-        if (pieces) piece_op(j);
-        if (j >= jdq && next == extra.size() && !dq) {
-          b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
-          dq = true;
+        size_t next = 0;
+        bool dq = false;
+        for (uint32_t j = 0; j < rr; ++j) {
+          b.op("vmac.f16", {V{uint8_t(j)}, w, xr(j)});
+          if (twin) {
+            lower_bcast(j + 3, xo);
+            odd_shift(j + 1);
+            upper_bcast(j + 6, xo);
+          } else {
+            b.op(bcast, {xr(j + 3), Mem{xAct, xo + rowoff(j + 3)}});
+            odd_shift(j + 1);
+          }
+          for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
+          if (pieces) piece_op(j);
+          if (j >= jdq && next == extra.size() && !dq) {
+            b.op("vdq4.f16", {wn, V{26}, V{27}, int64_t(0)});
+            dq = true;
+          }
         }
+        while (next < extra.size()) extra[next++]();
+        if (!dq) b.op("vdq4.f16", {wn, V{26}, V{27}, int64_t(0)});
       }
-      while (next < extra.size()) extra[next++]();
-      if (!dq) b.op("vdq4.f16", {V{25}, V{26}, V{27}, int64_t(0)});
-      b.op("vmov", {V{24}, V{25}});
-      b.op("addi", {xAct, xAct, int64_t(32) * S});
+      b.op("addi", {xAct, xAct, int64_t(32) * S * trip});
     };
-    if (part == Part::full) b.li(xCnt, iters);
+    if (part == Part::full) b.li(xCnt, trips(iters));
     if (part == Part::a || part == Part::seg) {
-      b.li(xLo, all_segs[sg].lo);
-      b.li(xHi, all_segs[sg].lo + piece);
-      b.li(xCnt, seg_len(rr, all_segs[sg]));
+      // The segment's piece slots past its PEs' pieces (it runs whole trips) come first, below
+      // PE 0: empty on any array (a sub-array's machine too).
+      const Seg& sgm = all_segs[sg];
+      const int64_t spare = int64_t(seg_len(rr, sgm)) * per_iter(rr) - ceil_div(sgm.pes, piece),
+                    lo = int64_t(sgm.lo) - std::max<int64_t>(0, spare) * piece;
+      b.li(xLo, lo);
+      b.li(xHi, lo + piece);
+      b.li(xCnt, trips(seg_len(rr, sgm)));
       b.loop(xCnt, [&] { body(true); });
       b.op("jalr", {X{0}, xLink, 0});
       return;
