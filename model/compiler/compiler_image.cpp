@@ -2009,8 +2009,9 @@ struct Streamed {
   // The prefill's attention phase reading q where the qkv phase left it (its q|k|v rows, one
   // tile of every row), the output written over it and stored from there: no q store and
   // load. Buffers pbq(kv heads, sets): the q|k|v rows, then per set the head-major staging
-  // of q and the output, k, v.
-  bool pq = false;
+  // of q and the output, k, v; with no cached tokens before the prompt (pbq_own) k and v are
+  // read in the q|k|v rows too, and a set is its staging only.
+  bool pq = false, pbq_own = false;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> pbq;
   std::vector<uint64_t> hd;
   bool ok = false;
@@ -2121,7 +2122,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.pbq = [&](uint32_t g, uint32_t sets) -> V64 {
     const uint64_t x = uint64_t(g) * G * S * hd2, y = uint64_t(g) * (off + S) * hd2;
     V64 v{uint64_t(S) * d.qkv_n * 2};
-    for (uint32_t i = 0; i < sets; ++i) v.insert(v.end(), {x, y, y});
+    for (uint32_t i = 0; i < sets; ++i) {
+      if (p.pbq_own) v.push_back(x);
+      else v.insert(v.end(), {x, y, y});
+    }
     return v;
   };
   // prefill C: residual [r][H] (loaded and stored), attention rows / normed rows / down out
@@ -2435,14 +2439,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // q kept in the q|k|v rows (pq) where the qkv phase takes every row in one tile and the
   // attention's buffers fit beyond them, when the cost model says so: the q store (waited)
   // and its loads back go, the calls may take fewer kv heads.
-  auto attn_phase_c = [&](uint32_t g, bool q_kept) {
+  // (own: the keys and values read in the q|k|v rows, none from the cache)
+  auto attn_phase_c = [&](uint32_t g, bool q_kept, bool own = false) {
     return std::max(attn_cycles(d.nkv, g, G, S, d.hd, off + S),
-                    ((q_kept ? 1.0 : 2.0) * S * qd + 2.0 * (off + S) * kd) / bw);
+                    ((q_kept ? 1.0 : 2.0) * S * qd + (own ? 0.0 : 2.0 * (off + S) * kd)) / bw);
   };
   if (S && p.rpa == S && !gcap) {
+    // With no cached tokens: one set (nothing to load beside a call) of as many kv heads as fit.
+    p.pbq_own = off == 0;
     uint32_t sets = 1;
-    const uint32_t g = attn_groups(d.nkv, G, S, d.hd, off + S, p.pbq, sets);
-    if (g && (!p.gp || attn_phase_c(g, true) < attn_phase_c(p.gp, false) + S * double(qd) / bw))
+    const uint32_t g = p.pbq_own ? groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pbq(g, 1)); })
+                                 : attn_groups(d.nkv, G, S, d.hd, off + S, p.pbq, sets);
+    if (g && (!p.gp || attn_phase_c(g, true, p.pbq_own) < attn_phase_c(p.gp, false) + S * double(qd) / bw))
       p.pq = true, p.gp = g, p.sp = sets;
   }
   const bool phased_ok = p.rpa && (p.rpc || p.pm) && p.gp && opt_.image_prefill != 2;
@@ -3232,10 +3240,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // head-major staging.
           std::vector<uint32_t> sets = phase(p.pq ? p.pbq(p.gp, p.sp) : p.pb(p.gp, p.sp));
           const uint32_t Q0 = sets[0];
+          const bool own = p.pq && p.pbq_own;  // k and v in the q|k|v rows (Q0 + qd, + kd)
           if (p.pq) {
             std::vector<uint32_t> four;
-            for (size_t j = 1; j + 2 < sets.size(); j += 3)
-              four.insert(four.end(), {sets[j], sets[j + 1], sets[j + 2], sets[j]});
+            for (size_t j = 1; j < sets.size(); j += own ? 1 : 3) {
+              const uint32_t kb = own ? Q0 + qd : sets[j + 1], vb = own ? Q0 + qd + kd : sets[j + 2];
+              four.insert(four.end(), {sets[j], kb, vb, sets[j]});
+            }
             sets = four;
           }
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
@@ -3248,6 +3259,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
             if (!p.pq)
               copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+            if (own) return;
             copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
                     ng * hd2, ng, opt_.max_seq * hd2, hd2);
             copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
@@ -3264,6 +3276,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               at.q_head_stride = at.out_head_stride = hd2;
               at.scratch_ocm = u[0];
               at.scratch_bytes = ng * G * S * hd2;
+            }
+            if (own) {
+              at.k_ocm = u[1] + g0 * hd2;
+              at.v_ocm = u[2] + g0 * hd2;
+              at.kv_row_stride = qkvs;
             }
             k.attention(gname(g0) + ".attention", at);
           });
@@ -3354,7 +3371,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   const std::string rope_note =
       std::string(!p.fused && p.pa(p.rpa, p.spa).size() == 2 ? "; cos, sin over the qkv rows" : "") +
-      (!p.fused && p.pq ? "; the attention reads q in the q|k|v rows" : "");
+      (p.fused || !p.pq ? ""
+       : p.pbq_own      ? "; the attention reads q, k and v in the q|k|v rows"
+                        : "; the attention reads q in the q|k|v rows");
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
                                                     "partial sums in {}{}{})", p.rpa, p.rpm, rope_note,

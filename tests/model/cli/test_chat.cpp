@@ -88,7 +88,7 @@ TEST(Chat, TinyChunkedAndStreamedPrefillsMatchTheChain) {
       if (r.kind == "prefill") {
         EXPECT_EQ(r.plan.starts_with("streamed"), streamed) << r.plan;
         if (streamed) EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases"), std::string::npos) << r.plan;
-        q_kept += r.plan.find("the attention reads q in the q|k|v rows") != std::string::npos;
+        q_kept += r.plan.find("the attention reads q") != std::string::npos;  // (k and v too with none cached)
       }
     }
     EXPECT_GT(chunks, 2);

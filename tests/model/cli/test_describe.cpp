@@ -151,8 +151,8 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
 // in ImageOcm.TinyMatchesTheChainOnEveryOcmPlan.)
 TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {
   matches_the_goldens_on({"pe_rows=16", "pe_cols=16", "ocm_bytes=512KiB"}, 2,
-                         "rows per tile 84|84 (qkv|MLP phases; the attention reads q in the q|k|v rows; the MLP "
-                         "in chunks of 384 with fp32 partial sums in LRM)");
+                         "rows per tile 84|84 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
+                         "the MLP in chunks of 384 with fp32 partial sums in LRM)");
 }
 
 // A 64x64 array (4,096 PEs) on 2 MiB: the GEMMs on every row, their DMA units of 32 code

@@ -47,6 +47,7 @@ std::vector<int> prompt_ids(const ImageShape& s) {
 struct ImageRun {
   std::vector<float> logits;
   sim::Stats stats;
+  std::vector<uint16_t> keys;  // layer 0, kv head 0: KV-cache slots [0, slot0 + prompt) (functional runs)
 };
 
 // Runs the image program; with a bundle, functionally on random pixels. before_run (negative
@@ -67,7 +68,10 @@ ImageRun run_image(const Compiler& c, const CompiledProgram& prog, const ImageSh
   if (before_run) before_run(dev);
   ImageRun r;
   r.stats = dev.run(prog);
-  if (!timing_only) r.logits = dev.logits();
+  if (!timing_only) {
+    r.logits = dev.logits();
+    r.keys = dev.kv(0, false, 0, slot0 + uint32_t(ids.size()));
+  }
   return r;
 }
 
@@ -204,7 +208,8 @@ OcmRun tiny_ocm_run(const char* ocm_bytes, const std::vector<float>& pixels, Com
 // 0.9999, the same top-1, timing-only cycles = functional cycles; 1 MiB and 4 MiB
 // cycles differ. Negative control: the streamed plan reads keys and values back from
 // the KV cache from slot 0 (ImageIo::slot0_smem must hold 0): a wrong slot must fail
-// the gate.
+// the gate (in tiles of 20 rows and in whole layers; at 512 KiB the attention reads its keys
+// in its q|k|v rows, whose controls expect_matches_chain runs: TinyMlpOverEveryRowMatchesTheChain).
 TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 7);
 
@@ -243,7 +248,7 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
                              "behind"},
       {"8MiB", {}, "resident: tower MLP rows per chunk 144, gate|up chunks per call 2"},
       // The prefill's MLP over all 48 rows, six chunks of 512 with fp32 partial sums.
-      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+      {"512KiB", {}, "prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 512 with fp32 partial sums in LRM)"},
   };
   std::map<std::string, uint64_t> cycles;
@@ -263,37 +268,12 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   std::printf("tiny image program, 4MiB: %llu cycles\n", (unsigned long long)at4);
   EXPECT_NE(cycles["1MiB"], at4) << "1 MiB and 4 MiB must differ";
 
-  for (const auto& [ocm, o] : {std::pair<const char*, CompileOptions>{"1MiB", small}, {"1MiB", fused}, {"512KiB", {}}}) {
+  for (const auto& [ocm, o] : {std::pair<const char*, CompileOptions>{"1MiB", small}, {"1MiB", fused}}) {
     OcmRun bad = tiny_ocm_run(ocm, pixels, o, 3);
     const double cs = cosine(bad.logits, ref);
     std::printf("negative control (%s; keys written from slot 3, read from slot 0): logits cosine %.7f\n",
                 bad.plan.c_str(), cs);
     EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-  }
-}
-
-// A streamed image program against the chain's logits `ref`: cosine >= 0.9999, the same top-1
-// and timing-only = functional cycles; with `control`, the negative control too (the keys
-// written from slot 3 and read from slot 0, for plans that read them back from the KV cache:
-// it must fail the gate).
-void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const ImageShape& shape,
-                          const QuantBundle* bundle, const std::vector<float>& pixels, const std::vector<float>& ref,
-                          const std::string& label, bool control = true) {
-  for (uint32_t slot0 : {0u, 3u}) {
-    if (slot0 && !control) continue;
-    const ImageRun dev = run_image(c, prog, shape, bundle, pixels, false, slot0);
-    const double cs = cosine(dev.logits, ref);
-    std::printf("%s%s: %s\n  logits cosine %.7f, %llu cycles\n", label.c_str(),
-                slot0 ? " (negative control: keys written from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs,
-                (unsigned long long)dev.stats.total[sim::Stat::cycles]);
-    if (slot0) {
-      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-      continue;
-    }
-    EXPECT_GE(cs, 0.9999);
-    EXPECT_EQ(argmax(dev.logits), argmax(ref));
-    EXPECT_EQ(run_image(c, prog, shape, nullptr, {}, true).stats.total[sim::Stat::cycles],
-              dev.stats.total[sim::Stat::cycles]);
   }
 }
 
@@ -311,6 +291,50 @@ void expect_zeroed_weight_fails(const Compiler& c, const CompiledProgram& prog, 
   std::printf("negative control (%s zeroed): logits cosine %.7f\n", what.c_str(), cs);
   EXPECT_LT(cs, 0.9999) << "a zeroed " << what << " must fail the gate";
 }
+
+// A streamed image program against the chain's logits `ref`: cosine >= 0.9999, the same top-1
+// and timing-only = functional cycles; with `control`, the negative control too (the keys
+// written from slot 3 and read from slot 0, for plans that read them back from the KV cache:
+// it must fail the gate). A prefill whose attention reads its keys in its q|k|v rows (no
+// cached tokens: nothing read back) shows the slot on the cache itself: from slot 3 layer 0's
+// keys land at slots [3, 3 + prompt), bit for bit the slot-0 run's [0, prompt), not at
+// [0, prompt); and a zeroed o_proj weight of the last layer must fail the logits gate.
+void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const ImageShape& shape,
+                          const QuantBundle* bundle, const std::vector<float>& pixels, const std::vector<float>& ref,
+                          const std::string& label, bool control = true) {
+  const bool own_keys = prog.plan.find("reads q, k and v in the q|k|v rows") != std::string::npos;
+  std::vector<uint16_t> keys0;
+  for (uint32_t slot0 : {0u, 3u}) {
+    if (slot0 && !control) continue;
+    const ImageRun dev = run_image(c, prog, shape, bundle, pixels, false, slot0);
+    const double cs = cosine(dev.logits, ref);
+    std::printf("%s%s: %s\n  logits cosine %.7f, %llu cycles\n", label.c_str(),
+                !slot0 ? ""
+                : own_keys ? " (keys written from slot 3: their cache slots checked)"
+                           : " (negative control: keys written from slot 3, read from slot 0)",
+                prog.plan.c_str(), cs, (unsigned long long)dev.stats.total[sim::Stat::cycles]);
+    if (slot0 && own_keys) {
+      const size_t row = c.model().text.head_dim, n = keys0.size();
+      EXPECT_TRUE(std::equal(keys0.begin(), keys0.end(), dev.keys.begin() + 3 * row))
+          << "the keys from slot 3 must be the slot-0 run's";
+      EXPECT_FALSE(std::equal(keys0.begin(), keys0.end(), dev.keys.begin())) << "control: not at slot 0";
+      EXPECT_EQ(n, dev.keys.size() - 3 * row);
+      expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref,
+                                 fmt::format("L{}.o.gemm", c.model().text.num_hidden_layers - 1), "last o_proj");
+      continue;
+    }
+    if (slot0) {
+      EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
+      continue;
+    }
+    keys0 = dev.keys;
+    EXPECT_GE(cs, 0.9999);
+    EXPECT_EQ(argmax(dev.logits), argmax(ref));
+    EXPECT_EQ(run_image(c, prog, shape, nullptr, {}, true).stats.total[sim::Stat::cycles],
+              dev.stats.total[sim::Stat::cycles]);
+  }
+}
+
 
 // The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
@@ -337,7 +361,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   EXPECT_NE(prog.plan.find("tower 144 (block 0: 72)|144 (qkv|MLP phases; the MLP in chunks of 512 with fp32 "
                            "partial sums in LRM; q|k|v 2 heads at a time beside the attention)"),
             std::string::npos) << prog.plan;
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 512 with fp32 partial sums in LRM)"),
             std::string::npos) << prog.plan;
   // Every row at once in both phases: the residual stays in OCM from a layer's MLP to the
@@ -399,7 +423,7 @@ TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos)
       << prog.plan;
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 1024 with fp32"), std::string::npos)
       << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
@@ -515,7 +539,7 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   opt.image_silu_fused = true;
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+  EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of"), std::string::npos) << prog.plan;
   size_t gate_ups = 0, silus = 0;
   for (const KernelCall& k : prog.calls) {
@@ -612,7 +636,7 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
   EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases; the MLP in chunks of 512 with fp32 partial sums in LRM, its out "
                            "GEMM and residuals in tiles of 48; q|k|v 2 heads at a time beside the attention)"),
             std::string::npos);
-  EXPECT_NE(prog.plan.find("prefill 160|160 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+  EXPECT_NE(prog.plan.find("prefill 160|160 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 512 with fp32 partial sums in LRM, "
                            "its out GEMM and residuals in tiles of 48)"),
             std::string::npos);
@@ -690,7 +714,7 @@ TEST(ImageOcm, TinyMlpInRowTilesMatchesTheChain) {
   Compiler c(config_tiny_wide(), cfg, opt);
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
-  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the attention reads q in the q|k|v rows; "
+  EXPECT_NE(prog.plan.find("prefill 160|80 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 512 with fp32 partial sums in OCM)"),
             std::string::npos);
   expect_matches_chain(c, prog, shape, wide_bundle().bundle.get(), pixels, ref,
@@ -712,7 +736,7 @@ TEST(ImageOcm, TinyRopeOverTheQkvRowsMatchesTheChain) {
   const CompiledProgram prog = c.image_program(shape);
   SCOPED_TRACE(prog.plan);
   EXPECT_NE(prog.plan.find("prefill 512|172 (qkv|MLP phases; cos, sin over the qkv rows; "
-                           "the attention reads q in the q|k|v rows)"), std::string::npos);
+                           "the attention reads q, k and v in the q|k|v rows)"), std::string::npos);
   expect_matches_chain(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref,
                        "tiny image program, 512 tokens, cos and sin over the qkv rows, 512 KiB, 8 GB/s");
 }
@@ -924,30 +948,19 @@ TEST(ImageOcm, TinyMergersInChunksMatchTheChain) {
 
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
 // three row gathers share them: the embedding used to start channels 1 and 2 whatever the
-// machine had), against the chain. Negative control (two channels, whose prefill reads its
-// keys back from the KV cache: on one, one tile of whole layers reads its own): the cache read
-// from the wrong slot.
+// machine had), against the chain. Negative controls (two channels, whose prefill's attention
+// reads its keys in its q|k|v rows: on one, one tile of whole layers reads its own):
+// expect_matches_chain's (the keys' cache slots, a zeroed weight).
 TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 11);
-  for (const char* ch : {"1", "2"})
-    for (uint32_t slot0 : {0u, 3u}) {
-      if (slot0 && ch[0] == '1') continue;
-      sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=640KiB", fmt::format("dma_channels={}", ch)});
-      const CompileOptions opt = ocm_options();
-      Compiler c(config_tiny_wide(), cfg, opt);
-      CompiledProgram prog = c.image_program(kOcmShape);
-      ImageRun dev = run_image(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, false, slot0);
-      const double cs = cosine(dev.logits, ref);
-      std::printf("tiny image program, 640 KiB, %s DMA channel(s)%s: %s\n  logits cosine %.7f\n", ch,
-                  slot0 ? " (negative control: keys from slot 3, read from slot 0)" : "", prog.plan.c_str(), cs);
-      EXPECT_TRUE(prog.plan.starts_with("streamed")) << prog.plan;
-      if (slot0) {
-        EXPECT_LT(cs, 0.9999) << "a wrong KV-cache slot must fail the gate";
-        continue;
-      }
-      EXPECT_GE(cs, 0.9999);
-      EXPECT_EQ(argmax(dev.logits), argmax(ref));
-    }
+  for (const char* ch : {"1", "2"}) {
+    sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=640KiB", fmt::format("dma_channels={}", ch)});
+    Compiler c(config_tiny_wide(), cfg, ocm_options());
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    EXPECT_TRUE(prog.plan.starts_with("streamed")) << prog.plan;
+    expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
+                         fmt::format("tiny image program, 640 KiB, {} DMA channel(s)", ch), ch[0] == '2');
+  }
 }
 
 // The 2B image program, timing-only: 8 MiB spends the extra OCM (one tower MLP pass
