@@ -1178,7 +1178,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (a.acc_in) ready += 2;
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
     if (lrm_acc || act) b.op("vlaneid", {V{30}});
-    if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}});
+    if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}}, P{1});  // (the PEs that hold sums: the seeds wrote only theirs)
     if (act) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
       b.op("vsplati", {V{29}, int64_t(1)});
