@@ -764,8 +764,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
   auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
-  // (one piece per iteration, at split 2, takes so long that the channel's restart after
-  // the unit comes too late: the DMA falls behind; measured)
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, head, mid, b };
   // (seg: the segment a part a / seg scatters, Seg below: 0 every PE, 1 and 2 a narrow next
@@ -794,7 +792,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const std::vector<uint8_t> own_segs{0};
   const std::vector<uint8_t> nx_segs = !nx_narrow ? own_segs : pn.copies == 2 ? std::vector<uint8_t>{1, 2}
                                                                               : std::vector<uint8_t>{};
-  // Iterations of a segment; 0 where its pieces do not fill whole iterations.
+  // Iterations of a segment; 0 where its pieces do not fill whole trips.
   auto seg_len = [&](uint32_t rr, const Seg& sg) -> uint32_t {
     if (sg.pes == npe) return seg_iters(rr);
     const uint32_t per = piece_of(rr) * per_iter(rr);
@@ -808,6 +806,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     return n;
   };
+  // (one piece an iteration takes so long that the channel's restart after the unit comes too
+  // late: the DMA falls behind; measured at split 2 before the loop took a block a trip)
   auto in_loop_max = [&](uint32_t g, const std::vector<uint8_t>& segs) {
     const uint32_t len = unit_len(rr_of(g), segs);
     return per_iter(rr_of(g)) >= 2 && len ? iters / len : 0u;
