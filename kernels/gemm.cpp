@@ -392,9 +392,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
   // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
   // x12/x13 the routine's code and meta pointers, x15 partial-sum scatter stride, x16 loop
-  // count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left, x25 OCM source of
-  // the unit a routine part scatters, x26/x29 partial sums of the tile / of the row group,
-  // x27 buffer xor, x30 the meta scatter stride of the call handed off to.
+  // count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left,
+  // x25 OCM source of the unit a routine part scatters, x26/x29 partial sums of the tile /
+  // of the row group, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
   // v0-v15 accumulators, v16-v19 epilogue temps (two row sets: also slot activations), v20
   // accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
@@ -1178,7 +1178,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (a.acc_in) ready += 2;
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
     if (lrm_acc || act) b.op("vlaneid", {V{30}});
-    if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}}, P{1});  // (the PEs that hold sums: the seeds wrote only theirs)
+    // (lrm_in: only the PEs that hold sums load them; a chain's seeds wrote only theirs)
+    if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}}, P{1});
     if (act) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
       b.op("vsplati", {V{29}, int64_t(1)});

@@ -3268,7 +3268,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
                     ng * hd2, ng, opt_.max_seq * hd2, hd2);
           };
-          attention_phase(d.nkv, p.gp, uint32_t(sets.size() / 4), sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+          const uint32_t nsets = uint32_t(sets.size() / 4);
+          attention_phase(d.nkv, p.gp, nsets, sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
             OcmAttnArgs at{.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
                            .q_ocm = u[0], .q_row_stride = hd2, .q_head_stride = S * hd2, .k_ocm = u[1], .v_ocm = u[2],
                            .kv_row_stride = ng * hd2, .out_ocm = u[3], .out_row_stride = hd2,

@@ -249,7 +249,8 @@ TEST(CompileCli, PrefillArrangementIsForcedAndNamed) {
   TempDir tmp("prefill");
   const Cli phases = gpnpu("compile --model synthetic:tiny --prefill phases --out " + (tmp / "p"), tmp);
   EXPECT_EQ(phases.code, 0) << phases.output;
-  EXPECT_NE(phases.output.find("(qkv|MLP phases; the attention reads q, k and v in the q|k|v rows); copies"), std::string::npos)
+  EXPECT_NE(phases.output.find("(qkv|MLP phases; the attention reads q, k and v in the q|k|v rows); copies"),
+            std::string::npos)
       << phases.output;
   const Cli layers = gpnpu("compile --model synthetic:tiny --prefill layers --out " + (tmp / "l"), tmp);
   EXPECT_EQ(layers.code, 0) << layers.output;
