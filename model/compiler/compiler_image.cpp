@@ -38,6 +38,7 @@
 #include "kernels/gemm.h"
 #include "kernels/gemv.h"
 #include "kernels/norm.h"
+#include "kernels/park.h"
 #include "kernels/rope.h"
 #include "model/compiler/compiler.h"
 #include "model/compiler/compiler_emit.h"
@@ -993,6 +994,14 @@ struct ImageKernels {
     const GemmSeedArgs s{.m = m, .n = n, .k = k, .row0 = row0, .rows = rows, .x_ocm = x, .x_stride = x_stride,
                          .lrm_acc = lrm};
     em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
+  }
+  // The OCM run [ocm, ocm + bytes) parked in every PE's LRM from lrm (back: from there to ocm).
+  void park(const std::string& mark, uint32_t ocm, uint32_t bytes, uint32_t lrm, bool back) {
+    const LrmParkArgs a{.ocm = ocm, .bytes = bytes, .lrm = lrm};
+    em.call(mark, back ? "lrm_unpark" : "lrm_park", cost_lrm_park(cfg, a), [&] {
+      if (back) emit_lrm_unpark(b, cfg, a);
+      else emit_lrm_park(b, cfg, a);
+    });
   }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
@@ -2071,6 +2080,28 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2) * pm_down(), 2 * pm_chunk(d.I, 2),
                                           pm_split(), d.H, d.nq * d.hd);
   };
+  // Where a residual of `bytes` kept in OCM between layers parks in LRM (kernels/park.h) across
+  // the next layer's kernels up to its MLP phase, instead of a store (waited for before the
+  // q|k|v GEMMs write over the rows) and a load: at the top of LRM, where that leaves the
+  // window's GEMMs (n x k, below it) their split and at least the room of the MLP phase's
+  // (below `sums`, its LRM partial sums: the window ends before they are written), so the
+  // next GEMM's first tile still finds a place beside them (at 32x32, 2 MiB: 1 KiB more than
+  // below the sums, where o_proj's tile found none); else 0.
+  auto park_at = [&](uint32_t sums, uint32_t bytes, std::initializer_list<std::pair<uint32_t, uint32_t>> gemms) {
+    const uint32_t need = lrm_park_bytes(cfg_, bytes);
+    const uint32_t top = need < cfg_.lrm_bytes ? (uint32_t(cfg_.lrm_bytes) - need) / 64 * 64 : 0u;
+    if (!sums || opt_.image_residual_ddr || opt_.fp16_channels || top < sums || top < ImageKernels::kLrmShared)
+      return 0u;
+    sim::Config below = gemm_cfg_;
+    below.lrm_bytes = top;
+    try {
+      for (auto [n, k] : gemms)
+        if (gemm_split(below, n, k) != gemm_split(gemm_cfg_, n, k)) return 0u;
+    } catch (const Error&) {
+      return 0u;
+    }
+    return top;
+  };
   auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
   Streamed p;
   p.channels = channels;
@@ -2708,6 +2739,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       uint32_t part_rows = 0;  // the first and last parts in tiles of this many rows (0: all at once)
       // Seeded: the rows stay in the normed rows' buffer, not stored (the caller stores them).
       bool store_later = false;
+      // The residual parked in LRM from this offset (the caller's emit_lrm_park; 0: in DDR at
+      // res_ddr): unparked into its buffer instead of loaded (one part tile only).
+      uint32_t parked = 0;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
       const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
@@ -2730,7 +2764,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const uint32_t res = m.res_ddr + r0 * w2;
         if (tiled && !seed) em.wait(cs);  // (the tile before stores its residual from the attention rows)
         if (m.load_attn) m.load_attn(A, r0, n);
-        if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
+        if (m.parked && tiled) fail("compiler: internal: '{}' has its residual parked but its parts in tiles", m.mark);
+        if (m.parked) k.park(m.mark + ".unpark_residual", X1, n * w2, m.parked, true);
+        else if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
         k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, n, m.width, m.out_k, A, m.a_stride, xn, w2,
                m.out_bias);
         if (tiled) em.copy(m.mark + ".load_residual", res, ocm(X1), n * w2);
@@ -2785,6 +2821,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       auto kept_after = [&](int b) {
         const auto& taps = vc.deepstack_visual_indexes;
         return vkept && b >= 0 && b + 1 < vc.depth && std::find(taps.begin(), taps.end(), b) == taps.end();
+      };
+      // The kept rows parked in LRM until the MLP phase (park_at) or stored, at the start of a
+      // block after a kept one.
+      const uint32_t vpark =
+          vkept ? park_at(vsums(N), N * d.Dv * 2, {{d.Dv, d.Dv}, {3 * vgq_heads(d.hv) * d.hdv, d.Dv}}) : 0;
+      auto keep_residual = [&](const std::string& B, uint32_t rows) {
+        if (vpark) {
+          k.park(B + ".park_residual", rows, N * d.Dv * 2, vpark, false);
+          k.lrm_end = vpark;  // (the GEMMs up to the MLP phase keep below it)
+        } else {
+          copy_on(cs, B + ".store_residual", ocm(rows), vh, N * d.Dv * 2);
+        }
       };
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
@@ -2845,12 +2893,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           const std::vector<uint32_t> o = phase(p.vqgb());
           const uint32_t X = o[0], ATT = o[1], RC = o[2], RS = o[3], QB = o[4], Y = o[5], SCR = o[6];
           const uint32_t gq = vgq_heads(d.hv), w2 = gq * hdv2, ys = 3 * w2;
-          if (kept_after(blk - 1)) copy_on(cs, B + ".store_residual", ocm(X), vh, N * d.Dv * 2);
+          if (kept_after(blk - 1)) keep_residual(B, X);
           else em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           em.copy(B + ".load_qkv_bias", ddr_.bus(vname(blk, "gqbias")), ocm(QB), 3 * d.Dv * 2);
-          if (kept_after(blk - 1)) em.wait(cs);
+          if (kept_after(blk - 1) && !vpark) em.wait(cs);
           k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
           for (uint32_t g = 0; g < d.hv / gq; ++g) {
             const std::string A = fmt::format("{}.g{}", B, g);
@@ -2870,12 +2918,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // own for the attention (v's buffer held cos and sin until then).
           const std::vector<uint32_t> o = phase(p.vkvab());
           const uint32_t K = o[0], V = o[1], X = o[2], RC = V, RS = V + N * d.hdv * 4;
-          if (kept_after(blk - 1)) copy_on(cs, B + ".store_residual", ocm(K), vh, N * d.Dv * 2);
+          if (kept_after(blk - 1)) keep_residual(B, K);
           else em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           k.norm(B + ".norm1", NormKind::layer, N, d.Dv, kept_after(blk - 1) ? K : X, X, vv_n1w, vv_n1b, veps);
-          if (kept_after(blk - 1)) em.wait(cs);  // (the store reads the rows the q GEMM writes)
+          if (kept_after(blk - 1) && !vpark) em.wait(cs);  // (the store reads the rows the q GEMM writes)
           for (uint32_t j = 0; j < 3; ++j) {
             const uint32_t Y = j == 2 ? V : K;
             k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y,
@@ -2892,11 +2940,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           uint32_t t = 0;
           for (auto [r0, n] : tiles_of(N, p.vqt)) {
             const std::string T = p.vqt < N ? fmt::format("{}.t{}", B, t++) : B;
-            if (kept_after(blk - 1)) copy_on(cs, T + ".store_residual", ocm(X), vh, N * d.Dv * 2);
+            if (kept_after(blk - 1)) keep_residual(T, X);
             else em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), n * d.Dv * 2);
             em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), n * d.hdv * 4);
             em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
-            if (kept_after(blk - 1)) em.wait(cs);
+            if (kept_after(blk - 1) && !vpark) em.wait(cs);
             k.norm(T + ".norm1", NormKind::layer, n, d.Dv, X, X, vv_n1w, vv_n1b, veps);
             for (uint32_t j = 0; j < 3; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
@@ -3022,7 +3070,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
                           .up_bias = vv_fc1b, .down_bias = vv_fc2b,
                           .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt,
-                          .store_later = kept_after(blk)});
+                          .store_later = kept_after(blk), .parked = kept_after(blk - 1) ? vpark : 0});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
@@ -3085,6 +3133,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (o[j] < XN + uint64_t(S) * d.H * 2) return kNone;
       return XN;
     }();
+    // The kept rows parked in LRM until the MLP phase (park_at) where its parts take every row.
+    const uint32_t ppark = kept_rows != kNone && p.ppt == S ? park_at(psums(S), S * d.H * 2, {{d.qkv_n, d.H}}) : 0;
     // Rows [a, b) of the image inside the tile [r0, r0 + rows).
     auto image_rows = [&](uint32_t r0, uint32_t rows) {
       return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
@@ -3093,7 +3143,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const std::string L = fmt::format("P{}", i);
       begin(L);
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
-      if (i && kept_rows != kNone) copy_on(cs, L + ".store_residual", ocm(kept_rows), ah, S * d.H * 2);
+      if (i && kept_rows != kNone && ppark) {
+        k.park(L + ".park_residual", kept_rows, S * d.H * 2, ppark, false);
+        k.lrm_end = ppark;  // (the GEMMs up to the MLP phase keep below it)
+      } else if (i && kept_rows != kNone) {
+        copy_on(cs, L + ".store_residual", ocm(kept_rows), ah, S * d.H * 2);
+      }
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       const uint32_t qkvs = d.qkv_n * 2, as = (d.I + cw) * 2;  // q|k|v and MLP activation row strides
       // A tile's rows up to the attention: (layer 0) the embeddings into In, the image rows
@@ -3223,7 +3278,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 before_attention(name(t), r0, rows, kept ? kept_rows : X, true, X, buf(o, nd, u, 0), RC, RS,
                                  [&] {
                                    kick(1);
-                                   if (kept) em.wait(cs);  // (the residual's store reads the q|k|v rows)
+                                   if (kept && !ppark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
                                  },
                                  [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
@@ -3316,7 +3371,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                  X3 + (a - t0) * d.H * 2, 0);
                           },
                           .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
-                          .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers});
+                          .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
+                          .parked = i && kept_rows != kNone ? ppark : 0});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
