@@ -5,10 +5,12 @@
 // DDR store and load would cost two transfers of the rows at the DDR rate (512 KiB: 28 K
 // cycles each at 32 GB/s), the store waited for before the q|k|v GEMM writes over the rows.
 //
-// Layout: round j moves 64 x npe bytes; PE i holds bytes [64 (j npe + i), + 64) of the run at
-// LRM lrm + 64 j. A round is one oscatter and one vst (unpark: vld, ogather), the last round
-// on the PEs its bytes reach (p7 = pset.range); four rotating registers (v16-v19) keep the
-// port streaming. Clobbers x1, x2, x3, p7, v16-v19.
+// Layout: the run (rows of bytes / rows each, `stride` apart in OCM) taken as one array of
+// bytes; round j moves 64 x npe of them: PE i holds bytes [64 (j npe + i), + 64) at LRM
+// lrm + 64 j. A round is one oscatter and one vst (unpark: vld, ogather) on a contiguous
+// run, one oscatter (ogather) a row it reaches on a strided one (p7 = pset.range: the PEs of
+// that row; the last round's store on the PEs it reached); four rotating registers (v16-v19)
+// keep the port streaming. Clobbers x1-x4, p7, v16-v19.
 #pragma once
 #include <cstdint>
 
@@ -20,8 +22,10 @@ namespace gpnpu::kernels {
 
 struct LrmParkArgs {
   uint32_t ocm = 0;    // OCM offset of the run
-  uint32_t bytes = 0;  // its length, a positive multiple of 64
+  uint32_t bytes = 0;  // its length: rows of a positive multiple of 64 bytes each
   uint32_t lrm = 0;    // LRM offset (64-byte aligned) of lrm_park_bytes(cfg, bytes) a PE
+  uint32_t rows = 1;   // the run's rows in OCM
+  uint32_t stride = 0;  // their stride in OCM (0: contiguous)
 };
 // The LRM bytes a PE takes for a run of `bytes`.
 uint32_t lrm_park_bytes(const sim::Config& cfg, uint32_t bytes);

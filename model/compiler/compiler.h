@@ -189,10 +189,11 @@ struct CompileOptions {
   // Test knob: the mergers' MLP in chunks over every merged row (Streamed::mpm) even where their
   // row tiles hold every row (where the packing is in DDR and the partial sums fit LRM).
   bool image_merger_chunks = false;
-  // Test knob: the streamed plan's residual kept in OCM between layers goes through DDR (stored
-  // at a layer's start, loaded back for its attention residual) even where it could park in LRM
-  // (kernels/park.h).
-  bool image_residual_ddr = false;
+  // Test knob: the streamed plan's activations go through DDR (stored, loaded back) where they
+  // could park in LRM (kernels/park.h): the residual kept in OCM between layers (stored at a
+  // layer's start, loaded for its attention residual) and the prefill's attention output (stored
+  // by the attention calls, loaded for o_proj).
+  bool image_no_park = false;
   // Test knob: the streamed plan's MLP chunks as wide as on this many PEs (pm_chunk_width;
   // 0: Compiler::settle_pm_chunks decides).
   uint32_t image_chunk_pes = 0;

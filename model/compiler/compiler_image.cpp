@@ -995,9 +995,13 @@ struct ImageKernels {
                          .lrm_acc = lrm};
     em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
   }
-  // The OCM run [ocm, ocm + bytes) parked in every PE's LRM from lrm (back: from there to ocm).
-  void park(const std::string& mark, uint32_t ocm, uint32_t bytes, uint32_t lrm, bool back) {
-    const LrmParkArgs a{.ocm = ocm, .bytes = bytes, .lrm = lrm};
+  // The OCM run [ocm, ocm + bytes) (rows `stride` apart) parked in every PE's LRM from lrm
+  // (back: from there to ocm). Below kLrmShared it counts as LRM the kernels between two GEMMs
+  // use (the next GEMM's first tile goes above it); above, the GEMMs keep below it (lrm_end).
+  void park(const std::string& mark, uint32_t ocm, uint32_t bytes, uint32_t lrm, bool back, uint32_t rows = 1,
+            uint32_t stride = 0) {
+    const LrmParkArgs a{.ocm = ocm, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride};
+    if (lrm < kLrmShared) lrm_since = std::max(lrm_since, lrm + lrm_park_bytes(cfg, bytes));
     em.call(mark, back ? "lrm_unpark" : "lrm_park", cost_lrm_park(cfg, a), [&] {
       if (back) emit_lrm_unpark(b, cfg, a);
       else emit_lrm_park(b, cfg, a);
@@ -2090,7 +2094,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto park_at = [&](uint32_t sums, uint32_t bytes, std::initializer_list<std::pair<uint32_t, uint32_t>> gemms) {
     const uint32_t need = lrm_park_bytes(cfg_, bytes);
     const uint32_t top = need < cfg_.lrm_bytes ? (uint32_t(cfg_.lrm_bytes) - need) / 64 * 64 : 0u;
-    if (!sums || opt_.image_residual_ddr || opt_.fp16_channels || top < sums || top < ImageKernels::kLrmShared)
+    if (!sums || opt_.image_no_park || opt_.fp16_channels || top < sums || top < ImageKernels::kLrmShared)
       return 0u;
     sim::Config below = gemm_cfg_;
     below.lrm_bytes = top;
@@ -3135,6 +3139,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     }();
     // The kept rows parked in LRM until the MLP phase (park_at) where its parts take every row.
     const uint32_t ppark = kept_rows != kNone && p.ppt == S ? park_at(psums(S), S * d.H * 2, {{d.qkv_n, d.H}}) : 0;
+    // The attention's output, written over q in the q|k|v rows (pq), parked in LRM [0, ...) for
+    // the MLP phase over every row at once (its o_proj's input) where it fits the LRM the
+    // kernels between two GEMMs may use: not stored and loaded back.
+    const bool apark = S && p.pq && p.pm && p.rpm == S && p.ppt == S && !opt_.image_no_park &&
+                       !opt_.fp16_channels && lrm_park_bytes(cfg_, S * qd) <= ImageKernels::kLrmShared;
+    // The KV write waited for after the attention, not before it, where the attention reads
+    // the keys in the q|k|v rows (the write reads them too) and neither loads nor stores (its
+    // output parked): the write's DDR time under the attention's.
+    const bool kv_own = !p.fused && p.pq && p.pbq_own && p.rpa == S && apark;
     // Rows [a, b) of the image inside the tile [r0, r0 + rows).
     auto image_rows = [&](uint32_t r0, uint32_t rows) {
       return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
@@ -3154,10 +3167,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // A tile's rows up to the attention: (layer 0) the embeddings into In, the image rows
       // spliced in (stored when the residual goes through DDR), the norm into X, the q|k|v
       // GEMM into QKV (pre_gemm() just before it), per-head norms and rope in the q|k|v
-      // rows, k and v appended to the KV cache (the write overlaps q's norm and rotary).
+      // rows, k and v appended to the KV cache (the write overlaps q's norm and rotary, and
+      // where the attention reads the keys in the rows, kv_own, the attention too: the
+      // caller then waits for it after the attention).
       auto before_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t In, bool store_in,
                                   uint32_t X, uint32_t QKV, uint32_t RC, uint32_t RS,
-                                  const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm) {
+                                  const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm,
+                                  bool kv_own = false) {
         if (i == 0) {
           auto [a, e] = image_rows(r0, rows);
           for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
@@ -3183,7 +3199,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                      .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
         k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
         k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
-        emit_kv_write_wait(b, cfg_);
+        if (!kv_own) emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into
       // ACT, the residual Hb, its norm into X, the MLP (kick(0) before its first gate|up
@@ -3280,7 +3296,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                    kick(1);
                                    if (kept && !ppark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
                                  },
-                                 [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
+                                 [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); }, kv_own);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 if (!p.pq) copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
@@ -3311,6 +3327,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             const std::string A = gname(g0);
             const bool w = ch == UINT32_MAX;
             const uint32_t nh = ng * G;
+            if (!load && apark) return;  // (parked after the last call)
             if (!load && p.pq)
               return copy_on(ch, A + ".store", ocm(Q0 + g0 * G * hd2), aq + g0 * G * hd2, nh * hd2, S, qkvs, qd);
             if (!load)
@@ -3324,7 +3341,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     ng * hd2, ng, opt_.max_seq * hd2, hd2);
           };
           const uint32_t nsets = uint32_t(sets.size() / 4);
-          attention_phase(d.nkv, p.gp, nsets, sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
+          auto attend = [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
             OcmAttnArgs at{.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
                            .q_ocm = u[0], .q_row_stride = hd2, .q_head_stride = S * hd2, .k_ocm = u[1], .v_ocm = u[2],
                            .kv_row_stride = ng * hd2, .out_ocm = u[3], .out_row_stride = hd2,
@@ -3342,7 +3359,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               at.kv_row_stride = qkvs;
             }
             k.attention(gname(g0) + ".attention", at);
-          });
+          };
+          // (kv_own: no copies, so nothing to wait for between the calls; the KV write runs on)
+          if (kv_own)
+            for (auto [g0, ng] : tiles_of(d.nkv, p.gp)) attend(sets.data(), g0, ng);
+          else
+            attention_phase(d.nkv, p.gp, nsets, sets, io, attend);
+          if (apark) k.park(L + ".park_attn", Q0, S * qd, 0, false, S, qkvs);
+          if (kv_own) emit_kv_write_wait(b, cfg_);  // (before the MLP phase writes over the q|k|v rows)
         }
         if (p.pm) {
           // Over every row, or in tiles of rpm rows (marks L.t<n>.*).
@@ -3352,7 +3376,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm, p.ppt)),
                           .o2 = phase(p.pmb(2, p.rpm, p.ppt)), .o3 = phase(p.pmb(3, p.rpm, p.ppt)),
                           .load_attn = [&](uint32_t A, uint32_t a0, uint32_t n) {
-                            em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
+                            if (!apark) return em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
+                            if (r0 + a0 || n != S) fail("compiler: internal: '{}' unparks its attention rows in part", T);
+                            k.park(T + ".unpark_attn", A, n * qd, 0, true);
                           },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
                           .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,

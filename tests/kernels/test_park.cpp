@@ -1,8 +1,8 @@
 // LRM parking (kernels/park.h): a run of OCM bytes parked in the PEs' LRM and unparked to
 // another place comes back bit for bit (whole rounds and a last partial one, on the 4x4 mini
-// array and on qc-u); the OCM between the two runs is left alone; negative control: unparking
-// from an LRM offset one register off does not give the run back. Timing-only cycles equal
-// the functional run's.
+// array and on qc-u; rows of a strided run come back contiguous); the OCM past the run is
+// left alone; negative control: unparking from an LRM offset one register off does not give
+// the run back. Timing-only cycles equal the functional run's.
 #include "kernels/park.h"
 
 #include <cstring>
@@ -15,15 +15,18 @@ namespace gpnpu::kernels::test {
 namespace {
 
 struct ParkRun {
-  std::vector<uint8_t> src, back, gap;  // the run, what came back, the OCM after the run before dst
+  std::vector<uint8_t> src, want, back, gap;  // OCM as written, the run's rows, what came back, OCM past it
   uint64_t cycles = 0;
 };
 
-ParkRun run_park(const char* preset, uint32_t bytes, uint32_t lrm, int32_t unpark_shift, bool timing_only) {
+// Parks `rows` rows of bytes / rows each, `stride` apart from OCM 0 (0: contiguous), and
+// unparks them contiguous past the run and a 256-byte gap.
+ParkRun run_park(const char* preset, uint32_t bytes, uint32_t lrm, int32_t unpark_shift, bool timing_only,
+                 uint32_t rows = 1, uint32_t stride = 0) {
   const sim::Config cfg = sim::Config::make(preset, {});
-  const uint32_t gap = 256;  // bytes between the run and where it comes back (must stay as written)
-  const LrmParkArgs park{.ocm = 0, .bytes = bytes, .lrm = lrm};
-  LrmParkArgs unpark{.ocm = bytes + gap, .bytes = bytes, .lrm = uint32_t(int32_t(lrm) + unpark_shift)};
+  const uint32_t row = bytes / rows, span = stride ? (rows - 1) * stride + row : bytes, gap = 256;
+  const LrmParkArgs park{.ocm = 0, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride};
+  LrmParkArgs unpark{.ocm = span + gap, .bytes = bytes, .lrm = uint32_t(int32_t(lrm) + unpark_shift)};
   Builder b;
   emit_lrm_park(b, cfg, park);
   emit_lrm_unpark(b, cfg, unpark);
@@ -32,42 +35,48 @@ ParkRun run_park(const char* preset, uint32_t bytes, uint32_t lrm, int32_t unpar
   sim::Platform& p = sim::Platform::get();
   p.configure(cfg, timing_only);
   ParkRun r;
-  std::mt19937 rng(bytes + lrm);
-  r.src.resize(bytes + gap);
+  std::mt19937 rng(bytes + lrm + rows);
+  r.src.resize(span + gap);
   for (uint8_t& v : r.src) v = uint8_t(rng());
+  for (uint32_t i = 0; i < rows; ++i)
+    r.want.insert(r.want.end(), r.src.begin() + i * (stride ? stride : row), r.src.begin() + i * (stride ? stride : row) + row);
   if (!timing_only) p.ocm().write(0, r.src.data(), r.src.size());
   r.cycles = p.run(prog).total[sim::Stat::cycles];
   if (timing_only) return r;
   r.back.resize(bytes);
   p.ocm().read(unpark.ocm, r.back.data(), bytes);
   r.gap.resize(gap);
-  p.ocm().read(bytes, r.gap.data(), gap);
+  p.ocm().read(span, r.gap.data(), gap);
   return r;
 }
 
 struct ParkShape {
   const char* preset;
-  uint32_t bytes, lrm;
+  uint32_t bytes, lrm, rows = 1, stride = 0;
 };
 class ParkShapes : public ::testing::TestWithParam<ParkShape> {};
 
 TEST_P(ParkShapes, UnparkGivesTheRunBackBitForBit) {
   const ParkShape s = GetParam();
   const sim::Config cfg = sim::Config::make(s.preset, {});
-  ParkRun r = run_park(s.preset, s.bytes, s.lrm, 0, false);
-  EXPECT_EQ(0, std::memcmp(r.back.data(), r.src.data(), s.bytes));
-  EXPECT_EQ(0, std::memcmp(r.gap.data(), r.src.data() + s.bytes, r.gap.size())) << "the OCM past the run changed";
-  EXPECT_EQ(lrm_park_bytes(cfg, s.bytes) % 64, 0u);
-  EXPECT_EQ(run_park(s.preset, s.bytes, s.lrm, 0, true).cycles, r.cycles);
-  std::printf("park %s %u bytes at LRM %u (%u a PE): %llu cycles there and back\n", s.preset, s.bytes, s.lrm,
-              lrm_park_bytes(cfg, s.bytes), (unsigned long long)r.cycles);
+  ParkRun r = run_park(s.preset, s.bytes, s.lrm, 0, false, s.rows, s.stride);
+  EXPECT_EQ(r.back, r.want);
+  const uint32_t span = s.stride ? (s.rows - 1) * s.stride + s.bytes / s.rows : s.bytes;
+  EXPECT_EQ(0, std::memcmp(r.gap.data(), r.src.data() + span, r.gap.size())) << "the OCM past the run changed";
+  EXPECT_EQ(run_park(s.preset, s.bytes, s.lrm, 0, true, s.rows, s.stride).cycles, r.cycles);
+  std::printf("park %s %u bytes (%u rows, stride %u) at LRM %u (%u a PE): %llu cycles there and back\n", s.preset,
+              s.bytes, s.rows, s.stride, s.lrm, lrm_park_bytes(cfg, s.bytes), (unsigned long long)r.cycles);
 }
 
-// mini: 16 PEs (1 KiB a round): whole rounds, a partial last round, one PE's worth;
-// qc-u: the 2B prefill's residual (128 x 2,048 fp16) above 3 KiB of LRM.
+// mini: 16 PEs (1 KiB a round): whole rounds, a partial last round, one PE's worth, rows of
+// 192 bytes 320 apart (rows straddle rounds); qc-u: the 2B prefill's residual (128 x 2,048
+// fp16) above 3 KiB of LRM, and its attention output (the q columns of its q|k|v rows:
+// 4,096 of every 8,192 bytes).
 INSTANTIATE_TEST_SUITE_P(Shapes, ParkShapes,
                          ::testing::Values(ParkShape{"mini", 4096, 256}, ParkShape{"mini", 4096 + 5 * 64, 1024},
-                                           ParkShape{"mini", 64, 0}, ParkShape{"qc-u", 128 * 2048 * 2, 3072}));
+                                           ParkShape{"mini", 64, 0}, ParkShape{"mini", 40 * 192, 512, 40, 320},
+                                           ParkShape{"qc-u", 128 * 2048 * 2, 3072},
+                                           ParkShape{"qc-u", 128 * 4096, 0, 128, 8192}));
 
 TEST(Park, NegativeControlUnparkOneRegisterOffDiffers) {
   ParkRun r = run_park("mini", 4096, 256, 64, false);

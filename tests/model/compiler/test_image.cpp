@@ -374,6 +374,11 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   EXPECT_FALSE(has(prog, "P1.store_residual"));
   EXPECT_FALSE(has(prog, "P1.load_residual"));
   EXPECT_FALSE(has(prog, "P1.t0.load"));
+  // So does the attention's output (over q in the q|k|v rows) until o_proj reads it.
+  EXPECT_TRUE(has(prog, "P1.park_attn"));
+  EXPECT_TRUE(has(prog, "P1.unpark_attn"));
+  EXPECT_FALSE(has(prog, "P1.g0.store"));
+  EXPECT_FALSE(has(prog, "P1.load_attn"));
   // The tower's too, from block 0 to block 1 (blocks 1-3 feed mergers, which read their rows
   // from DDR: block 2 loads its own).
   EXPECT_TRUE(has(prog, "V1.park_residual"));
@@ -382,22 +387,26 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 
-  // Through DDR instead (CompileOptions::image_residual_ddr): stored at the layer's start (the
-  // store waited for before the q|k|v GEMM writes over the rows) and loaded back. The park moves
-  // the same bytes: the same logits bit for bit, in fewer cycles.
+  // Through DDR instead (CompileOptions::image_no_park): the residual stored at the layer's
+  // start (the store waited for before the q|k|v GEMM writes over the rows) and loaded back, the
+  // attention's output stored by its calls and loaded for o_proj. The parks move the same bytes:
+  // the same logits bit for bit, in fewer cycles.
   CompileOptions ddr_opt = opt;
-  ddr_opt.image_residual_ddr = true;
+  ddr_opt.image_no_park = true;
   Compiler cd(config_tiny_wider(), cfg, ddr_opt);
   const CompiledProgram via_ddr = cd.image_program(kOcmShape);
   EXPECT_TRUE(has(via_ddr, "P1.store_residual"));
   EXPECT_TRUE(has(via_ddr, "P1.load_residual"));
   EXPECT_TRUE(has(via_ddr, "V1.store_residual"));
   EXPECT_FALSE(has(via_ddr, "P1.park_residual"));
+  EXPECT_TRUE(has(via_ddr, "P1.g0.store"));
+  EXPECT_TRUE(has(via_ddr, "P1.load_attn"));
+  EXPECT_FALSE(has(via_ddr, "P1.park_attn"));
   const ImageRun parked = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0);
   const ImageRun stored = run_image(cd, via_ddr, kOcmShape, tiny.bundle.get(), pixels, false, 0);
   EXPECT_EQ(parked.logits, stored.logits);
   const uint64_t pc = parked.stats.total[sim::Stat::cycles], sc = stored.stats.total[sim::Stat::cycles];
-  std::printf("residual parked in LRM %llu cycles, through DDR %llu\n", (unsigned long long)pc,
+  std::printf("residual and attention output parked in LRM %llu cycles, through DDR %llu\n", (unsigned long long)pc,
               (unsigned long long)sc);
   EXPECT_LT(pc, sc);
 }
