@@ -161,10 +161,12 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   auto disjoint = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a1 <= b0 || b1 <= a0; };
   // Tile 0 (p) above `reserved`, beside prev's last tile; the other buffer (q) anywhere
   // else (it fills after prev). Of the candidates, the one whose own last tile sits
-  // nearest an end of LRM, which leaves the most room for the call after it.
+  // nearest an end of LRM, which leaves the most room for the call after it. (p just above
+  // a q at 0: the 2B prefill's q|k|v, four tiles, after a down chunk whose last tile sits at
+  // 2,432 below partial sums at 3,072 on 32x32, had no place without it.)
   const bool last_in_p = pn.tiles % 2 == 1;
   int64_t best = -1;
-  for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u}) {
+  for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u, up64(bsn + 64)}) {
     if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
     for (uint32_t q : {0u, up64(p + bsn), top}) {
       if (q > top || !disjoint(q, q + bsn + 64, p, p + bsn)) continue;

@@ -395,6 +395,31 @@ PairRun run_pair(bool timing_only, bool partial, Call c1 = {128, 1024, 1024}, Ca
   return r;
 }
 
+// gemm_handoff's placement where the previous call's last tile sits high and partial sums lie
+// above lrm_end: the 2B prefill's last down chunk (2,048 x 1,024, tiles at LRM 0 and 2,432,
+// the second the last) before the next layer's q|k|v (4,096 x 2,048: four tiles of 1,088
+// bytes a PE, below the sums at 3,072, above the 1 KiB the norms between use). Tile 0 then
+// goes just above a second buffer at 0 (no other candidate had room for both).
+TEST(Gemm, HandoffFindsRoomBelowPartialSums) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  GemmArgs prev, next;
+  prev.m = 128, prev.n = 2048, prev.k = 1024, prev.lrm_p = 0, prev.lrm_q = 2432, prev.lrm_end = 3072;
+  next.n = 4096, next.k = 2048, next.lrm_end = 3072;
+  ASSERT_TRUE(gemm_handoff(cfg, prev, next, 1024));
+  const GemmPlan pn = plan_gemm(cfg, 0, next.n, next.k);
+  const uint32_t bs = pn.meta_lrm + 64 * pn.blocks / pn.split;  // one LRM buffer (gemm.h)
+  auto apart = [](uint32_t a0, uint32_t a1, uint32_t b0, uint32_t b1) { return a1 <= b0 || b1 <= a0; };
+  EXPECT_GE(next.lrm_p, 1024u) << "tile 0 over the norms' LRM";
+  EXPECT_LE(next.lrm_p + bs + 64, 3072u);
+  EXPECT_LE(next.lrm_q + bs + 64, 3072u);
+  EXPECT_TRUE(apart(next.lrm_p, next.lrm_p + bs, 2432, 2432 + 544)) << "tile 0 over the previous call's last tile";
+  EXPECT_TRUE(apart(next.lrm_p, next.lrm_p + bs, next.lrm_q, next.lrm_q + bs + 64));
+  // Negative control: with the sums 1 KiB lower there is no room for both buffers.
+  GemmArgs tight = next;
+  tight.lrm_end = 3072 - 1024;
+  EXPECT_FALSE(gemm_handoff(cfg, prev, tight, 1024));
+}
+
 TEST(Gemm, HandoffStreamsTheTailOfTileZero) {
   PairRun f = run_pair(false, true);
   ASSERT_GT(f.handed, 0u);
