@@ -2677,6 +2677,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // on ca and one on cs. load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick),
     // store(t, r0, rows, set, cs): channel UINT32_MAX: the copy is waited for.
     const uint32_t ca = 2 % nch, cs = 3 % nch, kWait = UINT32_MAX;
+    // A residual kept in OCM between layers (blocks), at the next one's start: parked in LRM at
+    // `park` (park_at; the GEMMs up to the MLP phase then keep below it) or, where that is 0,
+    // stored to `ddr` on channel cs (waited for before anything writes over the rows).
+    auto keep_rows = [&](const std::string& mark, uint32_t rows, uint32_t bytes, uint32_t park, uint32_t ddr) {
+      if (!park) return copy_on(cs, mark + ".store_residual", ocm(rows), ddr, bytes);
+      k.park(mark + ".park_residual", rows, bytes, park, false);
+      k.lrm_end = park;
+    };
     using Kick = std::function<void(int)>;
     auto row_phase = [&](uint32_t total, uint32_t per, uint32_t mode,
                          const std::function<void(uint32_t, uint32_t, uint32_t, uint32_t, uint32_t, uint32_t)>& load,
@@ -2837,12 +2845,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const uint32_t vpark =
           vkept ? park_at(vsums(N), N * d.Dv * 2, {{d.Dv, d.Dv}, {3 * vgq_heads(d.hv) * d.hdv, d.Dv}}) : 0;
       auto keep_residual = [&](const std::string& B, uint32_t rows) {
-        if (vpark) {
-          k.park(B + ".park_residual", rows, N * d.Dv * 2, vpark, false);
-          k.lrm_end = vpark;  // (the GEMMs up to the MLP phase keep below it)
-        } else {
-          copy_on(cs, B + ".store_residual", ocm(rows), vh, N * d.Dv * 2);
-        }
+        keep_rows(B, rows, N * d.Dv * 2, vpark, vh);
       };
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
@@ -3162,24 +3165,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const std::string L = fmt::format("P{}", i);
       begin(L);
       em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
-      if (i && kept_rows != kNone && ppark) {
-        k.park(L + ".park_residual", kept_rows, S * d.H * 2, ppark, false);
-        k.lrm_end = ppark;  // (the GEMMs up to the MLP phase keep below it)
-      } else if (i && kept_rows != kNone) {
-        copy_on(cs, L + ".store_residual", ocm(kept_rows), ah, S * d.H * 2);
-      }
+      if (i && kept_rows != kNone) keep_rows(L, kept_rows, S * d.H * 2, ppark, ah);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       const uint32_t qkvs = d.qkv_n * 2, as = (d.I + cw) * 2;  // q|k|v and MLP activation row strides
       // A tile's rows up to the attention: (layer 0) the embeddings into In, the image rows
       // spliced in (stored when the residual goes through DDR), the norm into X, the q|k|v
       // GEMM into QKV (pre_gemm() just before it), per-head norms and rope in the q|k|v
       // rows, k and v appended to the KV cache (the write overlaps q's norm and rotary, and
-      // where the attention reads the keys in the rows, kv_own, the attention too: the
-      // caller then waits for it after the attention).
+      // with kv_own the attention too: waited for after it).
       auto before_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t In, bool store_in,
                                   uint32_t X, uint32_t QKV, uint32_t RC, uint32_t RS,
-                                  const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm,
-                                  bool kv_own = false) {
+                                  const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm) {
         if (i == 0) {
           auto [a, e] = image_rows(r0, rows);
           for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
@@ -3302,7 +3298,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                    kick(1);
                                    if (kept && !ppark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
                                  },
-                                 [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); }, kv_own);
+                                 [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 if (!p.pq) copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
