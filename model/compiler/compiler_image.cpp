@@ -1007,6 +1007,10 @@ struct ImageKernels {
       else emit_lrm_park(b, cfg, a);
     });
   }
+  // OCM <-> LRM by slots (emit_lrm_slots; above kLrmShared: the GEMMs keep below them).
+  void slots(const std::string& mark, const std::vector<LrmSlot>& v, bool to_lrm) {
+    em.call(mark, to_lrm ? "lrm_park" : "lrm_unpark", cost_lrm_slots(v), [&] { emit_lrm_slots(b, cfg, v, to_lrm); });
+  }
   void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
             uint32_t bias, float eps) {
     NormArgs n;
@@ -2847,6 +2851,57 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       auto keep_residual = [&](const std::string& B, uint32_t rows) {
         keep_rows(B, rows, N * d.Dv * 2, vpark, vh);
       };
+      // "q, k, v in turn, k and v kept" (vkv) with the MLP phase over every row: q and the
+      // attention's output through LRM slots below the kept residual's (or the top), not DDR.
+      // q parked from its rows after its rotation, each group's q unparked head-major into the
+      // attention's staging, its output parked from there (into the slots its q left) and
+      // unparked row-major into the MLP phase's attention rows: slot (group, 64-byte half of a
+      // head row), PE h N + r holding head h's row r. The q, k, v GEMMs (and the tiles they hand
+      // off) keep below the slots.
+      const uint32_t halves = hdv2 / kLrmChunk, vslots = d.hv / std::max(p.gv, 1u) * halves;
+      const uint32_t vq_top = (vpark ? vpark : uint32_t(cfg_.lrm_bytes)) / kLrmChunk * kLrmChunk;
+      const uint32_t vqpark = [&]() -> uint32_t {
+        if (!p.vkv || !p.vpm || p.vpt != N || opt_.image_no_park || opt_.fp16_channels || hdv2 % kLrmChunk ||
+            uint64_t(N) * p.gv > cfg_.npe() || d.hv % std::max(p.gv, 1u) || vq_top < vslots * kLrmChunk)
+          return 0;
+        const uint32_t at = vq_top - vslots * kLrmChunk;
+        if (at < ImageKernels::kLrmShared) return 0;
+        sim::Config below = gemm_cfg_;
+        below.lrm_bytes = at;
+        try {
+          if (gemm_split(below, d.Dv, d.Dv) != gemm_split(gemm_cfg_, d.Dv, d.Dv)) return 0;
+        } catch (const Error&) {
+          return 0;
+        }
+        return at;
+      }();
+      // Group g's slots between rows [N][Dv] at `rows` (row-major: one piece a head and half)
+      // or the head-major staging [gv][N][hdv] at `staged` (one piece a half).
+      auto vq_rows = [&](uint32_t g, uint32_t rows) {
+        std::vector<LrmSlot> v;
+        for (uint32_t c = 0; c < halves; ++c) {
+          LrmSlot sl{.lrm = vqpark + (g * halves + c) * kLrmChunk, .pieces = {}};
+          for (uint32_t h = 0; h < p.gv; ++h)
+            sl.pieces.push_back({h * N, (h + 1) * N,
+                                 int64_t(rows) + (g * p.gv + h) * hdv2 + c * kLrmChunk - int64_t(h) * N * d.Dv * 2,
+                                 d.Dv * 2});
+          v.push_back(std::move(sl));
+        }
+        return v;
+      };
+      auto vq_staged = [&](uint32_t g, uint32_t staged) {
+        std::vector<LrmSlot> v;
+        for (uint32_t c = 0; c < halves; ++c)
+          v.push_back({.lrm = vqpark + (g * halves + c) * kLrmChunk,
+                       .pieces = {{0, p.gv * N, int64_t(staged) + c * kLrmChunk, hdv2}}});
+        return v;
+      };
+      auto vq_all_rows = [&](uint32_t rows) {
+        std::vector<LrmSlot> v;
+        for (uint32_t g = 0; g < d.hv / p.gv; ++g)
+          for (LrmSlot& sl : vq_rows(g, rows)) v.push_back(std::move(sl));
+        return v;
+      };
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                      vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
@@ -2937,12 +2992,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           k.norm(B + ".norm1", NormKind::layer, N, d.Dv, kept_after(blk - 1) ? K : X, X, vv_n1w, vv_n1b, veps);
           if (kept_after(blk - 1) && !vpark) em.wait(cs);  // (the store reads the rows the q GEMM writes)
+          if (vqpark) k.lrm_end = vqpark;
           for (uint32_t j = 0; j < 3; ++j) {
             const uint32_t Y = j == 2 ? V : K;
             k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y,
                    d.Dv * 2, vv_qkvb + j * d.Dv * 2);
             if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
-            if (j == 0) em.copy(B + ".store_q", ocm(K), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+            if (j == 0 && vqpark) k.slots(B + ".park_q", vq_all_rows(K), true);
+            else if (j == 0) em.copy(B + ".store_q", ocm(K), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
           }
         } else if (p.vqa && blk > 0) {
           // Every row or tiles of vqt rows (Streamed::vqa): norm, then q, k, v in turn into the
@@ -3024,6 +3081,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
             const bool w = ch == UINT32_MAX;
+            if (vqpark) return k.slots(name(g0) + (load ? ".unpark_q" : ".park_attn"), vq_staged(g0 / p.gv, load ? u[0] : u[3]), !load);
             if (!load)
               return copy_on(ch, name(g0) + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng,
                              N * hdv2, hdv2);
@@ -3073,8 +3131,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .o2 = phase(p.vpmb(2, p.vrpm, p.vpt)), .o3 = phase(p.vpmb(3, p.vrpm, p.vpt)),
                           .load_attn = in_place ? std::function<void(uint32_t, uint32_t, uint32_t)>()
                                                 : [&](uint32_t A, uint32_t a0, uint32_t n) {
-                            em.copy(T + ".load_attn", vqkv + (r0 + a0) * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n,
-                                    3 * d.Dv * 2, d.Dv * 2);
+                            if (!(vqpark && blk > 0))
+                              return em.copy(T + ".load_attn", vqkv + (r0 + a0) * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n,
+                                             3 * d.Dv * 2, d.Dv * 2);
+                            if (r0 + a0 || n != N) fail("compiler: internal: '{}' unparks its attention rows in part", T);
+                            k.slots(T + ".unpark_attn", vq_all_rows(A), false);
                           },
                           .a_stride = d.Dv * 2, .res_ddr = vh + r0 * d.Dv * 2, .out_w = vname(blk, "proj"),
                           .out_k = d.Dv, .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w,

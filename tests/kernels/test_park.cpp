@@ -78,6 +78,41 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ParkShapes,
                                            ParkShape{"qc-u", 128 * 2048 * 2, 3072},
                                            ParkShape{"qc-u", 128 * 4096, 0, 128, 8192}));
 
+// Slots whose two sides differ (emit_lrm_slots): head-major rows [4 heads][4 rows][128 B] parked
+// with one piece a half (PE 4h + r takes head h, row r: stride 128) and unparked row-major
+// [4 rows][4 heads x 128 B] with one piece a head and half (stride 512): the transpose the image
+// compiler's tower attention rows take. Every byte lands where the layout says.
+TEST(Park, SlotsMoveHeadMajorRowsToRowMajor) {
+  const sim::Config cfg = sim::Config::make("mini", {});  // 16 PEs
+  const uint32_t heads = 4, rows = 4, hb = 128, src = 0, dst = 4096;
+  std::vector<LrmSlot> in, out;
+  for (uint32_t c = 0; c < hb / 64; ++c) {
+    in.push_back({.lrm = 64 * c, .pieces = {{0, heads * rows, int64_t(src + 64 * c), hb}}});
+    LrmSlot o{.lrm = 64 * c, .pieces = {}};
+    for (uint32_t h = 0; h < heads; ++h)
+      o.pieces.push_back({h * rows, (h + 1) * rows, int64_t(dst + h * hb + 64 * c) - int64_t(h * rows) * heads * hb,
+                          heads * hb});
+    out.push_back(o);
+  }
+  Builder b;
+  emit_lrm_slots(b, cfg, in, true);
+  emit_lrm_slots(b, cfg, out, false);
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  std::vector<uint8_t> hm(heads * rows * hb), rm(heads * rows * hb);
+  std::mt19937 rng(7);
+  for (uint8_t& v : hm) v = uint8_t(rng());
+  p.ocm().write(src, hm.data(), hm.size());
+  p.run(prog);
+  p.ocm().read(dst, rm.data(), rm.size());
+  for (uint32_t h = 0; h < heads; ++h)
+    for (uint32_t r = 0; r < rows; ++r)
+      EXPECT_EQ(0, std::memcmp(&rm[(r * heads + h) * hb], &hm[(h * rows + r) * hb], hb)) << "head " << h << " row " << r;
+  EXPECT_EQ(cost_lrm_slots(in).ocm_bytes, hm.size());
+}
+
 TEST(Park, NegativeControlUnparkOneRegisterOffDiffers) {
   ParkRun r = run_park("mini", 4096, 256, 64, false);
   EXPECT_NE(0, std::memcmp(r.back.data(), r.src.data(), 4096));

@@ -411,6 +411,44 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   EXPECT_LT(pc, sc);
 }
 
+// The tower's "q, k, v in turn, k and v kept" (Streamed::vkv, forced over every row by the knob
+// image_qkv_rows) with its MLP phase over every row: q and the attention's output go through
+// LRM slots (park_q after q's rotation, each group's q unparked head-major into the attention's
+// staging, its output parked from there and unparked row-major for proj), not DDR (store_q,
+// load_q, the calls' stores, load_attn). Against the chain; the same logits bit for bit as
+// with image_no_park, in fewer cycles; negative control: layer 1's o_proj zeroed.
+TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
+  const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 13);
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  CompileOptions opt = ocm_options();
+  opt.image_qkv_rows = 144;
+  Compiler c(config_tiny_wider(), cfg, opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("q, k, v in turn, k and v kept for the attention"), std::string::npos) << prog.plan;
+  auto has = [&](const CompiledProgram& q, const std::string& mark) {
+    return std::any_of(q.calls.begin(), q.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
+  };
+  for (const char* m : {"V1.park_q", "V1.g0.unpark_q", "V1.g1.park_attn", "V1.unpark_attn"}) EXPECT_TRUE(has(prog, m)) << m;
+  for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"}) EXPECT_FALSE(has(prog, m)) << m;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wider MLPs) image program, 512 KiB, 8 GB/s, the tower's q, k, v in turn", false);
+  CompileOptions ddr_opt = opt;
+  ddr_opt.image_no_park = true;
+  Compiler cd(config_tiny_wider(), cfg, ddr_opt);
+  const CompiledProgram via_ddr = cd.image_program(kOcmShape);
+  EXPECT_TRUE(has(via_ddr, "V1.store_q"));
+  EXPECT_TRUE(has(via_ddr, "V1.load_attn"));
+  const ImageRun parked = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0);
+  const ImageRun stored = run_image(cd, via_ddr, kOcmShape, tiny.bundle.get(), pixels, false, 0);
+  EXPECT_EQ(parked.logits, stored.logits);
+  const uint64_t pc = parked.stats.total[sim::Stat::cycles], sc = stored.stats.total[sim::Stat::cycles];
+  std::printf("tower q and attention rows through LRM %llu cycles, through DDR %llu\n", (unsigned long long)pc,
+              (unsigned long long)sc);
+  EXPECT_LT(pc, sc);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
+}
+
 // The prefill's down over two gate|up chunks a call (pm_down_pairs: there a gate|up tile streams
 // in slower than a down of one chunk runs its last tile; the 2B on 64x64 at 2 MiB and 128 GB/s:
 // 35.09 -> 33.98 M cycles), forced by the knob where the rule allows it (the estimate keeps it
