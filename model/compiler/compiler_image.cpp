@@ -3081,7 +3081,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           auto name = [&](uint32_t g0) { return fmt::format("{}.g{}", B, g0 / p.gv); };
           auto io = [&](const uint32_t* u, uint32_t g0, uint32_t ng, bool load, uint32_t ch) {
             const bool w = ch == UINT32_MAX;
-            if (vqpark) return k.slots(name(g0) + (load ? ".unpark_q" : ".park_attn"), vq_staged(g0 / p.gv, load ? u[0] : u[3]), !load);
+            if (vqpark)
+              return k.slots(name(g0) + (load ? ".unpark_q" : ".park_attn"), vq_staged(g0 / p.gv, load ? u[0] : u[3]),
+                             !load);
             if (!load)
               return copy_on(ch, name(g0) + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng,
                              N * hdv2, hdv2);
@@ -3134,7 +3136,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             if (!(vqpark && blk > 0))
                               return em.copy(T + ".load_attn", vqkv + (r0 + a0) * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n,
                                              3 * d.Dv * 2, d.Dv * 2);
-                            if (r0 + a0 || n != N) fail("compiler: internal: '{}' unparks its attention rows in part", T);
+                            if (r0 + a0 || n != N)
+                              fail("compiler: internal: '{}' unparks its attention rows in part", T);
                             k.slots(T + ".unpark_attn", vq_all_rows(A), false);
                           },
                           .a_stride = d.Dv * 2, .res_ddr = vh + r0 * d.Dv * 2, .out_w = vname(blk, "proj"),
@@ -3440,7 +3443,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .o2 = phase(p.pmb(2, p.rpm, p.ppt)), .o3 = phase(p.pmb(3, p.rpm, p.ppt)),
                           .load_attn = [&](uint32_t A, uint32_t a0, uint32_t n) {
                             if (!apark) return em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
-                            if (r0 + a0 || n != S) fail("compiler: internal: '{}' unparks its attention rows in part", T);
+                            if (r0 + a0 || n != S)
+                              fail("compiler: internal: '{}' unparks its attention rows in part", T);
                             k.park(T + ".unpark_attn", A, n * qd, 0, true);
                           },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),

@@ -38,8 +38,10 @@ ParkRun run_park(const char* preset, uint32_t bytes, uint32_t lrm, int32_t unpar
   std::mt19937 rng(bytes + lrm + rows);
   r.src.resize(span + gap);
   for (uint8_t& v : r.src) v = uint8_t(rng());
-  for (uint32_t i = 0; i < rows; ++i)
-    r.want.insert(r.want.end(), r.src.begin() + i * (stride ? stride : row), r.src.begin() + i * (stride ? stride : row) + row);
+  for (uint32_t i = 0; i < rows; ++i) {
+    const auto at = r.src.begin() + i * (stride ? stride : row);
+    r.want.insert(r.want.end(), at, at + row);
+  }
   if (!timing_only) p.ocm().write(0, r.src.data(), r.src.size());
   r.cycles = p.run(prog).total[sim::Stat::cycles];
   if (timing_only) return r;
@@ -109,7 +111,8 @@ TEST(Park, SlotsMoveHeadMajorRowsToRowMajor) {
   p.ocm().read(dst, rm.data(), rm.size());
   for (uint32_t h = 0; h < heads; ++h)
     for (uint32_t r = 0; r < rows; ++r)
-      EXPECT_EQ(0, std::memcmp(&rm[(r * heads + h) * hb], &hm[(h * rows + r) * hb], hb)) << "head " << h << " row " << r;
+      EXPECT_EQ(0, std::memcmp(&rm[(r * heads + h) * hb], &hm[(h * rows + r) * hb], hb))
+          << "head " << h << " row " << r;
   EXPECT_EQ(cost_lrm_slots(in).ocm_bytes, hm.size());
 }
 

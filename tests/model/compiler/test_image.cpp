@@ -429,7 +429,8 @@ TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
   auto has = [&](const CompiledProgram& q, const std::string& mark) {
     return std::any_of(q.calls.begin(), q.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
   };
-  for (const char* m : {"V1.park_q", "V1.g0.unpark_q", "V1.g1.park_attn", "V1.unpark_attn"}) EXPECT_TRUE(has(prog, m)) << m;
+  for (const char* m : {"V1.park_q", "V1.g0.unpark_q", "V1.g1.park_attn", "V1.unpark_attn"})
+    EXPECT_TRUE(has(prog, m)) << m;
   for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"}) EXPECT_FALSE(has(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s, the tower's q, k, v in turn", false);
