@@ -335,11 +335,29 @@ void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const 
   }
 }
 
+// Whether the program has a kernel call of this mark.
+bool has_call(const CompiledProgram& prog, const std::string& mark) {
+  return std::any_of(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
+}
+// A program with its activations parked in LRM against the same program through DDR
+// (CompileOptions::image_no_park): the parks move the same bytes, so the same logits bit for bit,
+// in fewer cycles.
+void expect_parks_match_ddr(const Compiler& c, const CompiledProgram& prog, const Compiler& cd,
+                            const CompiledProgram& via_ddr, const QuantBundle* bundle, const std::vector<float>& pixels,
+                            const char* what) {
+  const ImageRun parked = run_image(c, prog, kOcmShape, bundle, pixels, false, 0);
+  const ImageRun stored = run_image(cd, via_ddr, kOcmShape, bundle, pixels, false, 0);
+  EXPECT_EQ(parked.logits, stored.logits);
+  const uint64_t pc = parked.stats.total[sim::Stat::cycles], sc = stored.stats.total[sim::Stat::cycles];
+  std::printf("%s through LRM %llu cycles, through DDR %llu\n", what, (unsigned long long)pc, (unsigned long long)sc);
+  EXPECT_LT(pc, sc);
+}
+
 // The streamed plan's phases over every row (Streamed::vqg, vpm, pm): the wide tiny model
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
 // rows the MLP phase finds in its own buffer; the prefill's residual kept in OCM from a
-// layer's MLP to the next layer's norm), on 512 KiB at 8 GB/s (where re-reading the
+// layer's MLP to the next layer's norm, then parked in LRM), on 512 KiB at 8 GB/s (where re-reading the
 // weights costs more than the phases' extra copies and partial sums: the cost model picks
 // them). Against the chain (cosine
 // >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
@@ -366,24 +384,21 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   // Every row at once in both phases: the residual stays in OCM from a layer's MLP to the
   // next layer's norm, parked in LRM at the layer's start and back for its attention residual
   // (not stored and loaded back; the rows are not loaded either).
-  auto has = [&](const CompiledProgram& q, const std::string& mark) {
-    return std::any_of(q.calls.begin(), q.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
-  };
-  EXPECT_TRUE(has(prog, "P1.park_residual"));
-  EXPECT_TRUE(has(prog, "P1.unpark_residual"));
-  EXPECT_FALSE(has(prog, "P1.store_residual"));
-  EXPECT_FALSE(has(prog, "P1.load_residual"));
-  EXPECT_FALSE(has(prog, "P1.t0.load"));
+  EXPECT_TRUE(has_call(prog, "P1.park_residual"));
+  EXPECT_TRUE(has_call(prog, "P1.unpark_residual"));
+  EXPECT_FALSE(has_call(prog, "P1.store_residual"));
+  EXPECT_FALSE(has_call(prog, "P1.load_residual"));
+  EXPECT_FALSE(has_call(prog, "P1.t0.load"));
   // So does the attention's output (over q in the q|k|v rows) until o_proj reads it.
-  EXPECT_TRUE(has(prog, "P1.park_attn"));
-  EXPECT_TRUE(has(prog, "P1.unpark_attn"));
-  EXPECT_FALSE(has(prog, "P1.g0.store"));
-  EXPECT_FALSE(has(prog, "P1.load_attn"));
+  EXPECT_TRUE(has_call(prog, "P1.park_attn"));
+  EXPECT_TRUE(has_call(prog, "P1.unpark_attn"));
+  EXPECT_FALSE(has_call(prog, "P1.g0.store"));
+  EXPECT_FALSE(has_call(prog, "P1.load_attn"));
   // The tower's too, from block 0 to block 1 (blocks 1-3 feed mergers, which read their rows
   // from DDR: block 2 loads its own).
-  EXPECT_TRUE(has(prog, "V1.park_residual"));
-  EXPECT_FALSE(has(prog, "V1.load"));
-  EXPECT_TRUE(has(prog, "V2.load"));
+  EXPECT_TRUE(has_call(prog, "V1.park_residual"));
+  EXPECT_FALSE(has_call(prog, "V1.load"));
+  EXPECT_TRUE(has_call(prog, "V2.load"));
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 
@@ -395,20 +410,14 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   ddr_opt.image_no_park = true;
   Compiler cd(config_tiny_wider(), cfg, ddr_opt);
   const CompiledProgram via_ddr = cd.image_program(kOcmShape);
-  EXPECT_TRUE(has(via_ddr, "P1.store_residual"));
-  EXPECT_TRUE(has(via_ddr, "P1.load_residual"));
-  EXPECT_TRUE(has(via_ddr, "V1.store_residual"));
-  EXPECT_FALSE(has(via_ddr, "P1.park_residual"));
-  EXPECT_TRUE(has(via_ddr, "P1.g0.store"));
-  EXPECT_TRUE(has(via_ddr, "P1.load_attn"));
-  EXPECT_FALSE(has(via_ddr, "P1.park_attn"));
-  const ImageRun parked = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0);
-  const ImageRun stored = run_image(cd, via_ddr, kOcmShape, tiny.bundle.get(), pixels, false, 0);
-  EXPECT_EQ(parked.logits, stored.logits);
-  const uint64_t pc = parked.stats.total[sim::Stat::cycles], sc = stored.stats.total[sim::Stat::cycles];
-  std::printf("residual and attention output parked in LRM %llu cycles, through DDR %llu\n", (unsigned long long)pc,
-              (unsigned long long)sc);
-  EXPECT_LT(pc, sc);
+  EXPECT_TRUE(has_call(via_ddr, "P1.store_residual"));
+  EXPECT_TRUE(has_call(via_ddr, "P1.load_residual"));
+  EXPECT_TRUE(has_call(via_ddr, "V1.store_residual"));
+  EXPECT_FALSE(has_call(via_ddr, "P1.park_residual"));
+  EXPECT_TRUE(has_call(via_ddr, "P1.g0.store"));
+  EXPECT_TRUE(has_call(via_ddr, "P1.load_attn"));
+  EXPECT_FALSE(has_call(via_ddr, "P1.park_attn"));
+  expect_parks_match_ddr(c, prog, cd, via_ddr, tiny.bundle.get(), pixels, "residual and attention output");
 }
 
 // The tower's "q, k, v in turn, k and v kept" (Streamed::vkv, forced over every row by the knob
@@ -416,7 +425,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
 // LRM slots (park_q after q's rotation, each group's q unparked head-major into the attention's
 // staging, its output parked from there and unparked row-major for proj), not DDR (store_q,
 // load_q, the calls' stores, load_attn). Against the chain; the same logits bit for bit as
-// with image_no_park, in fewer cycles; negative control: layer 1's o_proj zeroed.
+// with image_no_park, in fewer cycles; negative control: block 1's proj zeroed.
 TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 13);
@@ -426,27 +435,19 @@ TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("q, k, v in turn, k and v kept for the attention"), std::string::npos) << prog.plan;
-  auto has = [&](const CompiledProgram& q, const std::string& mark) {
-    return std::any_of(q.calls.begin(), q.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
-  };
   for (const char* m : {"V1.park_q", "V1.g0.unpark_q", "V1.g1.park_attn", "V1.unpark_attn"})
-    EXPECT_TRUE(has(prog, m)) << m;
-  for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"}) EXPECT_FALSE(has(prog, m)) << m;
+    EXPECT_TRUE(has_call(prog, m)) << m;
+  for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"})
+    EXPECT_FALSE(has_call(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s, the tower's q, k, v in turn", false);
   CompileOptions ddr_opt = opt;
   ddr_opt.image_no_park = true;
   Compiler cd(config_tiny_wider(), cfg, ddr_opt);
   const CompiledProgram via_ddr = cd.image_program(kOcmShape);
-  EXPECT_TRUE(has(via_ddr, "V1.store_q"));
-  EXPECT_TRUE(has(via_ddr, "V1.load_attn"));
-  const ImageRun parked = run_image(c, prog, kOcmShape, tiny.bundle.get(), pixels, false, 0);
-  const ImageRun stored = run_image(cd, via_ddr, kOcmShape, tiny.bundle.get(), pixels, false, 0);
-  EXPECT_EQ(parked.logits, stored.logits);
-  const uint64_t pc = parked.stats.total[sim::Stat::cycles], sc = stored.stats.total[sim::Stat::cycles];
-  std::printf("tower q and attention rows through LRM %llu cycles, through DDR %llu\n", (unsigned long long)pc,
-              (unsigned long long)sc);
-  EXPECT_LT(pc, sc);
+  EXPECT_TRUE(has_call(via_ddr, "V1.store_q"));
+  EXPECT_TRUE(has_call(via_ddr, "V1.load_attn"));
+  expect_parks_match_ddr(c, prog, cd, via_ddr, tiny.bundle.get(), pixels, "tower q and attention rows");
   expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
 }
 
