@@ -339,12 +339,16 @@ void expect_matches_chain(const Compiler& c, const CompiledProgram& prog, const 
 bool has_call(const CompiledProgram& prog, const std::string& mark) {
   return std::any_of(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
 }
-// A program with its activations parked in LRM against the same program through DDR
-// (CompileOptions::image_no_park): the parks move the same bytes, so the same logits bit for bit,
-// in fewer cycles.
-void expect_parks_match_ddr(const Compiler& c, const CompiledProgram& prog, const Compiler& cd,
-                            const CompiledProgram& via_ddr, const QuantBundle* bundle, const std::vector<float>& pixels,
-                            const char* what) {
+// A program with its activations parked in LRM (compiled by c with opt) against the same plan
+// through DDR (CompileOptions::image_no_park, which has the calls ddr_marks): the parks move the
+// same bytes, so the same logits bit for bit, in fewer cycles.
+void expect_parks_match_ddr(const Compiler& c, CompileOptions opt, const CompiledProgram& prog,
+                            const QuantBundle* bundle, const std::vector<float>& pixels, const char* what,
+                            std::initializer_list<const char*> ddr_marks) {
+  opt.image_no_park = true;
+  const Compiler cd(c.model(), c.config(), opt);
+  const CompiledProgram via_ddr = cd.image_program(kOcmShape);
+  for (const char* m : ddr_marks) EXPECT_TRUE(has_call(via_ddr, m)) << m << " through DDR";
   const ImageRun parked = run_image(c, prog, kOcmShape, bundle, pixels, false, 0);
   const ImageRun stored = run_image(cd, via_ddr, kOcmShape, bundle, pixels, false, 0);
   EXPECT_EQ(parked.logits, stored.logits);
@@ -402,22 +406,11 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
 
-  // Through DDR instead (CompileOptions::image_no_park): the residual stored at the layer's
-  // start (the store waited for before the q|k|v GEMM writes over the rows) and loaded back, the
-  // attention's output stored by its calls and loaded for o_proj. The parks move the same bytes:
-  // the same logits bit for bit, in fewer cycles.
-  CompileOptions ddr_opt = opt;
-  ddr_opt.image_no_park = true;
-  Compiler cd(config_tiny_wider(), cfg, ddr_opt);
-  const CompiledProgram via_ddr = cd.image_program(kOcmShape);
-  EXPECT_TRUE(has_call(via_ddr, "P1.store_residual"));
-  EXPECT_TRUE(has_call(via_ddr, "P1.load_residual"));
-  EXPECT_TRUE(has_call(via_ddr, "V1.store_residual"));
-  EXPECT_FALSE(has_call(via_ddr, "P1.park_residual"));
-  EXPECT_TRUE(has_call(via_ddr, "P1.g0.store"));
-  EXPECT_TRUE(has_call(via_ddr, "P1.load_attn"));
-  EXPECT_FALSE(has_call(via_ddr, "P1.park_attn"));
-  expect_parks_match_ddr(c, prog, cd, via_ddr, tiny.bundle.get(), pixels, "residual and attention output");
+  // Through DDR instead: the residual stored at the layer's start (the store waited for before
+  // the q|k|v GEMM writes over the rows) and loaded back, the attention's output stored by its
+  // calls and loaded for o_proj.
+  expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "residual and attention output",
+                         {"P1.store_residual", "P1.load_residual", "V1.store_residual", "P1.g0.store", "P1.load_attn"});
 }
 
 // The tower's "q, k, v in turn, k and v kept" (Streamed::vkv, forced over every row by the knob
@@ -441,13 +434,8 @@ TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
     EXPECT_FALSE(has_call(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s, the tower's q, k, v in turn", false);
-  CompileOptions ddr_opt = opt;
-  ddr_opt.image_no_park = true;
-  Compiler cd(config_tiny_wider(), cfg, ddr_opt);
-  const CompiledProgram via_ddr = cd.image_program(kOcmShape);
-  EXPECT_TRUE(has_call(via_ddr, "V1.store_q"));
-  EXPECT_TRUE(has_call(via_ddr, "V1.load_attn"));
-  expect_parks_match_ddr(c, prog, cd, via_ddr, tiny.bundle.get(), pixels, "tower q and attention rows");
+  expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "tower q and attention rows",
+                         {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"});
   expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
 }
 
