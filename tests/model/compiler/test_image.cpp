@@ -390,12 +390,13 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   // (not stored and loaded back; the rows are not loaded either); so does the attention's
   // output (over q in the q|k|v rows) until o_proj reads it. The tower's residual too, from
   // block 0 to block 1 (blocks 1-3 feed mergers, which read their rows from DDR: block 2
-  // loads its own).
+  // loads its own). The next layer's norm vectors come in after a layer's post_norm, on a DMA
+  // channel the GEMMs leave free (not at the next layer's start, behind its weights).
   for (const char* m : {"P1.park_residual", "P1.unpark_residual", "P1.park_attn", "P1.unpark_attn",
-                        "V1.park_residual", "V2.load"})
+                        "V1.park_residual", "V2.load", "P1.load_next_norms"})
     EXPECT_TRUE(has_call(prog, m)) << m;
   for (const char* m : {"P1.store_residual", "P1.load_residual", "P1.t0.load", "P1.g0.store", "P1.load_attn",
-                        "V1.load"})
+                        "V1.load", "P2.load_norms"})
     EXPECT_FALSE(has_call(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
