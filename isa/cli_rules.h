@@ -25,11 +25,13 @@ inline CLI::Validator integer(int64_t lo, int64_t hi) {
         try {
           io::parse_integer(s, "", lo, hi);
         } catch (const Error& e) {
+          if (lo == INT64_MIN && hi == INT64_MAX) return "'" + s + "' is not a whole number";
           return e.what();
         }
         return {};
       },
-      "INT " + std::to_string(lo) + ".." + std::to_string(hi));
+      // (no range in the help where the option's own check sets it)
+      lo == INT64_MIN && hi == INT64_MAX ? std::string() : "INT " + std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 // Prints `error: MESSAGE` as one line: control characters (a newline, a NUL from a

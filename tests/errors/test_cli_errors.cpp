@@ -144,7 +144,15 @@ TEST(CliErrors, ModelInputs) {
        {"cannot open text file '" + dir + "/nope.txt'", "No such file"}},
       {"unknown model config", "make-checkpoint --config 3b --out " + dir + "/ck",
        {"--config '3b': not a built-in config"}},
+      // (an option whose range its own check sets: no int64 limits in the message)
+      {"not a number of cached tokens", "compile --model synthetic:tiny --out " + dir + "/c --cached abc",
+       {"--cached: 'abc' is not a whole number"}},
   });
+  // ...nor in the help.
+  const CliResult help = run_cli("compile --help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_NE(help.out.find("--cached INT=140"), std::string::npos) << help.out;
+  EXPECT_EQ(help.out.find("9223372036854775807"), std::string::npos) << help.out;
 }
 
 }  // namespace
