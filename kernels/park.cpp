@@ -14,7 +14,8 @@ uint32_t rounds(const sim::Config& cfg, uint32_t bytes) {
 
 uint32_t stride_of(const LrmParkArgs& a) { return a.stride ? a.stride : a.bytes / a.rows; }
 
-void check(const sim::Config& cfg, const LrmParkArgs& a, const char* what) {
+void check(const sim::Config& cfg, const LrmParkArgs& a) {
+  const char* what = "lrm park";  // (a run: parked and unparked alike)
   if (a.rows == 0 || a.bytes == 0 || a.bytes % a.rows || (a.bytes / a.rows) % kLrmChunk)
     fail("{}: {} bytes in {} rows: the rows must be a positive multiple of {} bytes each", what, a.bytes, a.rows,
          kLrmChunk);
@@ -27,9 +28,21 @@ void check(const sim::Config& cfg, const LrmParkArgs& a, const char* what) {
          uint64_t(a.lrm) + lrm_park_bytes(cfg, a.bytes), cfg.lrm_bytes);
 }
 
-// The slots of a run: round j at LRM lrm + 64 j, one piece for a contiguous run, else one a
-// row (or part of a row) the round reaches.
-std::vector<LrmSlot> run_slots(const sim::Config& cfg, const LrmParkArgs& a) {
+// p7 = PEs [pe0, pe1) where that is not every PE (else p0).
+P pes(Builder& b, const sim::Config& cfg, uint32_t pe0, uint32_t pe1) {
+  if (pe0 == 0 && pe1 >= cfg.npe()) return P{0};
+  b.li(X{3}, pe0);
+  b.li(X{4}, pe1);
+  b.op("pset.range", {P{7}, X{3}, X{4}});
+  return P{7};
+}
+
+}  // namespace
+
+// Round j at LRM lrm + 64 j: one piece for a contiguous run, else one a row (or part of a row)
+// the round reaches.
+std::vector<LrmSlot> lrm_run_slots(const sim::Config& cfg, const LrmParkArgs& a) {
+  check(cfg, a);
   const uint64_t npe = cfg.npe(), chunks = a.bytes / kLrmChunk, per_row = a.bytes / a.rows / kLrmChunk,
                  stride = stride_of(a);
   std::vector<LrmSlot> v;
@@ -50,17 +63,6 @@ std::vector<LrmSlot> run_slots(const sim::Config& cfg, const LrmParkArgs& a) {
   }
   return v;
 }
-
-// p7 = PEs [pe0, pe1) where that is not every PE (else p0).
-P pes(Builder& b, const sim::Config& cfg, uint32_t pe0, uint32_t pe1) {
-  if (pe0 == 0 && pe1 >= cfg.npe()) return P{0};
-  b.li(X{3}, pe0);
-  b.li(X{4}, pe1);
-  b.op("pset.range", {P{7}, X{3}, X{4}});
-  return P{7};
-}
-
-}  // namespace
 
 uint32_t lrm_park_bytes(const sim::Config& cfg, uint32_t bytes) { return rounds(cfg, bytes) * kLrmChunk; }
 
@@ -111,22 +113,6 @@ KernelCost cost_lrm_slots(const std::vector<LrmSlot>& slots) {
   KernelCost c;
   for (const LrmSlot& s : slots)
     for (const LrmPiece& q : s.pieces) c.ocm_bytes += uint64_t(q.pe1 - q.pe0) * kLrmChunk;
-  return c;
-}
-
-void emit_lrm_park(Builder& b, const sim::Config& cfg, const LrmParkArgs& a) {
-  check(cfg, a, "lrm park");
-  emit_lrm_slots(b, cfg, run_slots(cfg, a), true);
-}
-
-void emit_lrm_unpark(Builder& b, const sim::Config& cfg, const LrmParkArgs& a) {
-  check(cfg, a, "lrm unpark");
-  emit_lrm_slots(b, cfg, run_slots(cfg, a), false);
-}
-
-KernelCost cost_lrm_park(const sim::Config&, const LrmParkArgs& a) {
-  KernelCost c;
-  c.ocm_bytes = a.bytes;
   return c;
 }
 

@@ -14,7 +14,7 @@
 // a move can change the layout (the image compiler's head-major <-> row-major attention rows).
 // Four rotating registers (v16-v19) keep the port streaming. Clobbers x1-x4, p7, v16-v19.
 //
-// A run (emit_lrm_park): rows of bytes / rows each, `stride` apart in OCM, taken as one array
+// A run (lrm_run_slots): rows of bytes / rows each, `stride` apart in OCM, taken as one array
 // of bytes; slot j (LRM lrm + 64 j) holds bytes [64 (j npe + i), + 64) in PE i: one piece a
 // slot on a contiguous run, one a row (or part of a row) it reaches on a strided one.
 #pragma once
@@ -52,10 +52,8 @@ struct LrmParkArgs {
 };
 // The LRM bytes a PE takes for a run of `bytes`.
 uint32_t lrm_park_bytes(const sim::Config& cfg, uint32_t bytes);
-// OCM -> LRM (park) and LRM -> OCM (unpark: the same bytes back at the same place or elsewhere).
-void emit_lrm_park(Builder& b, const sim::Config& cfg, const LrmParkArgs& a);
-void emit_lrm_unpark(Builder& b, const sim::Config& cfg, const LrmParkArgs& a);
-// Either direction: the run's bytes through the port.
-KernelCost cost_lrm_park(const sim::Config& cfg, const LrmParkArgs& a);
+// The run's slots (emit_lrm_slots parks them with to_lrm, unparks them without: the same bytes
+// back at the same place or, with another ocm, elsewhere); throws on a run that does not fit.
+std::vector<LrmSlot> lrm_run_slots(const sim::Config& cfg, const LrmParkArgs& a);
 
 }  // namespace gpnpu::kernels

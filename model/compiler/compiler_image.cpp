@@ -1000,12 +1000,8 @@ struct ImageKernels {
   // use (the next GEMM's first tile goes above it); above, the GEMMs keep below it (lrm_end).
   void park(const std::string& mark, uint32_t ocm, uint32_t bytes, uint32_t lrm, bool back, uint32_t rows = 1,
             uint32_t stride = 0) {
-    const LrmParkArgs a{.ocm = ocm, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride};
     if (lrm < kLrmShared) lrm_since = std::max(lrm_since, lrm + lrm_park_bytes(cfg, bytes));
-    em.call(mark, back ? "lrm_unpark" : "lrm_park", cost_lrm_park(cfg, a), [&] {
-      if (back) emit_lrm_unpark(b, cfg, a);
-      else emit_lrm_park(b, cfg, a);
-    });
+    slots(mark, lrm_run_slots(cfg, {.ocm = ocm, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride}), !back);
   }
   // OCM <-> LRM by slots (emit_lrm_slots; above kLrmShared: the GEMMs keep below them).
   void slots(const std::string& mark, const std::vector<LrmSlot>& v, bool to_lrm) {
@@ -2761,7 +2757,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       uint32_t part_rows = 0;  // the first and last parts in tiles of this many rows (0: all at once)
       // Seeded: the rows stay in the normed rows' buffer, not stored (the caller stores them).
       bool store_later = false;
-      // The residual parked in LRM from this offset (the caller's emit_lrm_park; 0: in DDR at
+      // The residual parked in LRM from this offset (the caller's lrm_run_slots park; 0: in DDR at
       // res_ddr): unparked into its buffer instead of loaded (one part tile only).
       uint32_t parked = 0;
       // After the last part tile's norm (the phase's last read of the layer's vectors).

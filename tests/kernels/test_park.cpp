@@ -28,8 +28,8 @@ ParkRun run_park(const char* preset, uint32_t bytes, uint32_t lrm, int32_t unpar
   const LrmParkArgs park{.ocm = 0, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride};
   LrmParkArgs unpark{.ocm = span + gap, .bytes = bytes, .lrm = uint32_t(int32_t(lrm) + unpark_shift)};
   Builder b;
-  emit_lrm_park(b, cfg, park);
-  emit_lrm_unpark(b, cfg, unpark);
+  emit_lrm_slots(b, cfg, lrm_run_slots(cfg, park), true);
+  emit_lrm_slots(b, cfg, lrm_run_slots(cfg, unpark), false);
   b.op("halt");
   isa::Program prog = b.finish();
   sim::Platform& p = sim::Platform::get();
@@ -123,11 +123,10 @@ TEST(Park, NegativeControlUnparkOneRegisterOffDiffers) {
 
 TEST(Park, BadArgumentsSayWhatAndWhere) {
   const sim::Config cfg = sim::Config::make("mini", {});
-  Builder b;
-  EXPECT_THROW(emit_lrm_park(b, cfg, {.ocm = 0, .bytes = 100, .lrm = 0}), gpnpu::Error);  // not a multiple of 64
-  EXPECT_THROW(emit_lrm_park(b, cfg, {.ocm = 0, .bytes = 64, .lrm = 32}), gpnpu::Error);  // LRM not aligned
+  EXPECT_THROW(lrm_run_slots(cfg, {.ocm = 0, .bytes = 100, .lrm = 0}), gpnpu::Error);  // not a multiple of 64
+  EXPECT_THROW(lrm_run_slots(cfg, {.ocm = 0, .bytes = 64, .lrm = 32}), gpnpu::Error);  // LRM not aligned
   try {
-    emit_lrm_unpark(b, cfg, {.ocm = 0, .bytes = 64 * 16 * 2, .lrm = cfg.lrm_bytes - 64});
+    lrm_run_slots(cfg, {.ocm = 0, .bytes = 64 * 16 * 2, .lrm = uint32_t(cfg.lrm_bytes - 64)});
     FAIL() << "an LRM region past lrm_bytes must fail";
   } catch (const gpnpu::Error& e) {
     EXPECT_NE(std::string(e.what()).find("lrm_bytes"), std::string::npos) << e.what();
