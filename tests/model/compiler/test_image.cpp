@@ -389,14 +389,16 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   // next layer's norm, parked in LRM at the layer's start and back for its attention residual
   // (not stored and loaded back; the rows are not loaded either); so does the attention's
   // output (over q in the q|k|v rows) until o_proj reads it. The tower's residual too, from
-  // block 0 to block 1 (blocks 1-3 feed mergers, which read their rows from DDR: block 2
-  // loads its own). The next layer's norm vectors come in after a layer's post_norm, on a DMA
-  // channel the GEMMs leave free (not at the next layer's start, behind its weights).
+  // block 0 to block 1; blocks 1-3 feed mergers: their rows parked after the MLP phase,
+  // unparked into the merger's rows and into the next block's (not stored and loaded back).
+  // The next layer's norm vectors come in after a layer's post_norm, on a DMA channel the
+  // GEMMs leave free (not at the next layer's start, behind its weights).
   for (const char* m : {"P1.park_residual", "P1.unpark_residual", "P1.park_attn", "P1.unpark_attn",
-                        "V1.park_residual", "V2.load", "P1.load_next_norms"})
+                        "V1.park_residual", "V1.park_rows", "M0.t0.unpark_rows", "V2.unpark_rows", "V3.park_rows",
+                        "Mf.t0.unpark_rows", "P1.load_next_norms"})
     EXPECT_TRUE(has_call(prog, m)) << m;
   for (const char* m : {"P1.store_residual", "P1.load_residual", "P1.t0.load", "P1.g0.store", "P1.load_attn",
-                        "V1.load", "P2.load_norms"})
+                        "V1.load", "V2.load", "V1.store", "M0.t0.load", "Mf.t0.load", "P2.load_norms"})
     EXPECT_FALSE(has_call(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
                        "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
@@ -405,7 +407,8 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   // the q|k|v GEMM writes over the rows) and loaded back, the attention's output stored by its
   // calls and loaded for o_proj.
   expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "residual and attention output",
-                         {"P1.store_residual", "P1.load_residual", "V1.store_residual", "P1.g0.store", "P1.load_attn"});
+                         {"P1.store_residual", "P1.load_residual", "V1.store_residual", "V1.store", "M0.t0.load",
+                          "V2.load", "P1.g0.store", "P1.load_attn"});
 }
 
 // The tower's "q, k, v in turn, k and v kept" (Streamed::vkv, forced over every row by the knob
