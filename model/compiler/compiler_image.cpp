@@ -2416,6 +2416,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // k and v kept for the attention where they fit (fewer bytes, the same MACs; the test knob
   // image_qkv_buffers keeps them going through DDR).
   p.vkv = p.vqa && p.vqt == N && p.gv && !opt_.image_qkv_buffers && fits(p.vkvab()) && fits(p.vkvb(p.gv, p.sv));
+  // Where q and the attention's output go through LRM slots (vkv with its MLP phase over every
+  // row: the tower's vqpark), a call's q and output move through the array port, not by DMA: a
+  // second buffer set overlaps nothing, and one set of more heads a call (the attention's
+  // estimate 1% lower) fills more of the array (32x64: 8 heads of 256 rows on its 2,048 PEs in
+  // one call, not two calls of 4 on half of them: 14.5 K cycles for 19.8 K).
+  if (p.vkv && p.vpm && p.vpt == N && !opt_.image_no_park && !gcap)
+    for (uint32_t g = 2 * p.gv; g <= std::min(d.hv, kMaxGroups) && uint64_t(N) * g <= cfg_.npe(); g *= 2)
+      if (d.hv % g == 0 && fits(p.vkvb(g, 1)) &&
+          attn_cycles(d.hv, g, 1, N, d.hdv, N) < 0.99 * attn_cycles(d.hv, p.gv, 1, N, d.hdv, N))
+        p.gv = g, p.sv = 1;
   // The prefill in three phases or in whole layers a tile, the cheaper by the cost model:
   // the row phases (above) plus the attention, in phases the larger of its calls' work
   // and its copies (q, k, v in, the output out; pipelined), a tile at a time its calls

@@ -415,26 +415,37 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
 // image_qkv_rows) with its MLP phase over every row: q and the attention's output go through
 // LRM slots (park_q after q's rotation, each group's q unparked head-major into the attention's
 // staging, its output parked from there and unparked row-major for proj), not DDR (store_q,
-// load_q, the calls' stores, load_attn). Against the chain; the same logits bit for bit as
-// with image_no_park, in fewer cycles; negative control: block 1's proj zeroed.
+// load_q, the calls' stores, load_attn). On 32x32 the planner takes every head in one call (one
+// buffer set: the slots move through the array port); on 16x16 a head's 144 rows fill more than
+// half the array, so four calls run the slots of four groups. Against the chain; the same
+// logits bit for bit as with image_no_park, in fewer cycles; negative control: block 1's proj
+// zeroed.
 TEST(ImageOcm, TinyTowerQAndAttentionRowsThroughLrmMatchTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 13);
-  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
-  CompileOptions opt = ocm_options();
-  opt.image_qkv_rows = 144;
-  Compiler c(config_tiny_wider(), cfg, opt);
-  const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("q, k, v in turn, k and v kept for the attention"), std::string::npos) << prog.plan;
-  for (const char* m : {"V1.park_q", "V1.g0.unpark_q", "V1.g1.park_attn", "V1.unpark_attn"})
-    EXPECT_TRUE(has_call(prog, m)) << m;
-  for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"})
-    EXPECT_FALSE(has_call(prog, m)) << m;
-  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (wider MLPs) image program, 512 KiB, 8 GB/s, the tower's q, k, v in turn", false);
-  expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "tower q and attention rows",
-                         {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"});
-  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
+  for (const bool small : {false, true}) {
+    std::vector<std::string> sets = {"ocm_bytes=512KiB", "ddr_gbps=8"};
+    if (small) sets.insert(sets.end(), {"pe_rows=16", "pe_cols=16"});
+    const sim::Config cfg = sim::Config::make("qc-u", sets);
+    CompileOptions opt = ocm_options();
+    opt.image_qkv_rows = 144;
+    Compiler c(config_tiny_wider(), cfg, opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    EXPECT_NE(prog.plan.find("q, k, v in turn, k and v kept for the attention"), std::string::npos) << prog.plan;
+    EXPECT_NE(prog.plan.find(small ? "kv heads per attention call tower 1," : "kv heads per attention call tower 4,"),
+              std::string::npos) << prog.plan;
+    for (const char* m : {"V1.park_q", "V1.g0.unpark_q", small ? "V1.g3.park_attn" : "V1.g0.park_attn",
+                          "V1.unpark_attn"})
+      EXPECT_TRUE(has_call(prog, m)) << m;
+    for (const char* m : {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"})
+      EXPECT_FALSE(has_call(prog, m)) << m;
+    const std::string what = fmt::format("tiny (wider MLPs) image program, {}, 512 KiB, 8 GB/s, the tower's q, k, v "
+                                         "in turn", small ? "16x16" : "32x32");
+    expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, what, false);
+    expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "tower q and attention rows",
+                           {"V1.store_q", "V1.g0.load_q", "V1.g0.store", "V1.load_attn"});
+    expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
+  }
 }
 
 // The prefill's down over two gate|up chunks a call (pm_down_pairs: there a gate|up tile streams
