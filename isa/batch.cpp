@@ -13,7 +13,7 @@ namespace {
 // The OCM forms that read OCM into registers and may wait in a batch (an unpredicated
 // obcast leaves a lazy broadcast at issue instead; oscatter.w1 may leave a per-PE lazy one).
 bool reads_ocm(const Insn& in) {
-  return in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ||
+  return in.exec == &sem_oscatter || in.exec == &sem_oscatter_h || in.exec == &sem_obcast_g ||
          (in.p != 0 && (in.exec == &sem_obcast || in.exec == &sem_obcast_h));
 }
 }  // namespace
@@ -321,11 +321,14 @@ bool Batch::take(ArchState& s, const Insn& in) {
     in.exec(s, in);
   }
   if (reads_ocm(in) && s.pred_count[in.p]) {  // the OCM bytes it reads: a DMA write there runs the batch first
-    // as the semantics' addresses (32 bits, the first enabled PE's on without wrapping)
-    const uint32_t stride = in.exec == &sem_oscatter || in.exec == &sem_oscatter_h ? s.x[in.c] : 0;
-    const uint64_t lo = uint32_t(s.x[in.b] + uint32_t(in.imm) + stride * s.pred_first[in.p]);
+    // as the semantics' addresses (32 bits, the first enabled PE's (group's) on without wrapping)
+    const bool grouped = in.exec == &sem_obcast_g;
+    const uint32_t stride = in.exec == &sem_oscatter || in.exec == &sem_oscatter_h || grouped ? s.x[in.c] : 0;
+    const uint32_t per = grouped ? std::max<uint32_t>(1, s.x[in.d]) : 1;  // (PEs a group; 0 failed above)
+    const uint32_t first = s.pred_first[in.p] / per, last = s.pred_last[in.p] / per;
+    const uint64_t lo = uint32_t(s.x[in.b] + uint32_t(in.imm) + stride * first);
     ocm_lo_ = std::min(ocm_lo_, lo);
-    ocm_hi_ = std::max(ocm_hi_, lo + uint64_t(stride) * (s.pred_last[in.p] - s.pred_first[in.p]) + in.info->mem_bytes);
+    ocm_hi_ = std::max(ocm_hi_, lo + uint64_t(stride) * (last - first) + in.info->mem_bytes);
   }
   const bool pl = s.lazy_pl && take_pl(s, in);
   if (s.uni_yes) forget_written(s, in);

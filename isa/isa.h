@@ -30,7 +30,7 @@ constexpr int kNumUnits = int(Unit::count);
 std::string_view unit_name(Unit u);
 
 // How a unit class uses the OCM <-> array port (unit_table.def, column port).
-enum class Port : uint8_t { none, ocm_row, ocm_per_pe };
+enum class Port : uint8_t { none, ocm_row, ocm_group, ocm_per_pe };
 inline constexpr uint8_t kNone = 0, kArray = 1, kCompute = 2, kMac = 4, kBranch = 8;  // unit flags
 struct UnitInfo {
   const char* name;

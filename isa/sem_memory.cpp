@@ -93,6 +93,23 @@ void check_strided(const ArchState& s, const Insn& i, uint32_t base, uint32_t st
   check_range("OCM", uint64_t(lo) + uint64_t(last - first) * stride, bytes, s.ocm.size());
 }
 
+// Grouped broadcast: PE e takes the 64 bytes at base + (e / group) * stride, one row per group
+// of `group` consecutive PEs (the OCM port reads each row once: sim/machine/timing.h).
+void ocm_group_broadcast(ArchState& s, const Insn& i) {
+  const uint32_t base = address(s, i), stride = X(s, i.c), group = X(s, i.d);
+  if (group == 0) fail("obcast.g: the group size x{} is 0; it must be the PEs of a group (>= 1)", i.d);
+  if (s.pred_count[i.p] == 0) return;
+  const uint32_t g0 = s.pred_first[i.p] / group, g1 = s.pred_last[i.p] / group;
+  const uint32_t lo = pe_address(base, g0, stride);
+  check_range("OCM", lo, kVecBytes, s.ocm.size());
+  check_range("OCM", uint64_t(lo) + uint64_t(g1 - g0) * stride, kVecBytes, s.ocm.size());
+  if (!s.functional) return;
+  uint32_t* a = s.vreg(i.a);
+  for_pes(s, i, [&](uint32_t e) {
+    std::memcpy(a + size_t(e) * kLanes, &s.ocm[pe_address(base, e / group, stride)], kVecBytes);
+  });
+}
+
 template <bool kHalf>
 void ocm_scatter(ArchState& s, const Insn& i) {
   uint32_t base = address(s, i), stride = X(s, i.c);
@@ -167,6 +184,7 @@ SEM(vld_h) { lrm_load<true>(s, i); }
 SEM(vst_h) { lrm_store<true>(s, i); }
 SEM(obcast) { ocm_broadcast<false>(s, i); }
 SEM(obcast_h) { ocm_broadcast<true>(s, i); }
+SEM(obcast_g) { ocm_group_broadcast(s, i); }
 SEM(oscatter) { ocm_scatter<false>(s, i); }
 SEM(oscatter_h) { ocm_scatter<true>(s, i); }
 SEM(ogather) { ocm_gather<false>(s, i); }

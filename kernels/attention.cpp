@@ -483,15 +483,14 @@ KernelCost cost_attention_decode(const sim::Config&, const DecodeAttnArgs& a, ui
 
 OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a) {
   const uint32_t npe = cfg.npe(), KV = a.kv_heads, G = a.q_heads / KV, S = a.seq;
-  const uint32_t cap = std::min({KV, kMaxGroups, a.max_groups ? a.max_groups : kMaxGroups});
+  const uint32_t cap = a.max_groups ? std::min(KV, a.max_groups) : KV;
   // R rows of up to g groups a pass, the groups spread evenly over the fewest passes.
   auto tiling = [&](uint32_t g) {
     const uint32_t group_passes = (KV + g - 1) / g, gp = (KV + group_passes - 1) / group_passes;
     OcmAttnTiling t{std::min(S, npe / (G * gp)), gp, 0};
     double work = 0;
     for (uint32_t r0 = 0; r0 < S; r0 += t.rows)
-      work += double(a.kv_offset + (a.causal ? std::min(S, r0 + t.rows) : S)) *
-              std::max(1.0 + kBcastPerGroup * gp, kChainPerGroup * gp);
+      work += double(a.kv_offset + (a.causal ? std::min(S, r0 + t.rows) : S));
     t.work = work * group_passes;
     return t;
   };
@@ -512,14 +511,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   if (S == 0) fail("attention_ocm: seq must be positive");
   if (G > npe) fail("attention_ocm: GQA group {} exceeds the {} PEs", G, npe);
   if (a.kv_row_stride < KV * hd2) fail("attention_ocm: kv row stride {} < {} heads x {} B", a.kv_row_stride, KV, hd2);
-  // Tiling rule: R rows of GP kv groups per pass (group predicates p1..p7), the groups
-  // spread evenly over the fewest passes (each group's broadcasts cost issue slots).
+  // Tiling rule: R rows of GP kv groups per pass, the groups spread evenly over the fewest
+  // passes; the pass's PEs in p7 (group gl's G*R of them from gl*G*R on).
   const OcmAttnTiling tiling = plan_attention_ocm(cfg, a);
   const uint32_t R = tiling.rows, GP = tiling.groups;
-  // Group gl's PEs in p(1 + gl): p1..p6, and p7 too with eight groups; of seven or eight
-  // groups the last has none (its rows are broadcast to every PE first, the others' over them).
-  const uint32_t pred_groups = GP <= 6 ? GP : GP - 1;
-  constexpr uint32_t kP6Group = 5, kP7Group = 6;  // the groups whose predicates are p6, p7
 
   struct Pass {
     uint32_t r0, nrows, g0, ng;
@@ -643,19 +638,18 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   Pools ps_all = make_pools(regs_all, true), pv_all = make_pools(regs_all, false);
 
   const int64_t ks = a.kv_row_stride;
-  // One chunk of a key row (base register x10 or x12) in the PEs of every group: one
-  // predicated 64-byte broadcast per group into one register, then its odd dims shifted.
+  // One chunk of a key row (base register x10 or x12) in the PEs of every group: one grouped
+  // broadcast (each group's row hd2 bytes on: x22, G*R PEs a group: x23), then its odd dims
+  // shifted.
   auto load_chunk = [&](Pools& p, X base, uint32_t key, uint32_t c, V& raw, V& odd) {
     raw = p.kr[p.nkr++ % p.kr.size()];
     odd = p.ks[p.nks++ % p.ks.size()];
-    auto bcast = [&](uint32_t g, P pr) { b.op("obcast", {raw, Mem{base, int64_t(key) * ks + int64_t(g) * hd2 + 64 * c}}, pr); };
-    if (GP > pred_groups) bcast(GP - 1, P{0});  // the last group: every PE, then the others over it
-    for (uint32_t g = 0; g < pred_groups; ++g) bcast(g, P{uint8_t(1 + g)});
+    const Mem row{base, int64_t(key) * ks + 64 * c};
+    if (GP > 1) b.op("obcast.g", {raw, row, X{22}, X{23}}, P{7});
+    else b.op("obcast", {raw, row}, P{7});
     b.op("vshr", {odd, raw, int64_t(16)});
   };
-  // p7 holds the pass's PEs for the MACs, unless the groups need it (eight groups: the
-  // MACs then run on every PE, those past the pass on zero q and never gathered).
-  const P mac{pred_groups > kP7Group ? uint8_t(0) : uint8_t(7)};
+  const P mac{7};  // the pass's PEs
 
   // Scores of a block of nk keys (K rows from x10, advanced 16 rows) into the lanes of SV
   // (lanes >= nk stay -big).
@@ -807,10 +801,8 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   b.li(X{11}, qrs);
   b.li(X{30}, ors);
   b.op("vlaneid", {LANE_});
-  // MACs on every PE: q zero on the PEs no pass fills, whatever an earlier kernel left in
-  // the registers (stale NaN would flow into their scores); the passes scatter finite q.
-  if (mac.n == 0)
-    for (uint32_t c = 0; c < CH; ++c) b.op("vsplati", {QR[c], int64_t(0)});
+  b.li(X{22}, hd2);    // obcast.g: a group's row from the one before
+  b.li(X{23}, G * R);  // and its PEs
   if (lrm_masks)
     for (uint32_t j = 0; j < kJ; ++j) {
       b.op("vsplati", {tmp[0], int64_t(j)});
@@ -847,24 +839,11 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     }
   };
   Label end = b.label();
-  // Pass start (inline): predicates, bases, q of the pass's rows and heads, the state.
-  // Group gl's PEs in p(1 + gl); p6 (a sixth group) only after emit_init, which uses p6
-  // for its sub-groups (emit_group_pred).
-  auto emit_group_pred = [&](const Pass& p, uint32_t gl) {
-    uint32_t lo = gl < p.ng ? gl * G * R : 0, hi = gl < p.ng ? (gl + 1) * G * R : 0;
-    b.li(X{9}, lo);
-    b.li(X{15}, hi);
-    b.op("pset.range", {P{uint8_t(1 + gl)}, X{9}, X{15}});
-  };
+  // Pass start (inline): the pass's PEs (p7), bases, q of the pass's rows and heads, the state.
   auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    for (uint32_t gl = 0; gl < std::min(GP, kP6Group); ++gl) emit_group_pred(p, gl);
-    if (pred_groups > kP7Group) {
-      emit_group_pred(p, kP7Group);
-    } else {
-      b.li(X{20}, p.ng * G * R);
-      b.op("pset.range", {P{7}, X{0}, X{20}});
-    }
+    b.li(X{20}, p.ng * G * R);
+    b.op("pset.range", {P{7}, X{0}, X{20}});
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
     b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
@@ -948,7 +927,6 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     if (p) {
       emit_setup(*p);
       emit_init(*p);
-      if (GP > kP6Group) emit_group_pred(*p, kP6Group);
       if (head) emit_block_body(calls[0].first, calls[0].second);
     }
     schedule_region(b, begin, cfg, true);

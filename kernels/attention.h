@@ -35,8 +35,9 @@
 // [seq][kv_heads*head_dim] (row stride kv_row_stride, heads head_dim*2 apart), out like
 // q. Mapping: a pass holds R query rows x GP kv groups; PE e = sub*R + il with
 // sub = gl*G + s (query head h0 + sub, kv head g0 + gl): the PEs of one kv group are
-// contiguous, so each key/value row reaches them with one predicated broadcast per 64
-// bytes (obcast: dims 2i and 2i+1 in lane i; `vshr` brings the odd dims to the low
+// contiguous, so a 64-byte chunk of a key/value row reaches every group's PEs in one grouped
+// broadcast (obcast.g, each group its own head's chunk; obcast with one group: dims 2i and
+// 2i+1 in lane i; `vshr` brings the odd dims to the low
 // halves that vmac.f16 reads; q is held as loaded and shifted, the output as even- and
 // odd-dim accumulators). Keys go in blocks of 16, fully unrolled: scores into lanes
 // (one-hot lane masks from LRM when it has room), the online softmax, p_j spread by vdup; each
@@ -48,9 +49,9 @@
 // Causal rows mask keys j > row once per block. The output must not overlap k or v (a
 // pass's output writes are scheduled beside the next pass's loads); it may be q itself.
 // Tiling rule: R = min(seq, npe / G), GP = kv_heads spread evenly over the fewest passes
-// of at most min(npe / (G*R), kMaxGroups) groups (predicates p1..p6; p7 too with eight,
-// whose MACs then run on every PE; of seven or eight groups the last goes unpredicated,
-// broadcast first, the other groups' broadcasts over it).
+// of at most npe / (G*R) groups; a chunk of a key row reaches every group's PEs (p7: the
+// pass's) in one grouped broadcast (obcast.g: the groups' rows head_dim*2 bytes apart, G*R
+// PEs a group), so a key step issues the same instructions whatever the groups.
 // q must be readable by one stride per head group: a head-major q (head stride >=
 // R * row stride) is used in place; otherwise (row-major) q is copied into head-major
 // scratch [q_heads][seq][head_dim] and the output written there and copied back, per
@@ -118,24 +119,14 @@ struct OcmAttnArgs {
   uint32_t lrm_bytes = 0;
 };
 // Tiling rule: passes of `rows` query rows of `groups` kv groups (rows x groups x G <= the
-// PEs; at most kMaxGroups), the groups spread evenly over the fewest passes. A pass costs its
-// keys (causal: those its last row sees) times (1 + kBcastPerGroup per group: each group's
-// broadcasts take issue slots; measured at qc-u, 4 groups a pass cost 3% more a key step
-// than 1); of the rules "the most rows a pass" and "fewer rows, more groups", the one of
-// less work (2% margin). qc-u, the streamed tower at 1,200 patches, 2 heads a call: 3
-// passes of 512 rows instead of 4 of 1,024 and 176 (24.3 M cycles instead of 32.0 M).
-// Past five groups the predicated broadcasts into one register (each waits for the one
-// before) bound a key step instead: about kChainPerGroup x groups. Measured on 32x64, 2B: the
-// prefill's 8 kv groups (head_dim 128) in one pass of 150 cycles a key instead of two of
-// 80; the tower's 16 heads (head_dim 64) in two passes of 60 instead of three of 48.
-constexpr double kBcastPerGroup = 0.01, kChainPerGroup = 0.2;
-// Group predicates p1..p6 (p7 holds the pass's PEs, unless eight groups need it; p6 also the
-// sub-group ranges at a pass's start and end, so the sixth group's is set after them), and
-// one group without a predicate.
-constexpr uint32_t kMaxGroups = 8;
+// PEs), the groups spread evenly over the fewest passes. A pass costs its keys (causal: those
+// its last row sees): a key step issues the same instructions whatever its groups (one
+// grouped broadcast a chunk); of the rules "the most rows a pass" and "fewer rows, more
+// groups", the one of less work (2% margin). qc-u, the streamed tower at 1,200 patches, 2
+// heads a call: 3 passes of 512 rows instead of 4 of 1,024 and 176.
 struct OcmAttnTiling {
   uint32_t rows = 0, groups = 0;
-  double work = 0;  // keys x (1 + kBcastPerGroup x groups), summed over the passes
+  double work = 0;  // keys, summed over the passes
 };
 OcmAttnTiling plan_attention_ocm(const sim::Config& cfg, const OcmAttnArgs& a);
 void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a);

@@ -54,7 +54,7 @@ Scheduled list_schedule(const std::vector<uint64_t>& words, uint32_t begin, cons
       last_write[r] = i;
     }
     const bool is_lrm = u == isa::Unit::lrm;
-    if (!is_lrm && u != isa::Unit::ocm_bc && u != isa::Unit::ocm_rd && u != isa::Unit::ocm_wr) continue;
+    if (!is_lrm && !(isa::unit_info(u).port != isa::Port::none)) continue;  // (LRM, or the OCM <-> array port)
     Space& m = is_lrm ? lrm : ocm;
     const bool loads_free = !is_lrm && ocm_disjoint;
     const bool store = u == isa::Unit::ocm_wr || (is_lrm && in[i].info->ops[0].access == 0);

@@ -133,6 +133,15 @@ constexpr uint8_t kNoReg = isa::kNumRegs, kSinkReg = isa::kNumRegs + 1;
 constexpr int kReads = 5;          // distinct registers read or written, predicate included (vsel: 5)
 constexpr uint8_t kRun = 0x80;     // IssueRec flag: execute the semantics in this run
 constexpr uint8_t kCostPe = 0x40;  // IssueRec flag: cost_of() at issue (depends on the active PEs)
+constexpr uint8_t kGroups = 0x20;  // IssueRec flag: a grouped broadcast (its port bytes counted at issue)
+
+// The PE groups of a grouped broadcast (obcast.g: xd PEs a group) that hold a PE its predicate
+// enables: the rows the OCM port reads (Timing::cost_of).
+uint32_t pe_groups(const isa::ArchState& st, const isa::Insn& in) {
+  const uint32_t g = st.x[in.d];
+  if (in.info->unit != Unit::ocm_gb || !g || !st.pred_count[in.p]) return 1;
+  return st.pred_last[in.p] / g - st.pred_first[in.p] / g + 1;
+}
 
 // What an instruction adds to the counters at each issue, besides stalls and busy
 // cycles: its unit's count and its energy events (sim/energy.h), lane operations per
@@ -170,6 +179,7 @@ EventClass event_class(const isa::Insn& in) {
     case Unit::xlane: lanes(Stat::xlane_lane_ops); break;
     case Unit::lrm: c.event = int8_t(Stat::lrm_bytes), c.per_pe = bytes; break;
     case Unit::ocm_bc: c.event = int8_t(Stat::ocm_array_bytes_read), c.fixed = bytes; break;
+    case Unit::ocm_gb: break;  // (a row a group: counted at issue, kGroups)
     case Unit::ocm_rd: c.event = int8_t(Stat::ocm_array_bytes_read), c.per_pe = bytes; break;
     case Unit::ocm_wr: c.event = int8_t(Stat::ocm_array_bytes_written), c.per_pe = bytes; break;
     default: break;
@@ -253,7 +263,9 @@ IssueRec issue_rec(const isa::Insn& in, const Timing& timing, bool timing_only, 
   x.flags = ui.flags;
   if (!(timing_only && (ui.flags & isa::kCompute))) x.flags |= kRun;
   const Cost c = timing.cost_of(in, 0);
-  if (ui.port == isa::Port::ocm_per_pe || c.occupancy > UINT16_MAX || c.latency > UINT16_MAX) x.flags |= kCostPe;
+  if (ui.port == isa::Port::ocm_group) x.flags |= kGroups;
+  if (ui.port != isa::Port::none && ui.port != isa::Port::ocm_row) x.flags |= kCostPe;
+  else if (c.occupancy > UINT16_MAX || c.latency > UINT16_MAX) x.flags |= kCostPe;
   else x.occupancy = uint16_t(c.occupancy), x.latency = uint16_t(c.latency);
   int& cls = class_of_opcode[in.info->opcode];  // a row's class is the same at every pc
   if (cls < 0) cls = class_index(classes, event_class(in));
@@ -293,6 +305,7 @@ struct LoopSkip {
       for (uint32_t q = begin; q < end && e; ++q) {
         const Unit u = insns[q].info->unit;
         if (u == Unit::branch || u == Unit::ctrl || u == Unit::dma || u == Unit::smem || u == Unit::pred) e = 0;
+        if (u == Unit::ocm_gb) e = 0;  // (its cost depends on a scalar register: the group size)
         if (rec[q].flags & kRun)
           for (int k = 0; k < insns[q].ndst; ++k) e &= !(insns[q].dst[k] >= isa::kRegP);
       }
@@ -559,7 +572,8 @@ void Sequencer::execute_loop() {
 
     const uint32_t pes = st.pred_count[x.p];
     Cost cost{isa::Unit(r), x.occupancy, x.latency, 0};
-    if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes);
+    if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes, pe_groups(st, insns_[pc]));
+    if (x.flags & kGroups) tot[Stat::ocm_array_bytes_read] += cost.port_bytes;
     const Cycles o = cost.occupancy, l = cost.latency;
 
     if (effect) [[unlikely]] {

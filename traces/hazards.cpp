@@ -222,6 +222,13 @@ void HazardChecker::on_issue(const sim::IssueEvent& e) {
     const uint8_t* pr = s.predicate(in.p);
     switch (u) {
       case isa::Unit::ocm_bc: array_read(e.pc, e.cycle, addr, bytes, 0); break;
+      case isa::Unit::ocm_gb: {  // a row per group of x[d] PEs (obcast.g)
+        const uint32_t stride = s.x[in.c], group = s.x[in.d];
+        for (uint32_t pe = 0; group && pe < npe_; ++pe)
+          if (pr[pe] && (pe == 0 || pe % group == 0 || !pr[pe - 1]))  // (the first PE of a group it reads for)
+            array_read(e.pc, e.cycle, uint64_t(addr) + uint64_t(pe / group) * stride, bytes, pe);
+        break;
+      }
       case isa::Unit::ocm_rd: {
         const uint32_t stride = s.x[in.c];
         for (uint32_t pe = 0; pe < npe_; ++pe)

@@ -2422,7 +2422,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // estimate 1% lower) fills more of the array (32x64: 8 heads of 256 rows on its 2,048 PEs in
   // one call, not two calls of 4 on half of them: 14.5 K cycles for 19.8 K).
   if (p.vkv && p.vpm && p.vpt == N && !opt_.image_no_park && !gcap)
-    for (uint32_t g = 2 * p.gv; g <= std::min(d.hv, kMaxGroups) && uint64_t(N) * g <= cfg_.npe(); g *= 2)
+    for (uint32_t g = 2 * p.gv; g <= d.hv && uint64_t(N) * g <= cfg_.npe(); g *= 2)
       if (d.hv % g == 0 && fits(p.vkvb(g, 1)) &&
           attn_cycles(d.hv, g, 1, N, d.hdv, N) < 0.99 * attn_cycles(d.hv, p.gv, 1, N, d.hdv, N))
         p.gv = g, p.sv = 1;
@@ -2498,7 +2498,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     uint32_t sets = 1;
     uint32_t g = p.pbq_own ? groups_per_call(d.nkv, gcap, [&](uint32_t g) { return fits(p.pbq(g, 1)); })
                            : attn_groups(d.nkv, G, S, d.hd, off + S, p.pbq, sets);
-    if (p.pbq_own && g && g < d.nkv && d.nkv <= kMaxGroups && fits(p.pbq(d.nkv, 1)) &&
+    if (p.pbq_own && g && g < d.nkv && fits(p.pbq(d.nkv, 1)) &&
         attn_cycles(d.nkv, d.nkv, G, S, d.hd, off + S) < 0.99 * attn_cycles(d.nkv, g, G, S, d.hd, off + S))
       g = d.nkv;
     if (g && (!p.gp || attn_phase_c(g, true, p.pbq_own) < attn_phase_c(p.gp, false) + S * double(qd) / bw))

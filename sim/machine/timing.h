@@ -11,7 +11,8 @@
 //               the port occupancy for a port unit (the latency counts from the
 //               last byte)
 //   port_bytes  bytes over the OCM <-> array port: the row's memory bytes once
-//               (ocm_row) or once per PE its predicate enables (ocm_per_pe)
+//               (ocm_row), once per group of PEs that holds a PE its predicate
+//               enables (ocm_group: obcast.g) or once per PE it enables (ocm_per_pe)
 // docs/architecture.md ("Timing model") states the same rules in prose.
 #pragma once
 #include <algorithm>
@@ -38,13 +39,15 @@ class Timing {
     }
   }
 
-  // The cost of issuing `in` with `active_pes` PEs enabled by its predicate.
-  Cost cost_of(const isa::Insn& in, uint32_t active_pes) const {
+  // The cost of issuing `in` with `active_pes` PEs enabled by its predicate, in `groups` PE
+  // groups (ocm_group: those that hold an enabled PE).
+  Cost cost_of(const isa::Insn& in, uint32_t active_pes, uint32_t groups = 1) const {
     const isa::Unit u = in.info->unit;
     const isa::UnitInfo& ui = isa::unit_info(u);
     Cost c{ui.resource, occ_[int(u)], lat_[int(u)], 0};
     if (ui.port != isa::Port::none) {
-      c.port_bytes = uint64_t(in.info->mem_bytes) * (ui.port == isa::Port::ocm_row ? 1 : active_pes);
+      const uint32_t rows = ui.port == isa::Port::ocm_row ? 1 : ui.port == isa::Port::ocm_group ? groups : active_pes;
+      c.port_bytes = uint64_t(in.info->mem_bytes) * rows;
       c.occupancy = uint32_t(std::max<uint64_t>(c.occupancy, (c.port_bytes + port_ - 1) / port_));
       c.latency += c.occupancy;
     }

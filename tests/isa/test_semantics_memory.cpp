@@ -112,6 +112,27 @@ GOLDEN_MEM(obcast_h) {
   expect_error("obcast.h v1, 993(x0)", "OCM access out of range: bytes [0x3e1, 0x401)");
 }
 
+GOLDEN_MEM(obcast_g) {
+  s.x[2] = 8;
+  s.x[3] = 96;  // group g reads the 64 bytes at 8 + g * 96
+  s.x[4] = 3;   // of three PEs each
+  run("obcast.g v1, 0(x2), x3, x4");
+  for (uint32_t e = 0; e < s.npe; ++e)
+    for (int l = 0; l < kLanes; ++l) ASSERT_EQ(m.V(1, e, l), row_lane(ocm_byte, 8 + e / 3 * 96, l)) << e;
+  // predicated, groups of two: PEs 3 and 4 take groups 1 and 2, the others keep their registers
+  s.x[4] = 2;
+  m.set_pred(2, {3, 4});
+  run("obcast.g v7, 64(x0), x3, x4 @p2");
+  for (uint32_t e = 0; e < s.npe; ++e)
+    ASSERT_EQ(m.V(7, e, 2), e == 3 || e == 4 ? row_lane(ocm_byte, 64 + e / 2 * 96, 2) : 0xa0000000u + e * 0x100 + 2u);
+  s.x[4] = 3;
+  // the last group's row past the OCM: an error naming OCM and the range
+  s.x[3] = 4096;
+  expect_error("obcast.g v1, 0(x0), x3, x4", "OCM access out of range");
+  s.x[4] = 0;
+  expect_error("obcast.g v1, 0(x0), x3, x4", "obcast.g: the group size x4 is 0");
+}
+
 GOLDEN_MEM(oscatter) {
   s.x[2] = 8;
   s.x[3] = 80;  // PE i reads 64 bytes at 8 + i * 80

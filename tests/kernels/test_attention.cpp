@@ -314,18 +314,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"mini", 8, 4, 128, 33, true, true, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 16, 16, 64, 100, false, true, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"qc-u", 16, 8, 128, 128, true, false, 1.0f, 1.5f, 0, 64},
-                                           // six kv groups a pass (the sixth's predicate p6 set after the
-                                           // sub-group setup that also uses p6): passes of 6, 6 and 4 groups;
-                                           // two causal passes of 6 with staged q and out
+                                           // a pass of 16 kv groups (64x64); 12 causal kv groups with staged
+                                           // q and out
                                            OcmShape{"qc-u", 16, 16, 64, 256, false, false, 1.0f, 1.5f, 0, 64},
                                            OcmShape{"mini", 12, 12, 64, 40, true, false, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 16, 8, 128, 29, true, false, 1.0f, 1.5f, 7, 8, 2048},
                                            OcmShape{"mini", 4, 4, 64, 35, false, false, 1.0f, 1.5f, 0, 8, 1024},
                                            OcmShape{"mini", 4, 2, 128, 21, true, true, 1.0f, 1.5f, 0, 0, 512},
-                                           // seven and eight kv groups a pass (the last group's broadcast
-                                           // unpredicated; with eight p7 is a group's and the MACs run on
-                                           // every PE): 7 x 2 x 18 of 256 PEs; 8 filling the array; 2 passes
-                                           // of 8 groups leaving PEs idle; the 2B prefill on 32x64 (one pass)
+                                           // seven and eight kv groups a pass: 7 x 2 x 18 of 256 PEs; 8
+                                           // filling the array; 16 groups of 16 rows
                                            OcmShape{"mini", 14, 7, 64, 18, true, false, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 8, 8, 64, 32, true, true, 1.0f, 1.5f, 0, 16},
                                            OcmShape{"mini", 16, 16, 128, 16, false, false, 1.0f, 1.5f, 5, 16},
@@ -338,10 +335,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"qc-u", 8, 4, 128, 260, true, true}));
 
 // The tiling rule: the most rows a pass unless fewer rows with more kv groups take fewer
-// key steps. The model's prefill at 128 rows keeps passes of 128 rows x 4 groups; at 260
-// rows (4 kv heads, causal) passes of 128 rows x 4 groups (keys 128 + 256 + 260) instead
-// of 4 passes of 260 rows x 1 group; the tower at 1,200 patches, 2 heads: 3 passes of 512
-// rows instead of 2 x 2 of 1,024 and 176; at 784 patches the rule keeps 784 rows a pass.
+// key steps. The model's prefill at 128 rows (causal) takes passes of 64 rows x 8 groups
+// (keys 64 + 128) instead of 2 x 1 of 128 rows x 4 (256); at 260 rows (4 kv heads) passes of
+// 128 rows x 4 groups (keys 128 + 256 + 260) instead of 4 passes of 260 rows x 1 group; the
+// tower at 1,200 patches, 2 heads: 3 passes of 512 rows instead of 2 x 2 of 1,024 and 176;
+// at 784 patches the rule keeps 784 rows a pass.
 TEST(AttentionOcm, FewerRowsAPassWhenThatIsLessWork) {
   const sim::Config cfg = sim::Config::make("qc-u", {});
   auto tiling = [&](uint32_t qh, uint32_t kvh, uint32_t seq, bool causal) {
@@ -350,17 +348,18 @@ TEST(AttentionOcm, FewerRowsAPassWhenThatIsLessWork) {
     const OcmAttnTiling t = plan_attention_ocm(cfg, a);
     return std::pair<uint32_t, uint32_t>{t.rows, t.groups};
   };
-  EXPECT_EQ(tiling(16, 8, 128, true), (std::pair<uint32_t, uint32_t>{128, 4}));
+  EXPECT_EQ(tiling(16, 8, 128, true), (std::pair<uint32_t, uint32_t>{64, 8}));
   EXPECT_EQ(tiling(8, 4, 260, true), (std::pair<uint32_t, uint32_t>{128, 4}));
   EXPECT_EQ(tiling(2, 2, 1200, false), (std::pair<uint32_t, uint32_t>{512, 2}));
   EXPECT_EQ(tiling(1, 1, 1200, false), (std::pair<uint32_t, uint32_t>{1024, 1}));
   EXPECT_EQ(tiling(2, 2, 784, false), (std::pair<uint32_t, uint32_t>{784, 1}));
 }
 
-// Seven or eight kv groups a pass where the array holds them (one broadcast chain a chunk
-// instead of another pass): the 2B prefill and tower on 32x64 and the OcmShapes cases above;
-// on 16x16 the prefill keeps passes of 32 rows x 4 groups (fewer rows, 8 groups: more work).
-TEST(AttentionOcm, SevenOrEightGroupsAPass) {
+// As many kv groups a pass as the array holds (one grouped broadcast a chunk whatever the
+// groups, instead of another pass): the 2B prefill and tower on 32x64, the tower's 16 heads on
+// 64x64, the OcmShapes cases above; on 16x16 the prefill's passes of 16 rows x 8 groups (keys
+// 16 + 32 + ... + 128 = 576, where 32 rows x 4 groups see 2 x 320).
+TEST(AttentionOcm, GroupsAPassAsTheArrayHolds) {
   auto tiling = [](const char* preset, uint32_t rows, uint32_t cols, uint32_t qh, uint32_t kvh, uint32_t hd,
                    uint32_t seq, bool causal, uint32_t kv_offset = 0) {
     const sim::Config cfg = sim::Config::make(preset, {"pe_rows=" + std::to_string(rows), "pe_cols=" + std::to_string(cols)});
@@ -372,11 +371,11 @@ TEST(AttentionOcm, SevenOrEightGroupsAPass) {
   using RG = std::pair<uint32_t, uint32_t>;
   EXPECT_EQ(tiling("qc-u", 32, 64, 16, 8, 128, 128, true), (RG{128, 8}));
   EXPECT_EQ(tiling("qc-u", 32, 64, 16, 16, 64, 256, false), (RG{256, 8}));
-  EXPECT_EQ(tiling("qc-u", 64, 64, 16, 16, 64, 256, false), (RG{256, 8}));
-  EXPECT_EQ(tiling("qc-u", 16, 16, 16, 8, 128, 128, true), (RG{32, 4}));
+  EXPECT_EQ(tiling("qc-u", 64, 64, 16, 16, 64, 256, false), (RG{256, 16}));
+  EXPECT_EQ(tiling("qc-u", 16, 16, 16, 8, 128, 128, true), (RG{16, 8}));
   EXPECT_EQ(tiling("mini", 16, 16, 14, 7, 64, 18, true), (RG{18, 7}));
   EXPECT_EQ(tiling("mini", 16, 16, 8, 8, 64, 32, true), (RG{32, 8}));
-  EXPECT_EQ(tiling("mini", 16, 16, 16, 16, 128, 16, false, 5), (RG{16, 8}));
+  EXPECT_EQ(tiling("mini", 16, 16, 16, 16, 128, 16, false, 5), (RG{16, 16}));
 }
 
 // The tower at the scale of a wide synthetic tower whose Q/K rows do not shrink with the

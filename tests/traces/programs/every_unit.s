@@ -32,6 +32,8 @@
     vadd.i32 v15, v14, v14
     dma.wait c0
     obcast v16, 0x1000(x0)           # ocm_bc
+    li   x5, 128
+    obcast.g v21, 0x1000(x0), x4, x5 # ocm_gb: a row a group of 128 PEs
     oscatter v17, 0x1000(x0), x4     # ocm_rd, every PE
     oscatter v18, 0x1000(x0), x4 @p1 # ocm_rd, 8 PEs
     vadd.i32 v19, v17, v18
