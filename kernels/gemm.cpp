@@ -338,6 +338,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
   const bool twin = pl.sets == 2;  // two row sets: the lower PEs [0, H), the upper ones [H, npe)
+  // Two row sets at split 2: a slot's two rows in one grouped broadcast (obcast.g; the split-1
+  // loop broadcasts half rows, which obcast.g does not move).
+  const bool pair_rows = twin && pl.split == 2;
   const uint32_t H = npe / 2;
   const uint32_t C = pl.channels;
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
@@ -396,14 +399,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // x12/x13 the routine's code and meta pointers, x15 partial-sum scatter stride, x16 loop
   // count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left,
   // x25 OCM source of the unit a routine part scatters, x26/x29 partial sums of the tile /
-  // of the row group, x27 buffer xor, x30 the meta scatter stride of the call handed off to.
+  // of the row group, x27 buffer xor, x30 the meta scatter stride of the call handed off to;
+  // two row sets at split 2: x14 X's row stride, x31 H (set at each routine part's entry).
   // v0-v15 accumulators, v16-v19 epilogue temps (two row sets: also slot activations), v20
   // accumulator init (bias in lane 0),
   // v21 lane-0 mask, v22/v23 fill, v24 w, v25 next w, v26 codes, v27 meta, v28-v31 x.
   const X xT{1}, xD{2}, xMore{3}, xCur{4}, xFill{5}, xY{6}, xB{7}, xCols{8}, xLo{9}, xAct{10}, xYg{11};
   const X xC{12}, xG{13}, xCnt{16}, xGs{17}, xLink{18}, xT1{19}, xUnit{20}, xMs{21}, xT2{22}, xFills{23};
-  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25}, xAs{15}, xA{26}, xAg{29};
+  const X xHi{24}, xSwap{27}, xT3{28}, xSrc{25}, xAs{15}, xA{26}, xAg{29}, xRows{14}, xHalf{31};
   const bool tail = pl.tail_cols != 0;
+  if (pair_rows) b.li(xRows, a.x_stride);
 
   b.li(xT, pl.tiles);
   b.li(xD, a.w_ddr);
@@ -1083,19 +1088,28 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // (xo: the trip's group's activations)
     auto upper_bcast = [&](uint32_t i, int64_t xo = 0) { b.op(bcast, {xr(i), Mem{xAct, xo + rowoff(i, 1)}}); };
     auto lower_bcast = [&](uint32_t i, int64_t xo = 0) { b.op(bcast, {xr(i), Mem{xAct, xo + rowoff(i)}}, P{6}); };
+    // Two row sets at split 2 (pair_rows): both rows in one grouped broadcast, the lower set's
+    // PEs [0, H) row 2i, the upper's row 2i + 1 a row stride (x14) on, H PEs a group (x31); a
+    // slot whose upper row is past the group's real rows reads row 2i twice (stride x0).
+    auto pair_bcast = [&](uint32_t i, int64_t xo = 0) {
+      const bool upper_real = 2 * (i % rr) + 1 < real;
+      b.op("obcast.g", {xr(i), Mem{xAct, xo + rowoff(i)}, upper_real ? xRows : X{0}, xHalf});
+    };
     b.bind(entry);
+    if (pair_rows) b.li(xHalf, H);  // (the descriptors between the parts use x31)
     if (part == Part::full || part == Part::a || part == Part::head) {
     b.op("addi", {xC, xCur, pl.meta_lrm});
     b.op("vld", {V{26}, Mem{xC, 0}});
     b.op("vld.h", {V{27}, Mem{xCur, 0}});
     b.op("addi", {xG, xCur, 0});
-    for (uint32_t i = 0; i < (twin ? 6 : 3); ++i) {
-      if (twin) upper_bcast(i);
+    for (uint32_t i = 0; i < (twin && !pair_rows ? 6 : 3); ++i) {
+      if (pair_rows) pair_bcast(i);
+      else if (twin) upper_bcast(i);
       else b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}});
     }
     b.op("vcvt.f32.f16", {V{27}, V{27}});
     for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
-    if (twin)
+    if (twin && !pair_rows)
       for (uint32_t i = 0; i < 3; ++i) lower_bcast(i);
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
     odd_shift(0);
@@ -1134,7 +1148,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         bool dq = false;
         for (uint32_t j = 0; j < rr; ++j) {
           b.op("vmac.f16", {V{uint8_t(j)}, w, xr(j)});
-          if (twin) {
+          if (pair_rows) {
+            pair_bcast(j + 3, xo);
+            odd_shift(j + 1);
+          } else if (twin) {
             lower_bcast(j + 3, xo);
             odd_shift(j + 1);
             upper_bcast(j + 6, xo);

@@ -302,13 +302,18 @@ struct LoopSkip {
     int8_t& e = eligible[begin];
     if (e < 0) {
       e = 1;
+      uint64_t group_regs = 0, written = 0;  // x registers: obcast.g group sizes, scalar writes
       for (uint32_t q = begin; q < end && e; ++q) {
-        const Unit u = insns[q].info->unit;
+        const isa::Insn& in = insns[q];
+        const Unit u = in.info->unit;
         if (u == Unit::branch || u == Unit::ctrl || u == Unit::dma || u == Unit::smem || u == Unit::pred) e = 0;
-        if (u == Unit::ocm_gb) e = 0;  // (its cost depends on a scalar register: the group size)
+        if (u == Unit::ocm_gb) group_regs |= uint64_t(1) << in.d;
+        for (int k = 0; k < in.ndst; ++k)
+          if (in.dst[k] < isa::kRegV) written |= uint64_t(1) << in.dst[k];
         if (rec[q].flags & kRun)
-          for (int k = 0; k < insns[q].ndst; ++k) e &= !(insns[q].dst[k] >= isa::kRegP);
+          for (int k = 0; k < in.ndst; ++k) e &= !(in.dst[k] >= isa::kRegP);
       }
+      if (group_regs & written) e = 0;  // (an obcast.g's cost then changes between iterations)
     }
     return e;
   }
@@ -515,6 +520,9 @@ void Sequencer::execute_loop() {
     for (uint32_t q = f.start; q < f.end; ++q) {
       acc[rec[q].cls].n += done;
       acc[rec[q].cls].pes += done * st.pred_count[rec[q].p];
+      if (rec[q].flags & kGroups)  // (its xd and predicate are the same every iteration)
+        tot[Stat::ocm_array_bytes_read] +=
+            done * timing.cost_of(insns_[q], st.pred_count[rec[q].p], pe_groups(st, insns_[q])).port_bytes;
     }
     f.remaining -= uint32_t(done);
     skipped_ += done;
