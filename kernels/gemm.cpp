@@ -1193,7 +1193,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // Epilogue, software-pipelined over the rows: lane sum, (split 2: + east half),
     // (acc_in: + the partial sum, scattered into v28 + r % 4, free once the loop is done),
     // fp16 (or fp32), one value per column into Y.
-    uint32_t ready = S == 2 ? 6 : 2;  // the row's sum is complete
+    // LRM partial sums at split 2: the pair's sums added once, to the lanes of every row at once
+    // (below), not a row at a time (the same fp32 additions: own + east).
+    const bool pair_late = lrm_acc && S == 2;
+    uint32_t ready = S == 2 && !pair_late ? 6 : 2;  // the row's sum is complete
     if (a.acc_in) ready += 2;
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
     if (lrm_acc || act) b.op("vlaneid", {V{30}});
@@ -1203,6 +1206,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
       b.op("vsplati", {V{29}, int64_t(1)});
     }
+    if (lrm_acc) b.op("vsplati", {V{25}, int64_t(1)});  // (the loop's next w: free here)
     // Step s of `depth` stages over the slots: row(back, f) runs f on slot s - back.
     const uint32_t nslots = twin ? (real + 1) / 2 : real;
     auto pipeline = [&](uint32_t depth, auto&& step) {
@@ -1225,7 +1229,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     auto gather = [&](const char* op, uint8_t r, P p) { rows_op(op, V{r}, xYg, a.y_stride, xGs, gs, r, p); };
     pipeline(lag, [&](auto row) {
       row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
-      if (S == 2) {
+      if (S == 2 && !pair_late) {
         row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
         row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
       }
@@ -1235,18 +1239,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         });
         row(ready - 2, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(28 + r % 4)}}); });
       }
-      // LRM partial sums: row r's sum into lane r of v28 (a one-hot lane mask from the lane
-      // ids v30: in v16 + r % 4 at split 1, v31 at split 2, whose pair sums use v16-v19),
-      // after the rows v28 += the group's partial sums (v29), then stored, or lane r spread
-      // to every lane of row r's register for the fp16 output below. An activation: the
-      // same with the sum rounded to fp16 first (each lane of v28 then holds it twice).
+      // LRM partial sums: row r's sum into lane r of v28 where lane id - r is 0 (v30 - r,
+      // counted down a row at a time by the ones in v25, in v16 + r % 4), after the rows (split
+      // 2: + the east PE's v28) v28 += the group's partial sums (v29), then stored, or lane r
+      // spread to every lane of row r's register for the fp16 output below. An activation:
+      // the same with the sum rounded to fp16 first (each lane of v28 then holds it twice).
       if (lrm_acc) {
-        row(ready, [&](uint8_t r) {
-          const V mask{uint8_t(S == 1 ? 16 + r % 4 : 31)};
-          b.op("vsplati", {mask, int64_t(r)});
-          b.op("vcmpeq.i32", {mask, V{30}, mask});
-          b.op("vsel", {V{28}, V{r}, V{28}, mask});
+        const auto count = [&](uint8_t r) { return r == 0 ? V{30} : V{uint8_t(16 + r % 4)}; };
+        row(ready - 2, [&](uint8_t r) {
+          if (r) b.op("vsub.i32", {count(r), r == 1 ? V{30} : count(r - 1), V{25}});
         });
+        row(ready, [&](uint8_t r) { b.op("vsel", {V{28}, V{28}, V{r}, count(r)}); });
         return;
       }
       // An activation: row r's sum into lane r of v28 where lane id - r (v30 - r, counted
@@ -1288,6 +1291,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       });
     }
     if (lrm_acc) {
+      if (pair_late) {
+        b.op("vmovn", {V{16}, V{28}, Dir{1}});
+        b.op("vadd.f32", {V{28}, V{28}, V{16}});
+      }
       if (a.lrm_in) b.op("vadd.f32", {V{28}, V{28}, V{29}});
       if (a.lrm_out) {
         b.op("vst", {V{28}, Mem{xAg, 0}});

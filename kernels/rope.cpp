@@ -30,33 +30,57 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   b.li(X{7}, a.sin_ocm);
   b.li(X{8}, a.out_ocm);
   b.li(X{11}, hd2);
+  // Dense rows (row stride = heads x head_dim x 2): the tile's x in one scatter a 32 dims
+  // over its PEs (PE e at e x hd2), its output in one gather; fp32 tables: each row's first
+  // half of cos/sin to its heads' PEs in one grouped broadcast a 16 dims for the tile (a row
+  // of the table a group of H PEs, x13 = the table's row stride, x14 = H).
+  const bool x_dense = a.x_row_stride == H * hd2, out_dense = a.out_row_stride == H * hd2, grouped = a.tab_f32;
+  if (grouped) {
+    b.li(X{13}, a.tab_row_stride);
+    b.li(X{14}, H);
+  }
   b.loop(X{1}, [&] {
     b.op("min", {X{3}, X{2}, X{4}});
-    // ---- load the tile: per row, x (32 dims a scatter, stride hd*2 across its heads) and
-    // the first half of cos/sin (stride 0) ----
-    b.li(X{9}, 0);
-    b.li(X{10}, H);
-    b.op("addi", {X{16}, X{5}, 0});
-    b.op("addi", {X{17}, X{6}, 0});
-    b.op("addi", {X{18}, X{7}, 0});
-    b.loop(X{3}, [&] {
-      b.op("pset.range", {P{1}, X{9}, X{10}});
-      for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
-      // (the row's PEs all take the same table bytes: one predicated broadcast each)
-      const char* tl = a.tab_f32 ? "obcast" : "obcast.h";
-      for (uint32_t c = 0; c < half; ++c) b.op(tl, {Cr(c), Mem{X{17}, tchunk * c}}, P{1});
-      for (uint32_t c = 0; c < half; ++c) b.op(tl, {Sr(c), Mem{X{18}, tchunk * c}}, P{1});
-      b.op("addi", {X{9}, X{9}, H});
-      b.op("addi", {X{10}, X{10}, H});
-      b.op("addi", {X{16}, X{16}, int64_t(a.x_row_stride) - int64_t(H) * hd2});
-      b.op("addi", {X{17}, X{17}, a.tab_row_stride});
-      b.op("addi", {X{18}, X{18}, a.tab_row_stride});
-    });
-    // ---- rotate (fp32) on the loaded PEs only (p2: the tile's rows x heads): the others
-    // hold other kernels' registers, whose fp16 conversion would be counted (fp16 range) ----
+    // p2: the tile's rows x heads
     b.li(X{12}, H);
     b.op("mul", {X{12}, X{12}, X{3}});
     b.op("pset.range", {P{2}, X{0}, X{12}});
+    // ---- load the tile: x (32 dims a scatter, stride hd*2 across a row's heads) and the
+    // first half of cos/sin; per row where the rows are not dense or the tables fp16 ----
+    if (x_dense)
+      for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{5}, 64 * j}, X{11}}, P{2});
+    if (grouped)
+      for (uint32_t c = 0; c < half; ++c) {
+        b.op("obcast.g", {Cr(c), Mem{X{6}, tchunk * c}, X{13}, X{14}}, P{2});
+        b.op("obcast.g", {Sr(c), Mem{X{7}, tchunk * c}, X{13}, X{14}}, P{2});
+      }
+    if (!x_dense || !grouped) {
+      b.li(X{9}, 0);
+      b.li(X{10}, H);
+      b.op("addi", {X{16}, X{5}, 0});
+      b.op("addi", {X{17}, X{6}, 0});
+      b.op("addi", {X{18}, X{7}, 0});
+      b.loop(X{3}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        if (!x_dense)
+          for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
+        // (the row's PEs all take the same table bytes: one predicated broadcast each)
+        if (!grouped)
+          for (uint32_t c = 0; c < half; ++c) {
+            b.op("obcast.h", {Cr(c), Mem{X{17}, tchunk * c}}, P{1});
+            b.op("obcast.h", {Sr(c), Mem{X{18}, tchunk * c}}, P{1});
+          }
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        if (!x_dense) b.op("addi", {X{16}, X{16}, int64_t(a.x_row_stride) - int64_t(H) * hd2});
+        if (!grouped) {
+          b.op("addi", {X{17}, X{17}, a.tab_row_stride});
+          b.op("addi", {X{18}, X{18}, a.tab_row_stride});
+        }
+      });
+    }
+    // ---- rotate (fp32) on the loaded PEs only (p2): the others hold other kernels'
+    // registers, whose fp16 conversion would be counted (fp16 range) ----
     if (!a.tab_f32)
       for (uint32_t c = 0; c < half; ++c) {
         b.op("vcvt.f32.f16", {Cr(c), Cr(c)}, P{2});
@@ -80,16 +104,20 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     }
     for (uint32_t j = 0; j < half; ++j) b.op("vpack.f16", {Pk(j), Xr(2 * j), Xr(2 * j + 1)}, P{2});
     // ---- store the tile ----
-    b.li(X{9}, 0);
-    b.li(X{10}, H);
-    b.op("addi", {X{19}, X{8}, 0});
-    b.loop(X{3}, [&] {
-      b.op("pset.range", {P{1}, X{9}, X{10}});
-      for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
-      b.op("addi", {X{9}, X{9}, H});
-      b.op("addi", {X{10}, X{10}, H});
-      b.op("addi", {X{19}, X{19}, int64_t(a.out_row_stride) - int64_t(H) * hd2});
-    });
+    if (out_dense) {
+      for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{8}, 64 * j}, X{11}}, P{2});
+    } else {
+      b.li(X{9}, 0);
+      b.li(X{10}, H);
+      b.op("addi", {X{19}, X{8}, 0});
+      b.loop(X{3}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        b.op("addi", {X{19}, X{19}, int64_t(a.out_row_stride) - int64_t(H) * hd2});
+      });
+    }
     b.op("addi", {X{5}, X{5}, int64_t(TR) * a.x_row_stride});
     b.op("addi", {X{6}, X{6}, int64_t(TR) * a.tab_row_stride});
     b.op("addi", {X{7}, X{7}, int64_t(TR) * a.tab_row_stride});

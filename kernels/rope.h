@@ -21,11 +21,14 @@
 // cos[r][d] (and sin likewise), as the rotary tables above are built.
 //
 // Mapping: PE e = rl * heads + h holds head h of row r0 + rl of a tile of
-// TR = npe / heads rows. Per row of the tile one predicated 64-byte scatter per 32 dims
-// brings x (stride head_dim*2 across the row's PEs) and one predicated broadcast per 16
-// dims the first half of the row's cos/sin; vunpack.f16 spreads each 32 dims over two fp32
-// registers (16 consecutive dimensions each), the rotation is fp32 on the vector FPU,
-// vpack.f16 rounds the pairs back, and one 64-byte gather per 32 dims writes them.
+// TR = npe / heads rows. One 64-byte scatter per 32 dims brings x (stride head_dim*2
+// across the PEs: for the whole tile where the rows are dense, row stride = heads x
+// head_dim x 2, else one predicated scatter a row) and, with fp32 tables, one grouped
+// broadcast per 16 dims the first half of every row's cos/sin to its heads' PEs (obcast.g:
+// a table row a group of `heads` PEs; fp16 tables: a predicated broadcast a row);
+// vunpack.f16 spreads each 32 dims over two fp32 registers (16 consecutive dimensions
+// each), the rotation is fp32 on the vector FPU, vpack.f16 rounds the pairs back, and one
+// 64-byte gather per 32 dims writes them (the tile's, or a row's).
 // Tiling rule: TR = floor(npe / heads) rows per tile (fails if heads > npe);
 // head_dim must be a multiple of 32 and at most 128 (3 x head_dim/16 registers).
 #pragma once

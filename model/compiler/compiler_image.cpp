@@ -2772,6 +2772,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       uint32_t parked = 0;
       // After the last part tile's norm (the phase's last read of the layer's vectors).
       std::function<void()> after_norm;
+      // Before the last down GEMM where there are two or more (the phase's last read of the
+      // layer's vectors is the last up GEMM's bias).
+      std::function<void()> before_last_down;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
       const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
@@ -2816,6 +2819,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                      .before = [&](uint32_t c, bool down) {
                        // the residual stored before the partial sums overwrite it
                        if (down && c == 0 && !seed) em.wait(cs);
+                       if (down && c > 0 && c == (m.chunks - 1) / m.pairs && m.before_last_down) m.before_last_down();
                      }});
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
@@ -2833,6 +2837,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     };
 
     // ================= vision tower =================
+    // The LRM bound (GemmArgs::lrm_end) of the tower's last GEMM, which hands the prefill's
+    // first GEMM its first tile (0: none, anywhere in LRM).
+    uint32_t tower_last_lrm_end = 0;
     if (s.vision) {
       begin("vision_tower");
       // The residual kept in OCM from a block's MLP phase to the next block's norm (as the
@@ -2948,11 +2955,34 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
       const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
                      vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
+      // A merger's vectors come in during the last down GEMM of the block before it (after the
+      // block's last read of its own, the last fc1's bias) on a DMA channel the GEMMs leave free,
+      // not at the merger's start behind its fc1's first units in the DDR queue (32x64, 2 MiB,
+      // 64 GB/s: 6.4 K cycles a merger for 28 KB).
+      const uint32_t vcn = nch - 1;
+      bool mvec_early = false;  // the next merger's vectors are on vcn
+      auto load_merger_vectors = [&](const std::string& B, int j) -> std::function<void()> {
+        if (j < -1 || p.channels >= nch || opt_.fp16_channels) return {};
+        return [&, B, j] {
+          em.wait(vcn);
+          copy_on(vcn, B + ".load_merger_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
+          mvec_early = true;
+        };
+      };
+      // The merger after block b: tap j, -1 after the last block, -2 none.
+      auto merger_after = [&](int b) {
+        const auto& taps = vc.deepstack_visual_indexes;
+        for (int j = 0; j < int(taps.size()); ++j)
+          if (taps[j] == b) return j;
+        return b + 1 == vc.depth ? -1 : -2;
+      };
       // Merger j (-1: the last) of the rows in DDR at vh, or parked at vpark (parked_out).
       auto merger = [&](int j, bool parked) {
         const std::string M = j < 0 ? "Mf" : fmt::format("M{}", j);
         begin(M);
-        em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
+        if (mvec_early) em.wait(vcn);
+        else em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
+        mvec_early = false;
         const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
         const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
         auto norm = [&](const std::string& T, uint32_t rows, uint32_t X) {
@@ -3192,7 +3222,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .up_bias = vv_fc1b, .down_bias = vv_fc2b,
                           .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt,
                           .store_later = kept_after(blk) || parked_out(blk),
-                          .parked = kept_in(blk - 1) ? vpark : 0});
+                          .parked = kept_in(blk - 1) ? vpark : 0,
+                          .before_last_down = r0 + rows == N ? load_merger_vectors(B, merger_after(blk))
+                                                             : std::function<void()>()});
           }
           if (parked_out(blk)) {
             k.park(B + ".park_rows", phase(p.vpmb(1, N, N))[0], N * d.Dv * 2, vpark, false);
@@ -3235,6 +3267,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (taps[j] == blk) merger(j, parked_out(blk));
       }
       merger(-1, parked_out(vc.depth - 1));
+      tower_last_lrm_end = k.lrm_end;
       k.lrm_end = 0;
       end("vision_tower");
     }  // s.vision
@@ -3262,6 +3295,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     }();
     // The kept rows parked in LRM until the MLP phase (park_at) where its parts take every row.
     const uint32_t ppark = kept_rows != kNone && p.ppt == S ? park_at(psums(S), S * d.H * 2, {{d.qkv_n, d.H}}) : 0;
+    // Layer 0's rows (embeddings and image rows) parked there too, not stored, where the GEMM
+    // before it left the first q|k|v tile below the park (after the tower: its last GEMM kept
+    // below it; a prefill run alone: nothing handed).
+    const bool park0 = ppark && (!s.vision || (tower_last_lrm_end && tower_last_lrm_end <= ppark));
     // The attention's output, written over q in the q|k|v rows (pq), parked in LRM [0, ...) for
     // the MLP phase over every row at once (its o_proj's input) where it fits the LRM the
     // kernels between two GEMMs may use: not stored and loaded back.
@@ -3307,7 +3344,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (e > a)
             em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(In + (a - r0) * d.H * 2),
                     (e - a) * d.H * 2);
-          if (store_in) em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
+          if (store_in && park0 && rows == S) {
+            k.park(T + ".park_residual", In, S * d.H * 2, ppark, false);
+            k.lrm_end = ppark;
+          } else if (store_in) {
+            em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
+          }
         }
         k.norm(T + ".input_norm", NormKind::rms, rows, d.H, In, X, w_in, 0, teps);
         pre_gemm();
@@ -3522,7 +3564,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           },
                           .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
                           .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
-                          .parked = i && kept_rows != kNone ? ppark : 0,
+                          .parked = (i || park0) && kept_rows != kNone ? ppark : 0,
                           .after_norm = [&] {
                             if (early_norms && i + 1 < tc.num_hidden_layers)
                               copy_on(cn, L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),

@@ -115,10 +115,12 @@ TEST_P(RopeShapes, MatchesChainRope) {
               (unsigned long long)r.cycles);
 }
 
-// Rows not a multiple of the tile (npe/heads), heads not a power of two, strided rows,
-// in place and out of place, fp32 and fp16 tables, both position rules.
+// Rows not a multiple of the tile (npe/heads), heads not a power of two, strided rows (a
+// scatter and a gather a row) and dense ones (one a tile), in place and out of place, fp32
+// tables (a grouped broadcast a tile) and fp16 ones (a broadcast a row), both position rules.
 INSTANTIATE_TEST_SUITE_P(Shapes, RopeShapes,
                          ::testing::Values(RopeShape{"mini", 7, 3, 64, true, true, 0, false},
+                                           RopeShape{"mini", 11, 4, 64, true, false, 0, false},
                                            RopeShape{"mini", 13, 2, 128, true, false, 16, true},
                                            RopeShape{"mini", 37, 5, 64, false, true, 8, false},
                                            RopeShape{"qc-u", 128, 16, 128, true, true, 0, true},
