@@ -3299,6 +3299,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // before it left the first q|k|v tile below the park (after the tower: its last GEMM kept
     // below it; a prefill run alone: nothing handed).
     const bool park0 = ppark && (!s.vision || (tower_last_lrm_end && tower_last_lrm_end <= ppark));
+    bool parked0 = false;  // (layer 0's rows went to the park)
     // The attention's output, written over q in the q|k|v rows (pq), parked in LRM [0, ...) for
     // the MLP phase over every row at once (its o_proj's input) where it fits the LRM the
     // kernels between two GEMMs may use: not stored and loaded back.
@@ -3347,6 +3348,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (store_in && park0 && rows == S) {
             k.park(T + ".park_residual", In, S * d.H * 2, ppark, false);
             k.lrm_end = ppark;
+            parked0 = true;
           } else if (store_in) {
             em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
           }
@@ -3564,7 +3566,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           },
                           .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
                           .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
-                          .parked = (i || park0) && kept_rows != kNone ? ppark : 0,
+                          .parked = (i ? kept_rows != kNone : parked0) ? ppark : 0,
                           .after_norm = [&] {
                             if (early_norms && i + 1 < tc.num_hidden_layers)
                               copy_on(cn, L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
