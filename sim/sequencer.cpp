@@ -136,10 +136,10 @@ constexpr uint8_t kCostPe = 0x40;  // IssueRec flag: cost_of() at issue (depends
 constexpr uint8_t kGroups = 0x20;  // IssueRec flag: a grouped broadcast (its port bytes counted at issue)
 
 // The PE groups of a grouped broadcast (obcast.g: xd PEs a group) that hold a PE its predicate
-// enables: the rows the OCM port reads (Timing::cost_of).
-uint32_t pe_groups(const isa::ArchState& st, const isa::Insn& in) {
+// enables: the rows the OCM port reads (Timing::cost_of). 1 for any other instruction.
+uint32_t pe_groups(const isa::ArchState& st, const isa::Insn& in, uint8_t flags) {
   const uint32_t g = st.x[in.d];
-  if (in.info->unit != Unit::ocm_gb || !g || !st.pred_count[in.p]) return 1;
+  if (!(flags & kGroups) || !g || !st.pred_count[in.p]) return 1;
   return st.pred_last[in.p] / g - st.pred_first[in.p] / g + 1;
 }
 
@@ -522,7 +522,7 @@ void Sequencer::execute_loop() {
       acc[rec[q].cls].pes += done * st.pred_count[rec[q].p];
       if (rec[q].flags & kGroups)  // (its xd and predicate are the same every iteration)
         tot[Stat::ocm_array_bytes_read] +=
-            done * timing.cost_of(insns_[q], st.pred_count[rec[q].p], pe_groups(st, insns_[q])).port_bytes;
+            done * timing.cost_of(insns_[q], st.pred_count[rec[q].p], pe_groups(st, insns_[q], rec[q].flags)).port_bytes;
     }
     f.remaining -= uint32_t(done);
     skipped_ += done;
@@ -580,7 +580,7 @@ void Sequencer::execute_loop() {
 
     const uint32_t pes = st.pred_count[x.p];
     Cost cost{isa::Unit(r), x.occupancy, x.latency, 0};
-    if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes, pe_groups(st, insns_[pc]));
+    if (kHooks || (x.flags & kCostPe)) cost = timing.cost_of(insns_[pc], pes, pe_groups(st, insns_[pc], x.flags));
     if (x.flags & kGroups) tot[Stat::ocm_array_bytes_read] += cost.port_bytes;
     const Cycles o = cost.occupancy, l = cost.latency;
 
