@@ -133,6 +133,29 @@ TEST(Hazards, ReadsOfNeverWrittenMemory) {
   EXPECT_NE(hs[1].message.find("LRM read [0x80, 0xc0)"), std::string::npos) << hs[1].message;
 }
 
+// A grouped broadcast (obcast.g) reads one row a group of PEs: rows inside what the DMA loaded
+// raise nothing; a group whose row lies past it is a read of never-written OCM (one report an
+// instruction, the first such row); before the DMA is waited for, a read during the DMA.
+TEST(Hazards, GroupedBroadcastReadsARowPerGroup) {
+  auto hs = check_asm(kDescriptors + R"(
+    li   x4, 4                          # pc 19: 4 PEs a group (4 groups on mini's 16 PEs)
+    li   x5, 1024                       # pc 20: a group's row 1 KiB after the one before
+    dma.start c0, x0                    # pc 21: OCM [0x1000, 0x2000)
+    obcast.g v1, 0x1000(x0), x5, x4     # pc 22: before the wait
+    dma.wait c0
+    obcast.g v2, 0x1000(x0), x5, x4     # pc 24: rows 0x1000 .. 0x1c00, all loaded
+    li   x5, 2048
+    obcast.g v3, 0x1000(x0), x5, x4     # pc 26: groups 2 and 3 at 0x2000 and 0x2800
+    halt
+)");
+  ASSERT_EQ(hs.size(), 2u) << all(hs);
+  EXPECT_EQ(hs[0].kind, "read-during-dma");
+  EXPECT_EQ(hs[0].pc, 22u);
+  EXPECT_EQ(hs[1].kind, "never-written");
+  EXPECT_EQ(hs[1].pc, 26u);
+  EXPECT_NE(hs[1].message.find("OCM [0x2000, 0x2040)"), std::string::npos) << hs[1].message;
+}
+
 TEST(Hazards, ArrayWriteWhileADmaReadsAndTwoDmasOnOneBuffer) {
   auto hs = check_asm(kDescriptors + R"(
     dma.start c0, x0

@@ -34,6 +34,8 @@
     obcast v16, 0x1000(x0)           # ocm_bc
     li   x5, 128
     obcast.g v21, 0x1000(x0), x4, x5 # ocm_gb: a row a group of 128 PEs
+    li   x7, 2
+    obcast.g v22, 0x1000(x0), x4, x7 @p1 # ocm_gb: PEs 0..7 in groups of 2 (4 rows)
     oscatter v17, 0x1000(x0), x4     # ocm_rd, every PE
     oscatter v18, 0x1000(x0), x4 @p1 # ocm_rd, 8 PEs
     vadd.i32 v19, v17, v18
