@@ -35,9 +35,9 @@
 // [seq][kv_heads*head_dim] (row stride kv_row_stride, heads head_dim*2 apart), out like
 // q. Mapping: a pass holds R query rows x GP kv groups; PE e = sub*R + il with
 // sub = gl*G + s (query head h0 + sub, kv head g0 + gl): the PEs of one kv group are
-// contiguous, so a 64-byte chunk of a key/value row reaches every group's PEs in one grouped
-// broadcast (obcast.g, each group its own head's chunk; obcast with one group: dims 2i and
-// 2i+1 in lane i; `vshr` brings the odd dims to the low
+// contiguous, so a 64-byte chunk of a key/value row reaches every group's PEs, each group its
+// own head's chunk, in one grouped broadcast (obcast.g; obcast for one group): dims 2i and
+// 2i+1 in lane i (`vshr` brings the odd dims to the low
 // halves that vmac.f16 reads; q is held as loaded and shifted, the output as even- and
 // odd-dim accumulators). Keys go in blocks of 16, fully unrolled: scores into lanes
 // (one-hot lane masks from LRM when it has room), the online softmax, p_j spread by vdup; each

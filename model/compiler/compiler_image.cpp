@@ -2856,10 +2856,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                              phase(p.vpmb(1, N, N))[0];
       // Block b's rows stay for block b + 1 unless a merger reads them after block b (from DDR,
       // its buffers over them).
-      auto kept_after = [&](int b) {
+      // The merger after block b: tap j, -1 after the last block, -2 none.
+      auto merger_after = [&](int b) {
         const auto& taps = vc.deepstack_visual_indexes;
-        return vkept && b >= 0 && b + 1 < vc.depth && std::find(taps.begin(), taps.end(), b) == taps.end();
+        for (int j = 0; j < int(taps.size()); ++j)
+          if (taps[j] == b) return j;
+        return b + 1 == vc.depth ? -1 : -2;
       };
+      auto kept_after = [&](int b) { return vkept && b >= 0 && merger_after(b) == -2; };
       // The kept rows parked in LRM until the MLP phase (park_at) or stored, at the start of a
       // block after a kept one.
       const uint32_t vpark =
@@ -2884,10 +2888,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         }
         return true;
       }();
-      auto parked_out = [&](int b) {
-        const auto& taps = vc.deepstack_visual_indexes;
-        return vtap_park && b >= 0 && (b + 1 == vc.depth || std::find(taps.begin(), taps.end(), b) != taps.end());
-      };
+      auto parked_out = [&](int b) { return vtap_park && b >= 0 && merger_after(b) >= -1; };
       // Block b's rows reach block b + 1 without DDR (kept in OCM, or parked for a merger).
       auto kept_in = [&](int b) { return kept_after(b) || (parked_out(b) && b + 1 < vc.depth); };
       // At block blk's start (mark B) its rows into `rows` where the block before kept them: parked
@@ -2968,13 +2969,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           copy_on(vcn, B + ".load_merger_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
           mvec_early = true;
         };
-      };
-      // The merger after block b: tap j, -1 after the last block, -2 none.
-      auto merger_after = [&](int b) {
-        const auto& taps = vc.deepstack_visual_indexes;
-        for (int j = 0; j < int(taps.size()); ++j)
-          if (taps[j] == b) return j;
-        return b + 1 == vc.depth ? -1 : -2;
       };
       // Merger j (-1: the last) of the rows in DDR at vh, or parked at vpark (parked_out).
       auto merger = [&](int j, bool parked) {
@@ -3262,9 +3256,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               });
         }
         end(B);
-        const auto& taps = vc.deepstack_visual_indexes;
-        for (int j = 0; j < int(taps.size()); ++j)
-          if (taps[j] == blk) merger(j, parked_out(blk));
+        if (const int j = merger_after(blk); j >= 0) merger(j, parked_out(blk));
       }
       merger(-1, parked_out(vc.depth - 1));
       tower_last_lrm_end = k.lrm_end;
