@@ -88,6 +88,9 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
     sim::Config big = cfg_;
     big.lrm_bytes = kernels::gemm_lrm_need(cfg_, k);
     if (big.lrm_bytes > lrm_short_.second) lrm_short_ = {fmt::format("'{}' [{} x {}]", name, n, k), big.lrm_bytes};
+    sim::Config even = cfg_;
+    even.pe_cols += cfg_.pe_cols % 2;
+    lrm_even_ = std::max(lrm_even_, kernels::gemm_lrm_need(even, k));
     ddr_.add(name, gemm_weight_bytes(big, n, k), layout);
     return;
   }
@@ -153,10 +156,21 @@ void Compiler::plan_ddr() {
     pm_tower_only_ = false;
     pm_left_out_ = true;
   }
-  if (lrm_short_.second)
+  if (lrm_short_.second) {
+    // (an odd pe_cols takes split 1 only: split 2 pairs the neighbouring PEs of a row)
+    const std::string odd =
+        cfg_.pe_cols % 2 == 0 ? ""
+        : lrm_even_ <= cfg_.lrm_bytes
+            ? fmt::format("; or an even pe_cols (pe_cols = {} is odd, so every GEMM runs at split 1, which takes "
+                          "twice the LRM; with {} the weights fit this lrm_bytes)",
+                          cfg_.pe_cols, cfg_.pe_cols + 1)
+            : fmt::format("; pe_cols = {} is odd, so every GEMM runs at split 1, which takes twice the LRM: with an "
+                          "even pe_cols they need {} bytes",
+                          cfg_.pe_cols, lrm_even_);
     fail("compiler: weight {} needs two LRM tile buffers of {} bytes on {}: raise lrm_bytes to {} or more "
-         "(the model's largest need)",
-         lrm_short_.first, lrm_short_.second, cfg_.name(), lrm_short_.second);
+         "(the model's largest need){}",
+         lrm_short_.first, lrm_short_.second, cfg_.name(), lrm_short_.second, odd);
+  }
 }
 
 void Compiler::plan_decode_ocm() {

@@ -320,6 +320,7 @@ class Compiler {
   bool pm_kept_ = false;      // LayoutOnly::packings
   bool pm_down_ = false;      // the resident prefill's down chunk packings (L.dn{c}) too
   std::pair<std::string, uint32_t> lrm_short_;  // the GEMM weight needing the most LRM past lrm_bytes (add_weight)
+  uint32_t lrm_even_ = 0;  // on an odd pe_cols, the most those weights would need with one column more
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;

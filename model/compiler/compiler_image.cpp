@@ -108,10 +108,12 @@ double attention_estimate(const sim::Config& cfg, const OcmAttnArgs& a) {
 // split 2 (npe / 2 of its outputs, up of them per inner column: 1 for fc1, 2 for gate|up), so
 // that a wide array's up GEMM has no idle PEs (32x64, 2 MiB, 32 GB/s: the tower's fc1 chunks
 // of 512 ran on half the PEs, 1.98x their MAC floor); the largest divisor of inter up to that.
-// Compiler::settle_pm_chunks chooses npe (Compiler::pm_npe_).
+// Compiler::settle_pm_chunks chooses npe (Compiler::pm_npe_). (inter is whole 128-blocks, and so
+// is c from its start: on an array of 21 x 48 PEs, npe / 2 = 504 is not, and the search below
+// once stepped past every divisor for ever.)
 constexpr uint32_t kPmChunk = 512;
 uint32_t pm_chunk_width(uint32_t npe, uint32_t inter, uint32_t up) {
-  uint32_t c = std::min(inter, std::max(kPmChunk, npe / 2 / up));
+  uint32_t c = std::min(inter, std::max(kPmChunk, npe / 2 / up)) / kW4Block * kW4Block;
   while (inter % c) c -= kW4Block;
   return c;
 }
@@ -258,8 +260,8 @@ sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg
   // 353.3 M cycles on all rows, 264.5 M on 16; at 16 MiB, 128 GB/s: 29.9 M on all, 42.0 M
   // on 32 (compute-bound there).
   const GemmLoad l = gemm_load(model, cfg);
-  auto halve = [&](auto more) {
-    while (g.pe_rows % 2 == 0 && more()) g.pe_rows /= 2;
+  auto halve = [&](auto more) {  // (an odd count of rows to the lower half: 49 -> 24)
+    while (g.pe_rows > 1 && more()) g.pe_rows /= 2;
   };
   // Above 1 MiB of OCM the DMA units carry 32 code bytes a PE where 64 would not fit so
   // (kernels::gemm_unit_pe_bytes) and the view keeps more rows: 64x64 at 2 MiB, 128 GB/s, all 64
@@ -1240,14 +1242,25 @@ void Compiler::settle_gemm_view() {
   // over 1.5 x the weights' DDR time.
   // 64x64 at 4 MiB: 64 GB/s (1.1 x) 48.99 -> 48.29 M cycles, slower than 32x64 without
   // it; 128 GB/s (2.2 x) 36.48 -> 42.84 M, so kept whole.
-  if (!opt_.image || opt_.image_gemm_rows || gemm_cfg_.pe_rows % 2) return;
+  if (!opt_.image || opt_.image_gemm_rows) return;
+  ImageShape s;
+  s.plan_only = true;
+  auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
+  // A view on which the default image program fits no plan (its GEMMs' DMA buffers take the OCM
+  // its smallest row tiles need: 512 KiB on 21x46 or 40x25 PEs, where the rule's view left them
+  // 220 KB) takes fewer rows until one fits; where none does, the rule's view and its error.
+  try {
+    const sim::Config rule = gemm_cfg_;
+    auto fits = [&] { return resident() || std::isfinite(image_program(s, nullptr, nullptr).est_cycles); };
+    while (gemm_cfg_.pe_rows > 1 && !fits()) gemm_cfg_.pe_rows /= 2;
+    if (!fits()) gemm_cfg_ = rule;
+  } catch (const Error&) {
+  }
+  if (gemm_cfg_.pe_rows < 2) return;
   sim::Config half = gemm_cfg_;
   half.pe_rows /= 2;
   const GemmLoad l = gemm_load(model_, cfg_);
   if (l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles) return;
-  ImageShape s;
-  s.plan_only = true;
-  auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
   const sim::Config whole = gemm_cfg_;
   try {
     if (resident()) return;
@@ -1266,7 +1279,7 @@ void Compiler::settle_gemm_view() {
     // larger array then runs the program as a smaller one would (1 MiB, 16 GB/s: 32x32 on 8
     // of its rows, the prefill's MLP in 2 tiles of 64 rows instead of 3 of 44, 376.4 -> 339.8
     // M cycles, as 16x16).
-    while (gemm_cfg_.pe_rows % 2 == 0) {
+    while (gemm_cfg_.pe_rows > 1) {
       const sim::Config prev = gemm_cfg_;
       gemm_cfg_.pe_rows /= 2;
       if (resident()) return;

@@ -44,6 +44,19 @@ TEST(CapacityErrors, LrmTooSmallForAWeightNamesItAndTheLeast) {
   EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=3520").exit_code, 0);
 }
 
+// On an odd pe_cols every GEMM runs at split 1 (split 2 pairs the neighbouring PEs of a row), so
+// the same weight needs twice the LRM: the error says so and what an even pe_cols would need.
+TEST(CapacityErrors, OddPeColsSaysWhyTheLrmNeedDoubles) {
+  const std::string dir = scratch_dir("capacity_odd_cols");
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33"),
+                     {"needs two LRM tile buffers of 6592 bytes", "raise lrm_bytes to 6592 or more",
+                      "pe_cols = 33 is odd, so every GEMM runs at split 1, which takes twice the LRM; with 34 the "
+                      "weights fit this lrm_bytes"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33 --set lrm_bytes=2048"),
+                     {"with an even pe_cols they need 3520 bytes"});
+  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set pe_cols=33 --set lrm_bytes=6592").exit_code, 0);
+}
+
 // --max-context auto keeps the image program's MLP chunk packings only where they leave
 // the default 4,096 slots: in 1.99 GB of DDR they would leave 67, without them 861 fit, and
 // `compile` (its default --seq 128) runs with those, saying why the packings are out.

@@ -1148,10 +1148,14 @@ TEST(ImageOcm, FullSizeWideArrayTakesTheTowersChunksOnTheirOwn) {
 }
 
 // Too little OCM: a clear error naming the smallest workable ocm_bytes.
+// (The GEMMs' view held to all 32 rows: on its own the compiler gives them fewer rows where no
+// plan fits, and 400 KiB then runs on a part of them.)
 TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
+  CompileOptions all_rows;
+  all_rows.image_gemm_rows = 32;
   std::string m;
   try {
-    Compiler c(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=400KiB"}));
+    Compiler c(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=400KiB"}), all_rows);
     c.image_program(ImageShape{});
   } catch (const Error& e) {
     m = e.what();
@@ -1162,8 +1166,11 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   const uint64_t least = std::stoull(m.substr(at + 19));
   EXPECT_GT(least, 409600u);
   // The named size works.
-  Compiler c(config_tiny(), sim::Config::make("qc-u", {fmt::format("ocm_bytes={}", least)}));
+  Compiler c(config_tiny(), sim::Config::make("qc-u", {fmt::format("ocm_bytes={}", least)}), all_rows);
   EXPECT_TRUE(c.image_program(ImageShape{}).plan.starts_with("streamed"));
+  const std::string fewer =
+      Compiler(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=400KiB"})).image_program(ImageShape{}).plan;
+  EXPECT_NE(fewer.find(" of the 32 PE rows"), std::string::npos) << fewer;
 }
 
 // The image GEMMs' view of the array (Compiler::gemm_view): the rule takes all rows at qc-u
@@ -1186,6 +1193,21 @@ TEST(Image, GemmViewRuleAndOverride) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("give --gemm-rows 1 to 64"), std::string::npos) << e.what();
   }
+}
+
+// Machine shapes off the power-of-two grid (found by compiling random points of the issue's
+// range): 21x48 PEs, whose npe / 2 = 504 is not whole 128-blocks, used to hang the MLP chunk
+// search (pm_chunk_width); on 21x46 PEs at 512 KiB with 3 DMA channels the rule's view left the
+// smallest row tiles no room (an odd row count was never halved) and now takes fewer rows. The
+// plans compile (plan_only: no emission) and name the view they run on.
+TEST(Image, OddArrayShapesCompile) {
+  const CompiledProgram a =
+      Compiler(config_2b(), sim::Config::make("qc-u", {"pe_rows=21", "pe_cols=48"})).image_program(ImageShape{});
+  EXPECT_FALSE(a.plan.empty());
+  const sim::Config small = sim::Config::make("qc-u", {"pe_rows=21", "pe_cols=46", "ocm_bytes=512KiB", "dma_channels=3"});
+  const CompiledProgram b = Compiler(config_2b(), small).image_program(ImageShape{});
+  EXPECT_TRUE(b.plan.starts_with("streamed")) << b.plan;
+  EXPECT_NE(b.plan.find("of the 21 PE rows"), std::string::npos) << b.plan;
 }
 
 // Acceptance: the full 2B image program (256x256 photo, 128-token prompt), timing-only.
