@@ -253,8 +253,11 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
   p.tail_cols = n % p.cols;
   p.tail_meta_unit = p.tail_cols * p.blocks * 4;
   p.tail_code_unit = p.tail_cols * p.split * p.unit_pe;
-  // Two row sets (gemm.h): one narrow tile at split 2 on at most half the PEs (then 16 rows or more).
-  if (p.split == 2 && p.tiles == 1 && p.tail_cols && 2 * p.tail_cols * p.split <= cfg.npe()) p.copies = 2;
+  // Two row sets (gemm.h): one narrow tile at split 2 on at most half the PEs (then 16 rows or more),
+  // the upper copy from PE H = npe / 2, which must be even to start a split-2 pair (39x38 PEs: H = 741,
+  // and the upper set's sums were junk).
+  if (p.split == 2 && p.tiles == 1 && p.tail_cols && 2 * p.tail_cols * p.split <= cfg.npe() && cfg.npe() % 4 == 0)
+    p.copies = 2;
   if (m) {
     if (p.copies == 2 && m >= 16) p.sets = 2;
     p.rows = m >= p.sets * kMaxRows ? kMaxRows : p.slots(m);

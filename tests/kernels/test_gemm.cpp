@@ -192,6 +192,14 @@ TEST(Gemm, TwoRowSetsTakeTheIdlePes) {
   std::printf("64x64, 256 rows, K = 1,024: N = 1,024 in two row sets %llu cycles, N = 2,048 %llu\n",
               (unsigned long long)twin, (unsigned long long)whole);
   EXPECT_LT(double(twin), 0.75 * double(whole));
+  // The upper set starts at PE npe / 2, which must be even to start a split-2 pair: on 39x38 PEs
+  // (H = 741) the call runs one set, and matches the chain (two sets there gave junk sums).
+  const sim::Config odd = sim::Config::make("qc-u", {"pe_rows=39", "pe_cols=38"});
+  EXPECT_EQ(plan_gemm(odd, 40, 128, 1536).copies, 1u);
+  EXPECT_EQ(plan_gemm(odd, 40, 128, 1536).split, 2u);
+  const GemmRun o = run_gemm(odd, 40, 128, 1536, GemmBias::f16, 5, false);
+  const Compare oc = compare(o.y, o.ref);
+  EXPECT_LE(oc.max_abs, oc.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
 // Units spread over the row groups' loops (more units a group than DMA channels, the DDR
