@@ -374,6 +374,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (silu && (S != 1 || a.n % 2))
     fail("gemm: silu_pairs needs split 1 and an even N (gate and up columns interleaved), got split {} and N = {}", S,
          a.n);
+  if (silu && cfg.pe_cols % 2)
+    fail("gemm: silu_pairs takes each up output from the gate PE's east neighbour, which needs an even pe_cols (got "
+         "{}: the pairs would cross rows)",
+         cfg.pe_cols);
   const uint32_t n_out = silu ? a.n / 2 : a.n;  // Y's columns
   const uint32_t ocm = uint32_t(cfg.ocm_bytes);
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);

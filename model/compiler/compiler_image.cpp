@@ -29,6 +29,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <tuple>
 
 #include "kernels/attention.h"
@@ -312,6 +313,7 @@ uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const {
 constexpr double kActMargin = 2.0;
 bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
                GemmAct act, const EwArgs& e) {
+  if (act == GemmAct::silu_pairs && gcfg.pe_cols % 2) return false;  // (its PE pairs are a row's neighbours)
   return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
 }
 
@@ -324,7 +326,8 @@ bool Compiler::gate_up_fused() const {
   const uint32_t cw = gu_chunk(), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cw, d.H) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
-  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
+  return (opt_.image_silu_fused && gemm_cfg_.pe_cols % 2 == 0) ||
+         act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
 }
 
 bool Compiler::pm_gate_up_fused() const {
@@ -333,7 +336,8 @@ bool Compiler::pm_gate_up_fused() const {
   const uint32_t cp = pm_chunk(d.I, 2), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cp, d.H, pm_split()) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cp, .a_stride = 4 * cp, .b_stride = 4 * cp};
-  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
+  return (opt_.image_silu_fused && gemm_cfg_.pe_cols % 2 == 0) ||
+         act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
 }
 
 uint32_t Compiler::gu_chunk() const { return gu_cw_ ? gu_cw_ : gate_up_chunk(cfg_, Dims(model_).I); }
@@ -1254,6 +1258,38 @@ void Compiler::settle_gemm_view() {
     auto fits = [&] { return resident() || std::isfinite(image_program(s, nullptr, nullptr).est_cycles); };
     while (gemm_cfg_.pe_rows > 1 && !fits()) gemm_cfg_.pe_rows /= 2;
     if (!fits()) gemm_cfg_ = rule;
+  } catch (const Error&) {
+  }
+  // More rows than the rule's view where they read the weights fewer times and their estimate is
+  // 5% or more lower: the rule halves by the DMA buffers' OCM alone. The candidates: the rule's
+  // rows doubled, every row, and the rows nearest a power of two of PEs (as many PEs as a
+  // smaller array's). 32x48 at 1 MiB, the rule's 16 rows against 22 (1,056 PEs) at 24 and 48
+  // GB/s, all 32 at 96: 153.3 -> 129.6, 122.0 -> 93.8 and 129.2 -> 78.7 M cycles (32x32: 129.8,
+  // 91.3, 81.0). At 1 MiB on 32x64 and 64x64 the rule's view stays: the wider ones read the
+  // weights twice as often.
+  try {
+    const sim::Config rule = gemm_cfg_;
+    const CompiledProgram at_rule = image_program(s, nullptr, nullptr);
+    if (at_rule.plan == "streamed" && std::isfinite(at_rule.est_cycles)) {
+      std::set<uint32_t> cands{uint32_t(cfg_.pe_rows)};
+      for (uint32_t r = 2 * rule.pe_rows; r < uint32_t(cfg_.pe_rows); r *= 2) cands.insert(r);
+      for (uint64_t pes = 1; pes <= cfg_.npe(); pes *= 2)
+        for (uint64_t r : {pes / cfg_.pe_cols, (pes + cfg_.pe_cols - 1) / cfg_.pe_cols})
+          if (r > uint32_t(rule.pe_rows) && r <= uint32_t(cfg_.pe_rows)) cands.insert(uint32_t(r));
+      double best = 0.95 * at_rule.est_cycles;
+      uint32_t rows = 0;
+      for (uint32_t r : cands) {
+        gemm_cfg_.pe_rows = int(r);
+        const CompiledProgram o = image_program(s, nullptr, nullptr);
+        if (o.plan == "streamed" && o.est_cycles < best && o.est_weight_bytes < at_rule.est_weight_bytes)
+          best = o.est_cycles, rows = uint32_t(gemm_cfg_.pe_rows);
+      }
+      gemm_cfg_ = rule;
+      if (rows) {
+        gemm_cfg_.pe_rows = int(rows);
+        return;
+      }
+    }
   } catch (const Error&) {
   }
   if (gemm_cfg_.pe_rows < 2) return;

@@ -199,6 +199,17 @@ TEST(GemmAct, RefusesPartialSumsAndSplitTwoPairs) {
   a.split = 2;
   a.scratch_bytes = gemm_scratch_bytes(cfg, a.n, a.k, 2);
   EXPECT_THROW(emit_gemm_w4(b, cfg, a), gpnpu::Error);
+  // The up output comes from the gate PE's east neighbour: on an odd pe_cols a pair would cross
+  // rows (53x59: the tiny model's down read junk from the gate|up call's output).
+  const sim::Config odd = sim::Config::make("qc-u", {"pe_cols=33"});
+  a.split = 1;
+  a.scratch_bytes = gemm_scratch_bytes(odd, a.n, a.k, 1);
+  try {
+    emit_gemm_w4(b, odd, a);
+    ADD_FAILURE() << "silu_pairs on 33 columns accepted";
+  } catch (const gpnpu::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs an even pe_cols (got 33"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -116,6 +116,14 @@ TEST(Image, TinyMatchesTheChainPrefill) { tiny_matches_chain_prefill({}); }
 // non-square array, and the streamed plan on the largest array.
 TEST(Image, TinyMatchesTheChainPrefillOn16x16) { tiny_matches_chain_prefill({"pe_rows=16", "pe_cols=16"}); }
 TEST(Image, TinyMatchesTheChainPrefillOn64x64) { tiny_matches_chain_prefill({"pe_rows=64", "pe_cols=64"}); }
+// Shapes off the power-of-two grid (found by describing the tiny model at random points):
+// npe / 2 odd (39x38: no second row set, whose upper pairs would start on an odd PE), and an odd
+// pe_cols on a large array (53x59: the gate|up call's SiLU stays out of its epilogue, whose PE
+// pairs would cross rows).
+TEST(Image, TinyMatchesTheChainPrefillOnOddShapes) {
+  tiny_matches_chain_prefill({"pe_rows=39", "pe_cols=38"});
+  tiny_matches_chain_prefill({"pe_rows=53", "pe_cols=59", "ocm_bytes=2MiB", "lrm_bytes=6KiB"});
+}
 TEST(Image, TinyMatchesTheChainPrefillOn32x64Streamed) {
   tiny_matches_chain_prefill({"pe_rows=32", "pe_cols=64", "ocm_bytes=2MiB"}, 8);
 }
@@ -1208,6 +1216,12 @@ TEST(Image, OddArrayShapesCompile) {
   const CompiledProgram b = Compiler(config_2b(), small).image_program(ImageShape{});
   EXPECT_TRUE(b.plan.starts_with("streamed")) << b.plan;
   EXPECT_NE(b.plan.find("of the 21 PE rows"), std::string::npos) << b.plan;
+  // 32x48 at 1 MiB, 48 GB/s: the rule's 16 rows (768 PEs) left the MLPs no room to run over every
+  // row (122.0 M cycles, 34% more than 32x32); 22 rows (1,056 PEs) read the weights once as 32x32
+  // does (93.8 M).
+  const sim::Config wide = sim::Config::make("qc-u", {"pe_cols=48", "ocm_bytes=1MiB", "ddr_gbps=48"});
+  const CompiledProgram c = Compiler(config_2b(), wide).image_program(ImageShape{});
+  EXPECT_NE(c.plan.find("GEMMs on 22 of the 32 PE rows"), std::string::npos) << c.plan;
 }
 
 // Acceptance: the full 2B image program (256x256 photo, 128-token prompt), timing-only.
