@@ -2,6 +2,8 @@
 // committed PyTorch W4A16 goldens token for token, the per-step gates against the chain,
 // timing-only cycle counts equal to the functional run's, and every negative control
 // (zero, one-word, stale-cache) turning a gate to FAIL, through the library and the CLI.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -9,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
 #include <sys/wait.h>
 
@@ -169,6 +172,29 @@ TEST(Describe, TinyMatchesTheGoldensOn64x64With2MiB) {
 // those PEs (GemmArgs::sub_array).
 TEST(Describe, TinyMatchesTheGoldensOn64x64With1MiB) {
   matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"}, 2, "GEMMs on 16 of the 64 PE rows");
+}
+
+// Machine points off the power-of-two grid, anywhere in issue 13's range (pe_rows and pe_cols 8
+// to 64, odd or even; OCM 512 KiB to 16 MiB; 1 to 8 DMA channels; LRM 4 to 64 KiB; 16 to 128
+// GB/s): three that broke before (39x38: a second row set from an odd PE; 53x59: the SiLU's PE
+// pairs across rows; 21x48: the MLP chunk search never ended) and eight drawn with a fixed seed.
+// Each passes every gate against the chain and the PyTorch golden for two tokens.
+TEST(Describe, TinyMatchesTheGoldensAtOddMachinePoints) {
+  std::vector<std::vector<std::string>> points = {
+      {"pe_rows=39", "pe_cols=38"}, {"pe_rows=53", "pe_cols=59", "ocm_bytes=2MiB", "lrm_bytes=6KiB"},
+      {"pe_rows=21", "pe_cols=48"}};
+  std::mt19937 rng(13);
+  auto pick = [&](std::initializer_list<const char*> v) { return std::data(v)[rng() % v.size()]; };
+  for (int i = 0; i < 8; ++i)
+    points.push_back({fmt::format("pe_rows={}", 8 + rng() % 57), fmt::format("pe_cols={}", 8 + rng() % 57),
+                      std::string("ocm_bytes=") + pick({"512KiB", "768KiB", "1MiB", "1536KiB", "3MiB", "16MiB"}),
+                      fmt::format("dma_channels={}", 1 + rng() % 8),
+                      std::string("lrm_bytes=") + pick({"4KiB", "6KiB", "16KiB", "64KiB"}),
+                      std::string("ddr_gbps=") + pick({"16", "48", "128"})});
+  for (const auto& sets : points) {
+    SCOPED_TRACE(fmt::format("{}", fmt::join(sets, " ")));
+    matches_the_goldens_on(sets, 2, "");
+  }
 }
 
 // Every negative control must fail a gate, at the step where it bites.
