@@ -82,7 +82,8 @@
 // sums, bias and seeds) with a base H PEs' strides below its first PE's (the ISA's OCM
 // addresses wrap at 32 bits, so a base below 0 is fine). The LRM partial sums of a chain keep
 // their layout, a lane a slot (both sets' PEs hold their own rows). Not the narrow last tile
-// of a call of several tiles (its row groups are the other tiles').
+// of a call of several tiles (its row groups are the other tiles'), and only where H is even (the
+// upper set's first PE starts a split-2 pair).
 //
 // OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
 // only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
@@ -105,7 +106,8 @@ enum class GemmBias : uint8_t { none, f32, f16 };
 // fp32, the result is rounded to fp16 once more. silu_pairs: the weight's rows interleave a
 // gate and an up projection (row 2j gate j, row 2j + 1 up j: pack_gemm_weight of such a
 // matrix) and Y gets N/2 columns, silu(gate j) x up j (EwOp::silu_mul); split 1 only (the
-// output of PE 2j then lands 2j bytes into the row: a gather stride of 1).
+// output of PE 2j then lands 2j bytes into the row: a gather stride of 1), on an even pe_cols
+// (PE 2j takes up j from its east neighbour, in the same row only then).
 // Per row group the 16 rows' sums go into the lanes of one register (vsel where lane id - r
 // is 0), are rounded to fp16 there, the activation runs once on the register and the rows are
 // spread back for their gathers (the cost: gemm_act_cycles). The image compiler fuses where
