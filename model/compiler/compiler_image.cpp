@@ -1263,28 +1263,28 @@ void Compiler::settle_gemm_view() {
   // More rows than the rule's view where they read the weights fewer times and their estimate is
   // 5% or more lower: the rule halves by the DMA buffers' OCM alone. The candidates: the rule's
   // rows doubled, every row, and the rows nearest a power of two of PEs (as many PEs as a
-  // smaller array's). 32x48 at 1 MiB, the rule's 16 rows against 22 (1,056 PEs) at 24 and 48
-  // GB/s, all 32 at 96: 153.3 -> 129.6, 122.0 -> 93.8 and 129.2 -> 78.7 M cycles (32x32: 129.8,
-  // 91.3, 81.0). At 1 MiB on 32x64 and 64x64 the rule's view stays: the wider ones read the
-  // weights twice as often.
+  // smaller array's). 32x48 at 1 MiB: 22 of its 32 rows (1,056 PEs) for the rule's 16, at 24, 48
+  // and 96 GB/s 153.3 -> 129.6, 122.0 -> 93.8 and 129.2 -> 82.7 M cycles (32x32: 129.8, 91.3,
+  // 81.0). At 1 MiB on 32x64 and 64x64 the rule's view stays: the wider ones read the weights
+  // twice as often.
   try {
-    const sim::Config rule = gemm_cfg_;
-    const CompiledProgram at_rule = image_program(s, nullptr, nullptr);
-    if (at_rule.plan == "streamed" && std::isfinite(at_rule.est_cycles)) {
+    const sim::Config from = gemm_cfg_;
+    const CompiledProgram at = image_program(s, nullptr, nullptr);
+    if (from.pe_rows < cfg_.pe_rows && at.plan == "streamed" && std::isfinite(at.est_cycles)) {
       std::set<uint32_t> cands{uint32_t(cfg_.pe_rows)};
-      for (uint32_t r = 2 * rule.pe_rows; r < uint32_t(cfg_.pe_rows); r *= 2) cands.insert(r);
+      for (uint32_t r = 2 * from.pe_rows; r < uint32_t(cfg_.pe_rows); r *= 2) cands.insert(r);
       for (uint64_t pes = 1; pes <= cfg_.npe(); pes *= 2)
         for (uint64_t r : {pes / cfg_.pe_cols, (pes + cfg_.pe_cols - 1) / cfg_.pe_cols})
-          if (r > uint32_t(rule.pe_rows) && r <= uint32_t(cfg_.pe_rows)) cands.insert(uint32_t(r));
-      double best = 0.95 * at_rule.est_cycles;
+          if (r > uint32_t(from.pe_rows) && r <= uint32_t(cfg_.pe_rows)) cands.insert(uint32_t(r));
+      double best = 0.95 * at.est_cycles;
       uint32_t rows = 0;
       for (uint32_t r : cands) {
         gemm_cfg_.pe_rows = int(r);
         const CompiledProgram o = image_program(s, nullptr, nullptr);
-        if (o.plan == "streamed" && o.est_cycles < best && o.est_weight_bytes < at_rule.est_weight_bytes)
-          best = o.est_cycles, rows = uint32_t(gemm_cfg_.pe_rows);
+        if (o.plan == "streamed" && o.est_cycles < best && o.est_weight_bytes < at.est_weight_bytes)
+          best = o.est_cycles, rows = r;
       }
-      gemm_cfg_ = rule;
+      gemm_cfg_ = from;
       if (rows) {
         gemm_cfg_.pe_rows = int(rows);
         return;
