@@ -163,7 +163,11 @@ class Emitter {
 
   void call(const std::string& mark, const char* kernel, const kernels::KernelCost& cost,
             const std::function<void()>& emit, const kernels::KernelCost& per_token = {}) {
-    b_.mark(mark, emit);
+    try {
+      b_.mark(mark, emit);
+    } catch (const Error& e) {  // (which call: a kernel's own message names only its arguments)
+      fail("{} (in kernel call '{}', {})", e.what(), mark, kernel);
+    }
     calls_.push_back({mark, kernel, cost, false, per_token});
   }
 

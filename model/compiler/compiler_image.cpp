@@ -751,16 +751,19 @@ namespace {
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
 // with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
-// chunks replace the whole-width gate|up and down GEMMs (0: none). (The tower's chunks,
-// Streamed::vpm, need no more than its whole-width fc1 and fc2.)
+// chunks replace the whole-width gate|up and down GEMMs (0: none). more: other GEMMs' n x k
+// (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
+// width, and its buffer holds a whole tile's meta: 2B on 19 of 38x48's rows with 16 KiB of LRM,
+// the mergers' fc1 chunks of 512 at split 1 needed 175 KB where the whole fc1 at split 2 took 88).
 uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0,
-                           uint32_t pairs = 1) {
+                           uint32_t pairs = 1, const std::vector<std::pair<uint32_t, uint32_t>>& more = {}) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
+  for (auto [n, k] : more) r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
   for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, pairs * cp}}
                         : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
     r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
@@ -2159,7 +2162,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   Streamed p;
   p.channels = channels;
   p.with_pm = pm;
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down());
+  std::vector<std::pair<uint32_t, uint32_t>> chunk_gemms;  // (the packings in DDR: Streamed::vpm, mpm, vqg)
+  if (ddr_.has(vpm_name(0, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Iv, 1), d.Dv}, {d.Dv, pm_chunk(d.Iv, 1)}});
+  if (ddr_.has(mpm_name(-1, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Md, 1), d.Md}, {d.H, pm_chunk(d.Md, 1)}});
+  if (ddr_.has(vgq_name(1, 0))) chunk_gemms.push_back({3 * vgq_heads(d.hv) * d.hdv, d.Dv});
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));

@@ -1222,6 +1222,12 @@ TEST(Image, OddArrayShapesCompile) {
   const sim::Config wide = sim::Config::make("qc-u", {"pe_cols=48", "ocm_bytes=1MiB", "ddr_gbps=48"});
   const CompiledProgram c = Compiler(config_2b(), wide).image_program(ImageShape{});
   EXPECT_NE(c.plan.find("GEMMs on 22 of the 32 PE rows"), std::string::npos) << c.plan;
+  // 38x48 at 768 KiB, one DMA channel, 16 KiB of LRM (found by scripts/random_points.py): the
+  // mergers' fc1 chunks of 512 on 19 rows take split 1 and a whole tile's meta, 175 KB of DMA
+  // buffer, where the GEMM scratch was sized by the whole-width GEMMs (117 KB).
+  const sim::Config tight = sim::Config::make(
+      "qc-u", {"pe_rows=38", "pe_cols=48", "ocm_bytes=768KiB", "dma_channels=1", "lrm_bytes=16KiB"});
+  EXPECT_TRUE(Compiler(config_2b(), tight).image_program(ImageShape{}).plan.starts_with("streamed"));
 }
 
 // Acceptance: the full 2B image program (256x256 photo, 128-token prompt), timing-only.
