@@ -313,7 +313,6 @@ uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const {
 constexpr double kActMargin = 2.0;
 bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
                GemmAct act, const EwArgs& e) {
-  if (act == GemmAct::silu_pairs && gcfg.pe_cols % 2) return false;  // (its PE pairs are a row's neighbours)
   return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
 }
 
@@ -322,22 +321,20 @@ bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint
 // planning prompt's rows: 32x64 and 64x64, not 16x16 and 32x32.
 bool Compiler::gate_up_fused() const {
   const Dims d(model_);
-  if (opt_.fp16_channels || !opt_.image) return false;
+  if (opt_.fp16_channels || !opt_.image || gemm_cfg_.pe_cols % 2) return false;  // (silu_pairs: a row's PE pairs)
   const uint32_t cw = gu_chunk(), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cw, d.H) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_stride = 4 * cw, .b_stride = 4 * cw};
-  return (opt_.image_silu_fused && gemm_cfg_.pe_cols % 2 == 0) ||
-         act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
+  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cw, d.H, 0, GemmAct::silu_pairs, e);
 }
 
 bool Compiler::pm_gate_up_fused() const {
   const Dims d(model_);
-  if (opt_.fp16_channels || !opt_.image || d.I % kW4Block) return false;
+  if (opt_.fp16_channels || !opt_.image || d.I % kW4Block || gemm_cfg_.pe_cols % 2) return false;
   const uint32_t cp = pm_chunk(d.I, 2), rows = uint32_t(planning_shape(opt_).seq_len);
   if (gemm_split(gemm_cfg_, 2 * cp, d.H, pm_split()) != 1) return false;
   const EwArgs e{.op = EwOp::silu_mul, .rows = rows, .cols = cp, .a_stride = 4 * cp, .b_stride = 4 * cp};
-  return (opt_.image_silu_fused && gemm_cfg_.pe_cols % 2 == 0) ||
-         act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
+  return opt_.image_silu_fused || act_fused(cfg_, gemm_cfg_, rows, 2 * cp, d.H, 1, GemmAct::silu_pairs, e);
 }
 
 uint32_t Compiler::gu_chunk() const { return gu_cw_ ? gu_cw_ : gate_up_chunk(cfg_, Dims(model_).I); }
