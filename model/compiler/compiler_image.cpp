@@ -796,6 +796,20 @@ struct GemmAcc {
   uint32_t lrm = 0;  // the partial sums at this LRM offset (lrm_sums) instead of OCM
 };
 
+// One GEMM call of the image program (ImageKernels::gemm): Y [m][n] (row stride ys bytes at OCM
+// y) = X [m][k] (row stride xs at OCM x) times the packed weight w (from w_off bytes into it),
+// plus the fp16 bias [n] at OCM bias (UINT32_MAX: none); acc: partial sums in or out; act: the
+// epilogue's activation.
+struct GemmOp {
+  std::string w;
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t x = 0, xs = 0, y = 0, ys = 0;
+  uint32_t bias = UINT32_MAX;
+  GemmAcc acc = {};
+  GemmAct act = GemmAct::none;
+  uint64_t w_off = 0;
+};
+
 // The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
 // norm scratch), shared by both plans. GEMM calls chain their weight prefetch
 // (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
@@ -902,18 +916,16 @@ struct ImageKernels {
     emit_gemm_prefetch(b, gcfg, g2);
     started_w = w;
   }
-  void gemm(const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t k, uint32_t x,
-            uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, const GemmAcc& acc = {},
-            GemmAct act = GemmAct::none, uint64_t w_off = 0) {
-    GemmArgs g = base_args(w, n, k);
-    g.w_ddr += uint32_t(w_off);
-    g.act = act;
-    g.m = m;  // (gemm_handoff reads it)
+  void gemm(const std::string& mark, const GemmOp& o) {
+    GemmArgs g = base_args(o.w, o.n, o.k);
+    g.w_ddr += uint32_t(o.w_off);
+    g.act = o.act;
+    g.m = o.m;  // (gemm_handoff reads it)
     if (f16.on) {
     } else if (record) {
-      record->emplace_back(w, n, k, lrm_since, w_off);
+      record->emplace_back(o.w, o.n, o.k, lrm_since, o.w_off);
     } else if (chain) {
-      if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != w)
+      if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != o.w)
         fail("compiler: internal: the GEMM chain does not match the program at '{}'", mark);
       g.prefetched = chain_i > 0;
       if (g.prefetched) take_handoff(g, mark);
@@ -924,9 +936,9 @@ struct ImageKernels {
         link(g, std::get<3>(nx));
       }
     } else {
-      if (!prefetched_w.empty() && prefetched_w != w)
-        fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, w);
-      g.prefetched = prefetched_w == w;
+      if (!prefetched_w.empty() && prefetched_w != o.w)
+        fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, o.w);
+      g.prefetched = prefetched_w == o.w;
       if (g.prefetched) take_handoff(g, mark);
       prefetched_w = next_w;
       if (!next_w.empty()) link(g, next_between);
@@ -936,62 +948,63 @@ struct ImageKernels {
       started_w.clear();
       next_w.clear();
     }
-    g.m = m;
-    g.x_ocm = x;
-    g.x_stride = x_stride;
-    g.y_ocm = y;
-    g.y_stride = y_stride;
-    g.bias = bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
-    g.bias_ocm = bias == UINT32_MAX ? 0 : bias;
-    if (acc.lrm) {
-      g.lrm_in = acc.in;
-      g.lrm_out = acc.y_f32;
-      g.lrm_acc = acc.lrm;
+    g.x_ocm = o.x;
+    g.x_stride = o.xs;
+    g.y_ocm = o.y;
+    g.y_stride = o.ys;
+    g.bias = o.bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
+    g.bias_ocm = o.bias == UINT32_MAX ? 0 : o.bias;
+    if (o.acc.lrm) {
+      g.lrm_in = o.acc.in;
+      g.lrm_out = o.acc.y_f32;
+      g.lrm_acc = o.acc.lrm;
     } else {
-      g.acc_in = acc.in;
-      g.acc_ocm = acc.ocm;
-      g.acc_stride = acc.stride;
-      g.y_f32 = acc.y_f32;
+      g.acc_in = o.acc.in;
+      g.acc_ocm = o.acc.ocm;
+      g.acc_stride = o.acc.stride;
+      g.y_f32 = o.acc.y_f32;
     }
     em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
     lrm_since = 0;
     if (!f16.on) return;
-    GemmArgs sel = base_args(detail::f16sel(w), kF16Cols, k);
-    sel.m = m;
-    sel.x_ocm = x;
-    sel.x_stride = x_stride;
+    GemmArgs sel = base_args(detail::f16sel(o.w), kF16Cols, o.k);
+    sel.m = o.m;
+    sel.x_ocm = o.x;
+    sel.x_stride = o.xs;
     sel.y_ocm = f16.xs;
     sel.y_stride = kF16RowBytes;
     em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
-    em.f16_add(mark, ddr.bus(detail::f16w(w)), m, n, y, y_stride, f16.xs, f16.scratch);
+    em.f16_add(mark, ddr.bus(detail::f16w(o.w)), o.m, o.n, o.y, o.ys, f16.xs, f16.scratch);
   }
-  // An fc1 GEMM (m x n into y, dense rows) and its GELU (op: tanh or erf): one call (mark_gelu),
-  // the GELU in its epilogue (GemmArgs::act: the same bits), where that costs fewer cycles than the
-  // element-wise call by kActMargin (act_fused: arrays wider than 32x32; on 16x16 and 32x32 the
-  // pass over the output is about as cheap), else the element-wise kernel after it (gelu_mark),
-  // as always with mixed precision, whose correction comes between them.
-  void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, const std::string& w, uint32_t m,
-                 uint32_t n, uint32_t k, uint32_t x, uint32_t x_stride, uint32_t y, uint32_t bias) {
+  // An fc1 GEMM (o without its ys: dense rows) and its GELU (op: tanh or erf): one call
+  // (mark_gelu), the GELU in its epilogue (GemmArgs::act: the same bits), where that costs fewer
+  // cycles than the element-wise call by kActMargin (act_fused: arrays wider than 32x32; on 16x16
+  // and 32x32 the pass over the output is about as cheap), else the element-wise kernel after it
+  // (gelu_mark), as always with mixed precision, whose correction comes between them.
+  void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, GemmOp o) {
+    o.ys = o.n * 2;
     const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
-    const EwArgs e{.op = op, .rows = m, .cols = n, .a_ocm = y, .b_ocm = y, .out_ocm = y};
-    if (!f16.on && (fuse_gelu || act_fused(cfg, gcfg, m, n, k, base_args(w, n, k).split, act, e))) {
-      gemm(mark + "_gelu", w, m, n, k, x, x_stride, y, n * 2, bias, {}, act);
+    const EwArgs e{.op = op, .rows = o.m, .cols = o.n, .a_ocm = o.y, .b_ocm = o.y, .out_ocm = o.y};
+    if (!f16.on && (fuse_gelu || act_fused(cfg, gcfg, o.m, o.n, o.k, base_args(o.w, o.n, o.k).split, act, e))) {
+      o.act = act;
+      gemm(mark + "_gelu", o);
       return;
     }
-    gemm(mark, w, m, n, k, x, x_stride, y, n * 2, bias);
-    ew(gelu_mark, op, m, n, y, 0, y, 0, y, 0);
+    gemm(mark, o);
+    ew(gelu_mark, e);
   }
-  // A gate|up GEMM (m rows, 2 chunk columns) and its SiLU x up into up (row stride up_stride):
+  // A gate|up GEMM (o: its n gate|up columns into y, row stride ys) and its SiLU x up into y:
   // one call (mark.gate_up_silu) where its packing interleaves gate and up rows (fused:
   // GemmAct::silu_pairs, SiLU x up over the gate half), else the GEMM's gate|up rows there and the
   // element-wise call over the gate half.
-  void gate_up(const std::string& C, const std::string& w, uint32_t m, uint32_t chunk, uint32_t k, uint32_t x,
-               uint32_t x_stride, uint32_t up, uint32_t up_stride, bool fused) {
-    if (fused)
-      return gemm(C + ".gate_up_silu", w, m, 2 * chunk, k, x, x_stride, up, up_stride, UINT32_MAX, {},
-                  GemmAct::silu_pairs);
-    gemm(C + ".gate_up", w, m, 2 * chunk, k, x, x_stride, up, up_stride, UINT32_MAX);
-    ew(C + ".silu_mul", EwOp::silu_mul, m, chunk, up, up_stride, up + chunk * 2, up_stride, up, up_stride);
+  void gate_up(const std::string& C, GemmOp o, bool fused) {
+    if (fused) {
+      o.act = GemmAct::silu_pairs;
+      return gemm(C + ".gate_up_silu", o);
+    }
+    gemm(C + ".gate_up", o);
+    ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = o.m, .cols = o.n / 2, .a_ocm = o.y, .a_stride = o.ys,
+                         .b_ocm = o.y + o.n, .b_stride = o.ys, .out_ocm = o.y, .out_stride = o.ys});
   }
   // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
   // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
@@ -1043,18 +1056,7 @@ struct ImageKernels {
     lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
     em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
   }
-  void ew(const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
-          uint32_t ys, uint32_t o, uint32_t os) {
-    EwArgs e;
-    e.op = op;
-    e.rows = rows;
-    e.cols = cols;
-    e.a_ocm = x;
-    e.a_stride = xs;
-    e.b_ocm = y;
-    e.b_stride = ys;
-    e.out_ocm = o;
-    e.out_stride = os;
+  void ew(const std::string& mark, const EwArgs& e) {
     em.call(mark, "elementwise", cost_elementwise(cfg, e), [&] { emit_elementwise(b, cfg, e); });
   }
   // An MLP over every row in chunks (both plans' one chunk chain): per chunk c of `chunk`
@@ -1088,19 +1090,22 @@ struct ImageKernels {
       if (m.pairs > 1 && !m.gated) fail("compiler: internal: a down over {} chunks of an fc1 chain", m.pairs);
       const uint32_t j = c % m.pairs;
       if (m.gated) {
-        gate_up(C, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up + 2 * j * m.chunk, m.up_stride,
-                silu_pm);
+        gate_up(C, {.w = m.weight(c, false), .m = m.rows, .n = 2 * m.chunk, .k = m.in, .x = m.x, .xs = m.x_stride,
+                    .y = m.up + 2 * j * m.chunk, .ys = m.up_stride}, silu_pm);
       } else {
         if (m.up_stride != m.chunk * 2) fail("compiler: internal: the chunk chain's fc1 rows are not dense");
-        gemm_gelu(C + ".fc1", C + ".gelu", m.act, m.weight(c, false), m.rows, m.chunk, m.in, m.x, m.x_stride, m.up,
-                  m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2);
+        gemm_gelu(C + ".fc1", C + ".gelu", m.act, {.w = m.weight(c, false), .m = m.rows, .n = m.chunk, .k = m.in,
+                                                   .x = m.x, .xs = m.x_stride, .y = m.up,
+                                                   .bias = m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2});
       }
       if (j + 1 < m.pairs) continue;
       if (m.before) m.before(c / m.pairs, true);
-      gemm(C + (m.gated ? ".down" : ".fc2"), m.weight(c / m.pairs, true), m.rows, m.out_n, m.pairs * m.chunk, m.up,
-           m.up_stride, into_out ? m.out : m.acc, into_out ? m.out_stride : m.acc_stride,
-           c + 1 == m.pairs ? m.down_bias : kNone,
-           {.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last, .lrm = m.lrm});
+      const GemmAcc acc{.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last,
+                        .lrm = m.lrm};
+      gemm(C + (m.gated ? ".down" : ".fc2"),
+           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = m.out_n, .k = m.pairs * m.chunk, .x = m.up,
+            .xs = m.up_stride, .y = into_out ? m.out : m.acc, .ys = into_out ? m.out_stride : m.acc_stride,
+            .bias = c + 1 == m.pairs ? m.down_bias : kNone, .acc = acc});
     }
   }
   // In place on rows x heads x hd at x (row stride bytes); fp32 tables [rows][hd].
@@ -1646,21 +1651,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   };
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared,
                       uint64_t w_off = 0) { k.prefetch(w, n, kk, between, w_off); };
-  auto gemm = [&](const std::string& mark, const std::string& w, uint32_t m, uint32_t n, uint32_t kk, uint32_t x,
-                  uint32_t x_stride, uint32_t y, uint32_t y_stride, uint32_t bias, uint64_t w_off = 0) {
-    k.gemm(mark, w, m, n, kk, x, x_stride, y, y_stride, bias, {}, GemmAct::none, w_off);
-  };
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
   auto norm = [&](const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y,
                   uint32_t w, uint32_t bias, float eps) { k.norm(mark, kind, rows, dim, x, y, w, bias, eps); };
-  auto ew = [&](const std::string& mark, EwOp op, uint32_t rows, uint32_t cols, uint32_t x, uint32_t xs, uint32_t y,
-                uint32_t ys, uint32_t o, uint32_t os) { k.ew(mark, op, rows, cols, x, xs, y, ys, o, os); };
   auto rope = [&](const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride) {
     k.rope(mark, rows, heads, hd, x, stride, ROPE, ROPE + rows * hd * 4);
   };
-  constexpr uint32_t kNone = UINT32_MAX;
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
   // ================= vision tower =================
@@ -1669,9 +1667,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
     em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
     prefetch(vname(0, "qkv"), qkv_n, d.Dv);
-    gemm("V.patch_embed", "V.patch", N, d.Dv, d.pd, BIG, d.pd * 2, H, d.Dv * 2, VEC);
+    k.gemm("V.patch_embed", {.w = "V.patch", .m = N, .n = d.Dv, .k = d.pd, .x = BIG, .xs = d.pd * 2, .y = H,
+                             .ys = d.Dv * 2, .bias = VEC});
     em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
-    ew("V.pos_add", EwOp::add, N, d.Dv, H, 0, XN, 0, H, 0);
+    k.ew("V.pos_add", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = XN, .out_ocm = H});
     // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
     auto vtables = [&](const std::string& M) {
       return [&, M](uint32_t chan) {
@@ -1701,13 +1700,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (qkv_split) {
         const uint64_t v_off = tower_v_offset();
         prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, v_off);
-        gemm(B + ".qk", vname(blk, "qkv"), N, 2 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+        k.gemm(B + ".qk", {.w = vname(blk, "qkv"), .m = N, .n = 2 * d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = BIG,
+                           .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-        gemm(B + ".v", vname(blk, "qkv"), N, d.Dv, d.Dv, XN, d.Dv * 2, BIG + 2 * d.Dv * 2, 3 * d.Dv * 2,
-             vv_qkvb + 2 * d.Dv * 2, v_off);
+        k.gemm(B + ".v", {.w = vname(blk, "qkv"), .m = N, .n = d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2,
+                          .y = BIG + 2 * d.Dv * 2, .ys = 3 * d.Dv * 2, .bias = vv_qkvb + 2 * d.Dv * 2, .w_off = v_off});
       } else {
         prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-        gemm(B + ".qkv", vname(blk, "qkv"), N, 3 * d.Dv, d.Dv, XN, d.Dv * 2, BIG, 3 * d.Dv * 2, vv_qkvb);
+        k.gemm(B + ".qkv", {.w = vname(blk, "qkv"), .m = N, .n = 3 * d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = BIG,
+                            .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
       }
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
@@ -1727,8 +1728,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       } else {
         prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
       }
-      gemm(B + ".proj", vname(blk, "proj"), N, d.Dv, d.Dv, XN, d.Dv * 2, TMP, d.Dv * 2, vv_projb);
-      ew(B + ".attn_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
+      k.gemm(B + ".proj", {.w = vname(blk, "proj"), .m = N, .n = d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = TMP,
+                           .ys = d.Dv * 2, .bias = vv_projb});
+      k.ew(B + ".attn_residual", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
       norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
       if (rcv == 0) {
         const uint32_t chunks = d.Iv / cv;
@@ -1748,13 +1750,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const uint32_t rows = std::min(rcv, N - r0);
         const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
         prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
-        k.gemm_gelu(C + ".fc1", C + ".gelu", EwOp::gelu_tanh, vname(blk, "fc1"), rows, d.Iv, d.Dv, XN + r0 * d.Dv * 2,
-                    d.Dv * 2, BIG, vv_fc1b);
+        k.gemm_gelu(C + ".fc1", C + ".gelu", EwOp::gelu_tanh, {.w = vname(blk, "fc1"), .m = rows, .n = d.Iv, .k = d.Dv,
+                                                               .x = XN + r0 * d.Dv * 2, .xs = d.Dv * 2, .y = BIG,
+                                                               .bias = vv_fc1b});
         if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
         else prefetch_after_block(blk, 0);
-        gemm(C + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, BIG, d.Iv * 2, TMP + r0 * d.Dv * 2, d.Dv * 2, vv_fc2b);
+        k.gemm(C + ".fc2", {.w = vname(blk, "fc2"), .m = rows, .n = d.Dv, .k = d.Iv, .x = BIG, .xs = d.Iv * 2,
+                            .y = TMP + r0 * d.Dv * 2, .ys = d.Dv * 2, .bias = vv_fc2b});
       }
-      ew(B + ".mlp_residual", EwOp::add, N, d.Dv, H, 0, TMP, 0, H, 0);
+      k.ew(B + ".mlp_residual", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
       b.op("mark.end", {Name{B}});
       // DeepStack tap: the block output through merger j, kept in DDR for the prefill.
       const auto& taps = vc.deepstack_visual_indexes;
@@ -1765,10 +1769,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
         norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
-        k.gemm_gelu(M + ".fc1", M + ".gelu", EwOp::gelu_erf, mname(j, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG,
-                    VEC + 2 * d.Md * 2);
+        k.gemm_gelu(M + ".fc1", M + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = Nt, .n = d.Md, .k = d.Md,
+                                                              .x = XN, .xs = d.Md * 2, .y = BIG,
+                                                              .bias = VEC + 2 * d.Md * 2});
         prefetch_after_block(blk, j + 1);
-        gemm(M + ".fc2", mname(j, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 3 * d.Md * 2);
+        k.gemm(M + ".fc2", {.w = mname(j, "fc2"), .m = Nt, .n = d.H, .k = d.Md, .x = BIG, .xs = d.Md * 2, .y = TMP,
+                            .ys = d.H * 2, .bias = VEC + 3 * d.Md * 2});
         em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
         b.op("mark.end", {Name{M}});
       }
@@ -1779,10 +1785,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
       norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
-      k.gemm_gelu("Mf.fc1", "Mf.gelu", EwOp::gelu_erf, mname(-1, "fc1"), Nt, d.Md, d.Md, XN, d.Md * 2, BIG,
-                  VEC + 2 * d.Dv * 2);
+      k.gemm_gelu("Mf.fc1", "Mf.gelu", EwOp::gelu_erf, {.w = mname(-1, "fc1"), .m = Nt, .n = d.Md, .k = d.Md, .x = XN,
+                                                        .xs = d.Md * 2, .y = BIG, .bias = VEC + 2 * d.Dv * 2});
       if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
-      gemm("Mf.fc2", mname(-1, "fc2"), Nt, d.H, d.Md, BIG, d.Md * 2, TMP, d.H * 2, VEC + 2 * d.Dv * 2 + d.Md * 2);
+      k.gemm("Mf.fc2", {.w = mname(-1, "fc2"), .m = Nt, .n = d.H, .k = d.Md, .x = BIG, .xs = d.Md * 2, .y = TMP,
+                        .ys = d.H * 2, .bias = VEC + 2 * d.Dv * 2 + d.Md * 2});
       em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
       b.op("mark.end", {Name{"Mf"}});
     }
@@ -1834,7 +1841,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     tables_early(ttables(L + "."));
     norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
-    gemm(L + ".qkv", layer_name(i, "qkv.gemm"), S, d.qkv_n, d.H, XN, d.H * 2, BIG, d.qkv_n * 2, kNone);
+    k.gemm(L + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = S, .n = d.qkv_n, .k = d.H, .x = XN, .xs = d.H * 2,
+                        .y = BIG, .ys = d.qkv_n * 2});
     k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
@@ -1870,8 +1878,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     }
     if (dchain) k.lrm_end = dsums;
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
-    gemm(L + ".o_proj", layer_name(i, "o.gemm"), S, d.H, d.nq * d.hd, XN, qd, TMP, d.H * 2, kNone);
-    ew(L + ".attn_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
+    k.gemm(L + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = S, .n = d.H, .k = d.nq * d.hd, .x = XN, .xs = qd,
+                           .y = TMP, .ys = d.H * 2});
+    k.ew(L + ".attn_residual", {.op = EwOp::add, .rows = S, .cols = d.H, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
     norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
@@ -1884,21 +1893,23 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
         if (gu_fused)
-          k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, cw, d.H, XN, d.H * 2, BIG + c * cw * 2,
-                    d.I * 2, true);
+          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = S, .n = 2 * cw, .k = d.H, .x = XN,
+                        .xs = d.H * 2, .y = BIG + c * cw * 2, .ys = d.I * 2}, true);
         else {
-          gemm(C + ".gate_up", layer_name(i, fmt::format("gu{}.gemm", c).c_str()), S, gu_n, d.H, XN, d.H * 2, TMP,
-               gu_n * 2, kNone);
-          ew(C + ".silu_mul", EwOp::silu_mul, S, cw, TMP, gu_n * 2, TMP + cw * 2, gu_n * 2, BIG + c * cw * 2, d.I * 2);
+          k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = S, .n = gu_n, .k = d.H,
+                                  .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
+          k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = S, .cols = cw, .a_ocm = TMP, .a_stride = gu_n * 2,
+                                 .b_ocm = TMP + cw * 2, .b_stride = gu_n * 2, .out_ocm = BIG + c * cw * 2,
+                                 .out_stride = d.I * 2});
         }
         if (c == 0 && i + 1 < tc.num_hidden_layers) em.copy_wait();
         if (!odd) continue;
         const bool last = c + 1 == nchunks;
         if (!last) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
-        k.gemm(C + ".down", layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), S, d.H, dk,
-               BIG + (c - 1) * cw * 2, d.I * 2, H, d.H * 2, kNone,
-               {.in = true, .y_f32 = !last, .lrm = dsums});
+        k.gemm(C + ".down", {.w = layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), .m = S, .n = d.H, .k = dk,
+                             .x = BIG + (c - 1) * cw * 2, .xs = d.I * 2, .y = H, .ys = d.H * 2,
+                             .acc = {.in = true, .y_f32 = !last, .lrm = dsums}});
       }
       k.lrm_end = 0;
     }
@@ -1908,20 +1919,25 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
       const std::string w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str());
       // (fused: SiLU x up straight into the activation's rows)
-      if (gu_fused) k.gate_up(C, w, S, cw * J, d.H, XN, d.H * 2, BIG + c * J * cw * 2, d.I * 2, true);
-      else gemm(C + ".gate_up", w, S, gu_n, d.H, XN, d.H * 2, TMP, gu_n * 2, kNone);
+      if (gu_fused)
+        k.gate_up(C, {.w = w, .m = S, .n = 2 * cw * J, .k = d.H, .x = XN, .xs = d.H * 2, .y = BIG + c * J * cw * 2,
+                      .ys = d.I * 2}, true);
+      else
+        k.gemm(C + ".gate_up", {.w = w, .m = S, .n = gu_n, .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
       if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();  // the next layer's norm weights
       if (gu_fused) continue;
       if (ncalls == 1) {
         // One call takes every chunk: its S x J gate|up rows of 2 cw and the activation's S x J
         // rows of cw are each evenly spaced, so one SiLU gate takes them all.
-        ew(C + ".silu_mul", EwOp::silu_mul, S * J, cw, TMP, 2 * cw * 2, TMP + cw * 2, 2 * cw * 2, BIG, cw * 2);
+        k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = S * J, .cols = cw, .a_ocm = TMP, .a_stride = 2 * cw * 2,
+                               .b_ocm = TMP + cw * 2, .b_stride = 2 * cw * 2, .out_ocm = BIG, .out_stride = cw * 2});
         continue;
       }
       for (uint32_t cc = 0; cc < J; ++cc)
-        ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc), EwOp::silu_mul, S, cw,
-           TMP + cc * 2 * cw * 2, gu_n * 2, TMP + cc * 2 * cw * 2 + cw * 2, gu_n * 2, BIG + (c * J + cc) * cw * 2,
-           d.I * 2);
+        k.ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc),
+             {.op = EwOp::silu_mul, .rows = S, .cols = cw, .a_ocm = TMP + cc * 2 * cw * 2, .a_stride = gu_n * 2,
+              .b_ocm = TMP + cc * 2 * cw * 2 + cw * 2, .b_stride = gu_n * 2, .out_ocm = BIG + (c * J + cc) * cw * 2,
+              .out_stride = d.I * 2});
     }
     // (One gate|up call: the norm weights' copy waited for here, where the down's first wait on
     // channel 0 waits behind it anyway, not after the call: 32x64, 8 MiB, 64 GB/s 43.23 -> 42.94
@@ -1929,13 +1945,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (!dchain) {
     if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
     if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
-    gemm(L + ".down", layer_name(i, "down.gemm"), S, d.H, d.I, BIG, d.I * 2, TMP, d.H * 2, kNone);
-    ew(L + ".mlp_residual", EwOp::add, S, d.H, H, 0, TMP, 0, H, 0);
+    k.gemm(L + ".down", {.w = layer_name(i, "down.gemm"), .m = S, .n = d.H, .k = d.I, .x = BIG, .xs = d.I * 2, .y = TMP,
+                         .ys = d.H * 2});
+    k.ew(L + ".mlp_residual", {.op = EwOp::add, .rows = S, .cols = d.H, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
     }
     if (i < int(vc.deepstack_visual_indexes.size()) && ni) {
       em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + i0 * d.H * 2, ocm(TMP), ni * d.H * 2);
       const uint32_t rows_at = H + is * d.H * 2;
-      ew(L + ".deepstack_add", EwOp::add, ni, d.H, rows_at, 0, TMP, 0, rows_at, 0);
+      k.ew(L + ".deepstack_add", {.op = EwOp::add, .rows = ni, .cols = d.H, .a_ocm = rows_at, .b_ocm = TMP,
+                                  .out_ocm = rows_at});
     }
     b.op("mark.end", {Name{L}});
   }
@@ -2853,11 +2871,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (m.parked && tiled) fail("compiler: internal: '{}' has its residual parked but its parts in tiles", m.mark);
         if (m.parked) k.park(m.mark + ".unpark_residual", X1, n * w2, m.parked, true);
         else if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
-        k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), m.out_w, n, m.width, m.out_k, A, m.a_stride, xn, w2,
-               m.out_bias);
+        k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), {.w = m.out_w, .m = n, .n = m.width, .k = m.out_k, .x = A,
+                                                          .xs = m.a_stride, .y = xn, .ys = w2, .bias = m.out_bias});
         if (tiled) em.copy(m.mark + ".load_residual", res, ocm(X1), n * w2);
         else em.wait(cs);
-        k.ew(m.mark + ".attn_residual", EwOp::add, n, m.width, X1, 0, xn, 0, X1, 0);
+        k.ew(m.mark + ".attn_residual", {.op = EwOp::add, .rows = n, .cols = m.width, .a_ocm = X1, .b_ocm = xn,
+                                         .out_ocm = X1});
         k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, n, m.width, X1, xn, m.norm_w, m.norm_b, m.eps);
         if (m.after_norm && r0 + n == m.rows) m.after_norm();
         if (seed) k.lrm_seed(m.mark + ".residual_sums", m.rows, m.width, m.chunk, r0, n, X1, w2, m.sums_lrm);
@@ -2883,7 +2902,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           continue;
         }
         em.copy(m.mark + ".reload_residual", m.res_ddr + r0 * w2, ocm(X3), n * w2);
-        k.ew(m.mark + ".mlp_residual", EwOp::add, n, m.width, X3, 0, XN + r0 * w2, 0, X3, 0);
+        k.ew(m.mark + ".mlp_residual", {.op = EwOp::add, .rows = n, .cols = m.width, .a_ocm = X3, .b_ocm = XN + r0 * w2,
+                                        .out_ocm = X3});
         if (m.after) m.after(X3, r0, n, XN + r0 * w2);
         em.copy(m.mark + ".store", ocm(X3), m.res_ddr + r0 * w2, n * w2);
       }
@@ -3064,9 +3084,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (parked) k.park(T + ".unpark_rows", X, rows * d.Md * 2, vpark, true);
           else em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
           norm(T, rows, X);
-          k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_erf, mname(j, "fc1"), rows, d.Md, d.Md, X, d.Md * 2, F1,
-                      fc1b);
-          k.gemm(T + ".fc2", mname(j, "fc2"), rows, d.H, d.Md, F1, d.Md * 2, O, d.H * 2, fc2b);
+          k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = rows, .n = d.Md, .k = d.Md,
+                                                                .x = X, .xs = d.Md * 2, .y = F1, .bias = fc1b});
+          k.gemm(T + ".fc2", {.w = mname(j, "fc2"), .m = rows, .n = d.H, .k = d.Md, .x = F1, .xs = d.Md * 2, .y = O,
+                              .ys = d.H * 2, .bias = fc2b});
           em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
         }
         end(M);
@@ -3092,7 +3113,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
           for (uint32_t g = 0; g < d.hv / gq; ++g) {
             const std::string A = fmt::format("{}.g{}", B, g);
-            k.gemm(A + ".qkv", vgq_name(blk, g), N, 3 * gq * d.hdv, d.Dv, X, d.Dv * 2, Y, ys, QB + g * ys);
+            k.gemm(A + ".qkv", {.w = vgq_name(blk, g), .m = N, .n = 3 * gq * d.hdv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
+                                .y = Y, .ys = ys, .bias = QB + g * ys});
             k.rope(A + ".qk_rope", N, 2 * gq, d.hdv, Y, ys, RC, RS);  // q and k heads adjacent
             k.attention(A + ".attention", {.q_heads = gq, .kv_heads = gq, .head_dim = d.hdv, .seq = N,
                                            .causal = false, .q_ocm = Y, .q_row_stride = ys, .q_head_stride = hdv2,
@@ -3117,8 +3139,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (vqpark) k.lrm_end = vqpark;
           for (uint32_t j = 0; j < 3; ++j) {
             const uint32_t Y = j == 2 ? V : K;
-            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), vpm_name(blk, j, "qkv"), N, d.Dv, d.Dv, X, d.Dv * 2, Y,
-                   d.Dv * 2, vv_qkvb + j * d.Dv * 2);
+            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = N, .n = d.Dv, .k = d.Dv,
+                                                       .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
+                                                       .bias = vv_qkvb + j * d.Dv * 2});
             if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
             if (j == 0 && vqpark) k.slots(B + ".park_q", vq_all_rows(K), true);
             else if (j == 0) em.copy(B + ".store_q", ocm(K), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
@@ -3140,8 +3163,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             for (uint32_t j = 0; j < 3; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
               em.wait(chan[u]);  // the last store from this buffer
-              k.gemm(fmt::format("{}.{}", T, "qkv"[j]), vpm_name(blk, j, "qkv"), n, d.Dv, d.Dv, X, d.Dv * 2, Y,
-                     d.Dv * 2, vv_qkvb + j * d.Dv * 2);
+              k.gemm(fmt::format("{}.{}", T, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = n, .n = d.Dv, .k = d.Dv,
+                                                         .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
+                                                         .bias = vv_qkvb + j * d.Dv * 2});
               if (j < 2) k.rope(fmt::format("{}.{}_rope", T, "qkv"[j]), n, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
               copy_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]), ocm(Y),
                       vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, d.Dv * 2, n, d.Dv * 2, 3 * d.Dv * 2);
@@ -3169,20 +3193,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                RS = buf(o, nd, u, 3), P = o[4];
                 if (blk == 0) {
                   em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
-                  k.gemm(T + ".patch_embed", "V.patch", rows, d.Dv, d.pd, P, d.pd * 2, X, d.Dv * 2, vv_patchb);
+                  k.gemm(T + ".patch_embed", {.w = "V.patch", .m = rows, .n = d.Dv, .k = d.pd, .x = P, .xs = d.pd * 2,
+                                              .y = X, .ys = d.Dv * 2, .bias = vv_patchb});
                   em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
-                  k.ew(T + ".pos_add", EwOp::add, rows, d.Dv, X, 0, QKV, 0, X, 0);
+                  k.ew(T + ".pos_add", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = X, .b_ocm = QKV,
+                                        .out_ocm = X});
                   em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
                 }
                 k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
                 kick(1);
                 if (tower_qkv_split()) {  // q|k, then v (as the resident plan)
-                  k.gemm(T + ".qk", vname(blk, "qkv"), rows, 2 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2, vv_qkvb);
-                  k.gemm(T + ".v", vname(blk, "qkv"), rows, d.Dv, d.Dv, X, d.Dv * 2, QKV + 2 * d.Dv * 2, 3 * d.Dv * 2,
-                         vv_qkvb + 2 * d.Dv * 2, {}, GemmAct::none, tower_v_offset());
+                  k.gemm(T + ".qk", {.w = vname(blk, "qkv"), .m = rows, .n = 2 * d.Dv, .k = d.Dv, .x = X,
+                                     .xs = d.Dv * 2, .y = QKV, .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
+                  k.gemm(T + ".v", {.w = vname(blk, "qkv"), .m = rows, .n = d.Dv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
+                                    .y = QKV + 2 * d.Dv * 2, .ys = 3 * d.Dv * 2, .bias = vv_qkvb + 2 * d.Dv * 2,
+                                    .w_off = tower_v_offset()});
                 } else {
-                  k.gemm(T + ".qkv", vname(blk, "qkv"), rows, 3 * d.Dv, d.Dv, X, d.Dv * 2, QKV, 3 * d.Dv * 2,
-                         vv_qkvb);
+                  k.gemm(T + ".qkv", {.w = vname(blk, "qkv"), .m = rows, .n = 3 * d.Dv, .k = d.Dv, .x = X,
+                                      .xs = d.Dv * 2, .y = QKV, .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
                 }
                 k.rope(T + ".qk_rope", rows, 2 * d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);  // q and k heads adjacent
               },
@@ -3294,15 +3322,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
             const std::string T = name(t);
             const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
-            k.gemm(T + ".proj", vname(blk, "proj"), rows, d.Dv, d.Dv, X, d.Dv * 2, Tt, d.Dv * 2, vv_projb);
-            k.ew(T + ".attn_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+            k.gemm(T + ".proj", {.w = vname(blk, "proj"), .m = rows, .n = d.Dv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
+                                 .y = Tt, .ys = d.Dv * 2, .bias = vv_projb});
+            k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = Hb, .b_ocm = Tt,
+                                        .out_ocm = Hb});
             k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
             kick(0);
-            k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_tanh, vname(blk, "fc1"), rows, d.Iv, d.Dv, X, d.Dv * 2, F,
-                        vv_fc1b);
+            k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_tanh, {.w = vname(blk, "fc1"), .m = rows, .n = d.Iv,
+                                                                   .k = d.Dv, .x = X, .xs = d.Dv * 2, .y = F,
+                                                                   .bias = vv_fc1b});
             kick(1);
-            k.gemm(T + ".fc2", vname(blk, "fc2"), rows, d.Dv, d.Iv, F, d.Iv * 2, Tt, d.Dv * 2, vv_fc2b);
-            k.ew(T + ".mlp_residual", EwOp::add, rows, d.Dv, Hb, 0, Tt, 0, Hb, 0);
+            k.gemm(T + ".fc2", {.w = vname(blk, "fc2"), .m = rows, .n = d.Dv, .k = d.Iv, .x = F, .xs = d.Iv * 2,
+                                .y = Tt, .ys = d.Dv * 2, .bias = vv_fc2b});
+            k.ew(T + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = Hb, .b_ocm = Tt,
+                                       .out_ocm = Hb});
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
@@ -3401,7 +3434,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         k.norm(T + ".input_norm", NormKind::rms, rows, d.H, In, X, w_in, 0, teps);
         pre_gemm();
         const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
-        k.gemm(T + ".qkv", layer_name(i, "qkv.gemm"), rows, d.qkv_n, d.H, X, d.H * 2, QKV, qkvs, kNone);
+        k.gemm(T + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = rows, .n = d.qkv_n, .k = d.H, .x = X, .xs = d.H * 2,
+                            .y = QKV, .ys = qkvs});
         if (post_gemm) post_gemm();
         k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
         k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
@@ -3418,8 +3452,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // chunk, kick(1) before the middle one) and its residual, the DeepStack rows.
       auto after_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t Hb, uint32_t X,
                                  uint32_t ACT, const Kick& kick) {
-        k.gemm(T + ".o_proj", layer_name(i, "o.gemm"), rows, d.H, d.nq * d.hd, X, qd, ACT, d.H * 2, kNone);
-        k.ew(T + ".attn_residual", EwOp::add, rows, d.H, Hb, 0, ACT, 0, Hb, 0);
+        k.gemm(T + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = rows, .n = d.H, .k = d.nq * d.hd, .x = X, .xs = qd,
+                               .y = ACT, .ys = d.H * 2});
+        k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hb, .b_ocm = ACT,
+                                    .out_ocm = Hb});
         k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
         kick(0);
         for (uint32_t c = 0; c < nchunks; ++c) {
@@ -3427,17 +3463,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (c == nchunks / 2) kick(1);
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
           const uint32_t at = ACT + c * cw * 2;
-          k.gate_up(C, layer_name(i, fmt::format("gu{}.gemm", c).c_str()), rows, cw, d.H, X, d.H * 2, at, as,
-                    gu_fused);
+          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = 2 * cw, .k = d.H,
+                        .x = X, .xs = d.H * 2, .y = at, .ys = as}, gu_fused);
         }
-        k.gemm(T + ".down", layer_name(i, "down.gemm"), rows, d.H, d.I, ACT, as, X, d.H * 2, kNone);
-        k.ew(T + ".mlp_residual", EwOp::add, rows, d.H, Hb, 0, X, 0, Hb, 0);
+        k.gemm(T + ".down", {.w = layer_name(i, "down.gemm"), .m = rows, .n = d.H, .k = d.I, .x = ACT, .xs = as, .y = X,
+                             .ys = d.H * 2});
+        k.ew(T + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hb, .b_ocm = X, .out_ocm = Hb});
         auto [a, e] = image_rows(r0, rows);
         if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
           em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
                   (e - a) * d.H * 2);
           const uint32_t at = Hb + (a - r0) * d.H * 2;
-          k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, at, 0, X, 0, at, 0);
+          k.ew(T + ".deepstack_add", {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = X,
+                                      .out_ocm = at});
         }
       };
       auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
@@ -3606,8 +3644,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             em.copy(T + ".load_deepstack",
                                     ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
                                     (e - a) * d.H * 2);
-                            k.ew(T + ".deepstack_add", EwOp::add, e - a, d.H, X3 + (a - t0) * d.H * 2, 0, DS, 0,
-                                 X3 + (a - t0) * d.H * 2, 0);
+                            k.ew(T + ".deepstack_add", {.op = EwOp::add, .rows = e - a, .cols = d.H,
+                                                        .a_ocm = X3 + (a - t0) * d.H * 2, .b_ocm = DS,
+                                                        .out_ocm = X3 + (a - t0) * d.H * 2});
                           },
                           .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
                           .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
