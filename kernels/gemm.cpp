@@ -21,8 +21,10 @@ constexpr uint32_t kMaxRows = 16;  // accumulators v0..v15
 constexpr uint32_t kUnitPad = 128;
 uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 uint32_t meta_lrm_bytes(uint32_t p) { return ceil_div(p, 8) * 32; }
-// Two LRM buffers of nblk blocks at split s (64/s code bytes per block) + look-ahead pad.
-uint32_t lrm_need(uint32_t nblk, uint32_t s) { return 2 * (meta_lrm_bytes(nblk) + 64 / s * nblk) + 64; }
+// `bufs` LRM buffers of nblk blocks at split s (64/s code bytes per block) + look-ahead pad.
+uint32_t lrm_need(uint32_t nblk, uint32_t s, uint32_t bufs = 2) {
+  return bufs * (meta_lrm_bytes(nblk) + 64 / s * nblk) + 64;
+}
 // OCM buffer of DMA channel c: unit 0 (meta + first codes) always lands on channel 0.
 uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
   return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
@@ -43,6 +45,7 @@ uint32_t unit_data(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a
 // One LRM buffer (meta, then the codes of the PE's k) and where a call's two sit.
 uint32_t lrm_buffer(const GemmPlan& pl) { return pl.meta_lrm + 64 / pl.split * pl.blocks; }
 std::pair<uint32_t, uint32_t> lrm_buffers(const GemmPlan& pl, const GemmArgs& a) {
+  if (pl.single) return {a.lrm_p, a.lrm_p};
   if (a.lrm_p == 0 && a.lrm_q == 0) return {0, lrm_buffer(pl)};
   return {a.lrm_p, a.lrm_q};
 }
@@ -169,7 +172,8 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u, up64(bsn + 64)}) {
     if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
     for (uint32_t q : {0u, up64(p + bsn), top}) {
-      if (q > top || !disjoint(q, q + bsn + 64, p, p + bsn)) continue;
+      if (pn.single) q = p;  // (one buffer: one tile)
+      else if (q > top || !disjoint(q, q + bsn + 64, p, p + bsn)) continue;
       const uint32_t own = last_in_p ? p : q;
       const int64_t score = std::min(own, top - own);
       if (best < 0 || score < best) {
@@ -200,15 +204,15 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
 uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
   if (k == 0 || k % kBlock) fail("gemm: K = {} must be a positive multiple of {}", k, kBlock);
   const uint32_t nblk = k / kBlock;
-  auto ok = [&](uint32_t s) {
+  auto ok = [&](uint32_t s, uint32_t bufs = 2) {
     return s >= 1 && s <= 2 && cfg.pe_cols % s == 0 && nblk % s == 0 && (s == 1 || 2 * nblk <= kUnitPad) &&
-           lrm_need(nblk, s) <= cfg.lrm_bytes;
+           lrm_need(nblk, s, bufs) <= cfg.lrm_bytes;
   };
   if (split) {
-    if (!ok(split))
+    if (!ok(split, 1))
       fail("gemm: split {} does not fit K = {} (needs split 1 or 2 dividing pe_cols = {} and the {} blocks, and "
            "{} LRM bytes <= lrm_bytes = {})",
-           split, k, cfg.pe_cols, nblk, lrm_need(nblk, std::max(split, 1u)), cfg.lrm_bytes);
+           split, k, cfg.pe_cols, nblk, lrm_need(nblk, std::max(split, 1u), 1), cfg.lrm_bytes);
     return split;
   }
   // Split 2 where its tiles (npe / 2 columns, each half the MAC steps a row) take fewer
@@ -217,7 +221,10 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t spl
   if (ok(2) && ceil_div(2 * n, npe) < 2 * ceil_div(n, npe)) return 2;
   for (uint32_t s = 1; s <= 2; s *= 2)
     if (ok(s)) return s;
-  fail("gemm: K = {} does not fit: two LRM buffers of {} blocks need {} bytes, lrm_bytes = {} (split 2 needs an "
+  // One buffer (GemmPlan::single: a tile a call), the smaller one where split 2 is possible.
+  for (uint32_t s = 2; s >= 1; --s)
+    if (ok(s, 1)) return s;
+  fail("gemm: K = {} does not fit: an LRM buffer of {} blocks needs {} bytes, lrm_bytes = {} (split 2 needs an "
        "even block count and pe_cols); raise lrm_bytes to {} or more",
        k, nblk, gemm_lrm_need(cfg, k), cfg.lrm_bytes, gemm_lrm_need(cfg, k));
 }
@@ -231,7 +238,7 @@ uint32_t gemm_unit_pe_bytes(const sim::Config& cfg) {
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k) {
   const uint32_t nblk = k / kBlock;
   const bool two = cfg.pe_cols % 2 == 0 && nblk % 2 == 0 && 2 * nblk <= kUnitPad;  // split 2 possible
-  return lrm_need(nblk, two ? 2 : 1);
+  return lrm_need(nblk, two ? 2 : 1, 1);
 }
 
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
@@ -241,6 +248,7 @@ GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, u
   p.cols = cfg.npe() / p.split;
   p.tiles = ceil_div(n, p.cols);
   p.blocks = k / kBlock;
+  p.single = lrm_need(p.blocks, p.split) > cfg.lrm_bytes;
   p.meta_lrm = meta_lrm_bytes(p.blocks);
   p.unit_pe = gemm_unit_pe_bytes(cfg);
   p.units = p.blocks / p.split * (64 / p.unit_pe);
@@ -339,6 +347,10 @@ double gemm_act_cycles(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t 
 void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.m == 0) fail("gemm: M must be positive");
   const GemmPlan pl = plan_gemm(cfg, a.m, a.n, a.k, a.split);
+  if (pl.single && pl.tiles > 1)
+    fail("gemm: two LRM buffers of K = {} do not fit lrm_bytes = {} ({} bytes each at split {}): one is a tile a call, "
+         "N <= {} (got N = {}), or raise lrm_bytes to {}",
+         a.k, cfg.lrm_bytes, lrm_buffer(pl), pl.split, pl.cols, a.n, lrm_need(pl.blocks, pl.split));
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
   const bool twin = pl.sets == 2;  // two row sets: the lower PEs [0, H), the upper ones [H, npe)
   // Two row sets at split 2: a slot's two rows in one grouped broadcast (obcast.g; the split-1

@@ -52,7 +52,8 @@
 // Tiling rule: S is the smallest of 1, 2 (dividing pe_cols and B) for which two LRM
 // buffers fit: 2 * (ceil(B/8) * 32 + 64 * B / S) + 64 <= lrm_bytes (qc-u: S = 1 up to
 // K = 3584, S = 2 for K = 4096 and 6144); S = 2 also where it fits and its tiles take
-// fewer PE-steps: ceil(2N / npe) < 2 ceil(N / npe) (N = 1024 on 2,048 PEs or more).
+// fewer PE-steps: ceil(2N / npe) < 2 ceil(N / npe) (N = 1024 on 2,048 PEs or more). Where
+// no split has room for two, the one whose single buffer fits (2 first): GemmPlan::single.
 // Units stream DDR -> OCM through one buffer per DMA channel (C = the most channels <=
 // dma_channels dividing the D = B/S units; unit d on channel d % C; a channel's next
 // unit starts as soon as its buffer is scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
@@ -180,6 +181,10 @@ struct GemmPlan {
   uint32_t cols = 0;         // T = npe / S columns per tile
   uint32_t tiles = 0;        // ceil(n / T)
   uint32_t blocks = 0;       // B = k / 128
+  // One LRM buffer: two of the split's do not fit lrm_bytes (an odd pe_cols at 4 KiB: K = 4,096 and
+  // 6,144), so no tile fills while another computes and a call takes one tile (the image compiler
+  // runs such a weight a tile a call, ImageKernels::gemm; emit_gemm_w4 refuses more).
+  bool single = false;
   uint32_t meta_lrm = 0;     // ceil(B/8) * 32
   uint32_t unit_pe = 64;     // UB: code bytes a PE takes from a DMA unit (gemm_unit_pe_bytes)
   uint32_t units = 0;        // D = B / S * 64 / UB DMA units per tile (unit 0 carries the meta)
@@ -211,7 +216,8 @@ struct GemmPlan {
 uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
-// The least lrm_bytes with which a K-input weight fits some split on cfg's array.
+// The least lrm_bytes with which a K-input weight runs at some split on cfg's array: one LRM
+// buffer (GemmPlan::single); two, for calls of several tiles, take twice its codes and meta.
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // UB, the code bytes a PE takes from a DMA unit: 64, or 32 where units of 64 a PE on four DMA
 // channels would take more than a quarter of an OCM of more than 1 MiB (64x64 at 2 MiB: the image

@@ -3,18 +3,19 @@
 
 The design-space grid (scripts/design_space.py) is all powers of two. This draws points
 anywhere in the range the compiler supports (pe_rows and pe_cols 8 to 64, odd or even; OCM
-512 KiB to 16 MiB; 1 to 8 DMA channels; LRM 4 to 64 KiB; 8 to 200 GB/s), runs
+512 KiB to 16 MiB; 1 to 8 DMA channels; LRM 2 to 64 KiB; 8 to 200 GB/s), runs
 
     gpnpu describe --model MODEL --tokens 2 --set pe_rows=R --set pe_cols=C ...
 
-at each (the image program and a decode step against the chain: every gate), and lists
-the points that failed a gate, ended with an error, or ran past --timeout:
+at each (the image program and a decode step against the chain: every gate), or with
+--compile-only `gpnpu compile` (both programs compiled, nothing run: seconds a point for the
+2B), and lists the points that failed a gate, ended with an error, or ran past --timeout:
 
     scripts/random_points.py [--gpnpu build/gpnpu] [--model synthetic:tiny] [--count 40]
-                             [--seed 1] [-j 2] [--timeout 300]
+                             [--seed 1] [-j 2] [--timeout 300] [--compile-only]
 
 Exit status 1 when any point failed. An error that names the limit it hit (the 2B model on an
-odd pe_cols below 6,592 bytes of LRM, an OCM too small for the program) is listed, not
+odd pe_cols below 3,328 bytes of LRM, an OCM too small for the program) is listed, not
 counted as a failure, with --allow-limits. Points are printed as `--set` arguments, ready to
 rerun. Found (thirtieth stop, docs/performance.md): a compiler hang on 21x48 PEs, NaN on
 39x38 and on 53x59, and OCM errors at 512 KiB on odd row counts.
@@ -24,10 +25,11 @@ import concurrent.futures
 import random
 import subprocess
 import sys
+import tempfile
 import time
 
 OCM_KIB = [512, 768, 1024, 1536, 2048, 3072, 4096, 8192, 16384]
-LRM_KIB = [4, 6, 8, 16, 64]
+LRM_KIB = [2, 4, 6, 8, 16, 64]
 DDR_GBPS = [8, 16, 32, 64, 128, 200]
 LIMITS = ("raise lrm_bytes", "raise ocm_bytes")  # errors that name the machine's limit and the fix
 
@@ -38,13 +40,16 @@ def draw(rng):
             f"lrm_bytes={rng.choice(LRM_KIB)}KiB", f"ddr_gbps={rng.choice(DDR_GBPS)}"]
 
 
-def run(gpnpu, model, sets, timeout):
-    cmd = [gpnpu, "describe", "--model", model, "--tokens", "2"]
+def run(gpnpu, model, sets, timeout, compile_only):
+    out = tempfile.TemporaryDirectory(prefix="random_points_")
+    cmd = [gpnpu, "compile", "--model", model, "--out", out.name] if compile_only else \
+        [gpnpu, "describe", "--model", model, "--tokens", "2"]
     for s in sets:
         cmd += ["--set", s]
     start = time.time()
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        with out:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return "timeout", f"no result after {timeout} s", time.time() - start
     out = r.stdout + r.stderr
@@ -65,6 +70,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=300, help="seconds a point may take")
     ap.add_argument("--allow-limits", action="store_true",
                     help="an error naming the machine's limit (raise lrm_bytes / ocm_bytes) is not a failure")
+    ap.add_argument("--compile-only", action="store_true", help="compile the programs at each point, run nothing")
     a = ap.parse_args()
     if a.count < 1 or a.j < 1 or a.timeout < 1:
         sys.exit("random_points: --count, -j and --timeout must be at least 1")
@@ -72,7 +78,7 @@ def main():
     points = [draw(rng) for _ in range(a.count)]
     bad = 0
     with concurrent.futures.ThreadPoolExecutor(a.j) as ex:
-        futures = [ex.submit(run, a.gpnpu, a.model, p, a.timeout) for p in points]
+        futures = [ex.submit(run, a.gpnpu, a.model, p, a.timeout, a.compile_only) for p in points]
         for i, (p, f) in enumerate(zip(points, futures)):
             kind, why, secs = f.result()
             failed = kind in ("failed", "timeout") or (kind == "limit" and not a.allow_limits)

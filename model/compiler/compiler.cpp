@@ -82,8 +82,9 @@ void Compiler::add_weight(const std::string& name, uint32_t n, uint32_t k, const
   auto bytes = [&](uint32_t rows) {
     return gemm ? gemm_weight_bytes(cfg_, rows, k) : gemv_weight_bytes(rows, k);
   };
-  // A GEMM weight whose two LRM tile buffers do not fit: the layout goes on (its bytes do not
-  // depend on the tiling) and plan_ddr fails with the one needing the most LRM.
+  // A GEMM weight whose LRM tile buffer does not fit (two that do not run a tile a call,
+  // kernels::GemmPlan::single): the layout goes on (its bytes do not depend on the tiling) and
+  // plan_ddr fails with the one needing the most LRM.
   if (gemm && k % kernels::kW4Block == 0 && kernels::gemm_lrm_need(cfg_, k) > cfg_.lrm_bytes) {
     sim::Config big = cfg_;
     big.lrm_bytes = kernels::gemm_lrm_need(cfg_, k);
@@ -167,7 +168,7 @@ void Compiler::plan_ddr() {
             : fmt::format("; pe_cols = {} is odd, so every GEMM runs at split 1, which takes twice the LRM: with an "
                           "even pe_cols they need {} bytes",
                           cfg_.pe_cols, lrm_even_);
-    fail("compiler: weight {} needs two LRM tile buffers of {} bytes on {}: raise lrm_bytes to {} or more "
+    fail("compiler: weight {} needs an LRM tile buffer of {} bytes on {}: raise lrm_bytes to {} or more "
          "(the model's largest need){}",
          lrm_short_.first, lrm_short_.second, cfg_.name(), lrm_short_.second, odd);
   }

@@ -157,8 +157,8 @@ double last_tile_macs(const sim::Config& gcfg, uint32_t rows, uint32_t n, uint32
 // may take two chunks a call instead (pm_down_pairs).
 uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
   if (first_tile_ddr(gcfg, 2 * cp, hidden, 0) <= last_tile_macs(gcfg, rows, hidden, cp)) return 0;
-  try {
-    return gemm_split(gcfg, 2 * cp, hidden, 2);
+  try {  // (split 2 where its two LRM buffers fit)
+    return plan_gemm(gcfg, 0, 2 * cp, hidden, 2).single ? 0 : 2;
   } catch (const Error&) {
     return 0;
   }
@@ -189,6 +189,13 @@ uint32_t up_row(bool gated, uint32_t pairs, bool fused) {
   return gated ? 2 * (pairs > 1 && !fused ? 3 : 2) : 2;
 }
 
+// Whether n x k GEMMs (at split, 0: the rule's) keep their tiling on below's LRM: the same split,
+// and two LRM buffers where full's have two (kernels::GemmPlan::single). Throws where none fits.
+bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint32_t n, uint32_t k, uint32_t split = 0) {
+  const GemmPlan a = plan_gemm(below, 0, n, k, split), b = plan_gemm(full, 0, n, k, split);
+  return a.split == b.split && a.single == b.single;
+}
+
 // The LRM offset of an MLP phase's partial sums (GemmArgs::lrm_out: its down GEMM of `width`
 // outputs over `rows` rows in chunks of `chunk` inputs) at the top of LRM, or 0 where they do
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
@@ -202,9 +209,8 @@ uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32
   sim::Config below = gcfg;
   below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
   try {
-    if (gemm_split(below, up_n, up_k, up_split) != gemm_split(gcfg, up_n, up_k, up_split) ||
-        gemm_split(below, width, chunk) != gemm_split(gcfg, width, chunk) ||
-        (out_k && gemm_split(below, width, out_k) != gemm_split(gcfg, width, out_k)))
+    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, width, chunk) ||
+        (out_k && !keeps_tiling(below, gcfg, width, out_k)))
       return 0;
   } catch (const Error&) {
     return 0;
@@ -891,7 +897,7 @@ struct ImageKernels {
   // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
   void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0) {
     if (f16.on) return;
-    next_g = base_args(w, n, k);
+    next_g = base_args(w, first_call_n(w, n, k), k);
     next_g.w_ddr += uint32_t(w_off);
     next_w = w;
     next_between = between;
@@ -910,13 +916,59 @@ struct ImageKernels {
     if (window_bytes / cfg.ddr_bytes_per_cycle() >= window) return;
     if (f16.on || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
     if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
-    const GemmArgs g2 = base_args(w, n, k);
+    const GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
     const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
     if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
     emit_gemm_prefetch(b, gcfg, g2);
     started_w = w;
   }
+  // A weight whose two LRM buffers do not fit (kernels::GemmPlan::single) runs a tile a call:
+  // the calls over its tiles (o's columns from tile t on, and their bias, outputs and partial sums;
+  // mark.col<t>), each prefetching the next. first_call_n: the columns of the first call on w.
+  uint32_t first_call_n(const std::string& w, uint32_t n, uint32_t k) const {
+    const kernels::GemmPlan pl = plan_gemm(gcfg, 0, n, k, ddr.at(w).split);
+    return pl.single ? std::min(n, pl.cols) : n;
+  }
   void gemm(const std::string& mark, const GemmOp& o) {
+    const kernels::GemmPlan pl = plan_gemm(gcfg, o.m, o.n, o.k, ddr.at(o.w).split);
+    if (!pl.single || pl.tiles == 1) {
+      gemm_call(mark, o);
+    } else {
+      const uint32_t T = pl.cols;
+      const bool manual = !record && !chain && !f16.on;  // (prefetch() by hand: each call names the next)
+      const std::string after_w = next_w;
+      const GemmArgs after_g = next_g;
+      const uint32_t after_between = next_between;
+      for (uint32_t t = 0; t < pl.tiles; ++t) {
+        const uint32_t c0 = t * T;
+        GemmOp ot = o;
+        ot.n = std::min(T, o.n - c0);
+        ot.w_off = o.w_off + t * pl.tile_bytes;
+        ot.y = o.y + c0 * (o.act == GemmAct::silu_pairs ? 1 : o.acc.y_f32 ? 4 : 2);
+        if (o.bias != UINT32_MAX) ot.bias = o.bias + c0 * 2;
+        if (o.acc.lrm) ot.acc.lrm = o.acc.lrm + t * pl.groups * 64;
+        else if (o.acc.in || o.acc.y_f32) ot.acc.ocm = o.acc.ocm + c0 * 4;
+        if (manual && t + 1 < pl.tiles) {
+          prefetch(o.w, std::min(T, o.n - c0 - T), o.k, 0, ot.w_off + pl.tile_bytes);
+        } else if (manual) {
+          next_w = after_w;
+          next_g = after_g;
+          next_between = after_between;
+        }
+        gemm_call(fmt::format("{}.col{}", mark, t), ot);
+      }
+    }
+    if (!f16.on) return;
+    GemmArgs sel = base_args(detail::f16sel(o.w), kF16Cols, o.k);
+    sel.m = o.m;
+    sel.x_ocm = o.x;
+    sel.x_stride = o.xs;
+    sel.y_ocm = f16.xs;
+    sel.y_stride = kF16RowBytes;
+    em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
+    em.f16_add(mark, ddr.bus(detail::f16w(o.w)), o.m, o.n, o.y, o.ys, f16.xs, f16.scratch);
+  }
+  void gemm_call(const std::string& mark, const GemmOp& o) {
     GemmArgs g = base_args(o.w, o.n, o.k);
     g.w_ddr += uint32_t(o.w_off);
     g.act = o.act;
@@ -966,15 +1018,6 @@ struct ImageKernels {
     }
     em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
     lrm_since = 0;
-    if (!f16.on) return;
-    GemmArgs sel = base_args(detail::f16sel(o.w), kF16Cols, o.k);
-    sel.m = o.m;
-    sel.x_ocm = o.x;
-    sel.x_stride = o.xs;
-    sel.y_ocm = f16.xs;
-    sel.y_stride = kF16RowBytes;
-    em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
-    em.f16_add(mark, ddr.bus(detail::f16w(o.w)), o.m, o.n, o.y, o.ys, f16.xs, f16.scratch);
   }
   // An fc1 GEMM (o without its ys: dense rows) and its GELU (op: tanh or erf): one call
   // (mark_gelu), the GELU in its epilogue (GemmArgs::act: the same bits), where that costs fewer
@@ -1424,7 +1467,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     chunk_pes = {2 * gemm_cfg_.npe(), gemm_cfg_.npe()};
     if (width(chunk_pes[0]) == width(chunk_pes[1])) chunk_pes.pop_back();
   }
-  auto vsums_of = [&](uint32_t cv) { return N && d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0) : 0u; };
+  auto vsums_of = [&](uint32_t cv) {  // (the proj, Dv x Dv, hands off to the chunks below them)
+    return N && d.Iv % kW4Block == 0 ? lrm_sums(gemm_cfg_, N, d.Dv, cv, cv, 0, d.Dv, d.Dv) : 0u;
+  };
   struct Resident {
     uint32_t rcv = 0, J = 1, pes = 0;  // pes: the tower's MLP chunks' width where rcv = 0
     bool rope_tmp = false;  // the rotary tables loaded into TMP a block (layer) at a time (no ROPE region)
@@ -2141,7 +2186,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // then holds the up output over part 1's attention rows (and residual: mlp_all_rows waits
   // for its store first).
   auto vsums = [&](uint32_t r) {
-    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, r, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0);
+    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, r, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0, d.Dv, d.Dv);
   };
   auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
     return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md);
@@ -2167,7 +2212,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     below.lrm_bytes = top;
     try {
       for (auto [n, k] : gemms)
-        if (gemm_split(below, n, k) != gemm_split(gemm_cfg_, n, k)) return 0u;
+        if (!keeps_tiling(below, gemm_cfg_, n, k)) return 0u;
     } catch (const Error&) {
       return 0u;
     }
@@ -2955,7 +3000,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         below.lrm_bytes = vpark;
         try {
           for (auto [n, kk] : {std::pair{d.Md, d.Md}, std::pair{d.H, d.Md}})
-            if (gemm_split(below, n, kk) != gemm_split(gemm_cfg_, n, kk)) return false;
+            if (!keeps_tiling(below, gemm_cfg_, n, kk)) return false;
         } catch (const Error&) {
           return false;
         }
@@ -2993,7 +3038,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         sim::Config below = gemm_cfg_;
         below.lrm_bytes = at;
         try {
-          if (gemm_split(below, d.Dv, d.Dv) != gemm_split(gemm_cfg_, d.Dv, d.Dv)) return 0;
+          if (!keeps_tiling(below, gemm_cfg_, d.Dv, d.Dv)) return 0;
         } catch (const Error&) {
           return 0;
         }

@@ -32,29 +32,31 @@ TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
   EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";
 }
 
-// An LRM too small for the GEMM weights' two tile buffers (lrm_bytes 2 KiB): the weight that
-// needs the most (the 2B prefill's down, K = 6144), the machine, and the least lrm_bytes that
-// works for the whole model; one step of 64 bytes less is refused the same way.
+// An LRM too small for a GEMM weight's one tile buffer (lrm_bytes 1 KiB; where two do not fit
+// but one does, the image program runs the weight a tile a call, kernels::GemmPlan::single): the
+// weight that needs the most (the 2B prefill's down, K = 6144, 1,792 bytes at split 2), the
+// machine, and the least lrm_bytes that works for the whole model; one step of 64 bytes less is
+// refused the same way.
 TEST(CapacityErrors, LrmTooSmallForAWeightNamesItAndTheLeast) {
   const std::string dir = scratch_dir("capacity_lrm");
-  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=2048"),
-                     {"compiler: weight 'L0.down.gemm' [2048 x 6144] needs two LRM tile buffers of 3520 bytes on "
-                      "qc-u with lrm_bytes=2048: raise lrm_bytes to 3520 or more (the model's largest need)"});
-  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=3456"), {"raise lrm_bytes to 3520"});
-  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=3520").exit_code, 0);
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=1024"),
+                     {"compiler: weight 'L0.down.gemm' [2048 x 6144] needs an LRM tile buffer of 1792 bytes on "
+                      "qc-u with lrm_bytes=1024: raise lrm_bytes to 1792 or more (the model's largest need)"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set lrm_bytes=1728"), {"raise lrm_bytes to 1792"});
+  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=1792").exit_code, 0);
 }
 
 // On an odd pe_cols every GEMM runs at split 1 (split 2 pairs the neighbouring PEs of a row), so
-// the same weight needs twice the LRM: the error says so and what an even pe_cols would need.
+// the same weight needs about twice the LRM: the error says so and what an even pe_cols would need.
 TEST(CapacityErrors, OddPeColsSaysWhyTheLrmNeedDoubles) {
   const std::string dir = scratch_dir("capacity_odd_cols");
-  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33"),
-                     {"needs two LRM tile buffers of 6592 bytes", "raise lrm_bytes to 6592 or more",
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33 --set lrm_bytes=2048"),
+                     {"needs an LRM tile buffer of 3328 bytes", "raise lrm_bytes to 3328 or more",
                       "pe_cols = 33 is odd, so every GEMM runs at split 1, which takes twice the LRM; with 34 the "
                       "weights fit this lrm_bytes"});
-  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33 --set lrm_bytes=2048"),
-                     {"with an even pe_cols they need 3520 bytes"});
-  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set pe_cols=33 --set lrm_bytes=6592").exit_code, 0);
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set pe_cols=33 --set lrm_bytes=1024"),
+                     {"with an even pe_cols they need 1792 bytes"});
+  EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set pe_cols=33 --set lrm_bytes=3328").exit_code, 0);
 }
 
 // --max-context auto keeps the image program's MLP chunk packings only where they leave

@@ -294,6 +294,45 @@ TEST(Gemm, NextCallPrefetchedInTheLastTile) {
   }
 }
 
+// One LRM buffer (GemmPlan::single): where two of a weight's tile buffers do not fit lrm_bytes but
+// one does (mini at 448 bytes, K = 768: two take 512 at split 2), a call of one tile, full or
+// narrow, matches the chain, alone, prefetched and as the second of two calls (each loading its
+// tile before its row groups; the hand-off gives the next call's one buffer its place twice);
+// a call of more tiles is refused, saying to run a tile a call.
+TEST(Gemm, OneLrmBufferATileACall) {
+  sim::Config cfg = sim::Config::make("mini", {});
+  cfg.lrm_bytes = 448;
+  const GemmPlan pl = plan_gemm(cfg, 24, 8, 768);
+  ASSERT_TRUE(pl.single);
+  EXPECT_EQ(pl.split, 2u);
+  EXPECT_EQ(pl.cols, 8u);
+  EXPECT_FALSE(plan_gemm(sim::Config::make("mini", {}), 24, 8, 768).single) << "the default LRM holds two";
+  EXPECT_EQ(gemm_lrm_need(cfg, 768), 288u) << "one buffer: 32 B of meta, 192 of codes, the 64-byte pad";
+  for (uint32_t n : {8u, 5u})
+    for (int mode = 0; mode < 3; ++mode) {  // alone, prefetched, the second of two
+      GemmRun f = run_gemm(cfg, 24, n, 768, GemmBias::f16, 13, false, 0, mode > 0, mode == 1 ? 400 : 0, mode == 2);
+      Compare c = compare(f.y, f.ref);
+      EXPECT_GE(c.cosine, 0.9999) << "N = " << n << ", mode " << mode;
+      EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "N = " << n << ", mode " << mode;
+      GemmRun t = run_gemm(cfg, 24, n, 768, GemmBias::f16, 13, true, 0, mode > 0, mode == 1 ? 400 : 0, mode == 2);
+      EXPECT_EQ(f.stats.total[sim::Stat::cycles], t.stats.total[sim::Stat::cycles]);
+    }
+  try {
+    run_gemm(cfg, 24, 20, 768, GemmBias::none, 13, true);
+    ADD_FAILURE() << "a call of three tiles with one LRM buffer ran";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one is a tile a call, N <= 8 (got N = 20), or raise lrm_bytes to 512"),
+              std::string::npos)
+        << e.what();
+  }
+  // The hand-off to a call of one buffer places it once (p = q), above the reserved LRM.
+  GemmArgs prev, next;
+  prev.m = 24, prev.n = 8, prev.k = 256;
+  next.n = 8, next.k = 768;
+  ASSERT_TRUE(gemm_handoff(cfg, prev, next, 0));
+  EXPECT_EQ(next.lrm_p, next.lrm_q);
+}
+
 // A GEMM on the first half of the array's rows (GemmArgs::sub_array, cfg = the view):
 // the chain's values at split 1 and 2, with a narrow last tile, chained to a second call;
 // the OCM port carries exactly the bytes of the same program on an array of the view's
