@@ -39,6 +39,8 @@ struct Program {
 
   // Predecodes every word (throws on an illegal encoding, naming the pc).
   std::vector<Insn> decode() const;
+  // The word at pc decoded (the same checks).
+  Insn decode_at(uint32_t pc) const;
   // The whole program as assembly text that assembles back to the same words.
   std::string disassemble() const;
   // The same text, handed to `sink` in pieces of about 1 MiB (a multi-million-instruction

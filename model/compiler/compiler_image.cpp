@@ -3742,13 +3742,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return LOG;
   };
   // First emission: the GEMM order (for the prefetch chain); second: the program.
+  kernels::Builder own;
+  kernels::Builder& b = into ? *into : own;
   {
     kernels::Builder scratch;
     std::vector<KernelCall> calls;
     generate(scratch, calls, true);
+    b.reserve(scratch.pc());
   }
-  kernels::Builder own;
-  kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
   if (calls) out.calls = std::move(*calls);
   out.logits_ocm = generate(b, out.calls, false);
