@@ -9,10 +9,13 @@ anywhere in the range the compiler supports (pe_rows and pe_cols 8 to 64, odd or
 
 at each (the image program and a decode step against the chain: every gate), or with
 --compile-only `gpnpu compile` (both programs compiled, nothing run: seconds a point for the
-2B), and lists the points that failed a gate, ended with an error, or ran past --timeout:
+2B), or with --timing `gpnpu compile --run` (both run timing-only: each point's image cycles
+over max(MAC floor, weights-once DDR floor) and decode cycles over max(MAC floor, its bytes'
+floor), as `compile --run` prints them, and at the end the ten worst image ratios), and lists the points that failed a
+gate, ended with an error, or ran past --timeout:
 
     scripts/random_points.py [--gpnpu build/gpnpu] [--model synthetic:tiny] [--count 40]
-                             [--seed 1] [-j 2] [--timeout 300] [--compile-only]
+                             [--seed 1] [-j 2] [--timeout 300] [--compile-only | --timing]
 
 Exit status 1 when any point failed. An error that names the limit it hit (the 2B model on an
 odd pe_cols below 3,328 bytes of LRM, an OCM too small for the program) is listed, not
@@ -22,6 +25,8 @@ rerun. Found (thirtieth stop, docs/performance.md): a compiler hang on 21x48 PEs
 """
 import argparse
 import concurrent.futures
+import json
+import os
 import random
 import subprocess
 import sys
@@ -40,24 +45,37 @@ def draw(rng):
             f"lrm_bytes={rng.choice(LRM_KIB)}KiB", f"ddr_gbps={rng.choice(DDR_GBPS)}"]
 
 
-def run(gpnpu, model, sets, timeout, compile_only):
+def ratios(report_json):
+    """(image x, decode x) of a `gpnpu compile --run` report.json."""
+    with open(report_json) as f:
+        r = json.load(f)
+    im, de = r["image"], r["decode"]
+    return (im["cycles"] / max(im["mac_floor_cycles"], im["weights_floor_cycles"]),
+            de["cycles"] / max(de["mac_floor_cycles"], de["bytes_floor_cycles"]))
+
+
+def run(gpnpu, model, sets, timeout, mode):
+    """(kind, message, seconds, ratios or None) of one point; mode: describe, compile or timing."""
     out = tempfile.TemporaryDirectory(prefix="random_points_")
-    cmd = [gpnpu, "compile", "--model", model, "--out", out.name] if compile_only else \
-        [gpnpu, "describe", "--model", model, "--tokens", "2"]
+    cmd = [gpnpu, "describe", "--model", model, "--tokens", "2"] if mode == "describe" else \
+        [gpnpu, "compile", "--model", model, "--out", out.name] + (["--run"] if mode == "timing" else [])
     for s in sets:
         cmd += ["--set", s]
     start = time.time()
+    got = None
     try:
         with out:
             r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            if r.returncode == 0 and mode == "timing":
+                got = ratios(os.path.join(out.name, "report.json"))
     except subprocess.TimeoutExpired:
-        return "timeout", f"no result after {timeout} s", time.time() - start
+        return "timeout", f"no result after {timeout} s", time.time() - start, None
     out = r.stdout + r.stderr
     if r.returncode == 0:
-        return "ok", "", time.time() - start
+        return "ok", "", time.time() - start, got
     lines = [l.strip() for l in out.splitlines() if "FAIL" in l or "error" in l.lower()]
     kind = "limit" if any(m in out for m in LIMITS) and "FAIL" not in out else "failed"
-    return kind, " | ".join(lines)[:400] or f"exit {r.returncode}", time.time() - start
+    return kind, " | ".join(lines)[:400] or f"exit {r.returncode}", time.time() - start, None
 
 
 def main():
@@ -70,7 +88,10 @@ def main():
     ap.add_argument("--timeout", type=int, default=300, help="seconds a point may take")
     ap.add_argument("--allow-limits", action="store_true",
                     help="an error naming the machine's limit (raise lrm_bytes / ocm_bytes) is not a failure")
-    ap.add_argument("--compile-only", action="store_true", help="compile the programs at each point, run nothing")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--compile-only", action="store_true", help="compile the programs at each point, run nothing")
+    how.add_argument("--timing", action="store_true",
+                     help="compile and run both programs timing-only at each point; print their ratios to the floors")
     a = ap.parse_args()
     if a.count < 1 or a.j < 1 or a.timeout < 1:
         sys.exit("random_points: --count, -j and --timeout must be at least 1")
@@ -78,13 +99,22 @@ def main():
     points = [draw(rng) for _ in range(a.count)]
     bad = 0
     with concurrent.futures.ThreadPoolExecutor(a.j) as ex:
-        futures = [ex.submit(run, a.gpnpu, a.model, p, a.timeout, a.compile_only) for p in points]
+        mode = "compile" if a.compile_only else "timing" if a.timing else "describe"
+        futures = [ex.submit(run, a.gpnpu, a.model, p, a.timeout, mode) for p in points]
+        timed = []
         for i, (p, f) in enumerate(zip(points, futures)):
-            kind, why, secs = f.result()
+            kind, why, secs, got = f.result()
             failed = kind in ("failed", "timeout") or (kind == "limit" and not a.allow_limits)
             bad += failed
-            print(f"[{i + 1}/{a.count}] {kind:7s} {secs:6.1f} s  --set " + " --set ".join(p)
+            shown = f"  image {got[0]:.3f} x, decode {got[1]:.4f} x" if got else ""
+            print(f"[{i + 1}/{a.count}] {kind:7s} {secs:6.1f} s{shown}  --set " + " --set ".join(p)
                   + (f"\n    {why}" if why else ""), flush=True)
+            if got:
+                timed.append((got[0], p))
+    if timed:
+        print("the worst image ratios (cycles / max(MAC floor, weights-once DDR floor)):")
+        for x, p in sorted(timed, reverse=True)[:10]:
+            print(f"  {x:.3f} x  --set " + " --set ".join(p))
     print(f"random_points: {a.count - bad} of {a.count} points passed ({a.model}, seed {a.seed})")
     sys.exit(1 if bad else 0)
 
