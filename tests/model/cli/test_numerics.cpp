@@ -212,6 +212,16 @@ TEST(DescribeNumerics, AMixedPrecisionBundleRunsOnTheDeviceAndItsGatesHoldTheFp1
   DescribeResult rs = describe(st);
   for (const std::string& f : rs.failures) ADD_FAILURE() << "1 MiB: " << f;
   EXPECT_TRUE(rs.ok);
+  // One LRM buffer (8x8 at 896 bytes: the patch embedding a tile a call, kernels::GemmPlan::single):
+  // the corrections once over the whole output, after its calls.
+  DescribeOptions one = o;
+  one.machine.sets = {"pe_rows=8", "pe_cols=8", "lrm_bytes=896"};
+  DescribeResult r1 = describe(one);
+  for (const std::string& f : r1.failures) ADD_FAILURE() << "896 B of LRM: " << f;
+  EXPECT_TRUE(r1.ok);
+  size_t cols = 0;
+  for (const CallRecord& c : r1.calls) cols += c.mark.find("patch_embed.col1") != std::string::npos;
+  EXPECT_GT(cols, 0u) << "the patch embedding ran as one call";
   o.negative = NegativeControl::drop_fp16;
   DescribeResult bad = describe(o);
   EXPECT_FALSE(bad.ok);
