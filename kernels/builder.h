@@ -47,9 +47,6 @@ class Builder {
   Label label();
   void bind(Label l);
   uint32_t pc() const { return uint32_t(prog_.words.size()); }
-  // Room for `more` instructions after the current ones (an emission whose size an earlier one
-  // gave: no reallocation while it grows).
-  void reserve(size_t more) { prog_.words.reserve(prog_.words.size() + more); }
 
   // Conveniences built on op().
   void li(X rd, int64_t value) { op("li", {rd, value}); }

@@ -164,12 +164,15 @@ class Emitter {
   void call(const std::string& mark, const char* kernel, const kernels::KernelCost& cost,
             const std::function<void()>& emit, const kernels::KernelCost& per_token = {}) {
     try {
-      b_.mark(mark, emit);
+      if (!dry) b_.mark(mark, emit);
     } catch (const Error& e) {  // (which call: a kernel's own message names only its arguments)
       fail("{} (in kernel call '{}', {})", e.what(), mark, kernel);
     }
     calls_.push_back({mark, kernel, cost, false, per_token});
   }
+  // Calls recorded without their instructions: a first pass that needs only the calls' order
+  // (the streamed image plan's, which records its GEMMs for the prefetch chain).
+  bool dry = false;
 
   // Mixed precision: Y [m rows, stride y_stride] += Xs W16^T, W16 at bus address w16 with n
   // rows, Xs at xs (kF16Cols fp16 per row), the correction's DMA buffers at scratch.

@@ -2742,7 +2742,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     k.f16 = f16;
     k.fuse_gelu = opt_.image_gelu_fused;
     k.silu_pm = pm_fused;
-    if (record) k.record = &gemms;
+    if (record) k.record = &gemms, k.em.dry = true;
     else k.chain = &gemms;
     detail::Emitter& em = k.em;
     auto begin = [&](const std::string& n) { b.op("mark.begin", {Name{n}}); };
@@ -3748,7 +3748,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     kernels::Builder scratch;
     std::vector<KernelCall> calls;
     generate(scratch, calls, true);
-    b.reserve(scratch.pc());
   }
   CompiledProgram out;
   if (calls) out.calls = std::move(*calls);
