@@ -171,9 +171,10 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   int64_t best = -1;
   for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u, up64(bsn + 64)}) {
     if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
-    for (uint32_t q : {0u, up64(p + bsn), top}) {
-      if (pn.single) q = p;  // (one buffer: one tile)
-      else if (q > top || !disjoint(q, q + bsn + 64, p, p + bsn)) continue;
+    const std::vector<uint32_t> qs = pn.single ? std::vector<uint32_t>{p}  // (one buffer: one tile)
+                                               : std::vector<uint32_t>{0u, up64(p + bsn), top};
+    for (uint32_t q : qs) {
+      if (!pn.single && (q > top || !disjoint(q, q + bsn + 64, p, p + bsn))) continue;
       const uint32_t own = last_in_p ? p : q;
       const int64_t score = std::min(own, top - own);
       if (best < 0 || score < best) {
