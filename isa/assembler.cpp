@@ -371,17 +371,24 @@ Program assemble(std::string_view text, std::string_view filename) {
 }
 
 void Program::write_binary(const std::string& path) const {
-  std::string out(kMagic, 8);
-  auto put = [&out](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); };
-  put(kVersion);
-  put(uint32_t(words.size()));
-  put(uint32_t(names.size()));
-  out.append(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint64_t));
-  for (const std::string& n : names) {
-    put(uint32_t(n.size()));
-    out += n;
-  }
-  write_file_atomic(path, out);  // a temporary file and a rename: never half a program
+  // Written piece by piece (the words straight from the vector: a 2B image program's 48 MB
+  // copied into one string first took a sixth of `gpnpu compile`'s time in copies and page faults).
+  write_file_atomic(path, [this](const std::function<void(std::string_view)>& put) {
+    std::string head(kMagic, 8);
+    auto word = [&head](uint32_t v) { head.append(reinterpret_cast<const char*>(&v), sizeof v); };
+    word(kVersion);
+    word(uint32_t(words.size()));
+    word(uint32_t(names.size()));
+    put(head);
+    put(std::string_view(reinterpret_cast<const char*>(words.data()), words.size() * sizeof(uint64_t)));
+    std::string tail;
+    for (const std::string& n : names) {
+      const uint32_t size = uint32_t(n.size());
+      tail.append(reinterpret_cast<const char*>(&size), sizeof size);
+      tail += n;
+    }
+    put(tail);
+  });  // a temporary file and a rename: never half a program
 }
 
 Program Program::read_binary(const std::string& path) {

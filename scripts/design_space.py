@@ -64,8 +64,8 @@ def build_dir(gpnpu, work):
 
 
 def compile_seconds(gpnpu, work, grid):
-    """CPU seconds (user + system) of `gpnpu compile` (both 2B programs, written to disk
-    with their assembly) per pe x ocm: CPU time, not wall time, so a loaded machine does
+    """CPU seconds (user + system) of `gpnpu compile` (both 2B programs written to disk, no
+    assembly listings) per pe x ocm: CPU time, not wall time, so a loaded machine does
     not inflate it."""
     secs = {}
     for r, c in PE[grid]:
@@ -159,8 +159,8 @@ def write(points, secs, out):
         "  image x's bound, only overlapping DDR-bound calls with MAC-bound ones (or reading less) meets it.",
         "- **DDR/w** = the image program's DDR bytes / those weights-once bytes.",
         "- **decode x** = decode cycles / ((weights + KV bytes) / bandwidth).",
-        "- **compile s** = CPU seconds (user + system) of `gpnpu compile` (both programs and their assembly",
-        "  written to disk) at that pe x ocm.",
+        "- **compile s** = CPU seconds (user + system) of `gpnpu compile` (both programs written to disk; the",
+        "  assembly listings are `--asm`'s) at that pe x ocm.",
         "",
         f"Worst decode ratio {worst_dec['decode_ratio']:.4f} (pe {worst_dec['pe']}, {worst_dec['ocm_mib']} MiB, "
         f"{worst_dec['ddr_gbps']:g} GB/s)."

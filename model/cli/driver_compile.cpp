@@ -127,11 +127,11 @@ void add_compile_commands(CLI::App& app) {
   static int seq = 128, image_start = 4;
   static int64_t cached = 140;
   static std::string max_context = "auto";
-  static bool run = false, fp16_channels = false;
+  static bool run = false, fp16_channels = false, assembly = false;
   static int gemm_rows = 0;
   static std::string prefill = "auto";
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
-  c->add_option("--out", out_dir, "output directory (programs, assembly, DDR layout, kernel floors)")->required();
+  c->add_option("--out", out_dir, "output directory (programs, DDR layout, machine config, kernel floors)")->required();
   machine.add(c);
   c->add_option("--grid", grid, "image patch grid HxW of the image program (16x16 = a 256x256 image)")->capture_default_str();
   c->add_option("--seq", seq, "prompt tokens of the image program")->capture_default_str()->check(cli::integer(1, 4096));
@@ -142,6 +142,9 @@ void add_compile_commands(CLI::App& app) {
       ->capture_default_str()
       ->check(cli::integer(INT64_MIN, INT64_MAX));  // the range: check_tokens in the callback
   add_max_context_option(c, max_context);
+  c->add_flag("--asm", assembly,
+              "also write the programs' assembly listings (decode.s, image.s; the 2B image program's is 100-330 MB, "
+              "so not by default: `gpnpu disasm D/image.bin` gives the same text)");
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->add_option("--gemm-rows", gemm_rows,
                 "run the image GEMMs on the first N PE rows (0: the compiler's choice, printed in the image plan)")
@@ -160,8 +163,10 @@ void add_compile_commands(CLI::App& app) {
     io::Outputs paths;
     paths.input("--model", model_spec).input("--model's config.json", (std::filesystem::path(model_spec) / "config.json").string());
     paths.output_dir("--out", out_dir);
-    for (const char* f : {"decode.bin", "image.bin", "decode.s", "image.s", "ddr_layout.json", "config.json", "report.json"})
+    for (const char* f : {"decode.bin", "image.bin", "ddr_layout.json", "config.json", "report.json"})
       paths.output(fmt::format("--out's {}", f), path(f));
+    if (assembly)
+      for (const char* f : {"decode.s", "image.s"}) paths.output(fmt::format("--out's {}", f), path(f));
     paths.check();
     sim::Config cfg = machine.config();
     ModelConfig m = model_config_from_spec(model_spec);
@@ -184,8 +189,10 @@ void add_compile_commands(CLI::App& app) {
     std::filesystem::create_directories(out_dir);
     dec.program.write_binary(path("decode.bin"));
     img.program.write_binary(path("image.bin"));
-    dec.program.write_assembly(path("decode.s"));
-    img.program.write_assembly(path("image.s"));
+    if (assembly) {
+      dec.program.write_assembly(path("decode.s"));
+      img.program.write_assembly(path("image.s"));
+    }
     nlohmann::ordered_json layout;
     for (const DdrTensor& t : comp.layout().tensors())
       layout.push_back({{"name", t.name}, {"offset", t.offset}, {"bytes", t.bytes}, {"layout", t.layout}});

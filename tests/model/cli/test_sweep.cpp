@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "isa/error.h"
+#include "isa/program.h"
 #include "model/cli/driver_sweep.h"
 
 namespace gpnpu::model {
@@ -258,6 +259,27 @@ TEST(CompileCli, PrefillArrangementIsForcedAndNamed) {
   const Cli bad = gpnpu("compile --model synthetic:tiny --prefill fused --out " + (tmp / "b"), tmp);
   EXPECT_EQ(bad.code, 1);
   EXPECT_NE(bad.output.find("--prefill"), std::string::npos) << bad.output;
+}
+
+// `gpnpu compile` writes the programs, not their listings (the 2B image program's is 100-330 MB);
+// `--asm` adds them, and each listing assembles back to its binary word for word.
+TEST(CompileCli, AssemblyListingsOnlyWithAsm) {
+  TempDir tmp("asm");
+  const Cli plain = gpnpu("compile --model synthetic:tiny --out " + (tmp / "p"), tmp);
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  EXPECT_TRUE(std::filesystem::exists(tmp / "p/image.bin"));
+  EXPECT_FALSE(std::filesystem::exists(tmp / "p/image.s"));
+  EXPECT_FALSE(std::filesystem::exists(tmp / "p/decode.s"));
+  const Cli listed = gpnpu("compile --model synthetic:tiny --asm --out " + (tmp / "a"), tmp);
+  ASSERT_EQ(listed.code, 0) << listed.output;
+  for (const char* prog : {"image", "decode"}) {
+    const std::string s = tmp / ("a/" + std::string(prog) + ".s"), bin = tmp / ("a/" + std::string(prog) + ".bin");
+    ASSERT_TRUE(std::filesystem::exists(s)) << s;
+    EXPECT_EQ(slurp(bin), slurp(tmp / ("p/" + std::string(prog) + ".bin"))) << prog;
+    const Cli re = gpnpu("asm " + s + " -o " + (tmp / "re.bin"), tmp);
+    ASSERT_EQ(re.code, 0) << re.output;
+    EXPECT_EQ(isa::Program::read_binary(tmp / "re.bin").words, isa::Program::read_binary(bin).words) << prog;
+  }
 }
 
 }  // namespace
