@@ -277,7 +277,7 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
       for (uint32_t j = 0; j < groups(W, npe); ++j) {
         b.op("vadd.f32", {acc(j, 0), acc(j, 0), acc(j, 1)});
         b.op("vredsum.f32", {acc(j, 0), acc(j, 0)});
-        b.op("vcvt.f16.f32", {acc(j, 0), acc(j, 0)});
+        b.op("vcvt.f16.f32", {acc(j, 0), acc(j, 0)}, group_pred(W, npe, j));  // (below)
         b.op("ogather.h1", {acc(j, 0), Mem{X{6}, int64_t(j) * npe * 2}, X{9}}, group_pred(W, npe, j));
         b.op("vsplati", {acc(j, 0), int64_t(0)});
         b.op("vsplati", {acc(j, 1), int64_t(0)});
@@ -310,7 +310,11 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
     // Tile done: sum the lanes, store one fp16 per column, move to the next tile.
     b.op("vadd.f32", {V{8}, V{8}, V{9}});
     b.op("vredsum.f32", {V{8}, V{8}});
-    b.op("vcvt.f16.f32", {V{8}, V{8}});
+    // Only the tile's PEs round: the others dequantised and accumulated whatever their
+    // registers held (their scatters are predicated off), junk that must not reach the fp16
+    // range tracking (a call of the narrow tile alone, the 2B decode's last LM-head call, met
+    // stale registers of earlier kernels there: -128,730, an overflow).
+    b.op("vcvt.f16.f32", {V{8}, V{8}}, P{1});
     b.op("ogather.h1", {V{8}, Mem{X{6}, 0}, X{9}}, P{1});
     b.op("vsplati", {V{8}, int64_t(0)});
     b.op("vsplati", {V{9}, int64_t(0)});

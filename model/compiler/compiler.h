@@ -91,7 +91,6 @@ struct DecodeIo {
   uint32_t slot_smem = 4;   // cache slot of this token (= tokens cached before it)
   uint32_t len_smem = 8;    // slot + 1: keys attended to
   uint32_t cos_ocm = 0, sin_ocm = 0;  // fp32 [head_dim] rotary tables of this position
-  uint32_t logits_ocm = 0;  // vocab fp16
   uint32_t max_seq = 0;
 };
 
@@ -126,7 +125,10 @@ struct ImageIo {
 struct CompiledProgram {
   isa::Program program;
   std::vector<KernelCall> calls;
-  uint32_t logits_ocm = 0;  // where the program leaves its logits (vocab fp16)
+  // Where the program leaves its logits (vocab fp16): in DDR at logits_ddr (a byte offset, the
+  // decode program's "logits" tensor), or, where that is -1, in OCM at logits_ocm (the image program).
+  uint32_t logits_ocm = 0;
+  int64_t logits_ddr = -1;
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
   double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
   double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
@@ -353,6 +355,7 @@ class Compiler {
   struct DecodeOcm {
     uint32_t h, xn, qkv, attn, o, gu, act, normw, finalw, attn_scratch, attn_scratch_bytes, norm_scratch,
         embed_scratch, gemv_scratch, gemv_scratch_bytes, f16xs, f16scr;
+    uint32_t lm_cols;  // columns of an LM-head call (whole GEMV tiles); its two staging buffers at attn_scratch
   } docm_{};
 };
 

@@ -194,13 +194,18 @@ class Emitter {
   // on the selector, into xs), then the correction of y.
   void f16_gemv(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
                 uint32_t xs, uint32_t scratch) {
+    f16_gather(mark, ddr, w, g, xs);
+    f16_add(mark, ddr.bus(f16w(w)), 1, g.n, g.y_ocm, g.n * 2, xs, scratch);
+  }
+  // Its first half alone (a GEMV in column calls gathers x once; each call adds its rows of W16).
+  void f16_gather(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
+                  uint32_t xs) {
     kernels::GemvArgs s = g;
     s.prefetched = false;
     s.n = kernels::kF16Cols;
     s.w_ddr = ddr.bus(f16sel(w));
     s.y_ocm = xs;
     call(mark + ".f16_gather", "gemv", kernels::cost_gemv(cfg_, s), [&] { kernels::emit_gemv_w4(b_, cfg_, s); });
-    f16_add(mark, ddr.bus(f16w(w)), 1, g.n, g.y_ocm, g.n * 2, xs, scratch);
   }
   // Mixed precision of an embedding lookup of `rows` token ids (ids_smem) into out: the
   // tokens' W16 rows (into xs), scattered to the fp16 channels by the one-hot weight.

@@ -20,7 +20,8 @@
 //  - write_decode_args(token, slot, pos): one decode step's inputs: the token, its
 //    cache slot and slot + 1 keys; in a functional session the rotary tables of `pos`.
 //  - run(program) runs a program to halt; the stats are valid until the next run.
-//    logits() reads the last run's logits (vocab fp16, as floats).
+//    logits() reads the last run's logits (vocab fp16, as floats) where it left them: the
+//    decode program's in DDR (its "logits" tensor), the image program's in OCM.
 //  - kv(layer, value, head, n): the fp16 K (value = false) or V rows of slots [0, n)
 //    of one KV head, [n][head_dim]; write_kv() overwrites elements of one row.
 #pragma once
@@ -55,7 +56,7 @@ class Session {
 
   const sim::Stats& run(const CompiledProgram& program);
   std::vector<float> logits() const;
-  uint32_t logits_ocm() const;  // where the last run left them
+  void clear_logits();  // zeros where the last run left them (a negative control)
 
   std::vector<uint16_t> kv(int layer, bool value, int head, uint32_t n) const;
   void write_kv(int layer, bool value, int head, uint32_t slot, std::span<const uint16_t> elems, uint32_t first = 0);
