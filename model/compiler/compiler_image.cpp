@@ -1326,7 +1326,7 @@ void Compiler::settle_gemm_view() {
           if (r > uint32_t(from.pe_rows) && r <= uint32_t(cfg_.pe_rows)) cands.insert(uint32_t(r));
       // (Where none reads fewer weights, one estimated at under half the rule's view's cycles,
       // the rows the rule took being too few for the GEMMs' MACs: 45x28 at 512 KiB, 7 DMA channels,
-      // 128 GB/s, 18 of its rows for the rule's 5, 543.8 -> 209.3 M cycles, 1.6 x the DDR bytes.)
+      // 128 GB/s, 18 of its rows for the rule's 5, 543.8 -> 209.3 M cycles, 1.2 x the DDR bytes.)
       double best = 0.95 * at.est_cycles, best_more = 0.5 * at.est_cycles;
       uint32_t rows = 0, rows_more = 0;
       for (uint32_t r : cands) {
