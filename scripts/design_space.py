@@ -13,7 +13,7 @@ writes the table with the ratios to the floors:
     scripts/design_space.py --grid reduced --check-monotone [--negative-control]
 
 Ratios (the issue-13 acceptance bounds in brackets):
-  decode  = decode cycles / ((weights + KV bytes) / bandwidth)            [<= 1.02]
+  decode  = decode cycles / ((weights + KV + logits bytes) / bandwidth)   [<= 1.02]
   image   = image cycles / max(MAC floor, weights-once DDR floor)        [<= 1.30 at ocm >= 2 MiB]
   ddr/w   = image DDR bytes / weights-once bytes                          [<= 1.5 at 1 MiB]
   calls x = the sum of every image call's own floor (max of its MAC and DDR cycles) / the same max:
@@ -158,7 +158,7 @@ def write(points, secs, out):
         "  same max: the image program's calls, run one after another, take at least this; where it is above",
         "  image x's bound, only overlapping DDR-bound calls with MAC-bound ones (or reading less) meets it.",
         "- **DDR/w** = the image program's DDR bytes / those weights-once bytes.",
-        "- **decode x** = decode cycles / ((weights + KV bytes) / bandwidth).",
+        "- **decode x** = decode cycles / ((weights + KV + logits bytes) / bandwidth): every byte the step moves.",
         "- **compile s** = CPU seconds (user + system) of `gpnpu compile` (both programs written to disk; the",
         "  assembly listings are `--asm`'s) at that pe x ocm.",
         "",

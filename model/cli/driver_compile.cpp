@@ -96,7 +96,7 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
     double bytes = 0;
     for (const KernelCall& c : prog.calls) bytes += double(c.at(context).ddr_bytes);
     const double bytes_floor = bytes / cfg.ddr_bytes_per_cycle();
-    std::printf("  MAC floor %.0f cycles, DDR floor (weights + KV cache of %u tokens) %.0f cycles: %.4f x their max\n",
+    std::printf("  MAC floor %.0f cycles, DDR floor (weights, KV cache of %u tokens, logits) %.0f cycles: %.4f x their max\n",
                 mac_floor, context, bytes_floor, double(total) / std::max(mac_floor, bytes_floor));
     pj["bytes_floor_cycles"] = bytes_floor;
   } else {
