@@ -418,6 +418,13 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
     b.li(X{29}, R);
     round_shape(X{7}, X{6});           // keys of split 0 (the most)
     b.op("addi", {X{8}, X{6}, 0});
+    if (a.after_last_fetch) {  // (the last round: x3 + x7 reaches L)
+      Label more = b.label();
+      b.op("add", {X{24}, X{3}, X{7}});
+      b.op("blt", {X{24}, X{1}, more});
+      a.after_last_fetch();
+      b.bind(more);
+    }
     b.op("jal", {X{14}, block});
     b.op("add", {X{3}, X{3}, X{7}});
     issue(s);

@@ -91,6 +91,11 @@ struct DecodeAttnArgs {
   uint32_t len_smem = 0;                        // scalar-memory word: L >= 1 cached keys
   uint32_t scratch_ocm = 0, scratch_bytes = 0;  // DMA slots
   uint32_t smem = 0;                            // 256 bytes for four descriptors
+  // Emitted (if set) where the last round's keys have arrived, before that round's compute: no
+  // DMA of the kernel is outstanding after it and the kernel waits on no channel again, so the
+  // next kernel's DMA may start there and overlap the last round and the merge (the decode's
+  // o_proj weights: emit_gemv_prefetch). It may clobber x19 and x31 only. Runs once (L >= 1).
+  std::function<void()> after_last_fetch;
 };
 // The scratch the kernel takes: the most splits whose layout fits a.scratch_bytes (a
 // budget here; at least one split's layout).

@@ -241,10 +241,9 @@ CompiledProgram Compiler::decode_program() const {
   };
   // GEMV calls start their weight stream before the small kernels that precede them
   // (emit_gemv_prefetch; those use no DMA); the next layer's norm weights load before the
-  // down projection's prefetch (the DMA channels are in order). o_proj is not prefetched:
-  // the attention before it streams the KV cache on every channel (measured: a prefetch
-  // there slows the attention by what it saves). Their descriptors live apart from the
-  // other kernels' (kSmemGemv).
+  // down projection's prefetch (the DMA channels are in order); o_proj's inside the attention
+  // (DecodeAttnArgs::after_last_fetch). Their descriptors live apart from the other kernels'
+  // (kSmemGemv).
   auto gemv_args = [&](const std::string& w, uint32_t n, uint32_t k, uint32_t x, uint32_t y) {
     GemvArgs g;
     g.n = n;
@@ -389,10 +388,16 @@ CompiledProgram Compiler::decode_program() const {
     at.scratch_ocm = o.attn_scratch;
     at.scratch_bytes = o.attn_scratch_bytes;
     at.smem = kSmem;
+    // o_proj's first chunks start inside the attention, once its last round's keys are in (a
+    // prefetch before it slowed the attention by what it saved: the attention streams the KV
+    // cache on every channel); they come in beside the last round's compute and the merge.
+    GemvArgs op = gemv_args(layer_name(i, "o"), H, nq * hd, o.attn, o.o);
+    at.after_last_fetch = [&] { emit_gemv_prefetch(b, cfg_, op); };
+    op.prefetched = true;
     // The kernel reads the context length at run time: its floor grows per token.
     em.call(L + ".attention", "attention_decode", cost_attention_decode(cfg_, at, 0),
             [&] { emit_attention_decode(b, cfg_, at); }, cost_attention_decode(cfg_, at, 1));
-    gemv(L + ".o_proj", layer_name(i, "o"), gemv_args(layer_name(i, "o"), H, nq * hd, o.attn, o.o));
+    gemv(L + ".o_proj", layer_name(i, "o"), op);
     GemvArgs gu = gemv_args(layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
     prefetch(gu);
     add(L + ".attn_residual", o.h, o.o);
