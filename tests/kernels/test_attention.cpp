@@ -48,9 +48,13 @@ struct DecodeRun {
   std::vector<std::vector<float>> y, ref;
   std::vector<float> v_all;
   std::vector<uint64_t> cycles, ddr_read, ddr_written;
+  std::vector<uint32_t> hook_runs;  // times the after_last_fetch hook ran, per L (with `hook`)
 };
 
-DecodeRun run_decode(const DecodeShape& s, bool timing_only, const std::vector<std::string>& sets = {}) {
+constexpr uint32_t kHookSmem = 2048;  // the hook's counter word
+
+DecodeRun run_decode(const DecodeShape& s, bool timing_only, const std::vector<std::string>& sets = {},
+                     bool hook = false) {
   sim::Config cfg = sim::Config::make(s.preset, sets);
   const uint32_t H = s.q_heads, KV = s.kv_heads, hd = s.head_dim, hd2 = hd * 2;
   const uint32_t kvw = KV * hd;
@@ -84,6 +88,14 @@ DecodeRun run_decode(const DecodeShape& s, bool timing_only, const std::vector<s
   w.smem = 512;
 
   Builder b;
+  // The hook counts its runs in scalar memory (x19 and x31 are its registers).
+  if (hook)
+    a.after_last_fetch = [&b] {
+      b.op("lw", {X{19}, Mem{X{0}, kHookSmem}});
+      b.op("addi", {X{19}, X{19}, 1});
+      b.op("sw", {X{19}, Mem{X{0}, kHookSmem}});
+      b.li(X{31}, 0);
+    };
   emit_kv_write(b, cfg, w);
   emit_attention_decode(b, cfg, a);
   b.op("halt");
@@ -116,7 +128,12 @@ DecodeRun run_decode(const DecodeShape& s, bool timing_only, const std::vector<s
     uint32_t len = L, pos = L - 1;
     p.write_smem(a.len_smem, &len, 4);
     p.write_smem(w.pos_smem, &pos, 4);
+    const uint32_t zero = 0;
+    p.write_smem(kHookSmem, &zero, 4);
     const sim::Stats& st = p.run(prog);
+    uint32_t runs = 0;
+    std::memcpy(&runs, &p.state().smem[kHookSmem], 4);
+    r.hook_runs.push_back(runs);
     r.cycles.push_back(st.total[sim::Stat::cycles]);
     r.ddr_read.push_back(st.total[sim::Stat::ddr_bytes_read]);
     r.ddr_written.push_back(st.total[sim::Stat::ddr_bytes_written]);
@@ -135,10 +152,13 @@ class DecodeShapes : public ::testing::TestWithParam<DecodeShape> {};
 
 TEST_P(DecodeShapes, MatchesChainAttentionForEveryL) {
   const DecodeShape& s = GetParam();
-  DecodeRun r = run_decode(s, false);
-  DecodeRun t = run_decode(s, true);
+  // (with the after_last_fetch hook: it runs once, whatever L, and changes no result)
+  DecodeRun r = run_decode(s, false, {}, true);
+  DecodeRun t = run_decode(s, true, {}, true);
   for (size_t i = 0; i < s.lens.size(); ++i) {
     const uint32_t L = s.lens[i];
+    EXPECT_EQ(r.hook_runs[i], 1u) << "L " << L;
+    EXPECT_EQ(t.hook_runs[i], 1u) << "L " << L;
     Gate g = gate(r.y[i], r.ref[i], r.v_all);
     EXPECT_TRUE(g.pass()) << "L " << L << ": cos " << g.cosine << " max_abs " << g.max_abs << " bound " << g.bound;
     // The cache read is exactly the L valid keys; the append writes one K and one V row.
