@@ -66,22 +66,25 @@ const sim::Stats& Session::run(const CompiledProgram& program) {
   return p_.run(program.program);
 }
 
-std::vector<float> Session::logits() const {
+std::pair<sim::MemoryTarget*, uint64_t> Session::logits_at() const {
   if (!last_) fail("internal: no program has run in this session");
-  const size_t vocab = size_t(comp_.model().text.vocab_size);
-  std::vector<uint16_t> h(vocab);
-  if (last_->logits_ddr >= 0) p_.ddr().read(uint64_t(last_->logits_ddr), h.data(), vocab * 2);
-  else p_.ocm().read(last_->logits_ocm, h.data(), vocab * 2);
-  std::vector<float> l(vocab);
-  for (size_t i = 0; i < vocab; ++i) l[i] = f16_to_f32(h[i]);
+  if (last_->logits_ddr >= 0) return {&p_.ddr(), uint64_t(last_->logits_ddr)};
+  return {&p_.ocm(), last_->logits_ocm};
+}
+
+std::vector<float> Session::logits() const {
+  const auto [mem, at] = logits_at();
+  std::vector<uint16_t> h(size_t(comp_.model().text.vocab_size));
+  mem->read(at, h.data(), h.size() * 2);
+  std::vector<float> l(h.size());
+  for (size_t i = 0; i < h.size(); ++i) l[i] = f16_to_f32(h[i]);
   return l;
 }
 
 void Session::clear_logits() {
-  if (!last_) fail("internal: no program has run in this session");
+  const auto [mem, at] = logits_at();
   const std::vector<uint16_t> zeros(size_t(comp_.model().text.vocab_size), 0);
-  if (last_->logits_ddr >= 0) p_.ddr().write(uint64_t(last_->logits_ddr), zeros.data(), zeros.size() * 2);
-  else p_.ocm().write(last_->logits_ocm, zeros.data(), zeros.size() * 2);
+  mem->write(at, zeros.data(), zeros.size() * 2);
 }
 
 uint64_t Session::kv_offset(int layer, bool value, int head, uint32_t slot) const {

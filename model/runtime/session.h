@@ -31,6 +31,7 @@
 #include <string>
 #include <span>
 #include <vector>
+#include <utility>
 
 #include "model/compiler/compiler.h"
 #include "sim/platform.h"
@@ -57,6 +58,8 @@ class Session {
   const sim::Stats& run(const CompiledProgram& program);
   std::vector<float> logits() const;
   void clear_logits();  // zeros where the last run left them (a negative control)
+  // Where the last run left its logits: DDR or OCM, and the offset there.
+  std::pair<sim::MemoryTarget*, uint64_t> logits_at() const;
 
   std::vector<uint16_t> kv(int layer, bool value, int head, uint32_t n) const;
   void write_kv(int layer, bool value, int head, uint32_t slot, std::span<const uint16_t> elems, uint32_t first = 0);
