@@ -133,16 +133,24 @@ KernelCost cost_gemv(const sim::Config&, const GemvArgs& a) {
   return c;
 }
 
-uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels) {
-  return uint64_t(channels) * (uint64_t(gemv_tile_cols(cfg)) * kGemvColumnBlockBytes + 4);
+uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t buffers) {
+  return uint64_t(buffers) * (uint64_t(gemv_tile_cols(cfg)) * kGemvColumnBlockBytes + 4);
 }
 
+// 2B decode on qc-u with one DMA channel, x the DDR floor at 32 / 128 GB/s: one buffer 1.117 /
+// -; two, chunks of 1 block 1.043 / -, 2 blocks 1.025 / 1.100, 4: 1.017 / 1.067, 8: 1.014 / 1.058.
+constexpr uint32_t kOneChannelBlocks = 8;
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a) {
   const uint32_t T = gemv_tile_cols(cfg), nblk = a.k / kBlock;
   const uint32_t gmax = port_bound(cfg, T) || nblk % 2 ? 1 : 2;
+  // Two buffers on one channel: chunks of up to kOneChannelBlocks blocks (dividing the call's),
+  // as each starts only once the one before has arrived, which exposes the DDR's latency once
+  // a chunk.
   for (uint32_t ch = uint32_t(cfg.dma_channels); ch >= 1; --ch)
-    for (uint32_t g = gmax; g >= 1; --g)
-      if (ch * (uint64_t(g) * T * kGemvColumnBlockBytes + 4) <= a.scratch_bytes) return {ch, g};
+    for (uint32_t bufs = ch == 1 && cfg.dma_channels == 1 ? 2 : ch; bufs >= ch; --bufs)
+      for (uint32_t g = bufs > ch ? kOneChannelBlocks : gmax; g >= 1; --g)
+        if (nblk % g == 0 && bufs * (uint64_t(g) * T * kGemvColumnBlockBytes + 4) <= a.scratch_bytes)
+          return {ch, g, bufs};
   fail("gemv: one 128-block of {} columns ({} bytes) does not fit the {} bytes of OCM scratch; give it more OCM", T,
        T * kGemvColumnBlockBytes + 4, a.scratch_bytes);
 }
@@ -152,6 +160,7 @@ namespace {
 // of them the narrow tile's.
 struct GemvChunks {
   uint32_t T, nblk, tail, G, Ct, C, chunk_bytes, tail_chunk_bytes, ch;
+  bool two = false;  // one channel, two buffers (the tiling rule)
   GemvChunks(const sim::Config& cfg, const GemvArgs& a) {
     if (a.k == 0 || a.k % kBlock) fail("gemv: K = {} must be a positive multiple of {}", a.k, kBlock);
     if (a.n == 0) fail("gemv: N must be positive");
@@ -163,6 +172,7 @@ struct GemvChunks {
     chunk_bytes = G * T * kGemvColumnBlockBytes;
     tail_chunk_bytes = G * tail * kGemvColumnBlockBytes;
     ch = std::min(tl.channels, C);
+    two = ch == 1 && tl.buffers == 2 && C > 1;
   }
   uint32_t size(uint32_t c) const { return c + Ct >= C ? tail_chunk_bytes : chunk_bytes; }
   // Buffers are spaced for full chunks, so a narrow chunk's routine reads stay inside its buffer.
@@ -220,15 +230,17 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
     b.li(X{17}, tail % cfg.npe());
     b.op("pset.range", {P{2}, X{0}, X{17}});
   }
-  for (uint32_t c = 0; c < ch; ++c)
+  const uint32_t slots = k.two ? 2 : ch;  // chunk buffers, each with its descriptor
+  for (uint32_t c = 0; c < slots; ++c)
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), C == Ct ? tail_chunk_bytes : chunk_bytes);
-  // issue = false: the chunk is in flight already (prefetched); only the registers move on.
+  // The next chunk into buffer c (on channel c, or the one channel). issue = false: the chunk
+  // is in flight already (prefetched); only the registers move on.
   auto start_chunk = [&](uint32_t c, bool issue = true) {
     b.op("sw", {X{2}, Mem{X{0}, desc(c)}});
     if (Ct && C != Ct) b.op("sw", {X{12}, Mem{X{0}, desc(c) + 8}});
     if (issue) {
       b.li(X{19}, desc(c));
-      b.op("dma.start", {Chan{uint8_t(c)}, X{19}});
+      b.op("dma.start", {Chan{uint8_t(c % ch)}, X{19}});
     }
     b.op("add", {X{2}, X{2}, X{12}});
     b.op("addi", {X{3}, X{3}, -1});
@@ -241,19 +253,27 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   };
   for (uint32_t c = 0; c < ch; ++c) start_chunk(c, !a.prefetched);
 
-  // ---- main loop: per channel, wait for its chunk, consume it, refill ----
+  // ---- main loop: per channel, wait for its chunk, consume it, refill (two buffers on one
+  // channel: wait for the chunk, start the next into the other buffer, consume) ----
   Label round = b.label(), done = b.label(), chunk = b.label();
   b.bind(round);
-  for (uint32_t c = 0; c < ch; ++c) {
+  for (uint32_t c = 0; c < slots; ++c) {
     Label skip = b.label();
     b.op("beq", {X{1}, X{0}, done});
-    b.op("dma.wait", {Chan{uint8_t(c)}});
+    b.op("dma.wait", {Chan{uint8_t(c % ch)}});
+    if (k.two) {
+      b.op("beq", {X{3}, X{0}, skip});
+      start_chunk(1 - c);
+      b.bind(skip);
+    }
     b.li(X{7}, buf(c));
     b.op("jal", {X{14}, chunk});
     b.op("addi", {X{1}, X{1}, -1});
-    b.op("beq", {X{3}, X{0}, skip});
-    start_chunk(c);
-    b.bind(skip);
+    if (!k.two) {
+      b.op("beq", {X{3}, X{0}, skip});
+      start_chunk(c);
+      b.bind(skip);
+    }
   }
   b.op("jal", {X{0}, round});
 

@@ -31,7 +31,12 @@
 // is the bound: two blocks a chunk halve the per-chunk work; measured on the 4x4 mini
 // preset, one block a chunk is 7% slower). Chunks are round-robined over
 // the channels and the next chunk of a channel starts as soon as its buffer is
-// consumed, so the DDR port always has work queued.
+// consumed, so the DDR port always has work queued. One channel (dma_channels = 1) takes
+// two buffers where they fit: the next chunk starts into the other buffer as soon as the
+// channel's chunk has arrived, before that chunk is consumed (dma.wait waits for every
+// descriptor queued on a channel, so the next one is queued only after it returns); with
+// one buffer the DDR idled through every chunk's consumption (2B decode, qc-u with one
+// channel: 1.117 x the DDR floor).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -66,10 +71,13 @@ uint32_t gemv_tile_cols(const sim::Config& cfg);
 // DMA channels and blocks per DMA chunk for this config and scratch size (the tiling rule).
 struct GemvTiling {
   uint32_t channels = 0, chunk_blocks = 0;
+  uint32_t buffers = 0;  // OCM chunk buffers: one a channel, or two on one channel
 };
+// The buffers the rule gives `channels` channels where the scratch has room.
+inline uint32_t gemv_buffers(uint32_t channels) { return channels == 1 ? 2 : channels; }
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a);
-// OCM scratch for the DMA buffers of `channels` channels at one block a chunk.
-uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t channels);
+// OCM scratch for `buffers` DMA buffers at one block a chunk.
+uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t buffers);
 
 // macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).
 KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);

@@ -200,11 +200,11 @@ void Compiler::plan_decode_ocm() {
     docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");
   }
   // The attention's key splits take what the GEMV's buffers leave (a one-block chunk on
-  // every DMA channel: its tiling rule when the port is the bound). The LM head's two
+  // every DMA channel, two on one: its tiling rule when the port is the bound). The LM head's two
   // staging buffers share their region (it runs after the last layer's attention); the
   // logits themselves go to DDR, so they take no OCM from the GEMVs (2B decode on 32x32 at
   // 512 KiB, 128 GB/s: 1.488 -> 1.04 x the DDR floor, the OCM's 304 KB of logits gone).
-  const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1), gemv_want = gemv_scratch_bytes(cfg_, cfg_.dma_channels);
+  const uint64_t gemv_min = gemv_scratch_bytes(cfg_, 1), gemv_want = gemv_scratch_bytes(cfg_, gemv_buffers(cfg_.dma_channels));
   DecodeAttnArgs probe;
   probe.q_heads = nq;
   probe.kv_heads = nkv;
