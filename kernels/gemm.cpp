@@ -34,13 +34,27 @@ uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
 // last unit there is consumed: channel 0 (the meta unit, whose size differs between
 // calls) at the region's start, channel c >= 1 (code units: npe * 64 B in every call) at
 // D - c code buffers from the region's end, D = cfg.dma_channels.
-uint32_t buffers_bytes(const sim::Config& cfg, const GemmPlan& pl) {
-  return unit_buffer(pl, 0) + uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1);
+// two: on one channel, a second buffer right after channel 0's (two_buffers).
+uint32_t buffers_bytes(const sim::Config& cfg, const GemmPlan& pl, bool two = false) {
+  return unit_buffer(pl, 0) + uint32_t(cfg.dma_channels - 1 + (two ? 1 : 0)) * unit_buffer(pl, 1);
 }
 // OCM offset of channel c's unit data.
 uint32_t unit_data(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a, uint32_t c) {
   if (c == 0) return a.scratch_ocm + kUnitPad;
   return a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - c) * unit_buffer(pl, 1) + kUnitPad;
+}
+// One DMA channel and an even unit count: unit u streams into buffer u % 2 (channel 0's, then
+// the one after it), so unit u + 1 starts as soon as unit u has arrived, before unit u is
+// scattered (dma.wait waits for every descriptor queued on the channel, so the next is queued
+// only after it returns); with one buffer the DDR idled through every unit's scatter.
+// Where the scratch has room for the second buffer (gemm_scratch_bytes with two).
+bool two_buffers(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
+  return cfg.dma_channels == 1 && pl.units % 2 == 0 && buffers_bytes(cfg, pl, true) <= a.scratch_bytes;
+}
+// OCM offset of unit u's data (the unit's channel's buffer, or its buffer of two).
+uint32_t unit_at(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a, uint32_t u) {
+  if (two_buffers(cfg, pl, a) && u % 2) return a.scratch_ocm + unit_buffer(pl, 0) + kUnitPad;
+  return unit_data(cfg, pl, a, u % pl.channels);
 }
 // One LRM buffer (meta, then the codes of the PE's k) and where a call's two sit.
 uint32_t lrm_buffer(const GemmPlan& pl) { return pl.meta_lrm + 64 / pl.split * pl.blocks; }
@@ -56,7 +70,9 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
     fail("gemm: the DMA buffers need {} bytes of OCM scratch ({} channel buffers, {} B each after the first), got {} "
          "at {} (gemm_scratch_bytes)",
          need, cfg.dma_channels, unit_buffer(pl, 1), a.scratch_bytes, a.scratch_ocm);
-  if (a.smem + 64 * C > cfg.smem_bytes) fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * C, cfg.smem_bytes);
+  const uint32_t descs = std::max<uint32_t>(C, two_buffers(cfg, pl, a) ? 2 : 1);
+  if (a.smem + 64 * descs > cfg.smem_bytes)
+    fail("gemm: descriptors need smem [{}, {}) inside {} bytes", a.smem, a.smem + 64 * descs, cfg.smem_bytes);
   if (uint64_t(a.w_ddr) + pl.weight_bytes() > uint64_t(UINT32_MAX))
     fail("gemm: the packed weight at 0x{:x} ({} bytes) passes the 32-bit bus", a.w_ddr, pl.weight_bytes());
 }
@@ -283,8 +299,8 @@ uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint3
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split) {
   return plan_gemm(cfg, m, n, k, split).lrm_sums_bytes();
 }
-uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
-  return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split));
+uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split, bool two) {
+  return buffers_bytes(cfg, plan_gemm(cfg, 0, n, k, split), two && cfg.dma_channels == 1);
 }
 
 std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg, uint32_t split) {
@@ -408,8 +424,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     fail("gemm: partial sums [{} x {}] fp32 at OCM {} (stride {}) do not fit the {} bytes of OCM", a.m, a.n, a.acc_ocm,
          a.acc_stride, ocm);
   check_dma(cfg, pl, a);
-  auto buf = [&](uint32_t c) { return unit_data(cfg, pl, a, c); };
-  auto desc = [&](uint32_t c) { return a.smem + c * 64; };
+  const bool two = two_buffers(cfg, pl, a);
+  auto buf = [&](uint32_t u) { return unit_at(cfg, pl, a, u); };  // unit u's data (channel u % C's buffer)
+  auto desc = [&](uint32_t u) { return a.smem + (two ? u % 2 : u % C) * 64; };  // the descriptor unit u starts from
   const uint32_t bias_bytes = a.bias == GemmBias::f32 ? 4 : a.bias == GemmBias::f16 ? 2 : 0;
 
   // ---- registers ----
@@ -488,10 +505,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // the next tile when one remains (x3 > 0).
   auto start_unit = [&](uint32_t c, X base, int64_t off, uint32_t u, bool narrow) {
     b.op("addi", {xT1, base, off});
-    b.op("sw", {xT1, Mem{X{0}, desc(c)}});
+    b.op("sw", {xT1, Mem{X{0}, desc(u)}});
     b.li(xT3, u == 0 ? pl.meta_of(narrow) + pl.code_of(narrow) : pl.code_of(narrow));
-    b.op("sw", {xT3, Mem{X{0}, desc(c) + 8}});
-    b.li(xT3, desc(c));
+    b.op("sw", {xT3, Mem{X{0}, desc(u) + 8}});
+    b.li(xT3, desc(u));
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
   int pending = -1;         // fill register whose vst is still to issue
@@ -567,35 +584,44 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // after it is the last one.
   // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (the
   // group's MAC loop scatters them: group_with_fills).
-  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop) {
+  // Restarts unit u's channel with its next unit: own (this call's next unit: the tile's, or
+  // the next tile's), next (the next call's, in the last tile), or both. Two buffers: own
+  // right after unit u's wait, next (whose buffers may overlap this call's) after its scatter.
+  enum class Restart { both, own, next };
+  auto restart = [&](uint32_t u, bool narrow, bool next_narrow, Restart r = Restart::both) {
     const uint32_t c = u % C;
-    b.op("dma.wait", {Chan{uint8_t(c)}});
-    if (u == 0)
-      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(c) + 32 * i, xMs, 4 * B / S, 32 * i, S == 2, narrow);
-    if (!in_loop)
-      scatter(half_units, buf(c) + (u == 0 ? pl.meta_of(narrow) : 0), xUnit, UB, pl.meta_lrm + UB * u, false, narrow);
-  };
-  // Restarts unit u's channel with its next unit.
-  auto restart = [&](uint32_t u, bool narrow, bool next_narrow) {
-    const uint32_t c = u % C;
+    const bool own = r != Restart::next, nxt = r != Restart::own;
     if (u + C < U) {
-      start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
+      if (own) start_unit(c, xD, pl.unit_offset(u + C, narrow), u + C, narrow);
     } else if (narrow) {
-      start_next(c);
+      if (nxt) start_next(c);
     } else {
       // The next tile's unit u % C, or (this was the last tile) the next call's unit c.
-      Label own = b.label(), end = b.label();
-      b.op("bne", {xMore, X{0}, own});
-      start_next(c);
+      Label mine = b.label(), end = b.label();
+      b.op("bne", {xMore, X{0}, mine});
+      if (nxt) start_next(c);
       b.op("jal", {X{0}, end});
-      b.bind(own);
-      start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
+      b.bind(mine);
+      if (own) start_unit(c, xD, int64_t(pl.tile_bytes) + pl.unit_offset(u % C, next_narrow), u % C, next_narrow);
       b.bind(end);
     }
   };
+  // Unit u's restart after its scatter (two buffers: only the next call's part).
+  auto restart_late = [&](uint32_t u, bool narrow, bool next_narrow) {
+    restart(u, narrow, next_narrow, two ? Restart::next : Restart::both);
+  };
+  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop, bool next_narrow) {
+    const uint32_t c = u % C;
+    b.op("dma.wait", {Chan{uint8_t(c)}});
+    if (two) restart(u, narrow, next_narrow, Restart::own);
+    if (u == 0)
+      for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(u) + 32 * i, xMs, 4 * B / S, 32 * i, S == 2, narrow);
+    if (!in_loop)
+      scatter(half_units, buf(u) + (u == 0 ? pl.meta_of(narrow) : 0), xUnit, UB, pl.meta_lrm + UB * u, false, narrow);
+  };
   auto fill_unit = [&](uint32_t u, bool narrow, bool next_narrow) {
-    take_unit(u, narrow, false);
-    restart(u, narrow, next_narrow);
+    take_unit(u, narrow, false, next_narrow);
+    restart_late(u, narrow, next_narrow);
   };
   // Units [u0, u1) of the tile after the current one (x23 tiles after the current one).
   auto fill_units = [&](uint32_t u0, uint32_t u1) {
@@ -623,8 +649,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // tile 1's u % C).
   const GemmPlan pn = nx ? plan_gemm(cfg, 0, nx->n, nx->k, nx->split) : GemmPlan{};
   const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;  // the ones this call scatters
-  auto start_at = [&](uint32_t c, uint32_t src, uint32_t bytes) {
-    const uint32_t d = nx->smem + 64 * c;
+  const bool nx_two = nx && two_buffers(cfg, pn, *nx);
+  // nx's unit w (of its tile 0 or 1) on channel c (two buffers: into w's, from a whole
+  // descriptor: the second one's smem may hold another kernel's since).
+  auto start_at = [&](uint32_t c, uint32_t w, uint32_t src, uint32_t bytes) {
+    const uint32_t d = nx->smem + 64 * (nx_two ? w % 2 : c);
+    if (nx_two) {
+      b.descriptor(d, src, sim::ocm_addr(unit_at(cfg, pn, *nx, w)), bytes);
+      b.li(xT3, d);
+      b.op("dma.start", {Chan{uint8_t(c)}, xT3});
+      return;
+    }
     b.li(xT1, src);
     b.op("sw", {xT1, Mem{X{0}, d}});
     b.li(xT3, bytes);
@@ -661,7 +696,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     pending_half = half;
   };
   auto take_next_unit = [&](uint32_t u, bool in_loop) {
-    const uint32_t c = u % pn.channels, base = unit_data(cfg, pn, *nx, c);
+    const uint32_t c = u % pn.channels, base = unit_at(cfg, pn, *nx, u);
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (u == 0)
       for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
@@ -673,11 +708,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
     if (u + pn.channels < Un) {
-      start_at(c, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, nx_narrow)), pn.code_of(nx_narrow));
+      start_at(c, u + pn.channels, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, nx_narrow)), pn.code_of(nx_narrow));
     } else if (pn.tiles > 1) {
       const bool n1 = pn.tail_at(1);
       const uint32_t v = u % pn.channels;
-      start_at(c, uint32_t(nx->w_ddr + pn.tile_bytes + pn.unit_offset(v, n1)),
+      start_at(c, v, uint32_t(nx->w_ddr + pn.tile_bytes + pn.unit_offset(v, n1)),
                v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
   };
@@ -707,6 +742,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
   }
+  if (two) b.descriptor(desc(1), 0, sim::ocm_addr(buf(1)), 0);
   // A tile's last units can be scattered inside its own first row group's loop (one loop
   // segment each, just before the loop reads them) instead of through the port before
   // it: `ts` of them, those the other tiles would take after the previous tile's last
@@ -929,28 +965,35 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // (of this tile: x2 is the next tile's base by now), of the next tile (narrow when it
   // is the last), or, in the last tile, of the next call (start_next).
   auto stream_units = [&](uint32_t u0) {
-    auto wait = [&](uint32_t u) { b.op("dma.wait", {Chan{uint8_t(u % C)}}); };
-    segments(0, u0, U, wait, [&](uint32_t u) { return buf(u % C); }, xCur, int64_t(pl.meta_lrm), [&](uint32_t u) {
+    // (r as restart's: two buffers, own right after the wait, next after the segment)
+    auto restart_u = [&](uint32_t u, Restart r) {
       const uint32_t c = u % C;
+      const bool own = r != Restart::next, nxt = r != Restart::own;
       if (u + C < U) {
-        start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
+        if (own) start_unit(c, xD, pl.unit_offset(u + C, false) - int64_t(pl.tile_bytes), u + C, false);
       } else {
-        Label own = b.label(), wide = b.label(), end = b.label();
-        b.op("bne", {xFills, X{0}, own});
-        start_next(c);
+        Label mine = b.label(), wide = b.label(), end = b.label();
+        b.op("bne", {xFills, X{0}, mine});
+        if (nxt) start_next(c);
         b.op("jal", {X{0}, end});
-        b.bind(own);
+        b.bind(mine);
         if (tail) {
           b.li(xT3, 1);
           b.op("bne", {xFills, xT3, wide});
-          start_unit(c, xD, pl.unit_offset(u % C, true), u % C, true);
+          if (own) start_unit(c, xD, pl.unit_offset(u % C, true), u % C, true);
           b.op("jal", {X{0}, end});
         }
         b.bind(wide);
-        start_unit(c, xD, pl.unit_offset(u % C, false), u % C, false);
+        if (own) start_unit(c, xD, pl.unit_offset(u % C, false), u % C, false);
         b.bind(end);
       }
-    });
+    };
+    auto wait = [&](uint32_t u) {
+      b.op("dma.wait", {Chan{uint8_t(u % C)}});
+      if (two) restart_u(u, Restart::own);
+    };
+    segments(0, u0, U, wait, [&](uint32_t u) { return buf(u); }, xCur, int64_t(pl.meta_lrm),
+             [&](uint32_t u) { restart_u(u, two ? Restart::next : Restart::both); });
   };
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.group_rows() * a.x_stride);
@@ -997,9 +1040,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (u1 > u0) {
       auto own = [&](bool next_narrow) {
         group_with_fills(
-            g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop); },
-            [&](uint32_t u) { return buf(u % C) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
-            [&](uint32_t u) { restart(u, false, next_narrow); }, own_segs);
+            g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop, next_narrow); },
+            [&](uint32_t u) { return buf(u) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
+            [&](uint32_t u) { restart_late(u, false, next_narrow); }, own_segs);
       };
       if (tail) {
         // Filling the narrow last tile (x23 = 1): its units go to its PEs only, before the
@@ -1030,7 +1073,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       group_with_fills(
           g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
           [&](uint32_t u) {
-            return unit_data(cfg, pn, *nx, u % pn.channels) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
+            return unit_at(cfg, pn, *nx, u) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
           },
           X{0},
           int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, nx_segs);

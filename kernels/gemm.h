@@ -56,7 +56,10 @@
 // no split has room for two, the one whose single buffer fits (2 first): GemmPlan::single.
 // Units stream DDR -> OCM through one buffer per DMA channel (C = the most channels <=
 // dma_channels dividing the D = B/S units; unit d on channel d % C; a channel's next
-// unit starts as soon as its buffer is scattered). Channel c's buffer sits at the same place in every call (channel 0 at the
+// unit starts as soon as its buffer is scattered; on one DMA channel with D even and scratch
+// for two buffers (gemm_scratch_bytes with two): unit d into buffer d % 2, unit d + 1 started as soon as unit d has arrived, before
+// unit d is scattered: 2B image program, qc-u with one channel, 89.35 -> 85.18 M cycles).
+// Channel c's buffer sits at the same place in every call (channel 0 at the
 // scratch's start, channel c >= 1 at dma_channels - c code buffers from its end), so the
 // next call's unit c starts as soon as this call's last unit on c is scattered. The units
 // of tile t+1 are taken during tile t: units [(g-1)D/G, gD/G) at the start of row group
@@ -227,8 +230,9 @@ uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
-// OCM scratch the DMA buffers need: one unit (plus 32 B) per channel.
-uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
+// OCM scratch the DMA buffers need: one unit (plus 32 B) per channel; two: on one channel, also
+// the second buffer (a call whose scratch has it streams into both).
+uint32_t gemm_scratch_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0, bool two = false);
 
 // Packs a quantised [n][k] weight into the layout above.
 std::vector<uint8_t> pack_gemm_weight(const W4Weights& w, const sim::Config& cfg,

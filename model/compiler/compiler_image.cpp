@@ -69,6 +69,14 @@ constexpr double kFewerBytes = 1.05;
 // off: charged there too, the tiny model's MLPs left that plan for 10-12% slower ones.)
 constexpr double kCallCycles = 2500;
 
+// On one DMA channel, the streamed plan's candidates with the GEMMs' second buffer reserved
+// (gemm_buffer_bytes) win unless their estimate is this much higher: the estimate leaves out the
+// DDR time the buffer saves. Image programs, x the floors, reserved / not, measured: 20x32 at 2
+// MiB, 64 GB/s (estimates 0.4% apart) 1.351 / 1.400 x, taken; 38x48 at 768 KiB, 32 GB/s 3.579 /
+// 3.858 x, taken; 34x17 at 512 KiB, 32 GB/s 3.346 / 3.216 x, not taken (the GEMMs whose buffers leave
+// room stream into two all the same).
+constexpr double kTwoBuffers = 1.02;
+
 // Columns of gate (and of up) per prefill MLP chunk: a divisor c of inter up to kGateUpChunk
 // for which the fewest chunks make a gate|up call of whole tiles of the array (2 c J columns a
 // multiple of npe: npe / gcd(2 c, npe) chunks, dividing inter / c), the largest such c; else
@@ -752,24 +760,27 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
 namespace {
 
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
-// with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h).
+// with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one channel, with
+// the second buffer the GEMMs then stream into (both plans try it first on a machine of one
+// channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
 // chunks replace the whole-width gate|up and down GEMMs (0: none). more: other GEMMs' n x k
 // (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
 // width, and its buffer holds a whole tile's meta: 2B on 19 of 38x48's rows with 16 KiB of LRM,
 // the mergers' fc1 chunks of 512 at split 1 needed 175 KB where the whole fc1 at split 2 took 88).
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, uint32_t cw, uint32_t cp = 0,
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, bool two, uint32_t cw, uint32_t cp = 0,
                            uint32_t pairs = 1, const std::vector<std::pair<uint32_t, uint32_t>>& more = {}) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
+  auto need = [&](uint32_t n, uint32_t k) { r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k, 0, two)); };
   for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
                       {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
-    r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
-  for (auto [n, k] : more) r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
+    need(n, k);
+  for (auto [n, k] : more) need(n, k);
   for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, pairs * cp}}
                         : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
-    r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k));
+    need(n, k);
   return r;
 }
 
@@ -1575,17 +1586,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
   uint64_t rGEMM = 0;
-  std::vector<uint32_t> channel_options{gemm_channels};
+  // (channels, two buffers on one): a machine of one channel first with the second buffer
+  std::vector<std::pair<uint32_t, bool>> channel_options{{gemm_channels, gemm_channels == 1}};
   for (uint32_t ch : {2u, 1u})
-    if (ch < gemm_channels) channel_options.push_back(ch);
+    if (ch < gemm_channels || (ch == 1 && gemm_channels == 1)) channel_options.push_back({ch, false});
   // The first plan that fits, in the order of preference; rope_tmp: the rotary tables may go
   // into TMP a block at a time (no ROPE region) where only that makes it fit.
   auto search = [&](bool rope_tmp_too) {
     res.reset();
-    for (uint32_t ch : channel_options) {
+    for (auto [ch, two] : channel_options) {
       if (forced || res) break;
       gemm_channels = ch;
-      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, cw);
+      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, two, cw);
       const uint64_t fixed = fixed_with(rGEMM);
       for (auto [rcv, pes] : rcvs) {
         for (uint32_t J : js)
@@ -2141,6 +2153,7 @@ struct Streamed {
   bool vqg = false;
   std::function<std::vector<uint64_t>()> vqgb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
+  bool two = false;       // one channel: the GEMMs' second buffer reserved (gemm_buffer_bytes)
   bool with_pm = false;   // planned with the prefill's MLP over every row as a candidate (pm)
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   double weight_bytes = 0;  // the weights' DDR bytes, every pass (its row tiles each read them)
@@ -2236,15 +2249,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     }
     return top;
   };
-  auto plan = [&](uint32_t channels, bool pm, bool vq_tiles) {
+  auto plan = [&](uint32_t channels, bool pm, bool vq_tiles, bool two) {
   Streamed p;
   p.channels = channels;
+  p.two = two;
   p.with_pm = pm;
   std::vector<std::pair<uint32_t, uint32_t>> chunk_gemms;  // (the packings in DDR: Streamed::vpm, mpm, vqg)
   if (ddr_.has(vpm_name(0, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Iv, 1), d.Dv}, {d.Dv, pm_chunk(d.Iv, 1)}});
   if (ddr_.has(mpm_name(-1, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Md, 1), d.Md}, {d.H, pm_chunk(d.Md, 1)}});
   if (ddr_.has(vgq_name(1, 0))) chunk_gemms.push_back({3 * vgq_heads(d.hv) * d.hdv, d.Dv});
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, two, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -2684,18 +2698,25 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // the choice to candidates whose prefill ran slower than estimated (32x64, 2 MiB, 128 GB/s:
   // 49.51 -> 52.06 M cycles), and smaller cuts ran slower (32x32, 2 MiB, 64 GB/s: 82.90 ->
   // 83.28).
-  std::vector<Streamed> cands{plan(uint32_t(cfg_.dma_channels), false, false)};
-  if (cfg_.dma_channels > 2) cands.push_back(plan(2, false, false));
-  if (S && ddr_.has(pm_name(0, 0, "gu")) && !cap) {
-    cands.push_back(plan(uint32_t(cfg_.dma_channels), true, false));
-    if (cfg_.dma_channels > 2) cands.push_back(plan(2, true, false));
+  // (One channel: each also with the GEMMs' second buffer, taken unless the OCM it costs makes
+  // the estimate kTwoBuffers higher.)
+  std::vector<Streamed> cands;
+  for (bool two : {true, false}) {
+    if (two && cfg_.dma_channels != 1) continue;
+    cands.push_back(plan(uint32_t(cfg_.dma_channels), false, false, two));
+    if (cfg_.dma_channels > 2) cands.push_back(plan(2, false, false, two));
+    if (S && ddr_.has(pm_name(0, 0, "gu")) && !cap) {
+      cands.push_back(plan(uint32_t(cfg_.dma_channels), true, false, two));
+      if (cfg_.dma_channels > 2) cands.push_back(plan(2, true, false, two));
+    }
   }
   Streamed p = cands[0];
-  auto score = [&](const Streamed& q) { return q.pm ? q.cost / kFewerBytes : q.cost; };  // (weights once)
+  // (weights once; the second buffer: the estimate leaves out the DDR time it saves)
+  auto score = [&](const Streamed& q) { return (q.pm ? q.cost / kFewerBytes : q.cost) / (q.two ? kTwoBuffers : 1.0); };
   for (const Streamed& q : cands)
     if (q.ok && (!p.ok || score(q) < score(p))) p = q;
   if (p.ok) {
-    const Streamed q = plan(p.channels, p.with_pm, true);
+    const Streamed q = plan(p.channels, p.with_pm, true, p.two);
     const bool fewer = q.vqa && (!p.vqa || q.vqt > p.vqt) && q.vqt > p.rva;  // (fewer weight passes)
     if (q.ok && q.cost < (fewer ? kFewerBytes : 0.99) * p.cost) p = q;
   }
