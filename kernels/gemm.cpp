@@ -580,10 +580,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xT3, a.next->smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
-  // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
-  // after it is the last one.
-  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (the
-  // group's MAC loop scatters them: group_with_fills).
   // Restarts unit u's channel with its next unit: own (this call's next unit: the tile's, or
   // the next tile's), next (the next call's, in the last tile), or both. Two buffers: own
   // right after unit u's wait, next (whose buffers may overlap this call's) after its scatter.
@@ -610,6 +606,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto restart_late = [&](uint32_t u, bool narrow, bool next_narrow) {
     restart(u, narrow, next_narrow, two ? Restart::next : Restart::both);
   };
+  // Unit u of the tile being filled (narrow: the last tile); next_narrow: the tile
+  // after it is the last one.
+  // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (the
+  // group's MAC loop scatters them: group_with_fills).
   auto take_unit = [&](uint32_t u, bool narrow, bool in_loop, bool next_narrow) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});

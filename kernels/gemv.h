@@ -36,7 +36,7 @@
 // channel's chunk has arrived, before that chunk is consumed (dma.wait waits for every
 // descriptor queued on a channel, so the next one is queued only after it returns); with
 // one buffer the DDR idled through every chunk's consumption (2B decode, qc-u with one
-// channel: 1.117 x the DDR floor).
+// channel at 32 GB/s: 1.117 x the DDR floor; two buffers of 8-block chunks, 1.014 x).
 #pragma once
 #include <cstdint>
 #include <vector>
