@@ -328,8 +328,12 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
     b.op("add", {X{2}, X{2}, X{17}});
     b.bind(skip);
   };
+  // Fewer than four DMA channels: the slots' rounds share one (dma.wait waits for every
+  // descriptor queued on a channel), so the next round is issued only once this one has
+  // arrived, before its compute; with four or more, two rounds in flight from the start.
+  const bool shared = nch < 4;
   issue(0);
-  issue(1);
+  if (!shared) issue(1);
   for (uint32_t s = 0; s < G; ++s) {
     b.li(X{20}, pe(s, 0, 0));
     b.li(X{21}, pe(s + 1, 0, 0));
@@ -412,6 +416,7 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
     b.op("bge", {X{3}, X{1}, done});
     b.op("dma.wait", {chK(s)});
     b.op("dma.wait", {chV(s)});
+    if (shared) issue(1 - s);  // (slot 1 - s: its round consumed in the last iteration)
     b.li(X{10}, kslot(s));
     b.li(X{12}, vslot(s));
     round_keys(X{7}, X{3}, X{29}, X{24});
@@ -427,7 +432,7 @@ void emit_attention_decode(Builder& b, const sim::Config& cfg, const DecodeAttnA
     }
     b.op("jal", {X{14}, block});
     b.op("add", {X{3}, X{3}, X{7}});
-    issue(s);
+    if (!shared) issue(s);
   }
   b.op("jal", {X{0}, round});
   b.bind(block);
