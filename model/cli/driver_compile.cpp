@@ -129,6 +129,7 @@ void add_compile_commands(CLI::App& app) {
   static std::string max_context = "auto";
   static bool run = false, fp16_channels = false, assembly = false;
   static int gemm_rows = 0;
+  static int tower_rows = 0;
   static std::string prefill = "auto";
   c->add_option("--model", model_spec, "synthetic:2b, synthetic:tiny, or a checkpoint directory")->capture_default_str();
   c->add_option("--out", out_dir, "output directory (programs, DDR layout, machine config, kernel floors)")->required();
@@ -148,6 +149,11 @@ void add_compile_commands(CLI::App& app) {
   c->add_flag("--run", run, "run both programs timing-only and report cycles per stage and per kernel");
   c->add_option("--gemm-rows", gemm_rows,
                 "run the image GEMMs on the first N PE rows (0: the compiler's choice, printed in the image plan)")
+      ->capture_default_str()
+      ->check(cli::integer(0, 1 << 16));
+  c->add_option("--tower-rows", tower_rows,
+                "run the vision tower's and mergers' GEMMs on the first N PE rows, the prefill's on --gemm-rows "
+                "(0: as the prefill's; other rows run the program in two parts, named in the image plan)")
       ->capture_default_str()
       ->check(cli::integer(0, 1 << 16));
   c->add_option("--prefill", prefill,
@@ -178,6 +184,7 @@ void add_compile_commands(CLI::App& app) {
     CompileOptions copt;
     copt.fp16_channels = fp16_channels;
     copt.image_gemm_rows = uint32_t(gemm_rows);
+    copt.image_tower_rows = uint32_t(tower_rows);
     copt.image_prefill = prefill == "phases" ? 1 : prefill == "layers" ? 2 : 0;
     const Capacity cap = resolve_max_context(max_context, m, cfg, copt);
     check_tokens("--seq", seq, cap, fmt::format("give --seq {} or less, or a larger --max-context", cap.max_context));

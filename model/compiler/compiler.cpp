@@ -72,6 +72,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
          opt_.max_seq, ddr_.total(), cfg_.ddr_bytes, max_context(model_, cfg_, opt_));
   plan_decode_ocm();
   settle_gemm_view();
+  settle_tower_view();
   settle_pm_chunks();
   settle_pm_pairs();
   record_gemm_splits();

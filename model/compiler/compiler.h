@@ -201,6 +201,10 @@ struct CompileOptions {
   uint32_t image_chunk_pes = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
+  // The vision tower's and mergers' GEMMs on this many PE rows (`gpnpu compile --tower-rows`; 0:
+  // the prefill's view): where that differs from it, the image program runs in two parts
+  // (Compiler::image_in_parts).
+  uint32_t image_tower_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets
   // a gather and a correction call after it, and the image program's GEMMs run unchained.
@@ -267,6 +271,17 @@ class Compiler {
   // more where only that keeps the default image program resident.
   static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
   void settle_gemm_view();
+  // The vision part's view (tower_rows_): CompileOptions::image_tower_rows, checked against the
+  // array (none: the prefill's view).
+  void settle_tower_view();
+  // This compiler with the tower's view as its GEMM view: it packs and emits the vision part
+  // (tower and mergers; their weights are packed for that view).
+  Compiler vision_part() const;
+  bool views_differ() const { return tower_rows_ && tower_rows_ != uint32_t(gemm_cfg_.pe_rows); }
+  // This compiler emits a part of a program in parts (the vision part, or the rest beside it):
+  // its GEMM DMA buffers hold only that part's GEMMs (the other part has its own).
+  bool in_parts() const { return vision_part_ || views_differ(); }
+  bool vision_part_ = false;  // (vision_part's copy)
   struct GemmLoad {
     double macs, ddr_cycles;
   };
@@ -325,6 +340,8 @@ class Compiler {
   uint32_t lrm_even_ = 0;  // on an odd pe_cols, the most those weights would need with one column more
   void plan_decode_ocm();
   void load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const;
+  void load_vision_weights(const QuantBundle& bundle, DdrWriter ddr) const;  // (the tower's and mergers')
+  void load_text_weights(const QuantBundle& bundle, DdrWriter ddr) const;    // (the prefill's)
   void put(DdrWriter ddr, const std::string& name, const std::vector<uint8_t>& bytes) const;
   // A quantised weight packed in its layout ("gemv" or "gemm", at the layout's split), with
   // its fp16 parts.
@@ -339,6 +356,10 @@ class Compiler {
   // image_program (the resident plan) then leaves out the halt and the finish (a resident
   // tower before a streamed prefill), image_streamed finishes the program.
   CompiledProgram image_program(const ImageShape& shape, kernels::Builder* into, std::vector<KernelCall>* calls) const;
+  // Where the views differ: the vision part on the tower's view (vision_part), then the prefill
+  // on this one's; they meet in DDR (act.img and the DeepStack rows). plan_only: the parts'
+  // estimates added.
+  CompiledProgram image_in_parts(const ImageShape& shape, kernels::Builder* into, std::vector<KernelCall>* calls) const;
   // The image program with activations streamed from DDR in row tiles (small OCM).
   CompiledProgram image_streamed(const ImageShape& shape, kernels::Builder* into = nullptr,
                                  std::vector<KernelCall>* calls = nullptr) const;
@@ -348,6 +369,7 @@ class Compiler {
   // The image GEMMs' view of the array (gemm_view): cfg_ with the rows they use; their
   // weights are packed for it.
   sim::Config gemm_cfg_;
+  uint32_t tower_rows_ = 0;  // the vision part's view: its rows (settle_tower_view; 0: gemm_cfg_'s)
   CompileOptions opt_;
   DdrLayout ddr_;
   DecodeIo dio_;

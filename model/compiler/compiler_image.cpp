@@ -627,6 +627,12 @@ void Compiler::settle_pm_pairs() {
 }
 
 void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) const {
+  if (views_differ()) vision_part().load_vision_weights(bundle, ddr);
+  else load_vision_weights(bundle, ddr);
+  load_text_weights(bundle, ddr);
+}
+
+void Compiler::load_vision_weights(const QuantBundle& bundle, DdrWriter ddr) const {
   const Dims d(model_);
   const VisionConfig& v = model_.vision;
   auto gemm = [&](const std::string& name, const QuantTensor& q) { put_weight(ddr, name, q); };
@@ -705,6 +711,12 @@ void Compiler::load_image_weights(const QuantBundle& bundle, DdrWriter ddr) cons
       }
     }
   }
+}
+
+void Compiler::load_text_weights(const QuantBundle& bundle, DdrWriter ddr) const {
+  const Dims d(model_);
+  auto gemm = [&](const std::string& name, const QuantTensor& q) { put_weight(ddr, name, q); };
+  auto gemm_of = [&](const std::string& name, const std::string& tensor) { put_bundle_weight(ddr, name, bundle, tensor); };
   const uint32_t cw = gu_chunk();
   const bool gu_fused = gate_up_fused();
   for (int i = 0; i < model_.text.num_hidden_layers; ++i) {
@@ -759,8 +771,9 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
 
 namespace {
 
-// The GEMM DMA buffers both plans reserve: the most any GEMM of the image program needs
-// with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one channel, with
+// The GEMM DMA buffers both plans reserve: the most any GEMM of the image program (of a program
+// in parts, Compiler::image_in_parts: of its part, vision: the tower's and mergers', text: the
+// prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one channel, with
 // the second buffer the GEMMs then stream into (both plans try it first on a machine of one
 // channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
@@ -768,19 +781,25 @@ namespace {
 // (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
 // width, and its buffer holds a whole tile's meta: 2B on 19 of 38x48's rows with 16 KiB of LRM,
 // the mergers' fc1 chunks of 512 at split 1 needed 175 KB where the whole fc1 at split 2 took 88).
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, uint32_t channels, bool two, uint32_t cw, uint32_t cp = 0,
-                           uint32_t pairs = 1, const std::vector<std::pair<uint32_t, uint32_t>>& more = {}) {
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, bool vision, bool text, uint32_t channels, bool two,
+                           uint32_t cw, uint32_t cp = 0, uint32_t pairs = 1,
+                           const std::vector<std::pair<uint32_t, uint32_t>>& more = {}) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
   auto need = [&](uint32_t n, uint32_t k) { r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k, 0, two)); };
-  for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                      {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}, {d.qkv_n, d.H}, {d.H, d.nq * d.hd}})
-    need(n, k);
-  for (auto [n, k] : more) need(n, k);
-  for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{2 * cp, d.H}, {d.H, pairs * cp}}
-                        : std::vector<std::pair<uint32_t, uint32_t>>{{2 * cw, d.H}, {d.H, d.I}})
-    need(n, k);
+  if (vision) {
+    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
+                        {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}})
+      need(n, k);
+    for (auto [n, k] : more) need(n, k);  // (the tower's and mergers' chunks)
+  }
+  if (text)
+    for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cp, d.H},
+                                                                      {d.H, pairs * cp}}
+                          : std::vector<std::pair<uint32_t, uint32_t>>{{d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
+                                                                      {d.H, d.I}})
+      need(n, k);
   return r;
 }
 
@@ -1408,9 +1427,67 @@ void Compiler::settle_gemm_view() {
   }
 }
 
+void Compiler::settle_tower_view() {
+  tower_rows_ = 0;
+  if (!opt_.image_tower_rows) return;
+  if (opt_.image_tower_rows > uint32_t(cfg_.pe_rows))
+    fail("compiler: the tower's GEMMs on {} PE rows, but the array has {} (pe_rows): give --tower-rows 1 to {}",
+         opt_.image_tower_rows, cfg_.pe_rows, cfg_.pe_rows);
+  if (opt_.fp16_channels && opt_.image_tower_rows != uint32_t(gemm_cfg_.pe_rows))
+    fail("compiler: --tower-rows {} with --fp16-channels: a mixed-precision image program runs on one view "
+         "(--gemm-rows {}); drop one of them",
+         opt_.image_tower_rows, gemm_cfg_.pe_rows);
+  tower_rows_ = opt_.image_tower_rows;
+}
+
+Compiler Compiler::vision_part() const {
+  Compiler c = *this;
+  c.gemm_cfg_.pe_rows = int(tower_rows_);
+  c.tower_rows_ = 0;
+  c.vision_part_ = true;
+  return c;
+}
+
+CompiledProgram Compiler::image_in_parts(const ImageShape& s, kernels::Builder* into,
+                                         std::vector<KernelCall>* calls) const {
+  const Compiler vp = vision_part();
+  ImageShape vis = s;
+  vis.prefill = vis.head = false;
+  if (!s.prefill) return vp.image_program(vis, into, calls);
+  ImageShape rest = s;
+  rest.vision = false;
+  if (s.plan_only) {
+    const CompiledProgram v = vp.image_program(vis, nullptr, nullptr), r = image_program(rest, nullptr, nullptr);
+    CompiledProgram o;
+    o.plan = "streamed";
+    o.est_cycles = v.plan.starts_with("streamed") && r.plan.starts_with("streamed")
+                       ? v.est_cycles + r.est_cycles
+                       : std::numeric_limits<double>::infinity();
+    o.est_weight_bytes = v.est_weight_bytes + r.est_weight_bytes;
+    return o;
+  }
+  if (into) fail("compiler: internal: an image program in parts emitted into another");
+  kernels::Builder b;
+  std::vector<KernelCall> cl;
+  std::string vplan;
+  try {
+    vplan = vp.image_program(vis, &b, &cl).plan;
+  } catch (const Error& e) {
+    fail("{} (the image program's vision part, its GEMMs on {} of the {} PE rows: --tower-rows; the prefill's on {})",
+         e.what(), tower_rows_, cfg_.pe_rows, gemm_cfg_.pe_rows);
+  }
+  CompiledProgram out = image_program(rest, &b, &cl);  // (finishes the program)
+  if (!cl.empty()) out.calls = std::move(cl);         // (a resident prefill appended its calls there)
+  out.plan = fmt::format("tower {}; prefill {}", vplan, out.plan);
+  return out;
+}
+
 CompiledProgram Compiler::image_program(const ImageShape& s) const {
   CompiledProgram p = image_program(s, nullptr, nullptr);
-  if (gemm_cfg_.pe_rows < cfg_.pe_rows)
+  if (views_differ() && s.vision)
+    p.plan += fmt::format("; GEMMs on {} (tower and mergers) and {} (prefill) of the {} PE rows", tower_rows_,
+                          gemm_cfg_.pe_rows, cfg_.pe_rows);
+  else if (gemm_cfg_.pe_rows < cfg_.pe_rows)
     p.plan += fmt::format("; GEMMs on {} of the {} PE rows", gemm_cfg_.pe_rows, cfg_.pe_rows);
   if (pm_left_out_)
     p.plan += fmt::format("; the MLP chunk packings left out so that the KV cache of {} tokens fits (a smaller "
@@ -1431,6 +1508,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;
   check_image_shape(s, opt_, cfg_, iio_);
+  if (s.vision && views_differ()) return image_in_parts(s, into, into_calls);
   const uint32_t cw = gu_chunk(), nchunks = d.I / cw;
   // The prefill's down in chunks (down_chunk_k) beside gate|up calls of one chunk (with the
   // SiLU fused, gate_up_fused, or a SiLU call after each), a prompt without cached tokens, the
@@ -1597,7 +1675,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (auto [ch, two] : channel_options) {
       if (forced || res) break;
       gemm_channels = ch;
-      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, ch, two, cw);
+      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, s.vision || !in_parts(), s.prefill || !in_parts(), ch, two, cw);
       const uint64_t fixed = fixed_with(rGEMM);
       for (auto [rcv, pes] : rcvs) {
         for (uint32_t J : js)
@@ -1653,7 +1731,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       return out;
     }
   }
-  if (!res) return image_streamed(s);
+  if (!res) return image_streamed(s, into, into_calls);
   // (prefill_chunk_rows sizes chunks for the resident plan on at least 2 DMA channels: on
   // one its GEMMs run slower than a shorter chunk would; on 2 they cost less than a chunk
   // more, which reads every weight again.)
@@ -2188,6 +2266,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const uint32_t ni = s.prefill ? uint32_t(std::max(0, s.chunk_image_rows())) : 0, i0 = uint32_t(s.image_first),
                  off = s.prefill ? s.cache_offset : 0;  // as in image_program
   const uint32_t cw = gu_chunk(), nchunks = d.I / cw;
+  // The tower's part of a program in parts (image_in_parts): no halt, the program not finished.
+  const bool part = into && !s.prefill;
   const uint32_t G = d.nq / d.nkv, hdv2 = d.hdv * 2, hd2 = d.hd * 2;
   const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
   // The prefill's qkv phase, waited, where its four buffers do not fit: the rotary tables
@@ -2258,7 +2338,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (ddr_.has(vpm_name(0, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Iv, 1), d.Dv}, {d.Dv, pm_chunk(d.Iv, 1)}});
   if (ddr_.has(mpm_name(-1, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Md, 1), d.Md}, {d.H, pm_chunk(d.Md, 1)}});
   if (ddr_.has(vgq_name(1, 0))) chunk_gemms.push_back({3 * vgq_heads(d.hv) * d.hdv, d.Dv});
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, channels, two, cw, pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, N || !in_parts(), S || !in_parts(), channels, two, cw,
+                              pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -3434,7 +3515,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       end("vision_tower");
     }  // s.vision
     if (!s.prefill) {
-      b.op("halt");
+      if (!part) b.op("halt");
       return 0u;
     }
 
@@ -3791,7 +3872,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   CompiledProgram out;
   if (calls) out.calls = std::move(*calls);
   out.logits_ocm = generate(b, out.calls, false);
-  out.program = b.finish();
+  if (part) *calls = std::move(out.calls);
+  else out.program = b.finish();
   // The prefill's part of the plan: whole layers a tile, or its qkv|MLP phases.
   auto part_tiles = [](uint32_t pt, uint32_t rows) {
     return pt < rows ? fmt::format(", its out GEMM and residuals in tiles of {}", pt) : std::string();

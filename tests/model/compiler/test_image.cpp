@@ -1039,6 +1039,57 @@ TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
   }
 }
 
+// The vision part on more PE rows than the prefill's (Compiler::image_in_parts; the knob
+// CompileOptions::image_tower_rows): each part's weights packed for its own view, the parts
+// meeting in DDR (the merged image rows and the DeepStack rows). 64x64 at 1 MiB, the tower and
+// mergers on 64 rows, the prefill on 16: both parts resident; qc-u at 640 KiB, the tower on 32
+// rows, the prefill on 8: both streamed. Against the chain (expect_matches_chain, with its
+// KV-cache controls where the prefill streams); negative control: a zeroed tower weight, packed
+// for the tower's view, must fail the gate.
+TEST(ImageOcm, TinyTowerOnMoreRowsThanThePrefillMatchesTheChain) {
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 13);
+  struct Case {
+    std::vector<std::string> machine;
+    uint32_t gemm_rows, tower_rows;
+    const char *tower_plan, *prefill_plan;
+  };
+  for (const Case& k : {Case{{"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"}, 16, 64, "tower resident", "; prefill resident"},
+                        Case{{"ocm_bytes=640KiB"}, 8, 32, "tower streamed", "; prefill streamed"}}) {
+    CompileOptions opt = ocm_options();
+    opt.image_gemm_rows = k.gemm_rows;
+    opt.image_tower_rows = k.tower_rows;
+    Compiler c(config_tiny_wide(), sim::Config::make("qc-u", k.machine), opt);
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    SCOPED_TRACE(prog.plan);
+    const uint32_t rows = uint32_t(c.config().pe_rows);
+    EXPECT_NE(prog.plan.find(fmt::format("GEMMs on {} (tower and mergers) and {} (prefill) of the {} PE rows",
+                                         k.tower_rows, k.gemm_rows, rows)),
+              std::string::npos);
+    EXPECT_TRUE(prog.plan.starts_with(k.tower_plan));
+    EXPECT_NE(prog.plan.find(k.prefill_plan), std::string::npos);
+    const std::string label = fmt::format("tiny image program in two parts (tower on {} rows, prefill on {} of {})",
+                                          k.tower_rows, k.gemm_rows, rows);
+    expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, label,
+                         std::string(k.prefill_plan) == "; prefill streamed");
+    expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "V0.proj",
+                               "block 0's proj (the tower's view)");
+  }
+  // The knob's range, and mixed precision (one view).
+  CompileOptions bad = ocm_options(), mixed = ocm_options();
+  bad.image_tower_rows = 65;
+  mixed.fp16_channels = true;
+  mixed.image_gemm_rows = 16;
+  mixed.image_tower_rows = 64;
+  for (const auto& [o, says] : {std::pair{bad, "give --tower-rows 1 to 64"}, std::pair{mixed, "drop one of them"}}) {
+    try {
+      Compiler c(config_tiny_wide(), sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64"}), o);
+      ADD_FAILURE() << "accepted: " << says;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The 2B image program, timing-only: 8 MiB spends the extra OCM (one tower MLP pass
 // per block, one gate|up call per layer) and is faster than 4 MiB; 2 MiB streams the
 // activations and is slower; 1 MiB compiles (docs/performance.md has its cycles).
