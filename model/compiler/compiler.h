@@ -281,7 +281,6 @@ class Compiler {
   // This compiler emits a part of a program in parts (the vision part, or the rest beside it):
   // its GEMM DMA buffers hold only that part's GEMMs (the other part has its own).
   bool in_parts() const { return vision_part_ || views_differ(); }
-  bool vision_part_ = false;  // (vision_part's copy)
   struct GemmLoad {
     double macs, ddr_cycles;
   };
@@ -370,6 +369,7 @@ class Compiler {
   // weights are packed for it.
   sim::Config gemm_cfg_;
   uint32_t tower_rows_ = 0;  // the vision part's view: its rows (settle_tower_view; 0: gemm_cfg_'s)
+  bool vision_part_ = false;  // this is vision_part()'s copy
   CompileOptions opt_;
   DdrLayout ddr_;
   DecodeIo dio_;

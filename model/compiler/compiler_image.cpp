@@ -773,9 +773,9 @@ namespace {
 
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program (of a program
 // in parts, Compiler::image_in_parts: of its part, vision: the tower's and mergers', text: the
-// prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one channel, with
-// the second buffer the GEMMs then stream into (both plans try it first on a machine of one
-// channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
+// prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one
+// channel, with the second buffer the GEMMs then stream into (both plans try it first on a machine
+// of one channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
 // chunks replace the whole-width gate|up and down GEMMs (0: none). more: other GEMMs' n x k
 // (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
