@@ -57,8 +57,9 @@
 // Units stream DDR -> OCM through one buffer per DMA channel (C = the most channels <=
 // dma_channels dividing the D = B/S units; unit d on channel d % C; a channel's next
 // unit starts as soon as its buffer is scattered; on one DMA channel with D even and scratch
-// for two buffers (gemm_scratch_bytes with two): unit d into buffer d % 2, unit d + 1 started as soon as unit d has arrived, before
-// unit d is scattered: 2B image program, qc-u with one channel, 89.35 -> 85.18 M cycles).
+// for two buffers (gemm_scratch_bytes with two): unit d into buffer d % 2, unit d + 1 started
+// as soon as unit d has arrived, before unit d is scattered: 2B image program, qc-u with one
+// channel, 89.35 -> 85.24 M cycles, `gpnpu compile --set dma_channels=1 --run`).
 // Channel c's buffer sits at the same place in every call (channel 0 at the
 // scratch's start, channel c >= 1 at dma_channels - c code buffers from its end), so the
 // next call's unit c starts as soon as this call's last unit on c is scattered. The units
