@@ -25,9 +25,12 @@ uint32_t meta_lrm_bytes(uint32_t p) { return ceil_div(p, 8) * 32; }
 uint32_t lrm_need(uint32_t nblk, uint32_t s, uint32_t bufs = 2) {
   return bufs * (meta_lrm_bytes(nblk) + 64 / s * nblk) + 64;
 }
-// OCM buffer of DMA channel c: unit 0 (meta + first codes) always lands on channel 0.
+// OCM buffer of DMA channel c: unit 0 (meta + first codes) always lands on channel 0, sized for
+// the call's units (a call of one narrow tile: its own columns', 64x64 at 2 MiB: the mergers' fc1
+// chunks of 1,024 columns at K = 4,096, 262 KB, not 524); the others for full code units.
 uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
-  return (kUnitPad + (c == 0 ? pl.meta_unit : 0) + pl.code_unit + 32 + 63) / 64 * 64;
+  const bool narrow = c == 0 && pl.tiles == 1 && pl.tail_cols;
+  return (kUnitPad + (c == 0 ? pl.meta_of(narrow) : 0) + pl.code_of(narrow) + 32 + 63) / 64 * 64;
 }
 // The channels' buffers sit where they sit in every call on the machine and scratch
 // region, so a call can start the next call's unit c on channel c as soon as its own

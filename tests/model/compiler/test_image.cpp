@@ -369,9 +369,9 @@ void expect_parks_match_ddr(const Compiler& c, CompileOptions opt, const Compile
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
 // rows the MLP phase finds in its own buffer; the prefill's residual kept in OCM from a
-// layer's MLP to the next layer's norm, then parked in LRM), on 512 KiB at 8 GB/s (where re-reading the
+// layer's MLP to the next layer's norm, then parked in LRM), on 432 KiB at 8 GB/s (where re-reading the
 // weights costs more than the phases' extra copies and partial sums: the cost model picks
-// them). Against the chain (cosine
+// them; the GEMMs on 2 of the 4 DMA channels, which leaves the next norms' load one). Against the chain (cosine
 // >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
 // the KV cache from the wrong slot.
 ModelConfig config_tiny_wider() {
@@ -383,7 +383,7 @@ ModelConfig config_tiny_wider() {
 TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
-  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=512KiB", "ddr_gbps=8"});
+  sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=432KiB", "ddr_gbps=8"});
   const CompileOptions opt = ocm_options();
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
@@ -409,7 +409,7 @@ TEST(ImageOcm, TinyMlpOverEveryRowMatchesTheChain) {
                         "V1.load", "V2.load", "V1.store", "M0.t0.load", "Mf.t0.load", "P2.load_norms"})
     EXPECT_FALSE(has_call(prog, m)) << m;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (wider MLPs) image program, 512 KiB, 8 GB/s");
+                       "tiny (wider MLPs) image program, 432 KiB, 8 GB/s");
 
   // Through DDR instead: the residual stored at the layer's start (the store waited for before
   // the q|k|v GEMM writes over the rows) and loaded back, the attention's output stored by its
@@ -486,24 +486,24 @@ TEST(ImageOcm, TinyDownOverTwoChunksMatchesTheChain) {
 
 // The same on 32x64 PEs with chunks as wide as Compiler::settle_pm_chunks takes there for
 // the 2B (CompileOptions::image_chunk_pes: tiles of 2,048 columns at split 2, the tower's 1536
-// in one chunk, the prefill's 3072 in chunks of 1024), packed and run as such. Against the
-// chain, with the negative control.
+// in one chunk, on row tiles of 72, the prefill's 3072 in chunks of 1024), packed and run as
+// such, at 672 KiB. Against the chain, with the negative control.
 TEST(ImageOcm, TinyWiderMlpChunksMatchTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 9);
-  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=832KiB", "ddr_gbps=8"});
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=672KiB", "ddr_gbps=8"});
   CompileOptions opt = ocm_options();
   opt.image_gemm_rows = 32;
   opt.image_chunk_pes = 4096;
   Compiler c(config_tiny_wider(), cfg, opt);
   const CompiledProgram prog = c.image_program(kOcmShape);
-  EXPECT_NE(prog.plan.find("|144 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos)
+  EXPECT_NE(prog.plan.find("|72 (qkv|MLP phases; the MLP in chunks of 1536 with fp32"), std::string::npos)
       << prog.plan;
   EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of 1024 with fp32"), std::string::npos)
       << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (wider MLPs) image program, 32x64, 832 KiB, 8 GB/s, wide chunks");
+                       "tiny (wider MLPs) image program, 32x64, 672 KiB, 8 GB/s, wide chunks");
 }
 
 // The resident plan's tower MLP over every row in chunks (fc1 and GELU a chunk of fc1's
@@ -603,12 +603,12 @@ TEST(ImageOcm, TinySiluInTheGemmEpilogueGivesTheSameLogits) {
 
 // The SiLU in the gate|up GEMMs of the streamed MLP over every row (its own chunk packings
 // interleaved: Compiler::pm_gate_up_fused; the 2B on 32x64 and 64x64 at 2 MiB and 128 GB/s),
-// forced by the knob on the tiny wider model's phases plan (32x64, 832 KiB, 16 GB/s: the chain's
+// forced by the knob on the tiny wider model's phases plan (32x64, 672 KiB, 16 GB/s: the chain's
 // gate|up at split 1). Against the chain; negative control: a layer's gate|up chunk zeroed in DDR.
 TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   static TinyBundle tiny("image_" + config_tiny_wider().name, config_tiny_wider());
   const auto [pixels, ref] = ocm_reference(config_tiny_wider(), *tiny.bundle, 41);
-  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=832KiB", "ddr_gbps=16"});
+  sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64", "ocm_bytes=672KiB", "ddr_gbps=16"});
   CompileOptions opt = ocm_options();
   opt.image_gemm_rows = 32;
   opt.image_chunk_pes = 4096;
@@ -625,7 +625,7 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   EXPECT_GT(gate_ups, 0u);
   EXPECT_EQ(silus, 0u);
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
-                       "tiny (wider MLPs) image program, 32x64, 832 KiB, 16 GB/s, the SiLU in the chunk chain", false);
+                       "tiny (wider MLPs) image program, 32x64, 672 KiB, 16 GB/s, the SiLU in the chunk chain", false);
   expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "L1.pm0.gu",
                              "layer 1's gate|up chunk 0");
 }
@@ -1030,12 +1030,12 @@ TEST(ImageOcm, TinyMergersInChunksMatchTheChain) {
 TEST(ImageOcm, TinyStreamedOnOneAndTwoDmaChannels) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 11);
   for (const char* ch : {"1", "2"}) {
-    sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=640KiB", fmt::format("dma_channels={}", ch)});
+    sim::Config cfg = sim::Config::make("qc-u", {"ocm_bytes=608KiB", fmt::format("dma_channels={}", ch)});
     Compiler c(config_tiny_wide(), cfg, ocm_options());
     const CompiledProgram prog = c.image_program(kOcmShape);
     EXPECT_TRUE(prog.plan.starts_with("streamed")) << prog.plan;
     expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
-                         fmt::format("tiny image program, 640 KiB, {} DMA channel(s)", ch), ch[0] == '2');
+                         fmt::format("tiny image program, 608 KiB, {} DMA channel(s)", ch), ch[0] == '2');
   }
 }
 
