@@ -562,12 +562,14 @@ void Compiler::settle_pm_chunks() {
   if (narrow.plan.empty()) return;
   double least = 0.99 * narrow.est_cycles;
   uint32_t best = 0;
+  bool kept_out = false;  // a lower estimate whose plan read more weight bytes
   for (uint32_t npe : {gemm_cfg_.npe(), 2 * gemm_cfg_.npe(), 4 * gemm_cfg_.npe()}) {
     if (widths(npe) == widths(pm_npe_)) continue;
     relay(npe);
     const CompiledProgram w = plan();
-    if (!w.plan.empty() && w.est_weight_bytes <= narrow.est_weight_bytes && w.est_cycles < least)
-      least = w.est_cycles, best = npe;
+    if (w.plan.empty() || w.est_cycles >= least) continue;
+    if (w.est_weight_bytes <= narrow.est_weight_bytes) least = w.est_cycles, best = npe;
+    else kept_out = true;
   }
   if (pm_npe_ != best) relay(best);
   // Then the tower's and the mergers' chunks on their own, the prefill's kept: a width whose
@@ -592,6 +594,24 @@ void Compiler::settle_pm_chunks() {
   }
   pm_tower_npe_ = tower;
   relay(pm_npe_);
+  // Then, where the first pass kept a width out for its weight bytes, the prefill's again, the
+  // tower's and mergers' kept: the first pass moves them together, and a width whose tower read
+  // more bytes kept a better prefill width out (32x64, 2 MiB, 64 GB/s: the prefill's 1,024-wide
+  // chunks, measured 43.48 M cycles, for 2,048-wide, 42.11 M).
+  if (!kept_out) return;
+  const CompiledProgram kept = plan();
+  if (kept.plan.empty()) return;
+  pm_tower_npe_ = tower ? tower : std::max(pm_npe_, 1u);  // (1: the narrow default's widths)
+  double least_kept = kept.est_cycles;
+  uint32_t prefill = pm_npe_;
+  for (uint32_t npe : {gemm_cfg_.npe(), 2 * gemm_cfg_.npe(), 4 * gemm_cfg_.npe()}) {
+    if (widths(npe)[2] == widths(prefill)[2]) continue;
+    relay(npe);
+    const CompiledProgram w = plan();
+    if (!w.plan.empty() && w.est_weight_bytes <= kept.est_weight_bytes && w.est_cycles < least_kept)
+      least_kept = w.est_cycles, prefill = npe;
+  }
+  relay(prefill);
 }
 
 CompiledProgram Compiler::streamed_estimate() const {
@@ -771,6 +791,18 @@ void Compiler::load_image_constants(const QuantBundle& bundle, const ImageShape&
 
 namespace {
 
+// The MACs a row of an n x k GEMM takes on view g's PEs, a narrow tile's idle ones counted (two
+// row sets: half that): the tower's N = 1,024 on 48 rows of 64x64 (3,072 PEs), 1.5 n k. (n k where
+// no split fits the LRM: that GEMM runs in chunks, as the plan then finds.)
+double row_macs(const sim::Config& g, uint32_t n, uint32_t k, uint32_t split = 0) {
+  try {
+    const GemmPlan p = plan_gemm(g, 16, n, k, split);
+    return double(p.tiles) * p.cols * k / p.sets;
+  } catch (const Error&) {
+    return double(n) * k;
+  }
+}
+
 // The GEMM DMA buffers both plans reserve: the most any GEMM of the image program (of a program
 // in parts, Compiler::image_in_parts: of its part, vision: the tower's and mergers', text: the
 // prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one
@@ -781,17 +813,20 @@ namespace {
 // (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
 // width, and its buffer holds a whole tile's meta: 2B on 19 of 38x48's rows with 16 KiB of LRM,
 // the mergers' fc1 chunks of 512 at split 1 needed 175 KB where the whole fc1 at split 2 took 88).
+// whole = false: not the tower's and mergers' whole-width MLP GEMMs (a plan running them in
+// chunks, Streamed::vpm and mpm: the vision part on 64x64 at 2 MiB, two channels, 262 KB where
+// fc2's K = 4,096 took 525 KB).
 uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, bool vision, bool text, uint32_t channels, bool two,
                            uint32_t cw, uint32_t cp = 0, uint32_t pairs = 1,
-                           const std::vector<std::pair<uint32_t, uint32_t>>& more = {}) {
+                           const std::vector<std::pair<uint32_t, uint32_t>>& more = {}, bool whole = true) {
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
   auto need = [&](uint32_t n, uint32_t k) { r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k, 0, two)); };
   if (vision) {
-    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv},
-                        {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}})
-      need(n, k);
+    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}}) need(n, k);
+    if (whole)
+      for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Iv, d.Dv}, {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}}) need(n, k);
     for (auto [n, k] : more) need(n, k);  // (the tower's and mergers' chunks)
   }
   if (text)
@@ -1328,12 +1363,30 @@ void Compiler::settle_gemm_view() {
   ImageShape s;
   s.plan_only = true;
   auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
+  // A streamed view's estimate with the vision part on every row where that is lower and reads
+  // no more weight bytes (image_in_parts; settle_tower_view decides after): a view of fewer rows
+  // gives the prefill its OCM, not the tower its PEs (64x64 at 2 MiB, 64 GB/s: 48 rows, not 64
+  // whose prefill spills; 32x48 at 1 MiB, 48 GB/s: 16 rows with the tower's on 32 read 1.14 x
+  // the bytes of 22 and ran 113.06 M cycles, not 93.81).
+  auto planned = [&] {
+    const CompiledProgram one = image_program(s, nullptr, nullptr);
+    if (opt_.fp16_channels || gemm_cfg_.pe_rows >= cfg_.pe_rows || !one.plan.starts_with("streamed")) return one;
+    tower_rows_ = uint32_t(cfg_.pe_rows);
+    CompiledProgram parts;
+    try {
+      parts = image_program(s, nullptr, nullptr);
+    } catch (const Error&) {
+      parts.est_cycles = std::numeric_limits<double>::infinity();
+    }
+    tower_rows_ = 0;
+    return parts.est_cycles < one.est_cycles && parts.est_weight_bytes <= one.est_weight_bytes ? parts : one;
+  };
   // A view on which the default image program fits no plan (its GEMMs' DMA buffers take the OCM
   // its smallest row tiles need: 512 KiB on 21x46 or 40x25 PEs, where the rule's view left them
   // 220 KB) takes fewer rows until one fits; where none does, the rule's view and its error.
   try {
     const sim::Config rule = gemm_cfg_;
-    auto fits = [&] { return resident() || std::isfinite(image_program(s, nullptr, nullptr).est_cycles); };
+    auto fits = [&] { return resident() || std::isfinite(planned().est_cycles); };
     while (gemm_cfg_.pe_rows > 1 && !fits()) gemm_cfg_.pe_rows /= 2;
     if (!fits()) gemm_cfg_ = rule;
   } catch (const Error&) {
@@ -1347,7 +1400,7 @@ void Compiler::settle_gemm_view() {
   // twice as often.
   try {
     const sim::Config from = gemm_cfg_;
-    const CompiledProgram at = image_program(s, nullptr, nullptr);
+    const CompiledProgram at = planned();
     if (from.pe_rows < cfg_.pe_rows && at.plan == "streamed" && std::isfinite(at.est_cycles)) {
       std::set<uint32_t> cands{uint32_t(cfg_.pe_rows)};
       for (uint32_t r = 2 * from.pe_rows; r < uint32_t(cfg_.pe_rows); r *= 2) cands.insert(r);
@@ -1361,7 +1414,7 @@ void Compiler::settle_gemm_view() {
       uint32_t rows = 0, rows_more = 0;
       for (uint32_t r : cands) {
         gemm_cfg_.pe_rows = int(r);
-        const CompiledProgram o = image_program(s, nullptr, nullptr);
+        const CompiledProgram o = planned();
         if (o.plan != "streamed") continue;
         if (o.est_weight_bytes < at.est_weight_bytes && o.est_cycles < best) best = o.est_cycles, rows = r;
         if (o.est_cycles < best_more) best_more = o.est_cycles, rows_more = r;
@@ -1383,13 +1436,13 @@ void Compiler::settle_gemm_view() {
   const sim::Config whole = gemm_cfg_;
   try {
     if (resident()) return;
-    const double streamed_whole = image_program(s, nullptr, nullptr).est_cycles;
+    const double streamed_whole = planned().est_cycles;
     gemm_cfg_ = half;
     // Both stream: the half unless its estimate is 5% higher (its smaller GEMM buffers leave
     // room for the MLP over every row; within 5%, the plan the smaller array runs: 32x64 at
     // 2 MiB, 32 GB/s, whole view estimated 75.2 M, half 78.8 M, measured 97.97 M and 97.34 M).
     if (resident()) return;
-    double best = image_program(s, nullptr, nullptr).est_cycles;
+    double best = planned().est_cycles;
     if (!(best < 1.05 * streamed_whole)) {
       gemm_cfg_ = whole;
       return;
@@ -1402,7 +1455,7 @@ void Compiler::settle_gemm_view() {
       const sim::Config prev = gemm_cfg_;
       gemm_cfg_.pe_rows /= 2;
       if (resident()) return;
-      const double e = image_program(s, nullptr, nullptr).est_cycles;
+      const double e = planned().est_cycles;
       if (!(e < 0.95 * best)) {
         gemm_cfg_ = prev;
         break;
@@ -1421,7 +1474,7 @@ void Compiler::settle_gemm_view() {
       return;
     }
     if (resident()) return;
-    if (!(image_program(s, nullptr, nullptr).est_cycles < 0.98 * best)) gemm_cfg_ = settled;
+    if (!(planned().est_cycles < 0.98 * best)) gemm_cfg_ = settled;
   } catch (const Error&) {
     gemm_cfg_ = whole;  // the default shape does not fit this model's limits: the rule's view
   }
@@ -1429,15 +1482,52 @@ void Compiler::settle_gemm_view() {
 
 void Compiler::settle_tower_view() {
   tower_rows_ = 0;
-  if (!opt_.image_tower_rows) return;
-  if (opt_.image_tower_rows > uint32_t(cfg_.pe_rows))
-    fail("compiler: the tower's GEMMs on {} PE rows, but the array has {} (pe_rows): give --tower-rows 1 to {}",
-         opt_.image_tower_rows, cfg_.pe_rows, cfg_.pe_rows);
-  if (opt_.fp16_channels && opt_.image_tower_rows != uint32_t(gemm_cfg_.pe_rows))
-    fail("compiler: --tower-rows {} with --fp16-channels: a mixed-precision image program runs on one view "
-         "(--gemm-rows {}); drop one of them",
-         opt_.image_tower_rows, gemm_cfg_.pe_rows);
-  tower_rows_ = opt_.image_tower_rows;
+  if (opt_.image_tower_rows) {
+    if (opt_.image_tower_rows > uint32_t(cfg_.pe_rows))
+      fail("compiler: the tower's GEMMs on {} PE rows, but the array has {} (pe_rows): give --tower-rows 1 to {}",
+           opt_.image_tower_rows, cfg_.pe_rows, cfg_.pe_rows);
+    if (opt_.fp16_channels && opt_.image_tower_rows != uint32_t(gemm_cfg_.pe_rows))
+      fail("compiler: --tower-rows {} with --fp16-channels: a mixed-precision image program runs on one view "
+           "(--gemm-rows {}); drop one of them",
+           opt_.image_tower_rows, gemm_cfg_.pe_rows);
+    tower_rows_ = opt_.image_tower_rows;
+    return;
+  }
+  // The compiler's choice: the vision part on more rows than the prefill's view, doubled up to
+  // the array's, each taken where the program in parts is estimated 2% or more below the fewer
+  // rows' (or the one view's) and reads no more weight bytes; only where the tower's GEMM MACs
+  // on the prefill's view (a narrow tile's idle PEs counted) take 1.5 x its weights' DDR time or
+  // more, as settle_gemm_view's rule: nearer the DDR bound more PEs gain the tower little and
+  // the parts cost the prefill (64x64, 2 MiB, 32 GB/s, 1.25 x on 32 rows: estimated 2% faster,
+  // measured 66.00 -> 68.34 M cycles, the tower unchanged). The bytes: at 1 MiB the tower on 32
+  // of 64x64's rows ran 9% faster but read 1.68 x the weights-once bytes, not 1.47.
+  if (!opt_.image || opt_.image_gemm_rows || opt_.fp16_channels || gemm_cfg_.pe_rows >= cfg_.pe_rows) return;
+  const Dims d(model_);
+  const ImageShape shape = planning_shape(opt_);
+  const double tower_macs = (row_macs(gemm_cfg_, 3 * d.Dv, d.Dv) + row_macs(gemm_cfg_, d.Dv, d.Dv) +
+                             row_macs(gemm_cfg_, d.Iv, d.Dv) + row_macs(gemm_cfg_, d.Dv, d.Iv)) *
+                            shape.grid_h * shape.grid_w / gemm_cfg_.mac_peak(true);
+  const double tower_ddr = double(gemm_weight_bytes(cfg_, 3 * d.Dv, d.Dv) + gemm_weight_bytes(cfg_, d.Dv, d.Dv) +
+                                  gemm_weight_bytes(cfg_, d.Iv, d.Dv) + gemm_weight_bytes(cfg_, d.Dv, d.Iv)) /
+                           cfg_.ddr_bytes_per_cycle();
+  if (tower_macs < 1.5 * tower_ddr) return;
+  ImageShape s = shape;
+  s.plan_only = true;
+  try {
+    const CompiledProgram one = image_program(s, nullptr, nullptr);
+    if (!one.plan.starts_with("streamed") || !std::isfinite(one.est_cycles)) return;
+    double best = one.est_cycles;
+    uint32_t pick = 0;
+    for (uint32_t r = 2 * uint32_t(gemm_cfg_.pe_rows);; r *= 2) {
+      tower_rows_ = std::min(r, uint32_t(cfg_.pe_rows));
+      const CompiledProgram o = image_program(s, nullptr, nullptr);
+      if (o.est_cycles < 0.98 * best && o.est_weight_bytes <= one.est_weight_bytes) best = o.est_cycles, pick = tower_rows_;
+      if (r >= uint32_t(cfg_.pe_rows)) break;
+    }
+    tower_rows_ = pick;
+  } catch (const Error&) {
+    tower_rows_ = 0;
+  }
 }
 
 Compiler Compiler::vision_part() const {
@@ -2232,6 +2322,7 @@ struct Streamed {
   std::function<std::vector<uint64_t>()> vqgb;
   uint32_t channels = 0;  // DMA channels of the GEMMs
   bool two = false;       // one channel: the GEMMs' second buffer reserved (gemm_buffer_bytes)
+  bool whole = true;      // the buffers hold the tower's and mergers' whole-width MLP GEMMs (gemm_buffer_bytes)
   bool with_pm = false;   // planned with the prefill's MLP over every row as a candidate (pm)
   double cost = 0;        // estimated cycles of the row phases (row_phase's cost model)
   double weight_bytes = 0;  // the weights' DDR bytes, every pass (its row tiles each read them)
@@ -2329,17 +2420,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     }
     return top;
   };
-  auto plan = [&](uint32_t channels, bool pm, bool vq_tiles, bool two) {
+  auto plan = [&](uint32_t channels, bool pm, bool vq_tiles, bool two, bool whole = true) {
   Streamed p;
   p.channels = channels;
   p.two = two;
+  p.whole = whole;
   p.with_pm = pm;
   std::vector<std::pair<uint32_t, uint32_t>> chunk_gemms;  // (the packings in DDR: Streamed::vpm, mpm, vqg)
   if (ddr_.has(vpm_name(0, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Iv, 1), d.Dv}, {d.Dv, pm_chunk(d.Iv, 1)}});
   if (ddr_.has(mpm_name(-1, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Md, 1), d.Md}, {d.H, pm_chunk(d.Md, 1)}});
   if (ddr_.has(vgq_name(1, 0))) chunk_gemms.push_back({3 * vgq_heads(d.hv) * d.hdv, d.Dv});
   p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, N || !in_parts(), S || !in_parts(), channels, two, cw,
-                              pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms);
+                              pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms, whole);
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -2469,6 +2561,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // exposed); each on the most rows its buffers leave.
   const double peak = gemm_cfg_.mac_peak(true), bw = cfg_.ddr_bytes_per_cycle();  // (the row phases are GEMMs)
   auto wb = [&](uint32_t n, uint32_t k) { return double(gemm_weight_bytes(cfg_, n, k)); };
+  auto pe_macs = [&](uint32_t n, uint32_t k, uint32_t split = 0) { return row_macs(gemm_cfg_, n, k, split); };
   auto row_phase = [&](uint32_t total, const std::function<V64(uint32_t, uint32_t)>& sizes, double macs_row,
                        double wbytes, double calls, double load_row, double store_row, uint32_t& mode,
                        double times, double waited_tile = 0) {
@@ -2515,14 +2608,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // weight streams in during the call before; per chunk.)
   auto chunk_est = [&](uint32_t r, uint32_t w, uint32_t c, uint32_t u, double sl, uint32_t up_split,
                        uint32_t pairs = 1) {
-    const GemmPlan gu = plan_gemm(gemm_cfg_, 1, u, w, up_split), gd = plan_gemm(gemm_cfg_, 1, w, pairs * c);
-    const double m_up = sl * r * double(gu.tiles) * gu.cols * w / peak,
-                 m_dn = sl * r * double(gd.tiles) * gd.cols * pairs * c / peak;
+    const double m_up = sl * r * pe_macs(u, w, up_split) / peak, m_dn = sl * r * pe_macs(w, pairs * c) / peak;
     return ((pairs - 1) * std::max(m_up, wb(u, w) / bw) + std::max(m_up, wb(w, pairs * c) / bw) +
             std::max(m_dn, wb(u, w) / bw)) / pairs;
   };
   const double before_va = p.cost;
-  p.rva = row_phase(N, p.ta, 3.0 * d.Dv * d.Dv, wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
+  p.rva = row_phase(N, p.ta, pe_macs(3 * d.Dv, d.Dv), wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
                     depth);
   // The tower's qkv phase q, k, v in turn (block 0 keeps the row tiles: it makes its rows from
   // the patches), over every row or in the fewest tiles that fit (two output buffers, else
@@ -2540,7 +2631,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // (one buffer: q's and k's stores waited for, their DDR time beside the next GEMM's
       // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.10% measured, not 0.8%)
       const double stores = outs == 1 ? t * 4.0 * d.Dv : 0.0;
-      const double vqa_c = depth * (tiles * std::max(t * 3.0 * d.Dv * d.Dv / peak + 3 * kCallCycles,
+      const double vqa_c = depth * (tiles * std::max(t * 3.0 * pe_macs(d.Dv, d.Dv) / peak + 3 * kCallCycles,
                                                      (wb(3 * d.Dv, d.Dv) + stores) / bw) +
                                     N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
       const double margin = t > (p.vqa ? p.vqt : p.rva) ? kFewerBytes : 1.0;  // (fewer weight passes)
@@ -2548,7 +2639,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (qknob) break;
     }
   const double a_phase = p.cost - before_va;
-  const double before_vc = p.cost, macs_vc = double(d.Dv) * (d.Dv + 2.0 * d.Iv),
+  const double before_vc = p.cost, macs_vc = pe_macs(d.Dv, d.Dv) + pe_macs(d.Iv, d.Dv) + pe_macs(d.Dv, d.Iv),
                wb_vc = wb(d.Dv, d.Dv) + wb(d.Iv, d.Dv) + wb(d.Dv, d.Iv);
   p.rvc = row_phase(N, p.tc, macs_vc, wb_vc, 3, 4.0 * d.Dv, 2.0 * d.Dv, p.svc, depth);
   // The tower's MLP phase over every row when it is cheaper (as the prefill's below).
@@ -2575,7 +2666,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const GemmPlan fp = plan_gemm(gc, r, d.Dv, cv);
       const double port = (vsums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + fp.groups * 200.0;
       const double proj_again = double((r + p.vpt - 1) / p.vpt - 1) * wb(d.Dv, d.Dv);
-      vpm_c += depth * (std::max(r * double(d.Dv) * d.Dv / peak, wb(d.Dv, d.Dv) / bw) +
+      vpm_c += depth * (std::max(r * pe_macs(d.Dv, d.Dv) / peak, wb(d.Dv, d.Dv) / bw) +
                         chunk_est(r, d.Dv, cv, cv, 1.0, 0) * (d.Iv / cv) + proj_again / bw +
                         (vsums(r) ? 6.0 : 8.0) * r * d.Dv / bw + double(d.Iv / cv) * fp.tiles * port);
     }
@@ -2585,7 +2676,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // (the mergers in chunks where their row tiles would read the weights again: always fewer bytes,
   // the same MACs; the test knob image_merger_chunks forces them)
-  p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap && msums() &&
+  p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks || !whole) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap && msums() &&
           fits(p.mpmb());
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
@@ -2749,7 +2840,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   }
   p.fused = fused_ok && (!phased_ok || fused < phased);
   p.cost = before + (p.fused ? fused : phased);
-  p.ok = p.rva && (p.rvc || p.vpm) && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd);
+  p.ok = p.rva && (p.rvc || p.vpm) && p.rm && p.gv && (phased_ok || fused_ok) && fits(p.hd) &&
+         (whole || ((p.vpm || !N) && (p.mpm || !Nt)));
   // (the mergers: their weight passes, at the DDR rate)
   const double mergers = double(vc.deepstack_visual_indexes.size() + 1);
   if (p.ok && Nt)
@@ -2781,11 +2873,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // 83.28).
   // (One channel: each also with the GEMMs' second buffer, taken unless the OCM it costs makes
   // the estimate kTwoBuffers higher.)
+  // (The vision part alone, image_in_parts: also with buffers for its MLP chunks only,
+  // Streamed::whole, the plan then running the tower's and mergers' MLPs in chunks.)
   std::vector<Streamed> cands;
   for (bool two : {true, false}) {
     if (two && cfg_.dma_channels != 1) continue;
-    cands.push_back(plan(uint32_t(cfg_.dma_channels), false, false, two));
-    if (cfg_.dma_channels > 2) cands.push_back(plan(2, false, false, two));
+    for (bool whole : {true, false}) {
+      if (!whole && (S || !N || cap)) continue;
+      cands.push_back(plan(uint32_t(cfg_.dma_channels), false, false, two, whole));
+      if (cfg_.dma_channels > 2) cands.push_back(plan(2, false, false, two, whole));
+    }
     if (S && ddr_.has(pm_name(0, 0, "gu")) && !cap) {
       cands.push_back(plan(uint32_t(cfg_.dma_channels), true, false, two));
       if (cfg_.dma_channels > 2) cands.push_back(plan(2, true, false, two));
@@ -2797,7 +2894,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   for (const Streamed& q : cands)
     if (q.ok && (!p.ok || score(q) < score(p))) p = q;
   if (p.ok) {
-    const Streamed q = plan(p.channels, p.with_pm, true, p.two);
+    const Streamed q = plan(p.channels, p.with_pm, true, p.two, p.whole);
     const bool fewer = q.vqa && (!p.vqa || q.vqt > p.vqt) && q.vqt > p.rva;  // (fewer weight passes)
     if (q.ok && q.cost < (fewer ? kFewerBytes : 0.99) * p.cost) p = q;
   }
