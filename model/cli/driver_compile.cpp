@@ -153,8 +153,8 @@ void add_compile_commands(CLI::App& app) {
       ->check(cli::integer(0, 1 << 16));
   c->add_option("--tower-rows", tower_rows,
                 "run the vision tower's and mergers' GEMMs on the first N PE rows, the prefill's on --gemm-rows "
-                "(0: the compiler's choice; rows other than the prefill's run the program in two parts, named in the image "
-                "plan)")
+                "(0: the compiler's choice; rows other than the prefill's run the program in two parts, named in "
+                "the image plan)")
       ->capture_default_str()
       ->check(cli::integer(0, 1 << 16));
   c->add_option("--prefill", prefill,

@@ -202,8 +202,8 @@ struct CompileOptions {
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // The vision tower's and mergers' GEMMs on this many PE rows (`gpnpu compile --tower-rows`; 0:
-  // Compiler::settle_tower_view's choice): where that differs from it, the image program runs in two parts
-  // (Compiler::image_in_parts).
+  // Compiler::settle_tower_view's choice): where that differs from the prefill's view, the image
+  // program runs in two parts (Compiler::image_in_parts).
   uint32_t image_tower_rows = 0;
   // Mixed precision (kernels/f16cols.h): the bundle keeps up to kernels::kF16Cols input
   // channels of each (fused) weight in fp16; every GEMV, GEMM and embedding lookup gets

@@ -826,7 +826,8 @@ uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, bool vision, b
   if (vision) {
     for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}}) need(n, k);
     if (whole)
-      for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Iv, d.Dv}, {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}}) need(n, k);
+      for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Iv, d.Dv}, {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}})
+        need(n, k);
     for (auto [n, k] : more) need(n, k);  // (the tower's and mergers' chunks)
   }
   if (text)
@@ -1521,7 +1522,8 @@ void Compiler::settle_tower_view() {
     for (uint32_t r = 2 * uint32_t(gemm_cfg_.pe_rows);; r *= 2) {
       tower_rows_ = std::min(r, uint32_t(cfg_.pe_rows));
       const CompiledProgram o = image_program(s, nullptr, nullptr);
-      if (o.est_cycles < 0.98 * best && o.est_weight_bytes <= one.est_weight_bytes) best = o.est_cycles, pick = tower_rows_;
+      if (o.est_cycles < 0.98 * best && o.est_weight_bytes <= one.est_weight_bytes)
+        best = o.est_cycles, pick = tower_rows_;
       if (r >= uint32_t(cfg_.pe_rows)) break;
     }
     tower_rows_ = pick;
@@ -2613,8 +2615,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             std::max(m_dn, wb(u, w) / bw)) / pairs;
   };
   const double before_va = p.cost;
-  p.rva = row_phase(N, p.ta, pe_macs(3 * d.Dv, d.Dv), wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv, p.sva,
-                    depth);
+  p.rva = row_phase(N, p.ta, pe_macs(3 * d.Dv, d.Dv), wb(3 * d.Dv, d.Dv), 1, 2.0 * d.Dv + 8.0 * d.hdv, 6.0 * d.Dv,
+                    p.sva, depth);
   // The tower's qkv phase q, k, v in turn (block 0 keeps the row tiles: it makes its rows from
   // the patches), over every row or in the fewest tiles that fit (two output buffers, else
   // one), when it is cheaper: per tile MACs or the weights, its loads waited for, the last
@@ -2676,8 +2678,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // (the mergers in chunks where their row tiles would read the weights again: always fewer bytes,
   // the same MACs; the test knob image_merger_chunks forces them)
-  p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks || !whole) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap && msums() &&
-          fits(p.mpmb());
+  p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks || !whole) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap &&
+          msums() && fits(p.mpmb());
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' cycles

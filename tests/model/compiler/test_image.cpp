@@ -369,11 +369,11 @@ void expect_parks_match_ddr(const Compiler& c, CompileOptions opt, const Compile
 // with a tower MLP of 1536 too (three chunks of 512 in the tower, six in the prefill; the
 // tower's q|k|v by groups of 2 heads beside the attention from block 1 on, whose attention
 // rows the MLP phase finds in its own buffer; the prefill's residual kept in OCM from a
-// layer's MLP to the next layer's norm, then parked in LRM), on 432 KiB at 8 GB/s (where re-reading the
-// weights costs more than the phases' extra copies and partial sums: the cost model picks
-// them; the GEMMs on 2 of the 4 DMA channels, which leaves the next norms' load one). Against the chain (cosine
-// >= 0.9999, the same top-1, timing-only = functional cycles); the negative control reads
-// the KV cache from the wrong slot.
+// layer's MLP to the next layer's norm, then parked in LRM), on 432 KiB at 8 GB/s (where
+// re-reading the weights costs more than the phases' extra copies and partial sums: the cost
+// model picks them; the GEMMs on 2 of the 4 DMA channels, which leaves the next norms' load
+// one). Against the chain (cosine >= 0.9999, the same top-1, timing-only = functional
+// cycles); the negative control reads the KV cache from the wrong slot.
 ModelConfig config_tiny_wider() {
   ModelConfig m = config_tiny_wide();
   m.name = "tiny_wider";
