@@ -23,7 +23,8 @@ namespace gpnpu::model::detail {
 inline uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 // Sequential OCM allocator: 64-byte aligned, with 64 bytes of slack after each
-// buffer because kernels may read up to 62 bytes past the end of a row.
+// buffer because kernels may read up to 62 bytes past the end of a row. Its errors name the
+// OCM size the failing region alone needs (the regions after it may need more).
 class OcmAlloc {
  public:
   explicit OcmAlloc(uint64_t size, uint64_t start = 0) : size_(size), next_(start) {}
@@ -34,15 +35,15 @@ class OcmAlloc {
     uint64_t off = next_;
     next_ = align_up(off + bytes + 64, 64);
     if (next_ > size_)
-      fail("compiler: OCM of {} bytes is too small: '{}' needs {} bytes at offset {}; raise ocm_bytes", size_, what,
-           bytes, off);
+      fail("compiler: OCM of {} bytes is too small: '{}' needs {} bytes at offset {}; raise ocm_bytes to at least {}",
+           size_, what, bytes, off, next_);
     return uint32_t(off);
   }
   uint64_t left() const { return size_ - next_; }
   uint32_t rest(const char* what, uint64_t at_least) {
     if (left() < at_least)
-      fail("compiler: OCM of {} bytes leaves {} bytes for '{}', which needs at least {}; raise ocm_bytes", size_,
-           left(), what, at_least);
+      fail("compiler: OCM of {} bytes leaves {} bytes for '{}', which needs at least {}; raise ocm_bytes to at least {}",
+           size_, left(), what, at_least, align_up(size_ + at_least - left(), 64));
     uint32_t off = uint32_t(next_);
     next_ = size_;
     return off;

@@ -46,6 +46,24 @@ TEST(CapacityErrors, LrmTooSmallForAWeightNamesItAndTheLeast) {
   EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set lrm_bytes=1792").exit_code, 0);
 }
 
+// An OCM too small for one of the compiler's fixed regions names the region, its need and the
+// OCM size that region alone needs, a multiple of 64 that the config key takes; compiling at
+// that size gets past the region (the next error is another one's, naming a larger size).
+TEST(CapacityErrors, OcmTooSmallForARegionNamesTheSizeToRaiseTo) {
+  const std::string dir = scratch_dir("capacity_ocm");
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set ocm_bytes=192KiB"),
+                     {"compiler: OCM of 196608 bytes is too small: 'attention scratch and the LM head's staging' needs "
+                      "131072 bytes at offset 89472; raise ocm_bytes to at least 220608"});
+  expect_clean_error(run_cli("compile --out " + dir + "/out --set ocm_bytes=220608"),
+                     {"compiler: OCM of 220608 bytes leaves 0 bytes for 'GEMV DMA buffers', which needs at least "
+                      "68612; raise ocm_bytes to at least 289280"});
+  const CliResult at = run_cli("compile --out " + dir + "/out --set ocm_bytes=289280");
+  expect_clean_error(at, {"does not fit 289280 bytes of OCM even with its activations in DDR",
+                          "raise ocm_bytes to 460480 or more"});
+  EXPECT_EQ(at.err.find("GEMV DMA buffers"), std::string::npos) << at.err;
+  EXPECT_FALSE(fs::exists(dir + "/out")) << "nothing is written before the checks";
+}
+
 // On an odd pe_cols every GEMM runs at split 1 (split 2 pairs the neighbouring PEs of a row), so
 // the same weight needs about twice the LRM: the error says so and what an even pe_cols would need.
 TEST(CapacityErrors, OddPeColsSaysWhyTheLrmNeedDoubles) {
