@@ -1505,13 +1505,10 @@ void Compiler::settle_tower_view() {
   if (!opt_.image || opt_.image_gemm_rows || opt_.fp16_channels || gemm_cfg_.pe_rows >= cfg_.pe_rows) return;
   const Dims d(model_);
   const ImageShape shape = planning_shape(opt_);
-  const double tower_macs = (row_macs(gemm_cfg_, 3 * d.Dv, d.Dv) + row_macs(gemm_cfg_, d.Dv, d.Dv) +
-                             row_macs(gemm_cfg_, d.Iv, d.Dv) + row_macs(gemm_cfg_, d.Dv, d.Iv)) *
-                            shape.grid_h * shape.grid_w / gemm_cfg_.mac_peak(true);
-  const double tower_ddr = double(gemm_weight_bytes(cfg_, 3 * d.Dv, d.Dv) + gemm_weight_bytes(cfg_, d.Dv, d.Dv) +
-                                  gemm_weight_bytes(cfg_, d.Iv, d.Dv) + gemm_weight_bytes(cfg_, d.Dv, d.Iv)) /
-                           cfg_.ddr_bytes_per_cycle();
-  if (tower_macs < 1.5 * tower_ddr) return;
+  double row = 0, bytes = 0;  // (a block's GEMMs: q|k|v, proj, fc1, fc2)
+  for (auto [n, k] : {std::pair{3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv}, {d.Dv, d.Iv}})
+    row += row_macs(gemm_cfg_, n, k), bytes += double(gemm_weight_bytes(cfg_, n, k));
+  if (row * shape.grid_h * shape.grid_w / gemm_cfg_.mac_peak(true) < 1.5 * bytes / cfg_.ddr_bytes_per_cycle()) return;
   ImageShape s = shape;
   s.plan_only = true;
   try {
