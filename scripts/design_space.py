@@ -86,6 +86,16 @@ def num(row, key):
     return float(v) if v not in ("", None) else float("nan")
 
 
+def plan_kind(plan):
+    """The image plan's kind: resident or streamed, per part where it has two (a resident tower
+    before a streamed prefill; the tower and mergers on their own GEMM view: "2 views")."""
+    kind = plan.split(":")[0]
+    if kind.startswith("tower "):
+        prefill = plan.split("; prefill ", 1)[1].split(":")[0] if "; prefill " in plan else "?"
+        kind = f"{kind}, prefill {prefill}" + (", 2 views" if "(tower and mergers)" in plan else "")
+    return kind
+
+
 def table(rows):
     """The points with their ratios, sorted pe, ocm, ddr."""
     out = []
@@ -102,7 +112,7 @@ def table(rows):
         p["decode_cycles"] = num(row, "decode_cycles")
         p["decode_bytes_floor"] = num(row, "decode_ddr_floor")
         p["decode_ratio"] = p["decode_cycles"] / p["decode_bytes_floor"]
-        p["image_plan"] = row.get("image_plan", "").split(":")[0]
+        p["image_plan"] = plan_kind(row.get("image_plan", ""))
         out.append(p)
     out.sort(key=lambda p: (p["pe_rows"] * p["pe_cols"], p["pe_rows"], p["ocm_mib"], p["ddr_gbps"]))
     return out
@@ -152,6 +162,9 @@ def write(points, secs, out):
         "256x256 photo and a 128-token prompt; one decode step attending 140 tokens) at every point of",
         "pe x ocm x ddr, every other key as in qc-u. Columns:",
         "",
+        "- **image plan** = resident (activations in OCM) or streamed (through DDR in row tiles); per part where",
+        "  the tower runs before the prefill in a plan of its own, with \"2 views\" where the tower's and mergers'",
+        "  GEMMs run on other PE rows than the prefill's (`gpnpu compile --tower-rows`).",
         "- **image x** = image cycles / max(MAC floor, weights-once DDR floor); the weights-once floor is",
         "  the bytes of every weight the program reads, read once, over the bandwidth.",
         "- **calls x** = the sum of every image call's own floor (the larger of its MAC and DDR cycles) / the",
