@@ -830,12 +830,12 @@ uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, bool vision, b
         need(n, k);
     for (auto [n, k] : more) need(n, k);  // (the tower's and mergers' chunks)
   }
-  if (text)
-    for (auto [n, k] : cp ? std::vector<std::pair<uint32_t, uint32_t>>{{d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cp, d.H},
-                                                                      {d.H, pairs * cp}}
-                          : std::vector<std::pair<uint32_t, uint32_t>>{{d.qkv_n, d.H}, {d.H, d.nq * d.hd}, {2 * cw, d.H},
-                                                                      {d.H, d.I}})
-      need(n, k);
+  if (text) {
+    need(d.qkv_n, d.H);
+    need(d.H, d.nq * d.hd);
+    need(cp ? 2 * cp : 2 * cw, d.H);  // gate|up: the chunks over every row, or a call's chunk
+    need(d.H, cp ? pairs * cp : d.I);  // down
+  }
   return r;
 }
 
