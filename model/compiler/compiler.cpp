@@ -305,7 +305,7 @@ CompiledProgram Compiler::decode_program() const {
     e.scratch_ocm = o.embed_scratch;
     e.smem = kSmem;
     call("embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
-    if (opt_.fp16_channels) em.f16_embed("embed", ddr_, 1, H, dio_.token_smem, o.h, H * 2, o.f16xs, o.f16scr);
+    if (opt_.fp16_channels) em.f16_embed("embed", ddr_, e, o.f16xs, o.f16scr);
   }
   // The LM head in calls of o.lm_cols columns (whole tiles of its packing) and its last tile
   // alone, call c into staging buffer c % 2 (the attention's region), each copied to the DDR
@@ -433,8 +433,8 @@ CompiledProgram Compiler::decode_program() const {
     call(mark, "gemv", cost_gemv(cfg_, g), [&] { emit_gemv_w4(b, cfg_, g); });
     if (opt_.fp16_channels) {
       if (c == 0) em.f16_gather(mark, ddr_, "embed", g, o.f16xs);  // (x's channels, once: before the next prefetch)
-      em.f16_add(mark, ddr_.bus(detail::f16w("embed")) + lm_calls[c].first * kF16RowBytes, 1, g.n, g.y_ocm, g.n * 2,
-                 o.f16xs, o.f16scr);
+      em.f16_add(mark, {.n = g.n, .w_ddr = ddr_.bus(detail::f16w("embed")) + lm_calls[c].first * kF16RowBytes,
+                        .xs_ocm = o.f16xs, .y_ocm = g.y_ocm, .y_stride = g.n * 2, .scratch_ocm = o.f16scr});
     }
     em.copy_async(mark + ".store", 0, sim::ocm_addr(g.y_ocm), logits + lm_calls[c].first * 2, g.n * 2);
     if (c + 1 < lm_calls.size()) {

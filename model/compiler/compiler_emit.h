@@ -12,6 +12,7 @@
 #include "isa/fp16.h"
 #include "kernels/builder.h"
 #include "kernels/cost.h"
+#include "kernels/embed.h"
 #include "kernels/f16cols.h"
 #include "kernels/gemv.h"
 #include "model/compiler/compiler.h"
@@ -150,6 +151,15 @@ inline std::vector<uint8_t> f16_bytes(const std::vector<float>& v) {
   return out;
 }
 
+// A DMA copy's shape between bus addresses (the descriptor's fields): planes x rows x
+// row_bytes; a stride of 0 is the packed one (row_bytes).
+struct Copy {
+  uint32_t src = 0, dst = 0;
+  uint32_t row_bytes = 0, rows = 1;
+  uint32_t src_stride = 0, dst_stride = 0;
+  uint32_t planes = 1, src_plane_stride = 0, dst_plane_stride = 0;
+};
+
 // Appends marked kernel calls to a program and records their floors.
 class Emitter {
  public:
@@ -175,18 +185,10 @@ class Emitter {
   // (the streamed image plan's, which records its GEMMs for the prefetch chain).
   bool dry = false;
 
-  // Mixed precision: Y [m rows, stride y_stride] += Xs W16^T, W16 at bus address w16 with n
-  // rows, Xs at xs (kF16Cols fp16 per row), the correction's DMA buffers at scratch.
-  void f16_add(const std::string& mark, uint32_t w16, uint32_t m, uint32_t n, uint32_t y, uint32_t y_stride,
-               uint32_t xs, uint32_t scratch) {
-    kernels::F16ColsArgs f;
-    f.m = m;
-    f.n = n;
-    f.w_ddr = w16;
-    f.xs_ocm = xs;
-    f.y_ocm = y;
-    f.y_stride = y_stride;
-    f.scratch_ocm = scratch;
+  // Mixed precision: Y [m rows, stride y_stride] += Xs W16^T, W16 at bus address w_ddr with n
+  // rows, Xs at xs_ocm (kF16Cols fp16 per row), the correction's DMA buffers at scratch_ocm
+  // (their size and the descriptors' smem are set here).
+  void f16_add(const std::string& mark, kernels::F16ColsArgs f) {
     f.scratch_bytes = kernels::f16cols_scratch_bytes(cfg_);
     f.smem = kSmem;
     call(mark + ".f16_add", "f16cols", kernels::cost_f16cols(cfg_, f), [&] { kernels::emit_f16cols_add(b_, cfg_, f); });
@@ -196,7 +198,8 @@ class Emitter {
   void f16_gemv(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
                 uint32_t xs, uint32_t scratch) {
     f16_gather(mark, ddr, w, g, xs);
-    f16_add(mark, ddr.bus(f16w(w)), 1, g.n, g.y_ocm, g.n * 2, xs, scratch);
+    f16_add(mark, {.n = g.n, .w_ddr = ddr.bus(f16w(w)), .xs_ocm = xs, .y_ocm = g.y_ocm, .y_stride = g.n * 2,
+                   .scratch_ocm = scratch});
   }
   // Its first half alone (a GEMV in column calls gathers x once; each call adds its rows of W16).
   void f16_gather(const std::string& mark, const DdrLayout& ddr, const std::string& w, const kernels::GemvArgs& g,
@@ -208,59 +211,55 @@ class Emitter {
     s.y_ocm = xs;
     call(mark + ".f16_gather", "gemv", kernels::cost_gemv(cfg_, s), [&] { kernels::emit_gemv_w4(b_, cfg_, s); });
   }
-  // Mixed precision of an embedding lookup of `rows` token ids (ids_smem) into out: the
+  // Mixed precision of an embedding lookup e (its rows of token ids into its out rows): the
   // tokens' W16 rows (into xs), scattered to the fp16 channels by the one-hot weight.
-  void f16_embed(const std::string& mark, const DdrLayout& ddr, uint32_t rows, uint32_t dim, uint32_t ids_smem,
-                 uint32_t out, uint32_t out_stride, uint32_t xs, uint32_t scratch) {
+  void f16_embed(const std::string& mark, const DdrLayout& ddr, const kernels::EmbedArgs& e, uint32_t xs,
+                 uint32_t scratch) {
     kernels::F16RowsArgs r;
-    r.rows = rows;
+    r.rows = e.rows;
     r.w_ddr = ddr.bus(f16w("embed"));
-    r.ids_smem = ids_smem;
+    r.ids_smem = e.ids_smem;
     r.out_ocm = xs;
     r.smem = kSmem;
     call(mark + ".f16_gather", "f16rows", kernels::cost_f16rows(cfg_, r),
          [&] { kernels::emit_f16rows_gather(b_, cfg_, r); });
-    f16_add(mark, ddr.bus("embed.f16onehot"), rows, dim, out, out_stride, xs, scratch);
+    f16_add(mark, {.m = e.rows, .n = e.dim, .w_ddr = ddr.bus("embed.f16onehot"), .xs_ocm = xs, .y_ocm = e.out_ocm,
+                   .y_stride = e.out_stride ? e.out_stride : e.dim * 2, .scratch_ocm = scratch});
   }
 
-  // A 2-D (3-D with planes > 1) DMA copy between bus addresses, waited for:
-  // planes x rows x row_bytes.
-  void copy(const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes, uint32_t rows = 1,
-            uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1, uint32_t src_plane_stride = 0,
-            uint32_t dst_plane_stride = 0) {
-    start_copy(mark, "copy", 0, true, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
-               dst_plane_stride);
+  // A DMA copy between bus addresses, waited for: `bytes` contiguous, or a Copy's shape.
+  void copy(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
+    copy(mark, {.src = src, .dst = dst, .row_bytes = bytes});
   }
+  void copy(const std::string& mark, const Copy& c) { start_copy(mark, "copy", 0, true, c); }
   // copy_behind: a contiguous copy started on channel 0 and not waited for; the caller
   // emits copy_wait() before the destination is read (or a source overwritten).
   void copy_behind(const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
-    start_copy(mark, "copy", 0, false, src, dst, bytes, 1, 0, 0, 1, 0, 0);
+    start_copy(mark, "copy", 0, false, {.src = src, .dst = dst, .row_bytes = bytes});
   }
   void copy_wait() { wait(0); }
   // A copy started on DMA channel `chan` and not waited for: it overlaps the kernels
   // after it until wait(chan) (which also waits for anything queued on chan before it).
   // The channel holds dma_queue_depth descriptors; a start beyond that stalls.
-  void copy_async(const std::string& mark, uint32_t chan, uint32_t src, uint32_t dst, uint32_t row_bytes,
-                  uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
-                  uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
-    start_copy(mark, "copy_async", chan, false, src, dst, row_bytes, rows, src_stride, dst_stride, planes,
-               src_plane_stride, dst_plane_stride);
+  void copy_async(const std::string& mark, uint32_t chan, uint32_t src, uint32_t dst, uint32_t bytes) {
+    copy_async(mark, chan, {.src = src, .dst = dst, .row_bytes = bytes});
+  }
+  void copy_async(const std::string& mark, uint32_t chan, const Copy& c) {
+    start_copy(mark, "copy_async", chan, false, c);
   }
   void wait(uint32_t chan) { b_.op("dma.wait", {kernels::Chan{uint8_t(chan)}}); }
 
  private:
-  void start_copy(const std::string& mark, const char* kernel, uint32_t chan, bool wait, uint32_t src, uint32_t dst,
-                  uint32_t row_bytes, uint32_t rows, uint32_t src_stride, uint32_t dst_stride, uint32_t planes,
-                  uint32_t src_plane_stride, uint32_t dst_plane_stride) {
+  void start_copy(const std::string& mark, const char* kernel, uint32_t chan, bool wait, const Copy& cp) {
     kernels::KernelCost c;
-    uint64_t bytes = uint64_t(row_bytes) * rows * planes;
-    bool src_ddr = src < sim::kOcmRegion.base, dst_ddr = dst < sim::kOcmRegion.base;
+    const uint64_t bytes = uint64_t(cp.row_bytes) * cp.rows * cp.planes;
+    const bool src_ddr = cp.src < sim::kOcmRegion.base, dst_ddr = cp.dst < sim::kOcmRegion.base;
     c.ddr_bytes = (src_ddr ? bytes : 0) + (dst_ddr ? bytes : 0);
     call(mark, kernel, c, [&] {
       using namespace kernels;
       // The engine reads the descriptor at dma.start: the slot is free again after it.
-      b_.descriptor(kSmemCopy, src, dst, row_bytes, rows, src_stride ? src_stride : row_bytes,
-                    dst_stride ? dst_stride : row_bytes, planes, src_plane_stride, dst_plane_stride);
+      b_.descriptor(kSmemCopy, cp.src, cp.dst, cp.row_bytes, cp.rows, cp.src_stride ? cp.src_stride : cp.row_bytes,
+                    cp.dst_stride ? cp.dst_stride : cp.row_bytes, cp.planes, cp.src_plane_stride, cp.dst_plane_stride);
       b_.li(X{1}, kSmemCopy);
       b_.op("dma.start", {Chan{uint8_t(chan)}, X{1}});
       if (wait) b_.op("dma.wait", {Chan{uint8_t(chan)}});

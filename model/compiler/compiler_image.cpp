@@ -816,9 +816,16 @@ double row_macs(const sim::Config& g, uint32_t n, uint32_t k, uint32_t split = 0
 // whole = false: not the tower's and mergers' whole-width MLP GEMMs (a plan running them in
 // chunks, Streamed::vpm and mpm: the vision part on 64x64 at 2 MiB, two channels, 262 KB where
 // fc2's K = 4,096 took 525 KB).
-uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, bool vision, bool text, uint32_t channels, bool two,
-                           uint32_t cw, uint32_t cp = 0, uint32_t pairs = 1,
-                           const std::vector<std::pair<uint32_t, uint32_t>>& more = {}, bool whole = true) {
+struct GemmBuffers {
+  bool vision = false, text = false;  // the parts whose GEMMs the buffers serve
+  uint32_t channels = 0;
+  bool two = false;
+  uint32_t cw = 0, cp = 0, pairs = 1;
+  std::vector<std::pair<uint32_t, uint32_t>> more;
+  bool whole = true;
+};
+uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, const GemmBuffers& o) {
+  const auto& [vision, text, channels, two, cw, cp, pairs, more, whole] = o;
   sim::Config g = cfg;
   g.dma_channels = int(channels);
   uint64_t r = 0;
@@ -1032,7 +1039,8 @@ struct ImageKernels {
     sel.y_ocm = f16.xs;
     sel.y_stride = kF16RowBytes;
     em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
-    em.f16_add(mark, ddr.bus(detail::f16w(o.w)), o.m, o.n, o.y, o.ys, f16.xs, f16.scratch);
+    em.f16_add(mark, {.m = o.m, .n = o.n, .w_ddr = ddr.bus(detail::f16w(o.w)), .xs_ocm = f16.xs, .y_ocm = o.y,
+                      .y_stride = o.ys, .scratch_ocm = f16.scratch});
   }
   void gemm_call(const std::string& mark, const GemmOp& o) {
     GemmArgs g = base_args(o.w, o.n, o.k);
@@ -1117,51 +1125,32 @@ struct ImageKernels {
   }
   // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
   // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
-  void lrm_seed(const std::string& mark, uint32_t m, uint32_t n, uint32_t k, uint32_t row0, uint32_t rows,
-                uint32_t x, uint32_t x_stride, uint32_t lrm) {
-    const GemmSeedArgs s{.m = m, .n = n, .k = k, .row0 = row0, .rows = rows, .x_ocm = x, .x_stride = x_stride,
-                         .lrm_acc = lrm};
+  void lrm_seed(const std::string& mark, const GemmSeedArgs& s) {
     em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
   }
   // The OCM run [ocm, ocm + bytes) (rows `stride` apart) parked in every PE's LRM from lrm
   // (back: from there to ocm). Below kLrmShared it counts as LRM the kernels between two GEMMs
   // use (the next GEMM's first tile goes above it); above, the GEMMs keep below it (lrm_end).
-  void park(const std::string& mark, uint32_t ocm, uint32_t bytes, uint32_t lrm, bool back, uint32_t rows = 1,
-            uint32_t stride = 0) {
-    if (lrm < kLrmShared) lrm_since = std::max(lrm_since, lrm + lrm_park_bytes(cfg, bytes));
-    slots(mark, lrm_run_slots(cfg, {.ocm = ocm, .bytes = bytes, .lrm = lrm, .rows = rows, .stride = stride}), !back);
+  void park(const std::string& mark, const LrmParkArgs& run, bool back) {
+    if (run.lrm < kLrmShared) lrm_since = std::max(lrm_since, run.lrm + lrm_park_bytes(cfg, run.bytes));
+    slots(mark, lrm_run_slots(cfg, run), !back);
   }
   // OCM <-> LRM by slots (emit_lrm_slots; above kLrmShared: the GEMMs keep below them).
   void slots(const std::string& mark, const std::vector<LrmSlot>& v, bool to_lrm) {
     em.call(mark, to_lrm ? "lrm_park" : "lrm_unpark", cost_lrm_slots(v), [&] { emit_lrm_slots(b, cfg, v, to_lrm); });
   }
-  void norm(const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y, uint32_t w,
-            uint32_t bias, float eps) {
-    NormArgs n;
-    n.kind = kind;
-    n.rows = rows;
-    n.dim = dim;
-    n.x_ocm = x;
-    n.y_ocm = y;
-    n.w_ocm = w;
-    n.b_ocm = bias;
-    n.eps = eps;
+  // (the scratch and the LRM share are set here)
+  void norm(const std::string& mark, NormArgs n) {
     n.scratch_ocm = NSCR;
     n.scratch_bytes = norm_scratch_bytes(cfg);
     n.lrm_bytes = kLrmShared;
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
   }
-  void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t w,
-                 float eps, uint32_t stride = 0) {
-    HeadNormArgs n;
-    n.rows = rows;
-    n.heads = heads;
-    n.head_dim = hd;
-    n.x_ocm = n.y_ocm = x;
-    n.x_stride = n.y_stride = stride;
-    n.w_ocm = w;
-    n.eps = eps;
+  // In place (y = x).
+  void head_norm(const std::string& mark, HeadNormArgs n) {
+    n.y_ocm = n.x_ocm;
+    n.y_stride = n.x_stride;
     lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
     em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
   }
@@ -1217,18 +1206,11 @@ struct ImageKernels {
             .bias = c + 1 == m.pairs ? m.down_bias : kNone, .acc = acc});
     }
   }
-  // In place on rows x heads x hd at x (row stride bytes); fp32 tables [rows][hd].
-  void rope(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride,
-            uint32_t cos, uint32_t sin) {
-    RopeArgs r;
-    r.rows = rows;
-    r.heads = heads;
-    r.head_dim = hd;
-    r.x_ocm = r.out_ocm = x;
-    r.x_row_stride = r.out_row_stride = stride;
-    r.cos_ocm = cos;
-    r.sin_ocm = sin;
-    r.tab_row_stride = hd * 4;
+  // In place (out = x); fp32 tables [rows][head_dim].
+  void rope(const std::string& mark, RopeArgs r) {
+    r.out_ocm = r.x_ocm;
+    r.out_row_stride = r.x_row_stride;
+    r.tab_row_stride = r.head_dim * 4;
     r.tab_f32 = true;
     em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
   }
@@ -1241,44 +1223,35 @@ struct ImageKernels {
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
   }
-  // Keys and values of kv heads [g0, g0 + ng), cache slots [0, keys), from a layer's KV
-  // cache (kc, vc: [heads][max_seq][hd]) into k, v in OCM ([keys][ng hd] each), waited for.
-  void load_kv(const std::string& mark, uint32_t kc, uint32_t vc, uint32_t max_seq, uint32_t hd, uint32_t g0,
-               uint32_t ng, uint32_t keys, uint32_t k, uint32_t v) {
-    const uint32_t hd2 = hd * 2;
-    em.copy(mark + ".load_k", kc + g0 * max_seq * hd2, sim::ocm_addr(k), hd2, keys, hd2, ng * hd2, ng, max_seq * hd2,
-            hd2);
-    em.copy(mark + ".load_v", vc + g0 * max_seq * hd2, sim::ocm_addr(v), hd2, keys, hd2, ng * hd2, ng, max_seq * hd2,
-            hd2);
+  // Keys and values of kv heads [g0, g0 + heads), cache slots [0, keys), from a layer's KV
+  // cache (k_cache, v_cache: bus addresses of [kv heads][max_seq][head_dim]) into k_ocm, v_ocm
+  // ([keys][heads head_dim] each), waited for.
+  struct KvLoad {
+    uint32_t k_cache = 0, v_cache = 0, max_seq = 0, head_dim = 0;
+    uint32_t g0 = 0, heads = 0, keys = 0;
+    uint32_t k_ocm = 0, v_ocm = 0;
+  };
+  void load_kv(const std::string& mark, const KvLoad& l) {
+    const uint32_t hd2 = l.head_dim * 2;
+    for (const auto& [what, cache, to] : {std::tuple{".load_k", l.k_cache, l.k_ocm}, {".load_v", l.v_cache, l.v_ocm}})
+      em.copy(mark + what, {.src = cache + l.g0 * l.max_seq * hd2, .dst = sim::ocm_addr(to), .row_bytes = hd2,
+                            .rows = l.keys, .src_stride = hd2, .dst_stride = l.heads * hd2, .planes = l.heads,
+                            .src_plane_stride = l.max_seq * hd2, .dst_plane_stride = hd2});
   }
   void kv_write(const std::string& mark, KvWriteArgs kv) {
     kv.smem = kSmem;
     em.call(mark, "kv_write", cost_kv_write(cfg, kv), [&] { emit_kv_write(b, cfg, kv); });
   }
-  void embed(const std::string& mark, uint32_t vocab, uint32_t dim, uint32_t rows, uint32_t ids_smem, uint32_t out,
-             uint32_t scratch) {
-    EmbedArgs e;
-    e.vocab = vocab;
-    e.dim = dim;
+  // Rows of the token table (table_ddr and smem are set here).
+  void embed(const std::string& mark, EmbedArgs e) {
     e.table_ddr = ddr.bus("embed");
-    e.rows = rows;
-    e.ids_smem = ids_smem;
-    e.out_ocm = out;
-    e.scratch_ocm = scratch;
     e.smem = kSmem;
     em.call(mark, "embed", cost_embed(cfg, e), [&] { emit_embed(b, cfg, e); });
-    if (f16.on) em.f16_embed(mark, ddr, rows, dim, ids_smem, out, dim * 2, f16.xs, f16.scratch);
+    if (f16.on) em.f16_embed(mark, ddr, e, f16.xs, f16.scratch);
   }
-  void lm_head(const std::string& mark, uint32_t vocab, uint32_t dim, uint32_t x, uint32_t y, uint32_t scratch,
-               uint64_t scratch_bytes) {
-    GemvArgs g;
-    g.n = vocab;
-    g.k = dim;
+  // The LM head on the token table (w_ddr and smem are set here).
+  void lm_head(const std::string& mark, GemvArgs g) {
     g.w_ddr = ddr.bus("embed");
-    g.x_ocm = x;
-    g.y_ocm = y;
-    g.scratch_ocm = scratch;
-    g.scratch_bytes = uint32_t(std::min<uint64_t>(scratch_bytes, 0xffffffffu));
     g.smem = kSmem;
     em.call(mark, "gemv", cost_gemv(cfg, g), [&] { emit_gemv_w4(b, cfg, g); });
     if (f16.on) em.f16_gemv(mark, ddr, "embed", g, f16.xs, f16.scratch);
@@ -1764,7 +1737,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (auto [ch, two] : channel_options) {
       if (forced || res) break;
       gemm_channels = ch;
-      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, s.vision || !in_parts(), s.prefill || !in_parts(), ch, two, cw);
+      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
+                                               .channels = ch, .two = two, .cw = cw});
       const uint64_t fixed = fixed_with(rGEMM);
       for (auto [rcv, pes] : rcvs) {
         for (uint32_t J : js)
@@ -1896,10 +1870,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
-  auto norm = [&](const std::string& mark, NormKind kind, uint32_t rows, uint32_t dim, uint32_t x, uint32_t y,
-                  uint32_t w, uint32_t bias, float eps) { k.norm(mark, kind, rows, dim, x, y, w, bias, eps); };
-  auto rope = [&](const std::string& mark, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t x, uint32_t stride) {
-    k.rope(mark, rows, heads, hd, x, stride, ROPE, ROPE + rows * hd * 4);
+  auto rope = [&](const std::string& mark, RopeArgs r) {  // (the tables in ROPE)
+    r.cos_ocm = ROPE;
+    r.sin_ocm = ROPE + r.rows * r.head_dim * 4;
+    k.rope(mark, r);
   };
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
@@ -1938,7 +1912,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       b.op("mark.begin", {Name{B}});
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
       tables_early(vtables(B + "."));
-      norm(B + ".norm1", NormKind::layer, N, d.Dv, H, XN, vv_n1w, vv_n1b, veps);
+      k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = vv_n1w,
+                            .b_ocm = vv_n1b, .eps = veps});
       if (qkv_split) {
         const uint64_t v_off = tower_v_offset();
         prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, v_off);
@@ -1955,7 +1930,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
       tables_ready(vtables(B + "."));
-      rope(B + ".qk_rope", N, 2 * d.hv, d.hdv, BIG, 3 * d.Dv * 2);  // q and k heads adjacent: one call
+      rope(B + ".qk_rope", {.rows = N, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = BIG,
+                            .x_row_stride = 3 * d.Dv * 2});  // q and k heads adjacent: one call
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
                                      .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
@@ -1973,7 +1949,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       k.gemm(B + ".proj", {.w = vname(blk, "proj"), .m = N, .n = d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = TMP,
                            .ys = d.Dv * 2, .bias = vv_projb});
       k.ew(B + ".attn_residual", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
-      norm(B + ".norm2", NormKind::layer, N, d.Dv, H, XN, vv_n2w, vv_n2b, veps);
+      k.norm(B + ".norm2", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = vv_n2w,
+                            .b_ocm = vv_n2b, .eps = veps});
       if (rcv == 0) {
         const uint32_t chunks = d.Iv / cv;
         k.chunk_chain({.mark = B, .rows = N, .chunk = cv, .chunks = chunks, .in = d.Dv, .out_n = d.Dv,
@@ -2009,7 +1986,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const std::string M = fmt::format("M{}", j);
         b.op("mark.begin", {Name{M}});
         em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
-        norm(M + ".norm", NormKind::layer, Nt, d.Md, H, XN, VEC, VEC + d.Md * 2, veps);
+        k.norm(M + ".norm", {.kind = NormKind::layer, .rows = Nt, .dim = d.Md, .x_ocm = H, .y_ocm = XN, .w_ocm = VEC,
+                             .b_ocm = VEC + d.Md * 2, .eps = veps});
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
         k.gemm_gelu(M + ".fc1", M + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = Nt, .n = d.Md, .k = d.Md,
                                                               .x = XN, .xs = d.Md * 2, .y = BIG,
@@ -2025,7 +2003,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       // Final merger: LayerNorm per patch, then the 2x2 shuffle (a no-op in merge-window order).
       b.op("mark.begin", {Name{"Mf"}});
       em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
-      norm("Mf.norm", NormKind::layer, N, d.Dv, H, XN, VEC, VEC + d.Dv * 2, veps);
+      k.norm("Mf.norm", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = VEC,
+                         .b_ocm = VEC + d.Dv * 2, .eps = veps});
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
       k.gemm_gelu("Mf.fc1", "Mf.gelu", EwOp::gelu_erf, {.w = mname(-1, "fc1"), .m = Nt, .n = d.Md, .k = d.Md, .x = XN,
                                                         .xs = d.Md * 2, .y = BIG, .bias = VEC + 2 * d.Dv * 2});
@@ -2052,7 +2031,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t is = ni ? uint32_t(s.image_start) : 0;
   for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, is}, {is + ni, S - is - ni}}) {
     if (rows == 0) continue;
-    k.embed(r0 ? "embed.after_image" : "embed", d.V, d.H, rows, iio_.ids_smem + r0 * 4, H + r0 * d.H * 2, ESCR);
+    k.embed(r0 ? "embed.after_image" : "embed", {.vocab = d.V, .dim = d.H, .rows = rows,
+                                                 .ids_smem = iio_.ids_smem + r0 * 4, .out_ocm = H + r0 * d.H * 2,
+                                                 .scratch_ocm = ESCR});
   }
   if (ni) em.copy("splice", ddr_.bus("act.img") + i0 * d.H * 2, ocm(H + is * d.H * 2), ni * d.H * 2);
   auto ttables = [&](const std::string& M) {
@@ -2081,17 +2062,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     tables_early(ttables(L + "."));
-    norm(L + ".input_norm", NormKind::rms, S, d.H, H, XN, w_in, 0, teps);
+    k.norm(L + ".input_norm", {.kind = NormKind::rms, .rows = S, .dim = d.H, .x_ocm = H, .y_ocm = XN, .w_ocm = w_in,
+                               .eps = teps});
     prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     k.gemm(L + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = S, .n = d.qkv_n, .k = d.H, .x = XN, .xs = d.H * 2,
                         .y = BIG, .ys = d.qkv_n * 2});
     k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
-    k.head_norm(L + ".k_norm", S, d.nkv, d.hd, K, w_k, teps, qkvs);
-    k.head_norm(L + ".q_norm", S, d.nq, d.hd, Q, w_q, teps, qkvs);
+    k.head_norm(L + ".k_norm", {.rows = S, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
+                                .w_ocm = w_k, .eps = teps});
+    k.head_norm(L + ".q_norm", {.rows = S, .heads = d.nq, .head_dim = d.hd, .x_ocm = Q, .x_stride = qkvs,
+                                .w_ocm = w_q, .eps = teps});
     tables_ready(ttables(L + "."));
-    rope(L + ".qk_rope", S, d.nq + d.nkv, d.hd, Q, qkvs);
+    rope(L + ".qk_rope", {.rows = S, .heads = d.nq + d.nkv, .head_dim = d.hd, .x_ocm = Q, .x_row_stride = qkvs});
     k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
                                  .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
                                  .v_cache_ddr = ddr_.bus(layer_name(i, "vcache")), .max_seq = opt_.max_seq,
@@ -2110,7 +2094,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
         const uint32_t ng = std::min(gk, d.nkv - g0);
         const std::string A = fmt::format("{}.g{}", L, g0 / gk);
-        k.load_kv(A, kc, vcc, opt_.max_seq, d.hd, g0, ng, off + S, KC, VC);
+        k.load_kv(A, {.k_cache = kc, .v_cache = vcc, .max_seq = opt_.max_seq, .head_dim = d.hd, .g0 = g0, .heads = ng,
+                      .keys = off + S, .k_ocm = KC, .v_ocm = VC});
         k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
                                        .q_ocm = Q + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
                                        .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
@@ -2123,12 +2108,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     k.gemm(L + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = S, .n = d.H, .k = d.nq * d.hd, .x = XN, .xs = qd,
                            .y = TMP, .ys = d.H * 2});
     k.ew(L + ".attn_residual", {.op = EwOp::add, .rows = S, .cols = d.H, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
-    norm(L + ".post_norm", NormKind::rms, S, d.H, H, XN, w_post, 0, teps);
+    k.norm(L + ".post_norm", {.kind = NormKind::rms, .rows = S, .dim = d.H, .x_ocm = H, .y_ocm = XN, .w_ocm = w_post,
+                              .eps = teps});
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                      d.text_vec() * 2);
     if (dchain) {
-      k.lrm_seed(L + ".residual_sums", S, d.H, dk, 0, S, H, d.H * 2, dsums);
+      k.lrm_seed(L + ".residual_sums", {.m = S, .n = d.H, .k = dk, .row0 = 0, .rows = S, .x_ocm = H,
+                                        .x_stride = d.H * 2, .lrm_acc = dsums});
       for (uint32_t c = 0; c < nchunks; ++c) {
         const std::string C = fmt::format("{}.mlp{}", L, c);
         const bool odd = c % 2;
@@ -2205,8 +2192,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (s.head) {
   b.op("mark.begin", {Name{"head"}});
   em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
-  norm("final_norm", NormKind::rms, 1, d.H, H + (S - 1) * d.H * 2, XN, VEC, 0, teps);
-  k.lm_head("lm_head", d.V, d.H, XN, BIG, TMP, rTMP);
+  k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = H + (S - 1) * d.H * 2, .y_ocm = XN,
+                        .w_ocm = VEC, .eps = teps});
+  k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = XN, .y_ocm = BIG, .scratch_ocm = TMP,
+                        .scratch_bytes = uint32_t(rTMP)});
   b.op("mark.end", {Name{"head"}});
   }
   b.op("halt");
@@ -2429,8 +2418,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (ddr_.has(vpm_name(0, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Iv, 1), d.Dv}, {d.Dv, pm_chunk(d.Iv, 1)}});
   if (ddr_.has(mpm_name(-1, 0, "fc1"))) chunk_gemms.insert(chunk_gemms.end(), {{pm_chunk(d.Md, 1), d.Md}, {d.H, pm_chunk(d.Md, 1)}});
   if (ddr_.has(vgq_name(1, 0))) chunk_gemms.push_back({3 * vgq_heads(d.hv) * d.hdv, d.Dv});
-  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, N || !in_parts(), S || !in_parts(), channels, two, cw,
-                              pm ? pm_chunk(d.I, 2) : 0, pm_down(), chunk_gemms, whole);
+  p.rGEMM = gemm_buffer_bytes(gemm_cfg_, d, {.vision = N || !in_parts(), .text = S || !in_parts(), .channels = channels,
+                                             .two = two, .cw = cw, .cp = pm ? pm_chunk(d.I, 2) : 0, .pairs = pm_down(),
+                                             .more = chunk_gemms, .whole = whole});
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
   p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
@@ -2997,14 +2987,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       em.wait(cho[1]);
     };
     // A copy waited for (chan UINT32_MAX) or started on DMA channel chan.
-    auto copy_on = [&](uint32_t chan, const std::string& mark, uint32_t src, uint32_t dst, uint32_t row_bytes,
-                       uint32_t rows = 1, uint32_t src_stride = 0, uint32_t dst_stride = 0, uint32_t planes = 1,
-                       uint32_t src_plane_stride = 0, uint32_t dst_plane_stride = 0) {
-      if (chan == UINT32_MAX)
-        em.copy(mark, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride, dst_plane_stride);
-      else
-        em.copy_async(mark, chan, src, dst, row_bytes, rows, src_stride, dst_stride, planes, src_plane_stride,
-                      dst_plane_stride);
+    auto copy_shape_on = [&](uint32_t chan, const std::string& mark, const detail::Copy& c) {
+      if (chan == UINT32_MAX) em.copy(mark, c);
+      else em.copy_async(mark, chan, c);
+    };
+    auto copy_on = [&](uint32_t chan, const std::string& mark, uint32_t src, uint32_t dst, uint32_t bytes) {
+      copy_shape_on(chan, mark, {.src = src, .dst = dst, .row_bytes = bytes});
     };
     // A row phase's tiles of `per` rows of `total`, in a copy mode (CopyMode). Pipelined:
     // while tile t runs, tile t-1's stores (channel cs) and tile t+1's loads (channel ca,
@@ -3024,7 +3012,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // stored to `ddr` on channel cs (waited for before anything writes over the rows).
     auto keep_rows = [&](const std::string& mark, uint32_t rows, uint32_t bytes, uint32_t park, uint32_t ddr) {
       if (!park) return copy_on(cs, mark + ".store_residual", ocm(rows), ddr, bytes);
-      k.park(mark + ".park_residual", rows, bytes, park, false);
+      k.park(mark + ".park_residual", {.ocm = rows, .bytes = bytes, .lrm = park}, false);
       k.lrm_end = park;
     };
     using Kick = std::function<void(int)>;
@@ -3130,7 +3118,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (tiled && !seed) em.wait(cs);  // (the tile before stores its residual from the attention rows)
         if (m.load_attn) m.load_attn(A, r0, n);
         if (m.parked && tiled) fail("compiler: internal: '{}' has its residual parked but its parts in tiles", m.mark);
-        if (m.parked) k.park(m.mark + ".unpark_residual", X1, n * w2, m.parked, true);
+        if (m.parked) k.park(m.mark + ".unpark_residual", {.ocm = X1, .bytes = n * w2, .lrm = m.parked}, true);
         else if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
         k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), {.w = m.out_w, .m = n, .n = m.width, .k = m.out_k, .x = A,
                                                           .xs = m.a_stride, .y = xn, .ys = w2, .bias = m.out_bias});
@@ -3138,9 +3126,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         else em.wait(cs);
         k.ew(m.mark + ".attn_residual", {.op = EwOp::add, .rows = n, .cols = m.width, .a_ocm = X1, .b_ocm = xn,
                                          .out_ocm = X1});
-        k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), m.norm, n, m.width, X1, xn, m.norm_w, m.norm_b, m.eps);
+        k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), {.kind = m.norm, .rows = n, .dim = m.width, .x_ocm = X1,
+                                                              .y_ocm = xn, .w_ocm = m.norm_w, .b_ocm = m.norm_b,
+                                                              .eps = m.eps});
         if (m.after_norm && r0 + n == m.rows) m.after_norm();
-        if (seed) k.lrm_seed(m.mark + ".residual_sums", m.rows, m.width, m.chunk, r0, n, X1, w2, m.sums_lrm);
+        if (seed) k.lrm_seed(m.mark + ".residual_sums", {.m = m.rows, .n = m.width, .k = m.chunk, .row0 = r0,
+                                                         .rows = n, .x_ocm = X1, .x_stride = w2,
+                                                         .lrm_acc = m.sums_lrm});
         else copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
       }
       if (over_residual) em.wait(cs);
@@ -3229,7 +3221,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // (keep_residual) or unparked; false: they are to be loaded.
       auto arrive = [&](const std::string& B, int blk, uint32_t rows) {
         if (parked_out(blk - 1)) {
-          k.park(B + ".unpark_rows", rows, N * d.Dv * 2, vpark, true);
+          k.park(B + ".unpark_rows", {.ocm = rows, .bytes = N * d.Dv * 2, .lrm = vpark}, true);
           k.lrm_end = vpark;
         } else if (kept_after(blk - 1)) {
           keep_residual(B, rows);
@@ -3314,8 +3306,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
         const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
         auto norm = [&](const std::string& T, uint32_t rows, uint32_t X) {
-          if (j < 0) k.norm(T + ".norm", NormKind::layer, 4 * rows, d.Dv, X, X, VEC, VEC + d.Dv * 2, veps);
-          else k.norm(T + ".norm", NormKind::layer, rows, d.Md, X, X, VEC, VEC + d.Md * 2, veps);
+          if (j < 0) k.norm(T + ".norm", {.kind = NormKind::layer, .rows = 4 * rows, .dim = d.Dv, .x_ocm = X,
+                                          .y_ocm = X, .w_ocm = VEC, .b_ocm = VEC + d.Dv * 2, .eps = veps});
+          else k.norm(T + ".norm", {.kind = NormKind::layer, .rows = rows, .dim = d.Md, .x_ocm = X, .y_ocm = X,
+                                    .w_ocm = VEC, .b_ocm = VEC + d.Md * 2, .eps = veps});
         };
         if (p.mpm) {
           // Every merged row (Streamed::mpm): per chunk c of cm fc1 columns, fc1 (its bias) and
@@ -3342,7 +3336,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
           const std::string T = fmt::format("{}.t{}", M, t++);
           if (parked && (r0 || rows != Nt)) fail("compiler: internal: '{}' unparks its rows in part", T);
-          if (parked) k.park(T + ".unpark_rows", X, rows * d.Md * 2, vpark, true);
+          if (parked) k.park(T + ".unpark_rows", {.ocm = X, .bytes = rows * d.Md * 2, .lrm = vpark}, true);
           else em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
           norm(T, rows, X);
           k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = rows, .n = d.Md, .k = d.Md,
@@ -3371,12 +3365,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           em.copy(B + ".load_qkv_bias", ddr_.bus(vname(blk, "gqbias")), ocm(QB), 3 * d.Dv * 2);
           if (kept_after(blk - 1) && !vpark) em.wait(cs);
-          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+          k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
+                                .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
           for (uint32_t g = 0; g < d.hv / gq; ++g) {
             const std::string A = fmt::format("{}.g{}", B, g);
             k.gemm(A + ".qkv", {.w = vgq_name(blk, g), .m = N, .n = 3 * gq * d.hdv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
                                 .y = Y, .ys = ys, .bias = QB + g * ys});
-            k.rope(A + ".qk_rope", N, 2 * gq, d.hdv, Y, ys, RC, RS);  // q and k heads adjacent
+            k.rope(A + ".qk_rope", {.rows = N, .heads = 2 * gq, .head_dim = d.hdv, .x_ocm = Y, .x_row_stride = ys,
+                                    .cos_ocm = RC, .sin_ocm = RS});  // q and k heads adjacent
             k.attention(A + ".attention", {.q_heads = gq, .kv_heads = gq, .head_dim = d.hdv, .seq = N,
                                            .causal = false, .q_ocm = Y, .q_row_stride = ys, .q_head_stride = hdv2,
                                            .k_ocm = Y + w2, .v_ocm = Y + 2 * w2, .kv_row_stride = ys,
@@ -3384,7 +3380,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                            .out_head_stride = hdv2, .scratch_ocm = SCR, .scratch_bytes = N * w2,
                                            .max_groups = gq});
           }
-          if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", ocm(ATT), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+          if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", {.src = ocm(ATT), .dst = vqkv, .row_bytes = d.Dv * 2,
+                                                               .rows = N, .src_stride = d.Dv * 2,
+                                                               .dst_stride = 3 * d.Dv * 2});
         } else if (p.vkv && blk > 0) {
           // Every row, k and v kept (Streamed::vkv): q into k's buffer, rotated and stored (the
           // attention loads it by head groups; the store waited for), then k and v into their
@@ -3395,7 +3393,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (!kept) em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           em.copy(B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           em.copy(B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
-          k.norm(B + ".norm1", NormKind::layer, N, d.Dv, kept ? K : X, X, vv_n1w, vv_n1b, veps);
+          k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = kept ? K : X, .y_ocm = X,
+                                .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
           if (kept_after(blk - 1) && !vpark) em.wait(cs);  // (the store reads the rows the q GEMM writes)
           if (vqpark) k.lrm_end = vqpark;
           for (uint32_t j = 0; j < 3; ++j) {
@@ -3403,9 +3402,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             k.gemm(fmt::format("{}.{}", B, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = N, .n = d.Dv, .k = d.Dv,
                                                        .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
                                                        .bias = vv_qkvb + j * d.Dv * 2});
-            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), N, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
+            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), {.rows = N, .heads = d.hv, .head_dim = d.hdv,
+                                                                       .x_ocm = Y, .x_row_stride = d.Dv * 2,
+                                                                       .cos_ocm = RC, .sin_ocm = RS});
             if (j == 0 && vqpark) k.slots(B + ".park_q", vq_all_rows(K), true);
-            else if (j == 0) em.copy(B + ".store_q", ocm(K), vqkv, d.Dv * 2, N, d.Dv * 2, 3 * d.Dv * 2);
+            else if (j == 0) em.copy(B + ".store_q", {.src = ocm(K), .dst = vqkv, .row_bytes = d.Dv * 2, .rows = N,
+                                                      .src_stride = d.Dv * 2, .dst_stride = 3 * d.Dv * 2});
           }
         } else if (p.vqa && blk > 0) {
           // Every row or tiles of vqt rows (Streamed::vqa): norm, then q, k, v in turn into the
@@ -3420,16 +3422,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), n * d.hdv * 4);
             em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
             if (kept_after(blk - 1) && !vpark) em.wait(cs);
-            k.norm(T + ".norm1", NormKind::layer, n, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+            k.norm(T + ".norm1", {.kind = NormKind::layer, .rows = n, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
+                                  .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
             for (uint32_t j = 0; j < 3; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
               em.wait(chan[u]);  // the last store from this buffer
               k.gemm(fmt::format("{}.{}", T, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = n, .n = d.Dv, .k = d.Dv,
                                                          .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
                                                          .bias = vv_qkvb + j * d.Dv * 2});
-              if (j < 2) k.rope(fmt::format("{}.{}_rope", T, "qkv"[j]), n, d.hv, d.hdv, Y, d.Dv * 2, RC, RS);
-              copy_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]), ocm(Y),
-                      vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, d.Dv * 2, n, d.Dv * 2, 3 * d.Dv * 2);
+              if (j < 2) k.rope(fmt::format("{}.{}_rope", T, "qkv"[j]), {.rows = n, .heads = d.hv, .head_dim = d.hdv,
+                                                                         .x_ocm = Y, .x_row_stride = d.Dv * 2,
+                                                                         .cos_ocm = RC, .sin_ocm = RS});
+              copy_shape_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]),
+                  {.src = ocm(Y), .dst = vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, .row_bytes = d.Dv * 2, .rows = n,
+                   .src_stride = d.Dv * 2, .dst_stride = 3 * d.Dv * 2});
             }
           }
           em.wait(chan[0]);
@@ -3461,7 +3467,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                         .out_ocm = X});
                   em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
                 }
-                k.norm(T + ".norm1", NormKind::layer, rows, d.Dv, X, X, vv_n1w, vv_n1b, veps);
+                k.norm(T + ".norm1", {.kind = NormKind::layer, .rows = rows, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
+                                      .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
                 kick(1);
                 if (tower_qkv_split()) {  // q|k, then v (as the resident plan)
                   k.gemm(T + ".qk", {.w = vname(blk, "qkv"), .m = rows, .n = 2 * d.Dv, .k = d.Dv, .x = X,
@@ -3473,7 +3480,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                   k.gemm(T + ".qkv", {.w = vname(blk, "qkv"), .m = rows, .n = 3 * d.Dv, .k = d.Dv, .x = X,
                                       .xs = d.Dv * 2, .y = QKV, .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
                 }
-                k.rope(T + ".qk_rope", rows, 2 * d.hv, d.hdv, QKV, 3 * d.Dv * 2, RC, RS);  // q and k heads adjacent
+                k.rope(T + ".qk_rope", {.rows = rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = QKV,
+                                        .x_row_stride = 3 * d.Dv * 2, .cos_ocm = RC,
+                                        .sin_ocm = RS});  // q and k heads adjacent
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, nd, u, 0)), vqkv + r0 * 3 * d.Dv * 2,
@@ -3495,10 +3504,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               return k.slots(name(g0) + (load ? ".unpark_q" : ".park_attn"), vq_staged(g0 / p.gv, load ? u[0] : u[3]),
                              !load);
             if (!load)
-              return copy_on(ch, name(g0) + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng,
-                             N * hdv2, hdv2);
-            copy_on(w ? ch : chq, name(g0) + ".load_q", vqkv + g0 * hdv2, ocm(u[0]), hdv2, N, 3 * d.Dv * 2, hdv2, ng,
-                    hdv2, N * hdv2);
+              return copy_shape_on(ch, name(g0) + ".store", {.src = ocm(u[3]), .dst = vqkv + g0 * hdv2,
+                                                             .row_bytes = hdv2, .rows = N, .src_stride = hdv2,
+                                                             .dst_stride = 3 * d.Dv * 2, .planes = ng,
+                                                             .src_plane_stride = N * hdv2, .dst_plane_stride = hdv2});
+            copy_shape_on(w ? ch : chq, name(g0) + ".load_q", {.src = vqkv + g0 * hdv2, .dst = ocm(u[0]),
+                                                               .row_bytes = hdv2, .rows = N,
+                                                               .src_stride = 3 * d.Dv * 2, .dst_stride = hdv2,
+                                                               .planes = ng, .src_plane_stride = hdv2,
+                                                               .dst_plane_stride = N * hdv2});
           };
           attention_phase(d.hv, p.gv, p.sv, sets, io, [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
             k.attention(name(g0) + ".attention",
@@ -3513,14 +3527,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             const std::string A = name(g0);
             const bool w = ch == UINT32_MAX;
             if (!load)
-              return copy_on(ch, A + ".store", ocm(u[3]), vqkv + g0 * hdv2, hdv2, N, hdv2, 3 * d.Dv * 2, ng, N * hdv2,
-                             hdv2);
-            copy_on(w ? ch : chq, A + ".load_q", vqkv + g0 * hdv2, ocm(u[0]), hdv2, N, 3 * d.Dv * 2, hdv2, ng, hdv2,
-                    N * hdv2);
-            copy_on(w ? ch : chkv, A + ".load_k", vqkv + d.Dv * 2 + g0 * hdv2, ocm(u[1]), ng * hdv2, N, 3 * d.Dv * 2,
-                    ng * hdv2);
-            copy_on(w ? ch : chkv, A + ".load_v", vqkv + 2 * d.Dv * 2 + g0 * hdv2, ocm(u[2]), ng * hdv2, N,
-                    3 * d.Dv * 2, ng * hdv2);
+              return copy_shape_on(ch, A + ".store", {.src = ocm(u[3]), .dst = vqkv + g0 * hdv2, .row_bytes = hdv2,
+                                                      .rows = N, .src_stride = hdv2, .dst_stride = 3 * d.Dv * 2,
+                                                      .planes = ng, .src_plane_stride = N * hdv2,
+                                                      .dst_plane_stride = hdv2});
+            copy_shape_on(w ? ch : chq, A + ".load_q", {.src = vqkv + g0 * hdv2, .dst = ocm(u[0]), .row_bytes = hdv2,
+                                                        .rows = N, .src_stride = 3 * d.Dv * 2, .dst_stride = hdv2,
+                                                        .planes = ng, .src_plane_stride = hdv2,
+                                                        .dst_plane_stride = N * hdv2});
+            copy_shape_on(w ? ch : chkv, A + ".load_k", {.src = vqkv + d.Dv * 2 + g0 * hdv2, .dst = ocm(u[1]),
+                                                         .row_bytes = ng * hdv2, .rows = N,
+                                                         .src_stride = 3 * d.Dv * 2, .dst_stride = ng * hdv2});
+            copy_shape_on(w ? ch : chkv, A + ".load_v", {.src = vqkv + 2 * d.Dv * 2 + g0 * hdv2, .dst = ocm(u[2]),
+                                                         .row_bytes = ng * hdv2, .rows = N,
+                                                         .src_stride = 3 * d.Dv * 2, .dst_stride = ng * hdv2});
           };
           attention_phase(d.hv, p.gv, p.sv, phase(p.tb(p.gv, p.sv)), io,
                           [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
@@ -3544,8 +3564,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .load_attn = in_place ? std::function<void(uint32_t, uint32_t, uint32_t)>()
                                                 : [&](uint32_t A, uint32_t a0, uint32_t n) {
                             if (!(vqpark && blk > 0))
-                              return em.copy(T + ".load_attn", vqkv + (r0 + a0) * 3 * d.Dv * 2, ocm(A), d.Dv * 2, n,
-                                             3 * d.Dv * 2, d.Dv * 2);
+                              return em.copy(T + ".load_attn", {.src = vqkv + (r0 + a0) * 3 * d.Dv * 2, .dst = ocm(A),
+                                                                .row_bytes = d.Dv * 2, .rows = n,
+                                                                .src_stride = 3 * d.Dv * 2, .dst_stride = d.Dv * 2});
                             if (r0 + a0 || n != N)
                               fail("compiler: internal: '{}' unparks its attention rows in part", T);
                             k.slots(T + ".unpark_attn", vq_all_rows(A), false);
@@ -3563,7 +3584,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                              : std::function<void()>()});
           }
           if (parked_out(blk)) {
-            k.park(B + ".park_rows", phase(p.vpmb(1, N, N))[0], N * d.Dv * 2, vpark, false);
+            k.park(B + ".park_rows", {.ocm = phase(p.vpmb(1, N, N))[0], .bytes = N * d.Dv * 2, .lrm = vpark}, false);
             k.lrm_end = vpark;  // (the mergers' GEMMs keep below the rows)
           }
         } else {
@@ -3576,8 +3597,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           row_phase(
               N, p.rvc, p.svc,
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cl, uint32_t cst) {
-                copy_on(cl, name(t) + ".load_attn", vqkv + r0 * 3 * d.Dv * 2, ocm(buf(o, nd, u, 1)), d.Dv * 2,
-                        rows, 3 * d.Dv * 2, d.Dv * 2);
+                copy_shape_on(cl, name(t) + ".load_attn",
+                              {.src = vqkv + r0 * 3 * d.Dv * 2, .dst = ocm(buf(o, nd, u, 1)), .row_bytes = d.Dv * 2,
+                               .rows = rows, .src_stride = 3 * d.Dv * 2, .dst_stride = d.Dv * 2});
                 copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 0)), rows * d.Dv * 2);
               },
               [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
@@ -3587,7 +3609,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                  .y = Tt, .ys = d.Dv * 2, .bias = vv_projb});
             k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = Hb, .b_ocm = Tt,
                                         .out_ocm = Hb});
-            k.norm(T + ".norm2", NormKind::layer, rows, d.Dv, Hb, X, vv_n2w, vv_n2b, veps);
+            k.norm(T + ".norm2", {.kind = NormKind::layer, .rows = rows, .dim = d.Dv, .x_ocm = Hb, .y_ocm = X,
+                                  .w_ocm = vv_n2w, .b_ocm = vv_n2b, .eps = veps});
             kick(0);
             k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_tanh, {.w = vname(blk, "fc1"), .m = rows, .n = d.Iv,
                                                                    .k = d.Dv, .x = X, .xs = d.Dv * 2, .y = F,
@@ -3679,33 +3702,41 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
                                 {std::max(r0, is + ni), r0 + rows}})
             if (s1 > s0)
-              k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"), d.V, d.H, s1 - s0,
-                      iio_.ids_smem + s0 * 4, In + (s0 - r0) * d.H * 2, ESCR);
+              k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"),
+                  {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = iio_.ids_smem + s0 * 4,
+                   .out_ocm = In + (s0 - r0) * d.H * 2, .scratch_ocm = ESCR});
           if (e > a)
             em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(In + (a - r0) * d.H * 2),
                     (e - a) * d.H * 2);
           if (store_in && park0 && rows == S) {
-            k.park(T + ".park_residual", In, S * d.H * 2, ppark, false);
+            k.park(T + ".park_residual", {.ocm = In, .bytes = S * d.H * 2, .lrm = ppark}, false);
             k.lrm_end = ppark;
             parked0 = true;
           } else if (store_in) {
             em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
           }
         }
-        k.norm(T + ".input_norm", NormKind::rms, rows, d.H, In, X, w_in, 0, teps);
+        k.norm(T + ".input_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = In, .y_ocm = X,
+                                   .w_ocm = w_in, .eps = teps});
         pre_gemm();
         const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
         k.gemm(T + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = rows, .n = d.qkv_n, .k = d.H, .x = X, .xs = d.H * 2,
                             .y = QKV, .ys = qkvs});
         if (post_gemm) post_gemm();
-        k.head_norm(T + ".k_norm", rows, d.nkv, d.hd, K, w_k, teps, qkvs);
-        k.rope(T + ".k_rope", rows, d.nkv, d.hd, K, qkvs, RC, RS);
+        k.head_norm(T + ".k_norm", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
+                                    .w_ocm = w_k,
+                                    .eps = teps});
+        k.rope(T + ".k_rope", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_row_stride = qkvs,
+                               .cos_ocm = RC, .sin_ocm = RS});
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
         k.kv_write(T + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = rows, .k_ocm = K, .v_ocm = Vv,
                                      .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
                                      .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
-        k.head_norm(T + ".q_norm", rows, d.nq, d.hd, QKV, w_q, teps, qkvs);
-        k.rope(T + ".q_rope", rows, d.nq, d.hd, QKV, qkvs, RC, RS);
+        k.head_norm(T + ".q_norm", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_stride = qkvs,
+                                    .w_ocm = w_q,
+                                    .eps = teps});
+        k.rope(T + ".q_rope", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_row_stride = qkvs,
+                               .cos_ocm = RC, .sin_ocm = RS});
         if (!kv_own) emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into
@@ -3717,7 +3748,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                .y = ACT, .ys = d.H * 2});
         k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hb, .b_ocm = ACT,
                                     .out_ocm = Hb});
-        k.norm(T + ".post_norm", NormKind::rms, rows, d.H, Hb, X, w_post, 0, teps);
+        k.norm(T + ".post_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = Hb, .y_ocm = X,
+                                  .w_ocm = w_post, .eps = teps});
         kick(0);
         for (uint32_t c = 0; c < nchunks; ++c) {
           const std::string C = fmt::format("{}.mlp{}", T, c);
@@ -3770,7 +3802,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               for (uint32_t g0 = 0; g0 < d.nkv; g0 += gk) {
                 const uint32_t ng = std::min(gk, d.nkv - g0);
                 const std::string A = fmt::format("{}.g{}", T, g0 / gk);
-                if (!own) k.load_kv(A, kc, vcache, opt_.max_seq, d.hd, g0, ng, keys, BIG + k0, BIG + v0);
+                if (!own) k.load_kv(A, {.k_cache = kc, .v_cache = vcache, .max_seq = opt_.max_seq, .head_dim = d.hd,
+                                        .g0 = g0, .heads = ng, .keys = keys, .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0)});
                 k.attention(A + ".attention",
                             {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
                              .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
@@ -3810,7 +3843,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                  [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
-                if (!p.pq) copy_on(cst, name(t) + ".store_q", ocm(buf(o, nd, u, 0)), aq + r0 * qd, qd, rows, qkvs, qd);
+                if (!p.pq) copy_shape_on(cst, name(t) + ".store_q", {.src = ocm(buf(o, nd, u, 0)),
+                                                                     .dst = aq + r0 * qd, .row_bytes = qd,
+                                                                     .rows = rows, .src_stride = qkvs,
+                                                                     .dst_stride = qd});
               });
         }
         {
@@ -3840,16 +3876,29 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             const uint32_t nh = ng * G;
             if (!load && apark) return;  // (parked after the last call)
             if (!load && p.pq)
-              return copy_on(ch, A + ".store", ocm(Q0 + g0 * G * hd2), aq + g0 * G * hd2, nh * hd2, S, qkvs, qd);
+              return copy_shape_on(ch, A + ".store", {.src = ocm(Q0 + g0 * G * hd2), .dst = aq + g0 * G * hd2,
+                                                      .row_bytes = nh * hd2, .rows = S, .src_stride = qkvs,
+                                                      .dst_stride = qd});
             if (!load)
-              return copy_on(ch, A + ".store", ocm(u[3]), aq + g0 * G * hd2, hd2, S, hd2, qd, nh, S * hd2, hd2);
+              return copy_shape_on(ch, A + ".store", {.src = ocm(u[3]), .dst = aq + g0 * G * hd2, .row_bytes = hd2,
+                                                      .rows = S, .src_stride = hd2, .dst_stride = qd, .planes = nh,
+                                                      .src_plane_stride = S * hd2, .dst_plane_stride = hd2});
             if (!p.pq)
-              copy_on(w ? ch : chq, A + ".load_q", aq + g0 * G * hd2, ocm(u[0]), hd2, S, qd, hd2, nh, hd2, S * hd2);
+              copy_shape_on(w ? ch : chq, A + ".load_q", {.src = aq + g0 * G * hd2, .dst = ocm(u[0]),
+                                                          .row_bytes = hd2, .rows = S, .src_stride = qd,
+                                                          .dst_stride = hd2, .planes = nh, .src_plane_stride = hd2,
+                                                          .dst_plane_stride = S * hd2});
             if (own) return;
-            copy_on(w ? ch : chkv, A + ".load_k", kc + g0 * opt_.max_seq * hd2, ocm(u[1]), hd2, off + S, hd2,
-                    ng * hd2, ng, opt_.max_seq * hd2, hd2);
-            copy_on(w ? ch : chkv, A + ".load_v", vcache + g0 * opt_.max_seq * hd2, ocm(u[2]), hd2, off + S, hd2,
-                    ng * hd2, ng, opt_.max_seq * hd2, hd2);
+            copy_shape_on(w ? ch : chkv, A + ".load_k", {.src = kc + g0 * opt_.max_seq * hd2, .dst = ocm(u[1]),
+                                                         .row_bytes = hd2, .rows = off + S, .src_stride = hd2,
+                                                         .dst_stride = ng * hd2, .planes = ng,
+                                                         .src_plane_stride = opt_.max_seq * hd2,
+                                                         .dst_plane_stride = hd2});
+            copy_shape_on(w ? ch : chkv, A + ".load_v", {.src = vcache + g0 * opt_.max_seq * hd2, .dst = ocm(u[2]),
+                                                         .row_bytes = hd2, .rows = off + S, .src_stride = hd2,
+                                                         .dst_stride = ng * hd2, .planes = ng,
+                                                         .src_plane_stride = opt_.max_seq * hd2,
+                                                         .dst_plane_stride = hd2});
           };
           const uint32_t nsets = uint32_t(sets.size() / 4);
           auto attend = [&](const uint32_t* u, uint32_t g0, uint32_t ng) {
@@ -3876,7 +3925,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             for (auto [g0, ng] : tiles_of(d.nkv, p.gp)) attend(sets.data(), g0, ng);
           else
             attention_phase(d.nkv, p.gp, nsets, sets, io, attend);
-          if (apark) k.park(L + ".park_attn", Q0, S * qd, 0, false, S, qkvs);
+          if (apark) k.park(L + ".park_attn", {.ocm = Q0, .bytes = S * qd, .lrm = 0, .rows = S, .stride = qkvs}, false);
           if (kv_own) emit_kv_write_wait(b, cfg_);  // (before the MLP phase writes over the q|k|v rows)
         }
         if (p.pm) {
@@ -3890,7 +3939,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             if (!apark) return em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
                             if (r0 + a0 || n != S)
                               fail("compiler: internal: '{}' unparks its attention rows in part", T);
-                            k.park(T + ".unpark_attn", A, n * qd, 0, true);
+                            k.park(T + ".unpark_attn", {.ocm = A, .bytes = n * qd, .lrm = 0}, true);
                           },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
                           .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
@@ -3951,8 +4000,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint32_t X = o[0], LOG = o[1], SCR = o[2];
     em.copy("head.load", ah + (S - 1) * d.H * 2, ocm(X), d.H * 2);
     em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
-    k.norm("final_norm", NormKind::rms, 1, d.H, X, X, VEC, 0, teps);
-    k.lm_head("lm_head", d.V, d.H, X, LOG, SCR, cfg_.ocm_bytes - SCR);
+    k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = X, .y_ocm = X, .w_ocm = VEC,
+                          .eps = teps});
+    k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = X, .y_ocm = LOG, .scratch_ocm = SCR,
+                          .scratch_bytes = uint32_t(cfg_.ocm_bytes - SCR)});
     end("head");
     b.op("halt");
     return LOG;
