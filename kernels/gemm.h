@@ -229,6 +229,9 @@ uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // their view instead, which leaves the row tiles more room). Four, not cfg.dma_channels: the
 // packing and the calls must agree where the compiler gives its GEMMs fewer channels.
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
+// The DMA channels whose buffers that rule counts (and Compiler::settle_gemm_view's view on a
+// machine of more channels, where the program is resident on it).
+constexpr uint32_t kGemmRuleChannels = 4;
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 // OCM scratch the DMA buffers need: one unit (plus 32 B) per channel; two: on one channel, also

@@ -271,6 +271,7 @@ class Compiler {
   // more where only that keeps the default image program resident.
   static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
   void settle_gemm_view();
+  void settle_view_from_rule();  // (settle_gemm_view's steps from the view in gemm_cfg_)
   // The vision part's view (tower_rows_): CompileOptions::image_tower_rows, checked against the
   // array; without it, more rows than the prefill's where the program in parts is estimated 2%
   // or more faster reading no more weight bytes (0: the prefill's view).

@@ -1327,13 +1327,48 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 }  // namespace
 
 void Compiler::settle_gemm_view() {
+  if (!opt_.image || opt_.image_gemm_rows) return;
+  const sim::Config rule = gemm_cfg_;
+  settle_view_from_rule();
+  // A machine of more DMA channels than kernels::kGemmRuleChannels: also from the view the rule
+  // gives that many (the plans give the GEMMs fewer channels where more buffers do not fit), taken
+  // where the program is resident there and not on the other (or on more rows), or streams at a
+  // lower estimate. 64x64 at 4 MiB, 64 GB/s: 6 or 8 channels halved the view to 32 rows, 41.26 M
+  // cycles, where 4 channels keep 64, 34.73 M; 45x28 at 512 KiB with 7 channels keeps 18 rows
+  // (from the rule's 5), not the 11 that 4 channels settle on.
+  if (cfg_.dma_channels <= int(kernels::kGemmRuleChannels)) return;
+  sim::Config four = cfg_;
+  four.dma_channels = int(kernels::kGemmRuleChannels);
+  const int rows4 = gemm_view(model_, four, opt_).pe_rows;
+  if (rows4 <= rule.pe_rows) return;
+  ImageShape s;
+  s.plan_only = true;
+  auto plan_on = [&](const sim::Config& v) {
+    gemm_cfg_ = v;
+    try {
+      return image_program(s, nullptr, nullptr);
+    } catch (const Error&) {
+      return CompiledProgram{};
+    }
+  };
+  const sim::Config a = gemm_cfg_;
+  gemm_cfg_ = rule;
+  gemm_cfg_.pe_rows = rows4;
+  settle_view_from_rule();
+  const sim::Config b = gemm_cfg_;
+  const CompiledProgram pa = plan_on(a), pb = plan_on(b);
+  const bool ra = pa.plan.starts_with("resident"), rb = pb.plan.starts_with("resident");
+  const bool take_b = rb ? !ra || b.pe_rows > a.pe_rows : !ra && pb.est_cycles < pa.est_cycles;
+  gemm_cfg_ = take_b ? b : a;
+}
+
+void Compiler::settle_view_from_rule() {
   // The GEMMs' DMA buffers (npe x 64 B a channel) are OCM the resident plan's activations
   // need: where the view makes the default image program spill and half its rows keep it
   // resident (or stream it at a lower estimate), the half, unless its GEMM MACs would take
   // over 1.5 x the weights' DDR time.
   // 64x64 at 4 MiB: 64 GB/s (1.1 x) 48.99 -> 48.29 M cycles, slower than 32x64 without
   // it; 128 GB/s (2.2 x) 36.48 -> 42.84 M, so kept whole.
-  if (!opt_.image || opt_.image_gemm_rows) return;
   ImageShape s;
   s.plan_only = true;
   auto resident = [&] { return image_program(s, nullptr, nullptr).plan.starts_with("resident"); };
@@ -1731,25 +1766,40 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (uint32_t ch : {2u, 1u})
     if (ch < gemm_channels || (ch == 1 && gemm_channels == 1)) channel_options.push_back({ch, false});
   // The first plan that fits, in the order of preference; rope_tmp: the rotary tables may go
-  // into TMP a block at a time (no ROPE region) where only that makes it fit.
+  // into TMP a block at a time (no ROPE region) where only that makes it fit. A machine of more
+  // channels than kernels::kGemmRuleChannels gives the GEMMs that many where their buffers then
+  // fit a plan earlier in the order (64x64 at 8 MiB, 128 GB/s, 6 channels: the gate|up in two
+  // chunks a call, 24.21 M cycles, where 4 channels take one, 22.82 M).
+  auto first_fit = [&](uint32_t ch, bool two, bool rope_tmp_too) -> std::optional<std::pair<size_t, Resident>> {
+    const uint64_t fixed = fixed_with(gemm_buffer_bytes(
+        gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(), .channels = ch,
+                       .two = two, .cw = cw}));
+    size_t rank = 0;
+    for (auto [rcv, pes] : rcvs)
+      for (uint32_t J : js)
+        for (bool rope_tmp : {false, true}) {
+          if (rope_tmp && !rope_tmp_too) break;
+          if (opt_.image_rope_per_block && !rope_tmp) continue;
+          Resident r = resident_plan(rcv, pes, J, rope_tmp);
+          if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) return std::pair{rank, r};
+          ++rank;
+        }
+    return std::nullopt;
+  };
   auto search = [&](bool rope_tmp_too) {
     res.reset();
     for (auto [ch, two] : channel_options) {
-      if (forced || res) break;
+      if (forced) break;
+      auto fit = first_fit(ch, two, rope_tmp_too);
+      if (!fit) continue;
+      if (ch > kernels::kGemmRuleChannels)
+        if (auto fewer = first_fit(kernels::kGemmRuleChannels, false, rope_tmp_too); fewer && fewer->first < fit->first)
+          fit = fewer, ch = kernels::kGemmRuleChannels, two = false;
+      res = fit->second;
       gemm_channels = ch;
       rGEMM = gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
                                                .channels = ch, .two = two, .cw = cw});
-      const uint64_t fixed = fixed_with(rGEMM);
-      for (auto [rcv, pes] : rcvs) {
-        for (uint32_t J : js)
-          for (bool rope_tmp : {false, true}) {
-            if (res || (rope_tmp && !rope_tmp_too)) break;
-            if (opt_.image_rope_per_block && !rope_tmp) continue;
-            Resident r = resident_plan(rcv, pes, J, rope_tmp);
-            if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) res = r;
-          }
-        if (res) break;
-      }
+      break;
     }
   };
   // The tables in TMP only for more GEMM DMA channels, never instead of the streamed one (64x64
@@ -1841,7 +1891,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   k.gcfg.dma_channels = int(gemm_channels);
   const std::string channels_note =
       (gemm_channels < uint32_t(cfg_.dma_channels)
-           ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit)", gemm_channels, cfg_.dma_channels)
+           ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit this plan)", gemm_channels, cfg_.dma_channels)
            : "") +
       (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
