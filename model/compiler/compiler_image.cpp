@@ -1348,7 +1348,9 @@ void Compiler::settle_gemm_view() {
     try {
       return image_program(s, nullptr, nullptr);
     } catch (const Error&) {
-      return CompiledProgram{};
+      CompiledProgram none;
+      none.est_cycles = std::numeric_limits<double>::infinity();
+      return none;
     }
   };
   const sim::Config a = gemm_cfg_;
@@ -1761,19 +1763,22 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   std::optional<Resident> res;
   uint32_t gemm_channels = uint32_t(cfg_.dma_channels);
   uint64_t rGEMM = 0;
-  // (channels, two buffers on one): a machine of one channel first with the second buffer
+  // (channels, two buffers on one): the machine's (one channel first with the second buffer), then
+  // 4, 2 and 1 below it
   std::vector<std::pair<uint32_t, bool>> channel_options{{gemm_channels, gemm_channels == 1}};
-  for (uint32_t ch : {2u, 1u})
+  for (uint32_t ch : {kernels::kGemmRuleChannels, 2u, 1u})
     if (ch < gemm_channels || (ch == 1 && gemm_channels == 1)) channel_options.push_back({ch, false});
   // The first plan that fits, in the order of preference; rope_tmp: the rotary tables may go
   // into TMP a block at a time (no ROPE region) where only that makes it fit. A machine of more
   // channels than kernels::kGemmRuleChannels gives the GEMMs that many where their buffers then
   // fit a plan earlier in the order (64x64 at 8 MiB, 128 GB/s, 6 channels: the gate|up in two
   // chunks a call, 24.21 M cycles, where 4 channels take one, 22.82 M).
+  auto buffers = [&](uint32_t ch, bool two) {
+    return gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
+                                            .channels = ch, .two = two, .cw = cw});
+  };
   auto first_fit = [&](uint32_t ch, bool two, bool rope_tmp_too) -> std::optional<std::pair<size_t, Resident>> {
-    const uint64_t fixed = fixed_with(gemm_buffer_bytes(
-        gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(), .channels = ch,
-                       .two = two, .cw = cw}));
+    const uint64_t fixed = fixed_with(buffers(ch, two));
     size_t rank = 0;
     for (auto [rcv, pes] : rcvs)
       for (uint32_t J : js)
@@ -1797,8 +1802,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
           fit = fewer, ch = kernels::kGemmRuleChannels, two = false;
       res = fit->second;
       gemm_channels = ch;
-      rGEMM = gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
-                                               .channels = ch, .two = two, .cw = cw});
+      rGEMM = buffers(ch, two);
       break;
     }
   };
