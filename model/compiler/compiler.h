@@ -132,6 +132,7 @@ struct CompiledProgram {
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
   double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
   double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
+  uint64_t least_ocm = 0;       // plan_only, streamed, no plan fits: the least OCM its error names
   // plan_only, resident: the tower's MLP runs in row chunks, each reading its weights again,
   // where its chunk packings (Compiler::add_pm_packings), as wide as on this many PEs
   // (pm_chunk_width), would take it over every row (0: they would not).

@@ -1394,12 +1394,22 @@ void Compiler::settle_view_from_rule() {
   };
   // A view on which the default image program fits no plan (its GEMMs' DMA buffers take the OCM
   // its smallest row tiles need: 512 KiB on 21x46 or 40x25 PEs, where the rule's view left them
-  // 220 KB) takes fewer rows until one fits; where none does, the rule's view and its error.
+  // 220 KB) takes fewer rows until one fits; where none does, the view whose error names the least
+  // OCM (the halving finds it at that OCM: qc-u at 400 KiB, 1 of its 32 rows, 417,792 bytes, where
+  // the rule's view named 460,480).
   try {
     const sim::Config rule = gemm_cfg_;
-    auto fits = [&] { return resident() || std::isfinite(planned().est_cycles); };
+    sim::Config least = rule;
+    uint64_t least_ocm = UINT64_MAX;
+    auto fits = [&] {
+      if (resident()) return true;
+      const CompiledProgram o = planned();
+      if (!std::isfinite(o.est_cycles) && o.least_ocm && o.least_ocm < least_ocm)
+        least_ocm = o.least_ocm, least = gemm_cfg_;
+      return std::isfinite(o.est_cycles);
+    };
     while (gemm_cfg_.pe_rows > 1 && !fits()) gemm_cfg_.pe_rows /= 2;
-    if (!fits()) gemm_cfg_ = rule;
+    if (!fits()) gemm_cfg_ = least;
   } catch (const Error&) {
   }
   // More rows than the rule's view where they read the weights fewer times and their estimate is
@@ -2941,16 +2951,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const bool fewer = q.vqa && (!p.vqa || q.vqt > p.vqt) && q.vqt > p.rva;  // (fewer weight passes)
     if (q.ok && q.cost < (fewer ? kFewerBytes : 0.99) * p.cost) p = q;
   }
-  if (s.plan_only) {
-    CompiledProgram o;
-    o.plan = "streamed";
-    o.est_cycles = p.ok ? p.cost : std::numeric_limits<double>::infinity();
-    o.est_weight_bytes = p.weight_bytes;
-    return o;
-  }
-  if (!p.ok) {
-    // The least OCM that works: tiles of 4 rows, one kv head per attention call.
-    uint64_t least = UINT64_MAX, fixed = 0;
+  // The least OCM that works where none fits: tiles of 4 rows, one kv head per attention call.
+  uint64_t least = UINT64_MAX, fixed = 0;
+  if (!p.ok)
     for (const Streamed& q : cands) {
       const uint32_t r4 = std::min(N, 4u), m4 = std::min(Nt, 4u), p4 = std::min(S, 4u);
       // (the arrangement that needs less, or the forced one)
@@ -2963,6 +2966,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                 prefill, sum_fp(q.hd)});
       if (need < least) least = need, fixed = q.fixed;
     }
+  if (s.plan_only) {
+    CompiledProgram o;
+    o.plan = "streamed";
+    o.est_cycles = p.ok ? p.cost : std::numeric_limits<double>::infinity();
+    o.est_weight_bytes = p.weight_bytes;
+    o.least_ocm = p.ok ? 0 : least;
+    return o;
+  }
+  if (!p.ok) {
     fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
          "activations in DDR: tiles of 4 rows and one kv head per attention call need {} bytes ({} of them GEMM DMA "
          "buffers, vectors and scratch); raise ocm_bytes to {} or more",
