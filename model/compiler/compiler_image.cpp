@@ -1905,7 +1905,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   k.gcfg.dma_channels = int(gemm_channels);
   const std::string channels_note =
       (gemm_channels < uint32_t(cfg_.dma_channels)
-           ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit this plan)", gemm_channels, cfg_.dma_channels)
+           ? fmt::format("; GEMM DMA channels {} (of {}: so that their buffers fit this plan)", gemm_channels,
+                         cfg_.dma_channels)
            : "") +
       (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
@@ -3869,7 +3870,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 const uint32_t ng = std::min(gk, d.nkv - g0);
                 const std::string A = fmt::format("{}.g{}", T, g0 / gk);
                 if (!own) k.load_kv(A, {.k_cache = kc, .v_cache = vcache, .max_seq = opt_.max_seq, .head_dim = d.hd,
-                                        .g0 = g0, .heads = ng, .keys = keys, .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0)});
+                                        .g0 = g0, .heads = ng, .keys = keys,
+                                        .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0)});
                 k.attention(A + ".attention",
                             {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
                              .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
