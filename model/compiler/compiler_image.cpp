@@ -808,6 +808,7 @@ double row_macs(const sim::Config& g, uint32_t n, uint32_t k, uint32_t split = 0
 // prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one
 // channel, with the second buffer the GEMMs then stream into (both plans try it first on a machine
 // of one channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
+// cw: the prefill's gate|up chunk width of a call (the resident plan's).
 // cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
 // chunks replace the whole-width gate|up and down GEMMs (0: none). more: other GEMMs' n x k
 // (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
@@ -1395,7 +1396,7 @@ void Compiler::settle_view_from_rule() {
   // A view on which the default image program fits no plan (its GEMMs' DMA buffers take the OCM
   // its smallest row tiles need: 512 KiB on 21x46 or 40x25 PEs, where the rule's view left them
   // 220 KB) takes fewer rows until one fits; where none does, the view whose error names the least
-  // OCM (the halving finds it at that OCM: qc-u at 400 KiB, 1 of its 32 rows, 417,792 bytes, where
+  // OCM (the halving finds it at that OCM: qc-u at 400 KiB, 1 of its 32 rows, 417,472 bytes, where
   // the rule's view named 460,480).
   try {
     const sim::Config rule = gemm_cfg_;
