@@ -1331,17 +1331,6 @@ void Compiler::settle_gemm_view() {
   if (!opt_.image || opt_.image_gemm_rows) return;
   const sim::Config rule = gemm_cfg_;
   settle_view_from_rule();
-  // A machine of more DMA channels than kernels::kGemmRuleChannels: also from the view the rule
-  // gives that many (the plans give the GEMMs fewer channels where more buffers do not fit), taken
-  // where the program is resident there and not on the other (or on more rows), or streams at a
-  // lower estimate. 64x64 at 4 MiB, 64 GB/s: 6 or 8 channels halved the view to 32 rows, 41.26 M
-  // cycles, where 4 channels keep 64, 34.73 M; 45x28 at 512 KiB with 7 channels keeps 18 rows
-  // (from the rule's 5), not the 11 that 4 channels settle on.
-  if (cfg_.dma_channels <= int(kernels::kGemmRuleChannels)) return;
-  sim::Config four = cfg_;
-  four.dma_channels = int(kernels::kGemmRuleChannels);
-  const int rows4 = gemm_view(model_, four, opt_).pe_rows;
-  if (rows4 <= rule.pe_rows) return;
   ImageShape s;
   s.plan_only = true;
   auto plan_on = [&](const sim::Config& v) {
@@ -1354,15 +1343,58 @@ void Compiler::settle_gemm_view() {
       return none;
     }
   };
-  const sim::Config a = gemm_cfg_;
-  gemm_cfg_ = rule;
-  gemm_cfg_.pe_rows = rows4;
-  settle_view_from_rule();
-  const sim::Config b = gemm_cfg_;
-  const CompiledProgram pa = plan_on(a), pb = plan_on(b);
-  const bool ra = pa.plan.starts_with("resident"), rb = pb.plan.starts_with("resident");
-  const bool take_b = rb ? !ra || b.pe_rows > a.pe_rows : !ra && pb.est_cycles < pa.est_cycles;
-  gemm_cfg_ = take_b ? b : a;
+  // The settled view (a), or the one settled from `from` (b: the rule's view on other terms),
+  // taken where the program is resident on b and not on a, or where both plans are resident or
+  // both stream and `prefer_b` says so.
+  using Prefer = std::function<bool(const CompiledProgram&, const CompiledProgram&, const sim::Config&,
+                                    const sim::Config&)>;
+  auto settle_from = [&](const sim::Config& from, const Prefer& prefer_b) {
+    const sim::Config a = gemm_cfg_;
+    gemm_cfg_ = from;
+    settle_view_from_rule();
+    const sim::Config b = gemm_cfg_;
+    const CompiledProgram pa = plan_on(a), pb = plan_on(b);
+    const bool ra = pa.plan.starts_with("resident"), rb = pb.plan.starts_with("resident");
+    gemm_cfg_ = (ra == rb ? prefer_b(pa, pb, a, b) : rb) ? b : a;
+  };
+  // A machine of more DMA channels than kernels::kGemmRuleChannels: also from the view the rule
+  // gives that many (the plans give the GEMMs fewer channels where more buffers do not fit),
+  // preferred where both are resident on more rows, or both stream at a lower estimate. 64x64 at
+  // 4 MiB, 64 GB/s: 6 or 8 channels halved the view to 32 rows, 41.26 M cycles, where 4 channels
+  // keep 64, 34.73 M; 45x28 at 512 KiB with 7 channels keeps 18 rows (from the rule's 5), not the
+  // 11 that 4 channels settle on.
+  if (cfg_.dma_channels > int(kernels::kGemmRuleChannels)) {
+    sim::Config four = cfg_;
+    four.dma_channels = int(kernels::kGemmRuleChannels);
+    const auto rows4 = gemm_view(model_, four, opt_).pe_rows;
+    if (rows4 > rule.pe_rows) {
+      sim::Config from = rule;
+      from.pe_rows = rows4;
+      settle_from(from, [](const CompiledProgram& pa, const CompiledProgram& pb, const sim::Config& a,
+                           const sim::Config& b) {
+        return pa.plan.starts_with("resident") ? b.pe_rows > a.pe_rows : pb.est_cycles < pa.est_cycles;
+      });
+    }
+  }
+  // A machine of more LRM than kernels::kGemmRuleLrm: also the view of that much LRM (its GEMMs
+  // tile and its partial sums and parks lie as on such a machine; the rest of each PE's LRM
+  // unused), preferred where both are resident, or both stream and it reads no more weight bytes
+  // at a lower estimate (or fewer bytes within kFewerBytes of it). More LRM lets split 1 take
+  // K = 4,096 and 6,144: tiles twice as wide, whose first tile streams twice as long before any
+  // MAC and whose DMA buffers (a tile's meta) take OCM the row tiles need. 2B with 8 KiB of LRM:
+  // 64x64 at 2 MiB, 32 GB/s, 92.44 M cycles where 4 KiB took 66.00; at 4 MiB, 128 GB/s, 29.44
+  // for 24.60. (At 1 MiB, 128 GB/s the machine's LRM ran 11% faster but read 1.68 x the
+  // weights-once bytes, the 4 KiB view 1.47 x.)
+  if (cfg_.lrm_bytes > kernels::kGemmRuleLrm) {
+    sim::Config from = rule;
+    from.lrm_bytes = kernels::kGemmRuleLrm;
+    settle_from(from, [](const CompiledProgram& pa, const CompiledProgram& pb, const sim::Config&,
+                         const sim::Config&) {
+      if (pa.plan.starts_with("resident")) return true;
+      if (pb.est_weight_bytes < pa.est_weight_bytes) return pb.est_cycles < kFewerBytes * pa.est_cycles;
+      return pb.est_weight_bytes == pa.est_weight_bytes && pb.est_cycles < pa.est_cycles;
+    });
+  }
 }
 
 void Compiler::settle_view_from_rule() {
@@ -1599,6 +1631,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s) const {
                           gemm_cfg_.pe_rows, cfg_.pe_rows);
   else if (gemm_cfg_.pe_rows < cfg_.pe_rows)
     p.plan += fmt::format("; GEMMs on {} of the {} PE rows", gemm_cfg_.pe_rows, cfg_.pe_rows);
+  if (gemm_cfg_.lrm_bytes < cfg_.lrm_bytes)
+    p.plan += fmt::format("; GEMMs, partial sums and parks in {} of the {} LRM bytes a PE", gemm_cfg_.lrm_bytes,
+                          cfg_.lrm_bytes);
   if (pm_left_out_)
     p.plan += fmt::format("; the MLP chunk packings left out so that the KV cache of {} tokens fits (a smaller "
                           "--max-context lays them)",
@@ -2461,7 +2496,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // below the sums, where o_proj's tile found none); else 0.
   auto park_at = [&](uint32_t sums, uint32_t bytes, std::initializer_list<std::pair<uint32_t, uint32_t>> gemms) {
     const uint32_t need = lrm_park_bytes(cfg_, bytes);
-    const uint32_t top = need < cfg_.lrm_bytes ? (uint32_t(cfg_.lrm_bytes) - need) / 64 * 64 : 0u;
+    const uint32_t top = need < gemm_cfg_.lrm_bytes ? (uint32_t(gemm_cfg_.lrm_bytes) - need) / 64 * 64 : 0u;
     if (!sums || opt_.image_no_park || opt_.fp16_channels || top < sums || top < ImageKernels::kLrmShared)
       return 0u;
     sim::Config below = gemm_cfg_;
@@ -3304,7 +3339,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // head row), PE h N + r holding head h's row r. The q, k, v GEMMs (and the tiles they hand
       // off) keep below the slots.
       const uint32_t halves = hdv2 / kLrmChunk, vslots = d.hv / std::max(p.gv, 1u) * halves;
-      const uint32_t vq_top = (vpark ? vpark : uint32_t(cfg_.lrm_bytes)) / kLrmChunk * kLrmChunk;
+      const uint32_t vq_top = (vpark ? vpark : uint32_t(gemm_cfg_.lrm_bytes)) / kLrmChunk * kLrmChunk;
       const uint32_t vqpark = [&]() -> uint32_t {
         if (!p.vkv || !p.vpm || p.vpt != N || opt_.image_no_park || opt_.fp16_channels || hdv2 % kLrmChunk ||
             uint64_t(N) * p.gv > cfg_.npe() || d.hv % std::max(p.gv, 1u) || vq_top < vslots * kLrmChunk)

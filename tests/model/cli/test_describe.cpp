@@ -177,6 +177,14 @@ TEST(Describe, TinyMatchesTheGoldensOn64x64With1MiB) {
   matches_the_goldens_on({"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"}, 2, "GEMMs on 16 of the 64 PE rows");
 }
 
+// The image GEMMs in 4 KiB of a larger LRM (Compiler::settle_gemm_view's view of
+// kernels::kGemmRuleLrm): the tiny model on 32x64 at 2 MiB with 8 KiB of LRM takes it (resident
+// on both views) and passes every gate for two tokens.
+TEST(Describe, TinyMatchesTheGoldensInFourKibOfLrm) {
+  matches_the_goldens_on({"pe_rows=32", "pe_cols=64", "ocm_bytes=2MiB", "lrm_bytes=8KiB"}, 2,
+                         "in 4096 of the 8192 LRM bytes a PE");
+}
+
 // Machine points off the power-of-two grid, anywhere in issue 13's range (pe_rows and pe_cols 8
 // to 64, odd or even; OCM 512 KiB to 16 MiB; 1 to 8 DMA channels; LRM 4 to 64 KiB; 16 to 128
 // GB/s): three that broke before (39x38: a second row set from an odd PE; 53x59: the SiLU's PE
