@@ -232,8 +232,8 @@ uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // The DMA channels whose buffers that rule counts (and Compiler::settle_gemm_view's view on a
 // machine of more channels, where the program is resident on it).
 constexpr uint32_t kGemmRuleChannels = 4;
-// The LRM the tiling rule was tuned on (split 1 up to K = 3,584); Compiler::settle_gemm_view's
-// view on a machine of more, where the program is resident on it.
+// The LRM the tiling rule was tuned on (split 1 up to K = 3,584): on a machine of more,
+// Compiler::settle_gemm_view also settles the GEMMs' view of this much.
 constexpr uint32_t kGemmRuleLrm = 4096;
 // LRM the partial sums of GemmArgs::lrm_in / lrm_out take: tiles x row groups x 64 bytes.
 uint32_t gemm_lrm_acc_bytes(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);

@@ -1383,7 +1383,7 @@ void Compiler::settle_gemm_view() {
   // K = 4,096 and 6,144: tiles twice as wide, whose first tile streams twice as long before any
   // MAC and whose DMA buffers (a tile's meta) take OCM the row tiles need. 2B with 8 KiB of LRM:
   // 64x64 at 2 MiB, 32 GB/s, 92.44 M cycles where 4 KiB took 66.00; at 4 MiB, 128 GB/s, 29.44
-  // for 24.60. (At 1 MiB, 128 GB/s the machine's LRM ran 11% faster but read 1.68 x the
+  // for 24.60. (At 1 MiB, 128 GB/s the machine's LRM ran 11% faster but read 1.67 x the
   // weights-once bytes, the 4 KiB view 1.47 x.)
   if (cfg_.lrm_bytes > kernels::kGemmRuleLrm) {
     sim::Config from = rule;
@@ -2821,7 +2821,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // phase over every row), the qkv phase stores no q and the attention phase moves nothing
     // through DDR. (Counted as p.vqa's q store and that phase's q, k, v loads, the path vqg
     // replaced was estimated at 224 K cycles a block on 64x64 at 3 MiB, 32 GB/s and measured 139 K,
-    // against vqg's 202 K estimated and 201 K measured: the tower 15.41 -> 17.09 M cycles.)
+    // against vqg's 202 K estimated and 201 K measured: the tower ran 17.09 M cycles, 15.41 M now.)
     const bool vkv = p.vqa && p.vqt == N && !opt_.image_qkv_buffers && fits(p.vkvab()) && fits(p.vkvb(p.gv, p.sv));
     const bool parked = vkv && p.vpm && p.vpt == N && !opt_.image_no_park && !opt_.fp16_channels && hdv2 % kLrmChunk == 0;
     const double b_phase = std::max(attn_cycles(d.hv, p.gv, 1, N, d.hdv, N),
