@@ -268,8 +268,10 @@ class Compiler {
   // The image GEMMs' view of the array (compiler_image.cpp): the first rows of it, the
   // fewest of (whole array, halved) whose GEMM MACs stay within 0.7 x the weights' DDR
   // time, and at most those whose DMA code buffers take a quarter of the OCM.
-  // CompileOptions::image_gemm_rows forces the rows. settle_gemm_view then halves it once
-  // more where only that keeps the default image program resident.
+  // CompileOptions::image_gemm_rows forces the rows. settle_gemm_view then settles the view from
+  // the default image program's plans (settle_view_from_rule), and on a machine of more DMA
+  // channels or LRM than the rule's (kernels::kGemmRuleChannels, kGemmRuleLrm) also from the view
+  // of those; with forced rows, the LRM only.
   static sim::Config gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt);
   void settle_gemm_view();
   void settle_view_from_rule();  // (settle_gemm_view's steps from the view in gemm_cfg_)

@@ -1328,9 +1328,10 @@ void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim
 }  // namespace
 
 void Compiler::settle_gemm_view() {
-  if (!opt_.image || opt_.image_gemm_rows) return;
+  if (!opt_.image) return;
   const sim::Config rule = gemm_cfg_;
-  settle_view_from_rule();
+  const bool rows_given = opt_.image_gemm_rows != 0;  // (--gemm-rows: those rows; the LRM view still settled)
+  if (!rows_given) settle_view_from_rule();
   ImageShape s;
   s.plan_only = true;
   auto plan_on = [&](const sim::Config& v) {
@@ -1351,7 +1352,7 @@ void Compiler::settle_gemm_view() {
   auto settle_from = [&](const sim::Config& from, const Prefer& prefer_b) {
     const sim::Config a = gemm_cfg_;
     gemm_cfg_ = from;
-    settle_view_from_rule();
+    if (!rows_given) settle_view_from_rule();
     const sim::Config b = gemm_cfg_;
     const CompiledProgram pa = plan_on(a), pb = plan_on(b);
     const bool ra = pa.plan.starts_with("resident"), rb = pb.plan.starts_with("resident");
@@ -1363,7 +1364,7 @@ void Compiler::settle_gemm_view() {
   // 4 MiB, 64 GB/s: 6 or 8 channels halved the view to 32 rows, 41.26 M cycles, where 4 channels
   // keep 64, 34.73 M; 45x28 at 512 KiB with 7 channels keeps 18 rows (from the rule's 5), not the
   // 11 that 4 channels settle on.
-  if (cfg_.dma_channels > int(kernels::kGemmRuleChannels)) {
+  if (!rows_given && cfg_.dma_channels > int(kernels::kGemmRuleChannels)) {
     sim::Config four = cfg_;
     four.dma_channels = int(kernels::kGemmRuleChannels);
     const auto rows4 = gemm_view(model_, four, opt_).pe_rows;
