@@ -3838,8 +3838,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             .y = QKV, .ys = qkvs});
         if (post_gemm) post_gemm();
         k.head_norm(T + ".k_norm", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
-                                    .w_ocm = w_k,
-                                    .eps = teps});
+                                    .w_ocm = w_k, .eps = teps});
         k.rope(T + ".k_rope", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_row_stride = qkvs,
                                .cos_ocm = RC, .sin_ocm = RS});
         // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
@@ -3847,8 +3846,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                      .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
                                      .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
         k.head_norm(T + ".q_norm", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_stride = qkvs,
-                                    .w_ocm = w_q,
-                                    .eps = teps});
+                                    .w_ocm = w_q, .eps = teps});
         k.rope(T + ".q_rope", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_row_stride = qkvs,
                                .cos_ocm = RC, .sin_ocm = RS});
         if (!kv_own) emit_kv_write_wait(b, cfg_);
