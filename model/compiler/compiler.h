@@ -237,8 +237,10 @@ class Compiler {
   // ids scalar memory holds; CompileOptions::prefill_chunk rows when that is set.
   uint32_t prefill_chunk_rows(uint32_t offset, uint32_t rows) const;
   // Bytes of the weights a vision run (tower and mergers) or a prefill run (the LM's
-  // GEMM weights, its vectors and the embedding table) reads, each once.
-  uint64_t run_weight_bytes(bool vision) const;
+  // GEMM weights, its vectors and the embedding table) needs, each once; a prefill run
+  // without the head (a conversation's earlier chunk) needs neither the embedding table's
+  // head read nor the last layer's o_proj and MLP (only that layer's keys and values).
+  uint64_t run_weight_bytes(bool vision, bool head = true) const;
 
   // The most KV-cache slots (context tokens) that fit the DDR beside everything else the
   // compiler lays out for `opt` (weights, image areas, the slots' prefill areas); with

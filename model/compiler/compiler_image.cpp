@@ -2159,6 +2159,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
+    // Rows [r0, S) past the KV write: every row but in the last layer, where only the head's
+    // input (row S - 1) is read after it, and none without the head (a conversation's earlier
+    // chunk): the attention, o_proj, MLP and residuals run on those rows alone.
+    const uint32_t r0 = i + 1 < tc.num_hidden_layers ? 0 : s.head ? S - 1 : S, rows = S - r0;
+    const uint32_t Hr = H + r0 * d.H * 2;  // their residual rows
     // Layer 0's norm weights load here; the others were started behind the previous layer's
     // post-attention norm (its vectors are dead then) and waited for after its first MLP
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
@@ -2166,10 +2171,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     tables_early(ttables(L + "."));
     k.norm(L + ".input_norm", {.kind = NormKind::rms, .rows = S, .dim = d.H, .x_ocm = H, .y_ocm = XN, .w_ocm = w_in,
                                .eps = teps});
-    prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
+    if (rows) prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
     k.gemm(L + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = S, .n = d.qkv_n, .k = d.H, .x = XN, .xs = d.H * 2,
                         .y = BIG, .ys = d.qkv_n * 2});
-    k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, S, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
+    if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
     k.head_norm(L + ".k_norm", {.rows = S, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
@@ -2182,12 +2187,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                                  .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
                                  .v_cache_ddr = ddr_.bus(layer_name(i, "vcache")), .max_seq = opt_.max_seq,
                                  .pos_smem = iio_.slot0_smem, .wait = off != 0});
+    if (!rows) {
+      if (!off) emit_kv_write_wait(b, cfg_);
+      b.op("mark.end", {Name{L}});
+      continue;
+    }
     if (!off) {
       // The attention reads k and v in OCM; the MLP overwrites the rows the write reads.
-      k.attention(L + ".attention", {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true,
-                                     .q_ocm = Q, .q_row_stride = qkvs, .q_head_stride = d.hd * 2, .k_ocm = K,
-                                     .v_ocm = Vv, .kv_row_stride = qkvs, .out_ocm = XN, .out_row_stride = qd,
-                                     .out_head_stride = d.hd * 2, .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)});
+      k.attention(L + ".attention", {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = rows,
+                                     .causal = true, .q_ocm = Q + r0 * qkvs, .q_row_stride = qkvs,
+                                     .q_head_stride = d.hd * 2, .k_ocm = K, .v_ocm = Vv, .kv_row_stride = qkvs,
+                                     .out_ocm = XN, .out_row_stride = qd, .out_head_stride = d.hd * 2,
+                                     .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = r0});
       emit_kv_write_wait(b, cfg_);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
@@ -2198,25 +2209,25 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const std::string A = fmt::format("{}.g{}", L, g0 / gk);
         k.load_kv(A, {.k_cache = kc, .v_cache = vcc, .max_seq = opt_.max_seq, .head_dim = d.hd, .g0 = g0, .heads = ng,
                       .keys = off + S, .k_ocm = KC, .v_ocm = VC});
-        k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = S, .causal = true,
-                                       .q_ocm = Q + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
-                                       .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
+        k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows,
+                                       .causal = true, .q_ocm = Q + r0 * qkvs + g0 * G * hd2, .q_row_stride = qkvs,
+                                       .q_head_stride = hd2, .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
                                        .out_ocm = XN + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2,
-                                       .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = off});
+                                       .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = off + r0});
       }
     }
     if (dchain) k.lrm_end = dsums;
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
-    k.gemm(L + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = S, .n = d.H, .k = d.nq * d.hd, .x = XN, .xs = qd,
+    k.gemm(L + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = rows, .n = d.H, .k = d.nq * d.hd, .x = XN, .xs = qd,
                            .y = TMP, .ys = d.H * 2});
-    k.ew(L + ".attn_residual", {.op = EwOp::add, .rows = S, .cols = d.H, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
-    k.norm(L + ".post_norm", {.kind = NormKind::rms, .rows = S, .dim = d.H, .x_ocm = H, .y_ocm = XN, .w_ocm = w_post,
-                              .eps = teps});
+    k.ew(L + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hr, .b_ocm = TMP, .out_ocm = Hr});
+    k.norm(L + ".post_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = Hr, .y_ocm = XN,
+                              .w_ocm = w_post, .eps = teps});
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                      d.text_vec() * 2);
     if (dchain) {
-      k.lrm_seed(L + ".residual_sums", {.m = S, .n = d.H, .k = dk, .row0 = 0, .rows = S, .x_ocm = H,
+      k.lrm_seed(L + ".residual_sums", {.m = rows, .n = d.H, .k = dk, .row0 = 0, .rows = rows, .x_ocm = Hr,
                                         .x_stride = d.H * 2, .lrm_acc = dsums});
       for (uint32_t c = 0; c < nchunks; ++c) {
         const std::string C = fmt::format("{}.mlp{}", L, c);
@@ -2224,12 +2235,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
         if (gu_fused)
-          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = S, .n = 2 * cw, .k = d.H, .x = XN,
-                        .xs = d.H * 2, .y = BIG + c * cw * 2, .ys = d.I * 2}, true);
+          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = 2 * cw, .k = d.H,
+                        .x = XN, .xs = d.H * 2, .y = BIG + c * cw * 2, .ys = d.I * 2}, true);
         else {
-          k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = S, .n = gu_n, .k = d.H,
-                                  .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
-          k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = S, .cols = cw, .a_ocm = TMP, .a_stride = gu_n * 2,
+          k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = gu_n,
+                                  .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
+          k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_ocm = TMP, .a_stride = gu_n * 2,
                                  .b_ocm = TMP + cw * 2, .b_stride = gu_n * 2, .out_ocm = BIG + c * cw * 2,
                                  .out_stride = d.I * 2});
         }
@@ -2238,8 +2249,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const bool last = c + 1 == nchunks;
         if (!last) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
-        k.gemm(C + ".down", {.w = layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), .m = S, .n = d.H, .k = dk,
-                             .x = BIG + (c - 1) * cw * 2, .xs = d.I * 2, .y = H, .ys = d.H * 2,
+        k.gemm(C + ".down", {.w = layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), .m = rows, .n = d.H,
+                             .k = dk, .x = BIG + (c - 1) * cw * 2, .xs = d.I * 2, .y = Hr, .ys = d.H * 2,
                              .acc = {.in = true, .y_f32 = !last, .lrm = dsums}});
       }
       k.lrm_end = 0;
@@ -2251,22 +2262,23 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str());
       // (fused: SiLU x up straight into the activation's rows)
       if (gu_fused)
-        k.gate_up(C, {.w = w, .m = S, .n = 2 * cw * J, .k = d.H, .x = XN, .xs = d.H * 2, .y = BIG + c * J * cw * 2,
+        k.gate_up(C, {.w = w, .m = rows, .n = 2 * cw * J, .k = d.H, .x = XN, .xs = d.H * 2, .y = BIG + c * J * cw * 2,
                       .ys = d.I * 2}, true);
       else
-        k.gemm(C + ".gate_up", {.w = w, .m = S, .n = gu_n, .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
+        k.gemm(C + ".gate_up", {.w = w, .m = rows, .n = gu_n, .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP,
+                                .ys = gu_n * 2});
       if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();  // the next layer's norm weights
       if (gu_fused) continue;
       if (ncalls == 1) {
         // One call takes every chunk: its S x J gate|up rows of 2 cw and the activation's S x J
         // rows of cw are each evenly spaced, so one SiLU gate takes them all.
-        k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = S * J, .cols = cw, .a_ocm = TMP, .a_stride = 2 * cw * 2,
+        k.ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = rows * J, .cols = cw, .a_ocm = TMP, .a_stride = 2 * cw * 2,
                                .b_ocm = TMP + cw * 2, .b_stride = 2 * cw * 2, .out_ocm = BIG, .out_stride = cw * 2});
         continue;
       }
       for (uint32_t cc = 0; cc < J; ++cc)
         k.ew(J == 1 ? C + ".silu_mul" : fmt::format("{}.silu_mul{}", C, cc),
-             {.op = EwOp::silu_mul, .rows = S, .cols = cw, .a_ocm = TMP + cc * 2 * cw * 2, .a_stride = gu_n * 2,
+             {.op = EwOp::silu_mul, .rows = rows, .cols = cw, .a_ocm = TMP + cc * 2 * cw * 2, .a_stride = gu_n * 2,
               .b_ocm = TMP + cc * 2 * cw * 2 + cw * 2, .b_stride = gu_n * 2, .out_ocm = BIG + (c * J + cc) * cw * 2,
               .out_stride = d.I * 2});
     }
@@ -2276,14 +2288,16 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (!dchain) {
     if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
     if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
-    k.gemm(L + ".down", {.w = layer_name(i, "down.gemm"), .m = S, .n = d.H, .k = d.I, .x = BIG, .xs = d.I * 2, .y = TMP,
-                         .ys = d.H * 2});
-    k.ew(L + ".mlp_residual", {.op = EwOp::add, .rows = S, .cols = d.H, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
+    k.gemm(L + ".down", {.w = layer_name(i, "down.gemm"), .m = rows, .n = d.H, .k = d.I, .x = BIG, .xs = d.I * 2,
+                         .y = TMP, .ys = d.H * 2});
+    k.ew(L + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hr, .b_ocm = TMP, .out_ocm = Hr});
     }
-    if (i < int(vc.deepstack_visual_indexes.size()) && ni) {
-      em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + i0 * d.H * 2, ocm(TMP), ni * d.H * 2);
-      const uint32_t rows_at = H + is * d.H * 2;
-      k.ew(L + ".deepstack_add", {.op = EwOp::add, .rows = ni, .cols = d.H, .a_ocm = rows_at, .b_ocm = TMP,
+    // (the image rows among rows [r0, S))
+    if (const uint32_t a = std::max(r0, is); i < int(vc.deepstack_visual_indexes.size()) && is + ni > a) {
+      em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(TMP),
+              (is + ni - a) * d.H * 2);
+      const uint32_t rows_at = H + a * d.H * 2;
+      k.ew(L + ".deepstack_add", {.op = EwOp::add, .rows = is + ni - a, .cols = d.H, .a_ocm = rows_at, .b_ocm = TMP,
                                   .out_ocm = rows_at});
     }
     b.op("mark.end", {Name{L}});
@@ -3795,6 +3809,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     auto image_rows = [&](uint32_t r0, uint32_t rows) {
       return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
     };
+    // The first row past layer i's KV write that is read later: 0 but in the last layer, where
+    // only the head's input (row S - 1) is, and none without the head (a conversation's
+    // earlier chunk). The whole-layer tiles run only those rows' attention, o_proj and MLP; the
+    // three phases run them all with the head (a tail of one row is not built), none without.
+    auto tail_from = [&](int i) -> uint32_t { return i + 1 < tc.num_hidden_layers ? 0 : s.head ? S - 1 : S; };
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
       begin(L);
@@ -3906,7 +3925,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               const std::string T = name(t);
               const uint32_t Hb = buf(o, nd, u, 0);
               before_attention(T, r0, rows, Hb, false, X, BIG, buf(o, nd, u, 1), buf(o, nd, u, 2), [] {}, {});
-              // Query rows [r0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows):
+              // The rows past the KV write: from a0 (all but in the last layer: tail_from).
+              const uint32_t a0 = std::max(r0, tail_from(i)), n = r0 + rows > a0 ? r0 + rows - a0 : 0;
+              if (!n) {
+                kick(0);
+                kick(1);
+                return;
+              }
+              // Query rows [a0, r0 + rows) after off cached tokens see keys [0, off + r0 + rows):
               // read back from the cache, but for the first tile with none cached, whose keys
               // are its own (read in the q|k|v rows).
               const uint32_t keys = off + r0 + rows;
@@ -3918,15 +3944,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                         .g0 = g0, .heads = ng, .keys = keys,
                                         .k_ocm = uint32_t(BIG + k0), .v_ocm = uint32_t(BIG + v0)});
                 k.attention(A + ".attention",
-                            {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows, .causal = true,
-                             .q_ocm = BIG + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
+                            {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = n, .causal = true,
+                             .q_ocm = BIG + (a0 - r0) * qkvs + g0 * G * hd2, .q_row_stride = qkvs, .q_head_stride = hd2,
                              .k_ocm = own ? BIG + qd + g0 * hd2 : uint32_t(BIG + k0),
                              .v_ocm = own ? BIG + qd + kd + g0 * hd2 : uint32_t(BIG + v0),
                              .kv_row_stride = own ? qkvs : ng * hd2, .out_ocm = X + g0 * G * hd2,
                              .out_row_stride = qd, .out_head_stride = hd2, .scratch_ocm = uint32_t(BIG + q0),
-                             .scratch_bytes = uint32_t(k0 - q0), .kv_offset = off + r0});
+                             .scratch_bytes = uint32_t(k0 - q0), .kv_offset = off + a0});
               }
-              after_attention(T, r0, rows, Hb, X, BIG, kick);
+              after_attention(T, a0, n, Hb + (a0 - r0) * d.H * 2, X, BIG, kick);
             },
             [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
               copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
@@ -3961,6 +3987,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                                      .rows = rows, .src_stride = qkvs,
                                                                      .dst_stride = qd});
               });
+        }
+        if (tail_from(i) == S) {  // (the last layer without the head: its keys and values alone)
+          if (kv_own) emit_kv_write_wait(b, cfg_);
+          end(L);
+          continue;
         }
         {
           // Keys and values of every row from the cache (slot0 = off: rows at slots [off, off + S)), and of

@@ -4,6 +4,8 @@
 // image rows.
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "model/compiler/compiler.h"
 
 namespace gpnpu::model {
@@ -38,12 +40,16 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
   return (rows + chunks - 1) / chunks;
 }
 
-uint64_t Compiler::run_weight_bytes(bool vision) const {
-  uint64_t t = vision ? 0 : ddr_.at("embed").bytes;
+uint64_t Compiler::run_weight_bytes(bool vision, bool head) const {
+  uint64_t t = vision || !head ? 0 : ddr_.at("embed").bytes;  // (the head reads the table; the lookups a few rows)
+  const std::string last = fmt::format("L{}.", model_.text.num_hidden_layers - 1);
   for (const DdrTensor& d : ddr_.tensors()) {
     if (d.layout != "gemm" && d.layout != "f16") continue;
     const bool tower = d.name[0] == 'V' || d.name[0] == 'M';  // V.patch, V<b>.*, M<j>.*, Mf.*
-    if (tower == vision) t += d.bytes;
+    // (the last layer past its KV write: o_proj and MLP weights, their fp16 corrections)
+    const bool past_kv = d.name.starts_with(last) && !d.name.starts_with(last + "qkv") &&
+                         !d.name.starts_with(last + "norms");
+    if (tower == vision && (head || !past_kv)) t += d.bytes;
   }
   return t;
 }

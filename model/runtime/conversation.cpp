@@ -287,7 +287,7 @@ const ChatTurn& Conversation::turn(const std::string& question, const std::strin
     r.rows = c.n;
     r.plan = c.prog.plan;
     m.measure(r, m.dev->run(c.prog), c.prog, 0,
-              m.comp->run_weight_bytes(false) - (c.head ? 0 : m.comp->layout().at("embed").bytes));
+              m.comp->run_weight_bytes(false, c.head));
     cached_ += c.n;
     r.cache_expected = int(cached_);
     std::vector<float> logits;

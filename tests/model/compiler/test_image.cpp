@@ -129,6 +129,66 @@ TEST(Image, TinyMatchesTheChainPrefillOn32x64Streamed) {
   tiny_matches_chain_prefill({"pe_rows=32", "pe_cols=64", "ocm_bytes=2MiB"}, 8);
 }
 
+// The prefill's last layer past its KV write: the head's row alone (the resident plan and the
+// whole-layer tiles: o_proj one row's MACs), none without the head (a conversation's earlier
+// chunk: no o_proj at all, in every plan). The logits match the chain (tiny_matches_chain_prefill
+// and TinyMatchesTheChainOnEveryOcmPlan) and the last layer's keys and values without the head
+// are bit for bit those with it; negative control: a key of that layer changed in DDR differs.
+TEST(Image, LastLayerRunsOnlyTheHeadRow) {
+  TinyBundle& tiny = tiny_bundle();
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  CompileOptions resident, phases, layers;
+  for (CompileOptions* o : {&resident, &phases, &layers}) o->max_seq = 64, o->max_patches = 64;
+  phases.image_tile_rows = layers.image_tile_rows = 8;
+  phases.image_prefill = 1;
+  layers.image_prefill = 2;
+  ImageShape s{4, 6, 20, 3}, chunk = s;
+  chunk.head = false;
+  std::vector<float> pixels(size_t(s.grid_h * s.grid_w) * config_tiny().vision.patch_dim(), 0.25f);
+  for (const auto& [opt, plan, one_row] : {std::tuple{resident, "resident", true}, {phases, "prefill 8|8 (qkv|MLP", false},
+                                           {layers, "prefill 8 (whole layers)", true}}) {
+    Compiler c(config_tiny(), cfg, opt);
+    const auto& tc = c.model().text;
+    const int last = tc.num_hidden_layers - 1;
+    const CompiledProgram with = c.image_program(s), without = c.image_program(chunk);
+    SCOPED_TRACE(with.plan);
+    EXPECT_NE(with.plan.find(plan), std::string::npos);
+    auto o_proj = [&](const CompiledProgram& p, int layer) {  // the layer's o_proj MACs (0: none)
+      uint64_t macs = 0;
+      for (const KernelCall& k : p.calls)
+        if (k.mark.starts_with(fmt::format("P{}.", layer)) && k.mark.find("o_proj") != std::string::npos)
+          macs += k.cost.macs;
+      return macs;
+    };
+    const uint64_t row = uint64_t(tc.hidden_size) * tc.num_attention_heads * tc.head_dim;  // o_proj's MACs a row
+    EXPECT_EQ(o_proj(with, 0), s.seq_len * row);
+    EXPECT_EQ(o_proj(with, last), (one_row ? 1 : s.seq_len) * row);
+    EXPECT_EQ(o_proj(without, last), 0u) << "no o_proj in the last layer without the head";
+
+    auto kv = [&](const CompiledProgram& p, bool corrupt) {
+      Session dev(c, false);
+      dev.load_weights(*tiny.bundle);
+      dev.load_image_constants(*tiny.bundle, s);
+      std::vector<int> ids = prompt_ids(s);
+      std::vector<std::array<int, 3>> pos;
+      for (auto& q : mrope_positions(ids, {MergedGrid{s.grid_h / 2, s.grid_w / 2}}).pos) pos.push_back({q[0], q[1], q[2]});
+      dev.write_prompt(ids, pos, pixels, 0);
+      dev.run(p);
+      if (corrupt) dev.write_kv(last, false, 0, 5, std::vector<uint16_t>{0x3c00});
+      std::vector<uint16_t> all;
+      for (int h = 0; h < tc.num_key_value_heads; ++h)
+        for (bool value : {false, true}) {
+          const std::vector<uint16_t> r = dev.kv(last, value, h, uint32_t(s.seq_len));
+          all.insert(all.end(), r.begin(), r.end());
+        }
+      return all;
+    };
+    const std::vector<uint16_t> ref = kv(with, false);
+    EXPECT_EQ(kv(without, false), ref);
+    EXPECT_NE(kv(without, true), ref) << "negative control: a changed key must differ";
+  }
+}
+
 // ---- OCM size (issue 4, acceptance 7): the plan adapts to ocm_bytes ----
 
 size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
