@@ -3811,15 +3811,55 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     };
     // The first row past layer i's KV write that is read later: 0 but in the last layer, where
     // only the head's input (row S - 1) is, and none without the head (a conversation's
-    // earlier chunk). The whole-layer tiles run only those rows' attention, o_proj and MLP; the
-    // three phases run them all with the head (a tail of one row is not built), none without.
+    // earlier chunk). The whole-layer tiles run only those rows' attention, o_proj and MLP;
+    // the three phases, after the q|k|v phase, the row alone (the tail below) or none.
     auto tail_from = [&](int i) -> uint32_t { return i + 1 < tc.num_hidden_layers ? 0 : s.head ? S - 1 : S; };
+    // The three phases' tail: row S - 1's attention, tg kv heads a call, then the MLP phase's
+    // kernels on that row from its residual in DDR (mlp_all_rows on the MLP chunk packings with
+    // fp32 sums in OCM where the phase runs over every row, else after_attention on the gate|up
+    // chunks and down), the row stored for the head. Its q, k and v: where the q|k|v phase is
+    // one tile with no cached tokens (tail_own), in place in its q|k|v rows (the tail's buffers
+    // after them); else q from DDR (stored for it where the attention phase would read it in
+    // the q|k|v rows) and the keys and values from the cache, taken only where the layer's
+    // every-row MLP is estimated to take longer than its weights' DDR time by more than that
+    // reload. Buffers: the q|k|v rows or q, the attention output, the MLP's (over every row:
+    // normed row, residual, sums, up output, residual again; else residual, normed row, MLP
+    // activation), the attention's q staging, k, v. The residual kept from the layer before
+    // goes to DDR, not to the LRM park. Where the buffers do not fit, or the last layer adds
+    // DeepStack rows or is the first, the attention and MLP phases run every row (tg = 0).
+    const bool tail_own = off == 0 && p.rpa == S;
+    const uint32_t us = up_row(true, pm_down(), pm_fused) * pm_chunk(d.I, 2);  // (its up output row, pm)
+    auto tail_bufs = [&](uint32_t g) -> V64 {
+      const uint64_t kv = uint64_t(off + S) * g * hd2, w2 = d.H * 2;
+      V64 v{tail_own ? p.pa(p.rpa, p.spa)[0] : qd, qd};
+      if (p.pm) v.insert(v.end(), {w2, w2, 2 * w2, us, w2});
+      else v.insert(v.end(), {w2, w2, uint64_t(d.I + cw) * 2});
+      v.push_back(uint64_t(d.nq) * hd2);
+      if (!tail_own) v.insert(v.end(), {kv, kv});
+      return v;
+    };
+    const bool tail_ok = [&] {
+      if (p.fused || !s.head || !S || tc.num_hidden_layers < 2 ||
+          tc.num_hidden_layers <= int(vc.deepstack_visual_indexes.size()))
+        return false;
+      if (tail_own) return true;
+      const std::string last = fmt::format("L{}.", tc.num_hidden_layers - 1);
+      uint64_t w = 0;  // the o_proj and MLP weights
+      for (const DdrTensor& t : ddr_.tensors())
+        if (t.layout == "gemm" && t.name.starts_with(last) && !t.name.starts_with(last + "qkv")) w += t.bytes;
+      const double macs = double(S - 1) * d.H * (d.nq * d.hd + 3.0 * d.I), bpc = cfg_.ddr_bytes_per_cycle();
+      return macs / gemm_cfg_.mac_peak(true) - double(w) / bpc > 2.0 * (off + S) * d.nkv * hd2 / bpc;
+    }();
+    const uint32_t tg = !tail_ok ? 0 : groups_per_call(d.nkv, gcap, [&](uint32_t g) {
+      return base + sum_fp(tail_bufs(g)) <= cfg_.ocm_bytes;
+    });
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
       begin(L);
       if (i && early_norms) em.wait(cn);  // (started after the layer before's post_norm)
       else em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
-      if (i && kept_rows != kNone) keep_rows(L, kept_rows, S * d.H * 2, ppark, ah);
+      const uint32_t lpark = tg && tail_from(i) == S - 1 ? 0 : ppark;  // (the tail reads the residual in DDR)
+      if (i && kept_rows != kNone) keep_rows(L, kept_rows, S * d.H * 2, lpark, ah);
       const uint32_t kc = ddr_.bus(layer_name(i, "kcache")), vcache = ddr_.bus(layer_name(i, "vcache"));
       const uint32_t qkvs = d.qkv_n * 2, as = (d.I + cw) * 2;  // q|k|v and MLP activation row strides
       // A tile's rows up to the attention: (layer 0) the embeddings into In, the image rows
@@ -3977,7 +4017,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 before_attention(name(t), r0, rows, kept ? kept_rows : X, true, X, buf(o, nd, u, 0), RC, RS,
                                  [&] {
                                    kick(1);
-                                   if (kept && !ppark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
+                                   if (kept && !lpark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
                                  },
                                  [&] { if (late) load_rope(name(t), r0, rows, kWait, RC, RS); });
               },
@@ -3986,10 +4026,52 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                                      .dst = aq + r0 * qd, .row_bytes = qd,
                                                                      .rows = rows, .src_stride = qkvs,
                                                                      .dst_stride = qd});
+                else if (tail_from(i) == S - 1 && tg && !tail_own && r0 + rows == S)
+                  copy_on(cst, name(t) + ".store_last_q", ocm(buf(o, nd, u, 0) + (rows - 1) * qkvs), aq + (S - 1) * qd,
+                          qd);
               });
         }
-        if (tail_from(i) == S) {  // (the last layer without the head: its keys and values alone)
+        if (tail_from(i) == S || (tg && tail_from(i) == S - 1)) {  // (the last layer; without the head its keys and values alone)
           if (kv_own) emit_kv_write_wait(b, cfg_);
+          if (tail_from(i) == S - 1) {
+            const std::vector<uint32_t> o = phase(tail_bufs(tg));
+            const uint32_t AO = o[1], QS = o[p.pm ? 7 : 5];
+            // q, k, v: the q|k|v rows' (row stride qkvs) or q's row and the staged keys and values
+            const uint32_t Q = tail_own ? o[0] + (S - 1) * qkvs : o[0], K = tail_own ? o[0] + qd : o[p.pm ? 8 : 6],
+                           Vb = tail_own ? o[0] + qd + kd : o[p.pm ? 9 : 7], ks = tail_own ? qkvs : 0;
+            const std::string T = L + ".tail";
+            k.lrm_end = 0;  // (no partial sums or parks past here)
+            if (!tail_own) em.copy(T + ".load_q", aq + (S - 1) * qd, ocm(Q), qd);
+            for (auto [g0, ng] : tiles_of(d.nkv, tg)) {
+              const std::string A = fmt::format("{}.g{}", T, g0 / tg);
+              if (!tail_own)
+                k.load_kv(A, {.k_cache = kc, .v_cache = vcache, .max_seq = opt_.max_seq, .head_dim = d.hd, .g0 = g0,
+                              .heads = ng, .keys = off + S, .k_ocm = K, .v_ocm = Vb});
+              k.attention(A + ".attention",
+                          {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = 1, .causal = true,
+                           .q_ocm = Q + g0 * G * hd2, .q_row_stride = qd, .q_head_stride = hd2,
+                           .k_ocm = K + (ks ? g0 * hd2 : 0), .v_ocm = Vb + (ks ? g0 * hd2 : 0),
+                           .kv_row_stride = ks ? ks : ng * hd2, .out_ocm = AO + g0 * G * hd2,
+                           .out_row_stride = qd, .out_head_stride = hd2, .scratch_ocm = QS,
+                           .scratch_bytes = ng * G * hd2, .kv_offset = off + S - 1});
+            }
+            const uint32_t res = ah + (S - 1) * d.H * 2;
+            if (p.pm) {
+              mlp_all_rows({.mark = T, .rows = 1, .width = d.H, .o1 = {o[2], AO, o[3]}, .o2 = {o[2], o[4], o[5]},
+                            .o3 = {o[2], o[6]}, .load_attn = {}, .a_stride = qd, .res_ddr = res,
+                            .out_w = layer_name(i, "o.gemm"), .out_k = d.nq * d.hd, .out_bias = kNone,
+                            .norm = NormKind::rms, .norm_w = w_post, .norm_b = 0, .eps = teps,
+                            .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2), .gated = true,
+                            .pairs = pm_down(),
+                            .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
+                            .up_bias = kNone, .down_bias = kNone, .after = {}, .sums_lrm = 0, .part_rows = 0,
+                            .store_later = false, .parked = 0, .after_norm = {}, .before_last_down = {}});
+            } else {
+              em.copy(T + ".load_residual", res, ocm(o[2]), d.H * 2);
+              after_attention(T, S - 1, 1, o[2], AO, o[4], [](int) {});
+              em.copy(T + ".store", ocm(o[2]), res, d.H * 2);
+            }
+          }
           end(L);
           continue;
         }
