@@ -131,34 +131,45 @@ TEST(Image, TinyMatchesTheChainPrefillOn32x64Streamed) {
 
 // The prefill's last layer past its KV write: the head's row alone (o_proj one row's MACs), none
 // without the head (a conversation's earlier chunk: no o_proj at all), in the resident plan, the
-// three streamed phases (their one-row tail) and whole layers a tile. The logits match the chain (tiny_matches_chain_prefill
-// and TinyMatchesTheChainOnEveryOcmPlan) and the last layer's keys and values without the head
-// are bit for bit those with it; negative control: a key of that layer changed in DDR differs.
+// three streamed phases (their one-row tail, its q, k and v in the q|k|v rows of one tile, or
+// loaded where the rows take tiles: on 8x8 PEs at 256 GB/s, where that pays) and whole layers a
+// tile. The logits match the chain (cosine >= 0.9999, the same top-1) and the last layer's keys
+// and values without the head are bit for bit those with it; negative control: a key of that
+// layer changed in DDR differs.
 TEST(Image, LastLayerRunsOnlyTheHeadRow) {
   TinyBundle& tiny = tiny_bundle();
-  const sim::Config cfg = sim::Config::make("qc-u", {});
-  CompileOptions resident, phases, layers;
-  for (CompileOptions* o : {&resident, &phases, &layers}) o->max_seq = 64, o->max_patches = 64;
-  phases.image_tile_rows = 20;  // (one q|k|v tile: the tail reads q, k and v in its rows)
-  layers.image_tile_rows = 8;
-  phases.image_prefill = 1;
-  layers.image_prefill = 2;
   ImageShape s{4, 6, 20, 3}, chunk = s;
   chunk.head = false;
-  std::vector<float> pixels(size_t(s.grid_h * s.grid_w) * config_tiny().vision.patch_dim(), 0.25f);
-  for (const auto& [opt, plan] : {std::pair{resident, "resident"}, {phases, "prefill 20|20 (qkv|MLP"},
-                                  {layers, "prefill 8 (whole layers)"}}) {
-    Compiler c(config_tiny(), cfg, opt);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> pixels(size_t(s.grid_h * s.grid_w) * config_tiny().vision.patch_dim());
+  for (float& v : pixels) v = round_f16(nd(rng));
+  Chain chain(config_tiny(), *bundle_weights(*tiny.bundle));
+  const std::vector<float> ref = chain.prefill(prompt_ids(s), {ImagePatches{1, s.grid_h, s.grid_w, pixels}});
+  struct Case {
+    std::vector<std::string> sets;
+    uint32_t tile_rows, prefill;  // CompileOptions::image_tile_rows, image_prefill
+    const char* plan;
+  };
+  for (const Case& k : {Case{{}, 0, 0, "resident"}, Case{{}, 20, 1, "prefill 20|20 (qkv|MLP"},
+                        Case{{"pe_rows=8", "pe_cols=8", "ddr_gbps=256"}, 8, 1, "prefill 8|8 (qkv|MLP"},
+                        Case{{}, 8, 2, "prefill 8 (whole layers)"}}) {
+    CompileOptions opt;
+    opt.max_seq = 64;
+    opt.max_patches = 64;
+    opt.image_tile_rows = k.tile_rows;
+    opt.image_prefill = k.prefill;
+    Compiler c(config_tiny(), sim::Config::make("qc-u", k.sets), opt);
     const auto& tc = c.model().text;
     const int last = tc.num_hidden_layers - 1;
     const CompiledProgram with = c.image_program(s), without = c.image_program(chunk);
     SCOPED_TRACE(with.plan);
-    EXPECT_NE(with.plan.find(plan), std::string::npos);
+    EXPECT_NE(with.plan.find(k.plan), std::string::npos);
     auto o_proj = [&](const CompiledProgram& p, int layer) {  // the layer's o_proj MACs (0: none)
       uint64_t macs = 0;
-      for (const KernelCall& k : p.calls)
-        if (k.mark.starts_with(fmt::format("P{}.", layer)) && k.mark.find("o_proj") != std::string::npos)
-          macs += k.cost.macs;
+      for (const KernelCall& kc : p.calls)
+        if (kc.mark.starts_with(fmt::format("P{}.", layer)) && kc.mark.find("o_proj") != std::string::npos)
+          macs += kc.cost.macs;
       return macs;
     };
     const uint64_t row = uint64_t(tc.hidden_size) * tc.num_attention_heads * tc.head_dim;  // o_proj's MACs a row
@@ -166,27 +177,31 @@ TEST(Image, LastLayerRunsOnlyTheHeadRow) {
     EXPECT_EQ(o_proj(with, last), row);
     EXPECT_EQ(o_proj(without, last), 0u) << "no o_proj in the last layer without the head";
 
+    const ImageRun dev = run_image(c, with, s, tiny.bundle.get(), pixels, false);
+    EXPECT_GE(cosine(dev.logits, ref), 0.9999);
+    EXPECT_EQ(std::max_element(dev.logits.begin(), dev.logits.end()) - dev.logits.begin(),
+              std::max_element(ref.begin(), ref.end()) - ref.begin());
     auto kv = [&](const CompiledProgram& p, bool corrupt) {
-      Session dev(c, false);
-      dev.load_weights(*tiny.bundle);
-      dev.load_image_constants(*tiny.bundle, s);
+      Session d(c, false);
+      d.load_weights(*tiny.bundle);
+      d.load_image_constants(*tiny.bundle, s);
       std::vector<int> ids = prompt_ids(s);
       std::vector<std::array<int, 3>> pos;
       for (auto& q : mrope_positions(ids, {MergedGrid{s.grid_h / 2, s.grid_w / 2}}).pos) pos.push_back({q[0], q[1], q[2]});
-      dev.write_prompt(ids, pos, pixels, 0);
-      dev.run(p);
-      if (corrupt) dev.write_kv(last, false, 0, 5, std::vector<uint16_t>{0x3c00});
+      d.write_prompt(ids, pos, pixels, 0);
+      d.run(p);
+      if (corrupt) d.write_kv(last, false, 0, 5, std::vector<uint16_t>{0x3c00});
       std::vector<uint16_t> all;
       for (int h = 0; h < tc.num_key_value_heads; ++h)
         for (bool value : {false, true}) {
-          const std::vector<uint16_t> r = dev.kv(last, value, h, uint32_t(s.seq_len));
+          const std::vector<uint16_t> r = d.kv(last, value, h, uint32_t(s.seq_len));
           all.insert(all.end(), r.begin(), r.end());
         }
       return all;
     };
-    const std::vector<uint16_t> ref = kv(with, false);
-    EXPECT_EQ(kv(without, false), ref);
-    EXPECT_NE(kv(without, true), ref) << "negative control: a changed key must differ";
+    const std::vector<uint16_t> keys = kv(with, false);
+    EXPECT_EQ(kv(without, false), keys);
+    EXPECT_NE(kv(without, true), keys) << "negative control: a changed key must differ";
   }
 }
 
