@@ -241,6 +241,9 @@ class Compiler {
   // without the head (a conversation's earlier chunk) needs neither the embedding table's
   // head read nor the last layer's o_proj and MLP (only that layer's keys and values).
   uint64_t run_weight_bytes(bool vision, bool head = true) const;
+  // Bytes of the last layer's weights past its KV write (o_proj and MLP, their fp16
+  // corrections): a prefill without the head skips them, its one-row tail streams them.
+  uint64_t past_kv_weight_bytes() const;
 
   // The most KV-cache slots (context tokens) that fit the DDR beside everything else the
   // compiler lays out for `opt` (weights, image areas, the slots' prefill areas); with

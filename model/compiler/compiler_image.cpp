@@ -3843,12 +3843,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           tc.num_hidden_layers <= int(vc.deepstack_visual_indexes.size()))
         return false;
       if (tail_own) return true;
-      const std::string last = fmt::format("L{}.", tc.num_hidden_layers - 1);
-      uint64_t w = 0;  // the o_proj and MLP weights
-      for (const DdrTensor& t : ddr_.tensors())
-        if (t.layout == "gemm" && t.name.starts_with(last) && !t.name.starts_with(last + "qkv")) w += t.bytes;
       const double macs = double(S - 1) * d.H * (d.nq * d.hd + 3.0 * d.I), bpc = cfg_.ddr_bytes_per_cycle();
-      return macs / gemm_cfg_.mac_peak(true) - double(w) / bpc > 2.0 * (off + S) * d.nkv * hd2 / bpc;
+      return macs / gemm_cfg_.mac_peak(true) - double(past_kv_weight_bytes()) / bpc >
+             2.0 * (off + S) * d.nkv * hd2 / bpc;
     }();
     const uint32_t tg = !tail_ok ? 0 : groups_per_call(d.nkv, gcap, [&](uint32_t g) {
       return base + sum_fp(tail_bufs(g)) <= cfg_.ocm_bytes;
@@ -4031,7 +4028,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           qd);
               });
         }
-        if (tail_from(i) == S || (tg && tail_from(i) == S - 1)) {  // (the last layer; without the head its keys and values alone)
+        // The last layer: the tail, or without the head its keys and values alone.
+        if (tail_from(i) == S || (tg && tail_from(i) == S - 1)) {
           if (kv_own) emit_kv_write_wait(b, cfg_);
           if (tail_from(i) == S - 1) {
             const std::vector<uint32_t> o = phase(tail_bufs(tg));

@@ -42,15 +42,21 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
 
 uint64_t Compiler::run_weight_bytes(bool vision, bool head) const {
   uint64_t t = vision || !head ? 0 : ddr_.at("embed").bytes;  // (the head reads the table; the lookups a few rows)
-  const std::string last = fmt::format("L{}.", model_.text.num_hidden_layers - 1);
   for (const DdrTensor& d : ddr_.tensors()) {
     if (d.layout != "gemm" && d.layout != "f16") continue;
     const bool tower = d.name[0] == 'V' || d.name[0] == 'M';  // V.patch, V<b>.*, M<j>.*, Mf.*
-    // (the last layer past its KV write: o_proj and MLP weights, their fp16 corrections)
-    const bool past_kv = d.name.starts_with(last) && !d.name.starts_with(last + "qkv") &&
-                         !d.name.starts_with(last + "norms");
-    if (tower == vision && (head || !past_kv)) t += d.bytes;
+    if (tower == vision) t += d.bytes;
   }
+  return vision || head ? t : t - past_kv_weight_bytes();
+}
+
+uint64_t Compiler::past_kv_weight_bytes() const {
+  const std::string last = fmt::format("L{}.", model_.text.num_hidden_layers - 1);
+  uint64_t t = 0;
+  for (const DdrTensor& d : ddr_.tensors())
+    if ((d.layout == "gemm" || d.layout == "f16") && d.name.starts_with(last) && !d.name.starts_with(last + "qkv") &&
+        !d.name.starts_with(last + "norms"))
+      t += d.bytes;
   return t;
 }
 
