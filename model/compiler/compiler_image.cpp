@@ -3822,18 +3822,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // after them); else q from DDR (stored for it where the attention phase would read it in
     // the q|k|v rows) and the keys and values from the cache, taken only where the layer's
     // every-row MLP is estimated to take longer than its weights' DDR time by more than that
-    // reload. Buffers: the q|k|v rows or q, the attention output, the MLP's (over every row:
-    // normed row, residual, sums, up output, residual again; else residual, normed row, MLP
-    // activation), the attention's q staging, k, v. The residual kept from the layer before
+    // reload. Buffers: the q|k|v rows or q, the attention output (after_attention: then the
+    // normed row), the MLP's (over every row: normed row, residual, sums, up output, residual
+    // again; else residual, MLP activation), the attention's q staging, k, v. The residual kept from the layer before
     // goes to DDR, not to the LRM park. Where the buffers do not fit, or the last layer adds
     // DeepStack rows or is the first, the attention and MLP phases run every row (tg = 0).
     const bool tail_own = off == 0 && p.rpa == S;
     const uint32_t us = up_row(true, pm_down(), pm_fused) * pm_chunk(d.I, 2);  // (its up output row, pm)
     auto tail_bufs = [&](uint32_t g) -> V64 {
       const uint64_t kv = uint64_t(off + S) * g * hd2, w2 = d.H * 2;
-      V64 v{tail_own ? p.pa(p.rpa, p.spa)[0] : qd, qd};
+      V64 v{tail_own ? p.pa(p.rpa, p.spa)[0] : qd, std::max<uint64_t>(qd, w2)};
       if (p.pm) v.insert(v.end(), {w2, w2, 2 * w2, us, w2});
-      else v.insert(v.end(), {w2, w2, uint64_t(d.I + cw) * 2});
+      else v.insert(v.end(), {w2, uint64_t(d.I + cw) * 2});
       v.push_back(uint64_t(d.nq) * hd2);
       if (!tail_own) v.insert(v.end(), {kv, kv});
       return v;
@@ -4033,10 +4033,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (kv_own) emit_kv_write_wait(b, cfg_);
           if (tail_from(i) == S - 1) {
             const std::vector<uint32_t> o = phase(tail_bufs(tg));
-            const uint32_t AO = o[1], QS = o[p.pm ? 7 : 5];
+            const uint32_t AO = o[1], QS = o[p.pm ? 7 : 4];
             // q, k, v: the q|k|v rows' (row stride qkvs) or q's row and the staged keys and values
-            const uint32_t Q = tail_own ? o[0] + (S - 1) * qkvs : o[0], K = tail_own ? o[0] + qd : o[p.pm ? 8 : 6],
-                           Vb = tail_own ? o[0] + qd + kd : o[p.pm ? 9 : 7], ks = tail_own ? qkvs : 0;
+            const uint32_t Q = tail_own ? o[0] + (S - 1) * qkvs : o[0], K = tail_own ? o[0] + qd : o[p.pm ? 8 : 5],
+                           Vb = tail_own ? o[0] + qd + kd : o[p.pm ? 9 : 6], ks = tail_own ? qkvs : 0;
             const std::string T = L + ".tail";
             k.lrm_end = 0;  // (no partial sums or parks past here)
             if (!tail_own) em.copy(T + ".load_q", aq + (S - 1) * qd, ocm(Q), qd);
@@ -4066,7 +4066,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             .store_later = false, .parked = 0, .after_norm = {}, .before_last_down = {}});
             } else {
               em.copy(T + ".load_residual", res, ocm(o[2]), d.H * 2);
-              after_attention(T, S - 1, 1, o[2], AO, o[4], [](int) {});
+              after_attention(T, S - 1, 1, o[2], AO, o[3], [](int) {});
               em.copy(T + ".store", ocm(o[2]), res, d.H * 2);
             }
           }
