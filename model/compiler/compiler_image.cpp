@@ -3067,6 +3067,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
 
   std::vector<ImageKernels::Gemm> gemms;
   const bool gu_fused = gate_up_fused(), pm_fused = ddr_.has(pm_name(0, 0, "gu")) && pm_gate_up_fused();
+  std::string tail_note;  // (the three phases' last layer, for the plan line)
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
     ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
@@ -3850,6 +3851,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint32_t tg = !tail_ok ? 0 : groups_per_call(d.nkv, gcap, [&](uint32_t g) {
       return base + sum_fp(tail_bufs(g)) <= cfg_.ocm_bytes;
     });
+    if (!p.fused && s.head && S)
+      tail_note = !tg      ? "; the prefill's last layer on every row"
+                  : tail_own ? "; the prefill's last layer on the head's row, its q, k, v in the q|k|v rows"
+                             : "; the prefill's last layer on the head's row, its keys and values reloaded";
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
       begin(L);
@@ -4293,6 +4298,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     out.plan = fmt::format("streamed: rows per tile {}; copies {}; kv heads per attention call {}{}; GEMM DMA "
                            "channels {}",
                            prows, pcopies, pheads, p.fused ? "" : fmt::format(" ({} buffer sets)", p.sp), p.channels);
+  out.plan += tail_note;
   return out;
 }
 

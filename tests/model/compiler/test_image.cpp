@@ -149,11 +149,14 @@ TEST(Image, LastLayerRunsOnlyTheHeadRow) {
   struct Case {
     std::vector<std::string> sets;
     uint32_t tile_rows, prefill;  // CompileOptions::image_tile_rows, image_prefill
-    const char* plan;
+    const char* plan;             // in the plan line (the three phases: which tail)
   };
-  for (const Case& k : {Case{{}, 0, 0, "resident"}, Case{{}, 20, 1, "prefill 20|20 (qkv|MLP"},
-                        Case{{"pe_rows=8", "pe_cols=8", "ddr_gbps=256"}, 8, 1, "prefill 8|8 (qkv|MLP"},
-                        Case{{}, 8, 2, "prefill 8 (whole layers)"}}) {
+  for (const Case& k :
+       {Case{{}, 0, 0, "resident"},
+        Case{{}, 20, 1, "the prefill's last layer on the head's row, its q, k, v in the q|k|v rows"},
+        Case{{"pe_rows=8", "pe_cols=8", "ddr_gbps=256"}, 8, 1,
+             "the prefill's last layer on the head's row, its keys and values reloaded"},
+        Case{{}, 8, 2, "prefill 8 (whole layers)"}}) {
     CompileOptions opt;
     opt.max_seq = 64;
     opt.max_patches = 64;
