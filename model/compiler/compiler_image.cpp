@@ -3825,9 +3825,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // every-row MLP is estimated to take longer than its weights' DDR time by more than that
     // reload. Buffers: the q|k|v rows or q, the attention output (after_attention: then the
     // normed row), the MLP's (over every row: normed row, residual, sums, up output, residual
-    // again; else residual, MLP activation), the attention's q staging, k, v. The residual kept from the layer before
-    // goes to DDR, not to the LRM park. Where the buffers do not fit, or the last layer adds
-    // DeepStack rows or is the first, the attention and MLP phases run every row (tg = 0).
+    // again; else residual, MLP activation), the attention's q staging, k, v. The residual kept
+    // from the layer before goes to DDR, not to the LRM park. Where the buffers do not fit, or
+    // the last layer adds DeepStack rows or is the first, the attention and MLP phases run every
+    // row (tg = 0).
     const bool tail_own = off == 0 && p.rpa == S;
     const uint32_t us = up_row(true, pm_down(), pm_fused) * pm_chunk(d.I, 2);  // (its up output row, pm)
     auto tail_bufs = [&](uint32_t g) -> V64 {
