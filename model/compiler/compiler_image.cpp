@@ -133,6 +133,14 @@ std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, wha
 std::string vpm_name(int block, uint32_t chunk, const char* what) {
   return vname(block, fmt::format("pm{}.{}", chunk, what).c_str());
 }
+// The first of a prefill run's S rows that layer i (of `layers`) computes past its KV write: 0 but
+// in the last layer, where only the head's input (row S - 1) is read after it, and none without
+// the head (a conversation's earlier chunk). Both plans run that layer's attention, o_proj, MLP
+// and residuals on rows [read_from, S) alone.
+uint32_t read_from(const ImageShape& s, uint32_t S, int i, int layers) {
+  return i + 1 < layers ? 0 : s.head ? S - 1 : S;
+}
+
 // The tower's q|k|v made a group of vgq_heads heads at a time beside its attention
 // (image_streamed, Streamed::vqg; blocks >= 1): the group's q, k and v rows packed as one GEMM
 // weight (vgq_name), the q|k|v bias in the same order (vname(b, "gqbias")). Groups of 4 heads
@@ -2159,10 +2167,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     b.op("mark.begin", {Name{L}});
-    // Rows [r0, S) past the KV write: every row but in the last layer, where only the head's
-    // input (row S - 1) is read after it, and none without the head (a conversation's earlier
-    // chunk): the attention, o_proj, MLP and residuals run on those rows alone.
-    const uint32_t r0 = i + 1 < tc.num_hidden_layers ? 0 : s.head ? S - 1 : S, rows = S - r0;
+    // Rows [r0, S) past the KV write (read_from).
+    const uint32_t r0 = read_from(s, S, i, tc.num_hidden_layers), rows = S - r0;
     const uint32_t Hr = H + r0 * d.H * 2;  // their residual rows
     // Layer 0's norm weights load here; the others were started behind the previous layer's
     // post-attention norm (its vectors are dead then) and waited for after its first MLP
@@ -3810,11 +3816,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     auto image_rows = [&](uint32_t r0, uint32_t rows) {
       return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
     };
-    // The first row past layer i's KV write that is read later: 0 but in the last layer, where
-    // only the head's input (row S - 1) is, and none without the head (a conversation's
-    // earlier chunk). The whole-layer tiles run only those rows' attention, o_proj and MLP;
-    // the three phases, after the q|k|v phase, the row alone (the tail below) or none.
-    auto tail_from = [&](int i) -> uint32_t { return i + 1 < tc.num_hidden_layers ? 0 : s.head ? S - 1 : S; };
+    // The rows past layer i's KV write (read_from): the whole-layer tiles run those rows'
+    // attention, o_proj and MLP; the three phases, after the q|k|v phase, the row alone (the
+    // tail below) or none.
+    auto tail_from = [&](int i) { return read_from(s, S, i, tc.num_hidden_layers); };
     // The three phases' tail: row S - 1's attention, tg kv heads a call, then the MLP phase's
     // kernels on that row from its residual in DDR (mlp_all_rows on the MLP chunk packings with
     // fp32 sums in OCM where the phase runs over every row, else after_attention on the gate|up
