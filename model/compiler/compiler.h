@@ -232,9 +232,10 @@ class Compiler {
 
   // Rows of the next prefill chunk (issue 18): of the `rows` left, from `offset` cached
   // tokens, the most that run with the resident plan (activations in OCM), evened out
-  // over the chunks that takes (rows / ceil(rows / most)), at least 1;
-  // `rows` when even one row does not (the streamed plan takes any chunk); at most the
-  // ids scalar memory holds; CompileOptions::prefill_chunk rows when that is set.
+  // over the chunks that takes (rows / ceil(rows / most)), at least 1, where those chunks
+  // are estimated 3% below one streamed run of every row; else `rows` (the streamed plan
+  // takes any chunk); at most the ids scalar memory holds; CompileOptions::prefill_chunk
+  // rows when that is set.
   uint32_t prefill_chunk_rows(uint32_t offset, uint32_t rows) const;
   // Bytes of the weights a vision run (tower and mergers) or a prefill run (the LM's
   // GEMM weights, its vectors and the embedding table) needs, each once; a prefill run

@@ -1193,6 +1193,24 @@ TEST(ImageOcm, FullSizeCyclesChangeWithOcm) {
   EXPECT_TRUE(p1.plan.starts_with("streamed"));
 }
 
+// A conversation's prefill in resident chunks only where they are estimated below one streamed
+// run (Compiler::prefill_chunk_rows; docs/chat.md, "Chunks or one run"): 1,016 tokens with a
+// 2,048-slot cache. 32x64 at 2 MiB, 64 GB/s: 24 resident chunks of 43 rows ran 732.57 M cycles,
+// the one run 237.58 M; 16x16 at 4 MiB, 32 GB/s: the chunks of 127 ran 1,521.74 M, one run
+// 1,575.59 M. (Without the comparison the first returned 43.)
+TEST(Image, PrefillChunksOnlyWhereEstimatedFaster) {
+  CompileOptions o;
+  o.max_seq = 2048;
+  const Compiler wide(config_2b(), sim::Config::make("qc-u", {"pe_rows=32", "pe_cols=64", "ocm_bytes=2MiB",
+                                                             "ddr_gbps=64"}), o);
+  EXPECT_EQ(wide.prefill_chunk_rows(0, 1016), 1016u);
+  EXPECT_EQ(wide.prefill_chunk_rows(0, 40), 40u);  // (resident as one run)
+  const Compiler small(config_2b(), sim::Config::make("qc-u", {"pe_rows=16", "pe_cols=16"}), o);
+  EXPECT_EQ(small.prefill_chunk_rows(0, 1016), 127u);
+  o.prefill_chunk = 100;  // (gpnpu chat --chunk: as given)
+  EXPECT_EQ(Compiler(config_2b(), sim::Config::make("qc-u", {}), o).prefill_chunk_rows(0, 1016), 100u);
+}
+
 // The image program's second packings (here the resident tower's MLP chunks, qc-u) are laid
 // beside a KV cache of up to Compiler::max_context(..., packings = true) slots, --max-context
 // auto; a larger cache, up to the most that fit without them, leaves them out (the tower's MLP
