@@ -41,10 +41,11 @@ uint64_t ChatTurn::cycles(const std::string& kind) const {
   return c;
 }
 double ChatTurn::floor(const std::string& kind) const {
-  double f = 0;
+  double f = 0, macs = 0, weights = 0;
   for (const ChatRun& r : runs)
-    if (r.kind == kind) f += r.floor();
-  return f;
+    if (r.kind == kind) f += r.floor(), macs += r.mac_floor, weights = std::max(weights, r.weights_floor);
+  // (chunks read every weight again: the plan's cost, not the prompt's floor)
+  return kind == "prefill" ? std::max(macs, weights) : f;
 }
 uint64_t ChatTurn::ttft_cycles() const { return cycles("vision") + cycles("prefill"); }
 

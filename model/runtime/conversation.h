@@ -94,7 +94,8 @@ struct ChatTurn {
   Answer device, chain;
   std::vector<std::string> failures;
   bool ok = true;
-  // Cycles of the runs of one kind, and their floors.
+  // Cycles of the runs of one kind, and their floor: the sum of the runs' floors, but for the
+  // prefill, whose chunks are the plan's choice, max(every chunk's MACs, the weights of one run).
   uint64_t cycles(const std::string& kind) const;
   double floor(const std::string& kind) const;
   uint64_t ttft_cycles() const;  // vision + prefill + nothing else: the first answer token's

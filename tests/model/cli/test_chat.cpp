@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -87,14 +88,24 @@ TEST(Chat, TinyChunkedAndStreamedPrefillsMatchTheChain) {
       chunks += r.kind == "prefill";
       if (r.kind == "prefill") {
         EXPECT_EQ(r.plan.starts_with("streamed"), streamed) << r.plan;
-        if (streamed) EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases"), std::string::npos) << r.plan;
+        if (streamed) {
+          EXPECT_NE(r.plan.find(arrangement == 2 ? "(whole layers)" : "(qkv|MLP phases"), std::string::npos) << r.plan;
+        }
         q_kept += r.plan.find("the attention reads q") != std::string::npos;  // (k and v too with none cached)
       }
     }
     EXPECT_GT(chunks, 2);
+    // The turn's prefill floor: the chunks' MACs or one run's weights, not every chunk's weights.
+    double macs = 0, weights = 0, summed = 0;
+    for (const ChatRun& r : t1.runs)
+      if (r.kind == "prefill") macs += r.mac_floor, weights = std::max(weights, r.weights_floor), summed += r.floor();
+    EXPECT_DOUBLE_EQ(t1.floor("prefill"), std::max(macs, weights));
+    EXPECT_LT(t1.floor("prefill"), summed);
     // (phases: a chunk's 8 rows are one qkv tile; some chunks' attention reads q where it is,
     // after cached keys: Streamed::pq with a kv offset)
-    if (streamed && arrangement == 1) EXPECT_GT(q_kept, 0);
+    if (streamed && arrangement == 1) {
+      EXPECT_GT(q_kept, 0);
+    }
     expect_gated(c.turn("And the background?"));
   }
 }
