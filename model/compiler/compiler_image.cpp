@@ -4045,7 +4045,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                    kick(1);
                                    if (kept && !lpark) em.wait(cs);  // (the residual's store reads the q|k|v rows)
                                  },
-                                 [&] { if (late) load_rope(name(t), r0, rows, ca, RC, RS); },
+                                 late ? std::function<void()>([&] { load_rope(name(t), r0, rows, ca, RC, RS); })
+                                      : nullptr,
                                  late ? std::function<void()>([&] { em.wait(ca); }) : nullptr);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {

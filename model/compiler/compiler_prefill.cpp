@@ -45,10 +45,10 @@ uint32_t Compiler::prefill_chunk_rows(uint32_t offset, uint32_t rows) const {
   // at 30 points and prompts, the rule without the comparison ran up to 3.1 x the one run
   // (32x64, 2 MiB, 64 GB/s, 1,016 tokens in 24 chunks: 732.57 M cycles, one run 237.58 M);
   // with it, none more than 3.3% slower than the faster of the two.
-  auto streamed = [&](uint32_t at, uint32_t n, bool head) {
+  auto streamed = [&](uint32_t at, uint32_t count, bool head) {
     ImageShape sh;
     sh.vision = false;
-    sh.seq_len = int(n);
+    sh.seq_len = int(count);
     sh.cache_offset = at;
     sh.image_rows = 0;
     sh.head = head;
