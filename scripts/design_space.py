@@ -11,6 +11,7 @@ writes the table with the ratios to the floors:
     scripts/design_space.py [--gpnpu build/gpnpu] [--work /tmp/design-space] [-j 2]
                             [--out docs/design-space]        # writes .md and .csv
     scripts/design_space.py --grid reduced --check-monotone [--negative-control]
+    scripts/design_space.py --grid fine --check-monotone     # between the grid's points, and 48x48
 
 Ratios (the issue-13 acceptance bounds in brackets):
   decode  = decode cycles / ((weights + KV + logits bytes) / bandwidth)   [<= 1.02]
@@ -30,9 +31,16 @@ import resource
 import subprocess
 import sys
 
-PE = {"full": [(16, 16), (32, 32), (32, 64), (64, 64)], "reduced": [(16, 16), (32, 32), (32, 64), (64, 64)]}
-OCM = {"full": [1, 2, 4, 8, 16], "reduced": [1, 2, 4]}  # MiB
-DDR = {"full": [16, 32, 64, 128], "reduced": [16, 32, 64]}  # GB/s
+# "fine": points between the acceptance grid's (and a 48x48 array), for --check-monotone off the grid.
+PE = {"full": [(16, 16), (32, 32), (32, 64), (64, 64)], "reduced": [(16, 16), (32, 32), (32, 64), (64, 64)],
+      "fine": [(16, 16), (32, 32), (32, 64), (48, 48), (64, 64)]}
+OCM = {"full": [1, 2, 4, 8, 16], "reduced": [1, 2, 4], "fine": [1, 1.5, 2, 3, 4, 6, 8]}  # MiB
+DDR = {"full": [16, 32, 64, 128], "reduced": [16, 32, 64], "fine": [16, 24, 32, 48, 64, 80, 96, 112, 128]}  # GB/s
+
+
+def ocm_arg(mib):
+    """A `--set ocm_bytes=` value: whole MiB, else KiB (1.5 -> 1536KiB)."""
+    return f"{mib}MiB" if float(mib).is_integer() else f"{int(mib * 1024)}KiB"
 
 
 def sweep(gpnpu, work, grid, jobs, run=True):
@@ -48,7 +56,7 @@ def sweep(gpnpu, work, grid, jobs, run=True):
             continue
         cmd = [gpnpu, "sweep", "--model", "synthetic:2b", "--workload", "both", "-j", str(jobs), "--out", out,
                "--set", f"pe_rows={r}", "--set", f"pe_cols={c}",
-               "--set", "ocm_bytes=" + ",".join(f"{m}MiB" for m in OCM[grid]),
+               "--set", "ocm_bytes=" + ",".join(ocm_arg(m) for m in OCM[grid]),
                "--set", "ddr_gbps=" + ",".join(str(g) for g in DDR[grid])]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         with open(out[:-3] + ".csv") as f:
@@ -72,7 +80,7 @@ def compile_seconds(gpnpu, work, grid):
         for m in OCM[grid]:
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             rc = subprocess.run([gpnpu, "compile", "--model", "synthetic:2b", "--out", os.path.join(work, "compile"),
-                                 "--set", f"pe_rows={r}", "--set", f"pe_cols={c}", "--set", f"ocm_bytes={m}MiB"],
+                                 "--set", f"pe_rows={r}", "--set", f"pe_cols={c}", "--set", f"ocm_bytes={ocm_arg(m)}"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL).returncode
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             # a point that does not compile (an error row in the table) gets no time
@@ -101,7 +109,7 @@ def table(rows):
     out = []
     for row in rows:
         p = {"pe": f"{row['pe_rows']}x{row['pe_cols']}", "pe_rows": int(row["pe_rows"]), "pe_cols": int(row["pe_cols"]),
-             "ocm_mib": int(row["ocm_bytes"]) // (1 << 20), "ddr_gbps": float(row["ddr_gbps"]),
+             "ocm_mib": mib(int(row["ocm_bytes"])), "ddr_gbps": float(row["ddr_gbps"]),
              "status": row["status"]}
         p["image_cycles"] = num(row, "image_cycles")
         p["image_mac_floor"] = num(row, "image_compute_floor")
@@ -116,6 +124,11 @@ def table(rows):
         out.append(p)
     out.sort(key=lambda p: (p["pe_rows"] * p["pe_cols"], p["pe_rows"], p["ocm_mib"], p["ddr_gbps"]))
     return out
+
+
+def mib(ocm_bytes):
+    m = ocm_bytes / (1 << 20)
+    return int(m) if m.is_integer() else m
 
 
 def violations(points):
@@ -209,7 +222,8 @@ def main():
     ap.add_argument("--work", default="/tmp/design-space",
                     help="sweep files (resumable, in a folder per gpnpu build) and compile outputs")
     ap.add_argument("--out", default="docs/design-space", help="table path without extension (.md and .csv)")
-    ap.add_argument("--grid", choices=["full", "reduced"], default="full")
+    ap.add_argument("--grid", choices=["full", "reduced", "fine"], default="full",
+                    help="full: the acceptance grid; reduced: the test's; fine: 315 points off the grid (about 5 min)")
     ap.add_argument("-j", type=int, default=2, help="points run in parallel")
     ap.add_argument("--check-monotone", action="store_true", help="check only (no table); exit 1 on a violation")
     ap.add_argument("--negative-control", action="store_true", help="swap two neighbouring points first")
