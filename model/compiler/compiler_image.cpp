@@ -3043,10 +3043,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return o;
   }
   if (!p.ok) {
-    fail("compiler: the image program ({}x{} patches, {} tokens) does not fit {} bytes of OCM even with its "
-         "activations in DDR: tiles of 4 rows and one kv head per attention call need {} bytes ({} of them GEMM DMA "
-         "buffers, vectors and scratch); raise ocm_bytes to {} or more",
-         s.grid_h, s.grid_w, S, cfg_.ocm_bytes, least, fixed, least);
+    // (named as it runs: a conversation's prefill chunk has no patches)
+    const std::string run = !s.prefill ? fmt::format("the vision run ({}x{} patches)", s.grid_h, s.grid_w)
+                            : !s.vision ? fmt::format("the prefill run ({} tokens after {} cached)", S, off)
+                                        : fmt::format("the image program ({}x{} patches, {} tokens)", s.grid_h,
+                                                      s.grid_w, S);
+    fail("compiler: {} does not fit {} bytes of OCM even with its activations in DDR: tiles of 4 rows and one kv "
+         "head per attention call need {} bytes ({} of them GEMM DMA buffers, vectors and scratch); raise ocm_bytes "
+         "to {} or more",
+         run, cfg_.ocm_bytes, least, fixed, least);
   }
 
   // Fixed regions, then W from `base`, allocated phase by phase.

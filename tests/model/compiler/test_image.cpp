@@ -1321,6 +1321,7 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
     m = e.what();
   }
   std::printf("%s\n", m.c_str());
+  EXPECT_NE(m.find("the image program (16x16 patches, 128 tokens) does not fit"), std::string::npos) << m;
   const size_t at = m.find("raise ocm_bytes to ");
   ASSERT_NE(at, std::string::npos) << m;
   const uint64_t least = std::stoull(m.substr(at + 19));
@@ -1331,6 +1332,21 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   const std::string fewer =
       Compiler(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=400KiB"})).image_program(ImageShape{}).plan;
   EXPECT_NE(fewer.find(" of the 32 PE rows"), std::string::npos) << fewer;
+  // A conversation's prefill chunk (no tower) is named as it runs, not by a grid it does not run.
+  ImageShape chunk;
+  chunk.vision = false;
+  chunk.seq_len = 42;
+  chunk.cache_offset = 7;
+  chunk.image_rows = 0;
+  try {
+    Compiler(config_tiny(), sim::Config::make("qc-u", {"ocm_bytes=256KiB"}), all_rows).image_program(chunk);
+    ADD_FAILURE() << "a prefill run fitted 256 KiB";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("compiler: the prefill run (42 tokens after 7 cached) does not fit 262144 "
+                                         "bytes of OCM"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // The image GEMMs' view of the array (Compiler::gemm_view, settle_gemm_view): the rule takes all
