@@ -43,6 +43,12 @@ def ocm_arg(mib):
     return f"{mib}MiB" if float(mib).is_integer() else f"{int(mib * 1024)}KiB"
 
 
+def mib(ocm_bytes):
+    """ocm_bytes in MiB, whole where it is (the table's keys and columns)."""
+    m = ocm_bytes / (1 << 20)
+    return int(m) if m.is_integer() else m
+
+
 def sweep(gpnpu, work, grid, jobs, run=True):
     """One `gpnpu sweep` per PE shape (the PE axis is a list of pairs, not a product);
     run=False reads only what earlier (perhaps interrupted) sweeps left in `work`."""
@@ -124,11 +130,6 @@ def table(rows):
         out.append(p)
     out.sort(key=lambda p: (p["pe_rows"] * p["pe_cols"], p["pe_rows"], p["ocm_mib"], p["ddr_gbps"]))
     return out
-
-
-def mib(ocm_bytes):
-    m = ocm_bytes / (1 << 20)
-    return int(m) if m.is_integer() else m
 
 
 def violations(points):
@@ -223,7 +224,7 @@ def main():
                     help="sweep files (resumable, in a folder per gpnpu build) and compile outputs")
     ap.add_argument("--out", default="docs/design-space", help="table path without extension (.md and .csv)")
     ap.add_argument("--grid", choices=["full", "reduced", "fine"], default="full",
-                    help="full: the acceptance grid; reduced: the test's; fine: 315 points off the grid (about 5 min)")
+                    help="full: the acceptance grid; reduced: the test's; fine: 315 points off the grid (about 3 min on 2 cores)")
     ap.add_argument("-j", type=int, default=2, help="points run in parallel")
     ap.add_argument("--check-monotone", action="store_true", help="check only (no table); exit 1 on a violation")
     ap.add_argument("--negative-control", action="store_true", help="swap two neighbouring points first")
