@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "isa/error.h"
 #include "isa/fp16.h"
@@ -72,9 +73,12 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
          opt_.max_seq, ddr_.total(), cfg_.ddr_bytes, max_context(model_, cfg_, opt_));
   plan_decode_ocm();
   settle_gemm_view();
+  std::optional<Compiler> viewed;
+  if (fewer_rows_apply()) viewed = *this;
   settle_tower_view();
   settle_pm_chunks();
   settle_pm_pairs();
+  if (viewed) settle_fewer_rows(*viewed);
   record_gemm_splits();
 }
 

@@ -1543,6 +1543,45 @@ void Compiler::settle_view_from_rule() {
   }
 }
 
+bool Compiler::fewer_rows_apply() const {
+  if (!opt_.image || opt_.image_gemm_rows || opt_.image_tower_rows || opt_.fp16_channels) return false;
+  if (gemm_cfg_.pe_rows != cfg_.pe_rows || cfg_.pe_rows < 4) return false;
+  sim::Config half = gemm_cfg_;
+  half.pe_rows /= 2;
+  const GemmLoad l = gemm_load(model_, cfg_);
+  return l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles;
+}
+
+void Compiler::settle_fewer_rows(const Compiler& viewed) {
+  // Streamed plans only (a resident one has no estimate to compare). 64x64 at 2 MiB: 80 GB/s, 48
+  // rows (the tower on 64) estimated 34.42 -> 28.66 M, measured 43.51 -> 33.78 M cycles; 96 and
+  // 112 GB/s 39.27 -> 33.01 and 36.38 -> 31.59 M; at 128 GB/s every row stays (estimated 23.12 M
+  // against 29.62 M; 48 rows forced with the tower on 64 measured 31.31 M against 30.95 M).
+  ImageShape s = planning_shape(opt_);
+  s.plan_only = true;
+  auto estimate = [&](const Compiler& c) {
+    try {
+      const CompiledProgram o = c.image_program(s, nullptr, nullptr);
+      if (o.plan.starts_with("streamed")) return o.est_cycles;
+    } catch (const Error&) {
+    }
+    return std::numeric_limits<double>::infinity();
+  };
+  const double mine = estimate(*this);
+  if (!std::isfinite(mine)) return;
+  double best = 0.95 * mine;
+  std::optional<Compiler> pick;
+  for (int rows : {cfg_.pe_rows / 2 + cfg_.pe_rows / 4, cfg_.pe_rows / 2}) {
+    Compiler alt = viewed;
+    alt.gemm_cfg_.pe_rows = rows;
+    alt.settle_tower_view();
+    alt.settle_pm_chunks();
+    alt.settle_pm_pairs();
+    if (const double e = estimate(alt); e < best) best = e, pick = std::move(alt);
+  }
+  if (pick) *this = std::move(*pick);
+}
+
 void Compiler::settle_tower_view() {
   tower_rows_ = 0;
   if (opt_.image_tower_rows) {
