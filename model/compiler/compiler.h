@@ -285,12 +285,13 @@ class Compiler {
   // array; without it, more rows than the prefill's where the program in parts is estimated 2%
   // or more faster reading no more weight bytes (0: the prefill's view).
   void settle_tower_view();
-  // settle_gemm_view keeps every row where half of them would take over 1.5 x the weights' DDR
-  // time in MACs (MAC-heavy); where that program streams, fewer rows can still run it faster
-  // (their GEMM buffers leave the row tiles room). fewer_rows_apply: such a machine;
-  // settle_fewer_rows: the program settled again (tower view, chunks, pairs) from `viewed` (this
-  // compiler after settle_gemm_view) on 3/4 and 1/2 of the rows, taken where its estimate is 5%
-  // or more below this one's.
+  // MAC-heavy: half of the view's rows would take over 1.5 x the weights' DDR time in MACs.
+  bool mac_heavy(const sim::Config& view) const;
+  // settle_gemm_view keeps every row of a MAC-heavy machine; where that program streams, fewer
+  // rows can still run it faster (their GEMM buffers leave the row tiles room). fewer_rows_apply:
+  // such a machine, on every row; settle_fewer_rows: the program settled again (tower view,
+  // chunks, pairs) from `viewed` (this compiler after settle_gemm_view) on 3/4 and 1/2 of the
+  // rows, taken where its estimate is 5% or more below this one's.
   bool fewer_rows_apply() const;
   void settle_fewer_rows(const Compiler& viewed);
   // This compiler with the tower's view as its GEMM view: it packs and emits the vision part

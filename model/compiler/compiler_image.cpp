@@ -568,16 +568,22 @@ void Compiler::settle_pm_chunks() {
   };
   const CompiledProgram narrow = plan();
   if (narrow.plan.empty()) return;
-  double least = 0.99 * narrow.est_cycles;
+  // (Also a width whose plan reads fewer weight bytes than the 512-wide chunks' within kFewerBytes
+  // of their estimate: 32x64, 3 MiB, 96 GB/s, the 512-wide chunks' plan read 1.08 GB of weights
+  // estimated 37.92 M; 2,048-wide 0.96 GB, 37.78 M, not 1% below.)
+  double least = 0.99 * narrow.est_cycles, least_wb = narrow.est_weight_bytes;
   uint32_t best = 0;
   bool kept_out = false;  // a lower estimate whose plan read more weight bytes
   for (uint32_t npe : {gemm_cfg_.npe(), 2 * gemm_cfg_.npe(), 4 * gemm_cfg_.npe()}) {
     if (widths(npe) == widths(pm_npe_)) continue;
     relay(npe);
     const CompiledProgram w = plan();
-    if (w.plan.empty() || w.est_cycles >= least) continue;
-    if (w.est_weight_bytes <= narrow.est_weight_bytes) least = w.est_cycles, best = npe;
-    else kept_out = true;
+    if (w.plan.empty()) continue;
+    const bool fewer = w.est_weight_bytes < least_wb && w.est_cycles < kFewerBytes * narrow.est_cycles;
+    if (fewer || (w.est_weight_bytes <= least_wb && w.est_cycles < least))
+      least = w.est_cycles, least_wb = w.est_weight_bytes, best = npe;
+    else if (w.est_cycles < least)
+      kept_out = true;
   }
   if (pm_npe_ != best) relay(best);
   // Then the tower's and the mergers' chunks on their own, the prefill's kept: a width whose
@@ -1494,8 +1500,7 @@ void Compiler::settle_view_from_rule() {
   if (gemm_cfg_.pe_rows < 2) return;
   sim::Config half = gemm_cfg_;
   half.pe_rows /= 2;
-  const GemmLoad l = gemm_load(model_, cfg_);
-  if (l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles) return;
+  if (mac_heavy(gemm_cfg_)) return;  // (settle_fewer_rows tries fewer rows after the other steps)
   const sim::Config whole = gemm_cfg_;
   try {
     if (resident()) return;
@@ -1546,13 +1551,16 @@ void Compiler::settle_view_from_rule() {
   }
 }
 
-bool Compiler::fewer_rows_apply() const {
-  if (!opt_.image || opt_.image_gemm_rows || opt_.image_tower_rows || opt_.fp16_channels) return false;
-  if (gemm_cfg_.pe_rows != cfg_.pe_rows || cfg_.pe_rows < 4) return false;
-  sim::Config half = gemm_cfg_;
+bool Compiler::mac_heavy(const sim::Config& view) const {
+  sim::Config half = view;
   half.pe_rows /= 2;
   const GemmLoad l = gemm_load(model_, cfg_);
   return l.macs / half.mac_peak(true) > 1.5 * l.ddr_cycles;
+}
+
+bool Compiler::fewer_rows_apply() const {
+  if (!opt_.image || opt_.image_gemm_rows || opt_.image_tower_rows || opt_.fp16_channels) return false;
+  return gemm_cfg_.pe_rows == cfg_.pe_rows && cfg_.pe_rows >= 4 && mac_heavy(gemm_cfg_);
 }
 
 void Compiler::settle_fewer_rows(const Compiler& viewed) {

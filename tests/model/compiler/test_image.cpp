@@ -1435,6 +1435,20 @@ TEST(Image, HalfViewOnlyWithinFourPercent) {
   });
 }
 
+// The MLP chunks' width (Compiler::settle_pm_chunks) kept the 512-wide default unless a wider one
+// was estimated 1% lower reading no more weight bytes: 32x64 at 3 MiB, 96 GB/s kept 512 (1.08 GB of
+// weights, estimated 37.92 M) over 2,048 (0.96 GB, 37.78 M) and ran 42.15 M cycles where 2 MiB's
+// 2,048-wide chunks ran 39.32 M. A width reading fewer bytes within kFewerBytes is taken now: 39.61 M.
+TEST(Image, WiderChunksReadingFewerBytesTaken) {
+  const sim::Config at3 = sim::Config::make("qc-u", {"pe_rows=32", "pe_cols=64", "ocm_bytes=3MiB", "ddr_gbps=96"});
+  Compiler c(config_2b(), at3);
+  const CompiledProgram prog = c.image_program(ImageShape{});
+  EXPECT_EQ(prog.plan.find("chunks of 512"), std::string::npos) << prog.plan;
+  EXPECT_NE(prog.plan.find("the MLP in chunks of 2048"), std::string::npos) << prog.plan;
+  const uint64_t cycles = run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles];
+  EXPECT_LT(cycles, 40'000'000u);
+}
+
 // More DMA channels than kernels::kGemmRuleChannels never take a worse plan than 4 (timing-only
 // cycles): 64x64 at 4 MiB, 64 GB/s, where the view rule halved the GEMMs' rows with 6 or 8 channels
 // (41.26 M cycles against 34.73 M), and at 8 MiB, 128 GB/s, where 6 or 8 channels' buffers left the
