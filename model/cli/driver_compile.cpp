@@ -210,6 +210,10 @@ void add_compile_commands(CLI::App& app) {
                 "tokens) -> %s\n  image plan: %s\n",
                 model_spec.c_str(), cfg.summary().c_str(), dec.program.words.size(), img.program.words.size(),
                 comp.layout().total() / 1e9, cap.max_context, out_dir.c_str(), img.plan.c_str());
+    if (img.est_cycles > 0)
+      std::printf("  image plan estimate: %.0f cycles (the compiler's cost model, which chooses between streamed "
+                  "plans; it leaves out the head and the tower's attention; --run gives the cycles)\n",
+                  img.est_cycles);
     if (!run) return;
     nlohmann::ordered_json j;
     Session dev(comp, true);

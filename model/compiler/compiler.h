@@ -130,7 +130,9 @@ struct CompiledProgram {
   uint32_t logits_ocm = 0;
   int64_t logits_ddr = -1;
   std::string plan;         // the image program's OCM plan (compiler_image.cpp), for reports
-  double est_cycles = 0;    // plan_only, streamed: the plan's cost-model estimate (no fit: infinity)
+  // Streamed: the plan's cost-model estimate, which chooses between streamed plans (plan_only: no
+  // fit gives infinity); without the head and the tower's attention phases. 0: a resident plan.
+  double est_cycles = 0;
   double est_weight_bytes = 0;  // plan_only, streamed: the weights' DDR bytes, every pass
   uint64_t least_ocm = 0;       // plan_only, streamed, no plan fits: the least OCM its error names
   // plan_only, resident: the tower's MLP runs in row chunks, each reading its weights again,

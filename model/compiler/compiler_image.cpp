@@ -1671,14 +1671,17 @@ CompiledProgram Compiler::image_in_parts(const ImageShape& s, kernels::Builder* 
   kernels::Builder b;
   std::vector<KernelCall> cl;
   std::string vplan;
+  double vest = 0;
   try {
-    vplan = vp.image_program(vis, &b, &cl).plan;
+    const CompiledProgram v = vp.image_program(vis, &b, &cl);
+    vplan = v.plan, vest = v.est_cycles;
   } catch (const Error& e) {
     fail("{} (the image program's vision part, its GEMMs on {} of the {} PE rows: --tower-rows; the prefill's on {})",
          e.what(), tower_rows_, cfg_.pe_rows, gemm_cfg_.pe_rows);
   }
   CompiledProgram out = image_program(rest, &b, &cl);  // (finishes the program)
   if (!cl.empty()) out.calls = std::move(cl);         // (a resident prefill appended its calls there)
+  out.est_cycles = vest && out.est_cycles ? vest + out.est_cycles : 0;  // (both streamed)
   out.plan = fmt::format("tower {}; prefill {}", vplan, out.plan);
   return out;
 }
@@ -4380,6 +4383,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                            "channels {}",
                            prows, pcopies, pheads, p.fused ? "" : fmt::format(" ({} buffer sets)", p.sp), p.channels);
   out.plan += tail_note;
+  out.est_cycles = p.cost;
   return out;
 }
 

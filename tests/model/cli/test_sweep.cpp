@@ -245,7 +245,8 @@ TEST(Sweep, AxesAreCanonicalAndTheProductIsOrdered) {
 }
 
 // `gpnpu compile --prefill` forces the streamed prefill's arrangement (docs/performance.md
-// compares both this way); the plan line names it; a value outside the three is refused.
+// compares both this way); the plan line names it, and the next one gives its estimate; a value
+// outside the three is refused.
 TEST(CompileCli, PrefillArrangementIsForcedAndNamed) {
   TempDir tmp("prefill");
   const Cli phases = gpnpu("compile --model synthetic:tiny --prefill phases --out " + (tmp / "p"), tmp);
@@ -253,6 +254,11 @@ TEST(CompileCli, PrefillArrangementIsForcedAndNamed) {
   EXPECT_NE(phases.output.find("(qkv|MLP phases; the attention reads q, k and v in the q|k|v rows); copies"),
             std::string::npos)
       << phases.output;
+  // A streamed plan's line says the cost model's estimate (the resident default's has none).
+  EXPECT_NE(phases.output.find("image plan estimate: "), std::string::npos) << phases.output;
+  const Cli plain = gpnpu("compile --model synthetic:tiny --out " + (tmp / "d"), tmp);
+  EXPECT_EQ(plain.code, 0) << plain.output;
+  EXPECT_EQ(plain.output.find("image plan estimate"), std::string::npos) << plain.output;
   const Cli layers = gpnpu("compile --model synthetic:tiny --prefill layers --out " + (tmp / "l"), tmp);
   EXPECT_EQ(layers.code, 0) << layers.output;
   EXPECT_NE(layers.output.find("(whole layers)"), std::string::npos) << layers.output;

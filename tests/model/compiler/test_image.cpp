@@ -1418,6 +1418,16 @@ void more_takes_no_worse_plan(std::initializer_list<const char*> points, const c
 // the rows is taken where estimated 5% lower (Compiler::settle_fewer_rows): 33.78 M at 80 GB/s;
 // at 128 GB/s every row stays (30.95 M, 48 rows 31.31 M).
 TEST(Image, MacHeavyStreamedTriesFewerRows) {
+  {
+    // (the emitted program carries the estimate its plan was chosen by; a resident one none)
+    const sim::Config at80 = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB", "ddr_gbps=80"});
+    const Compiler c(config_2b(), at80);
+    ImageShape planned;
+    planned.plan_only = true;
+    EXPECT_EQ(c.image_program(ImageShape{}).est_cycles, c.image_program(planned).est_cycles);
+    EXPECT_GT(c.image_program(planned).est_cycles, 0.0);
+    EXPECT_EQ(Compiler(config_2b(), sim::Config::make("qc-u", {})).image_program(ImageShape{}).est_cycles, 0.0);
+  }
   more_takes_no_worse_plan({"ocm_bytes=2MiB"}, "ddr_gbps=64", "ddr_gbps=80", [](const std::string& plan, bool) {
     EXPECT_NE(plan.find("GEMMs on 64 (tower and mergers) and 48 (prefill) of the 64 PE rows"), std::string::npos);
   });
