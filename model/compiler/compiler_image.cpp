@@ -1275,6 +1275,243 @@ struct ImageKernels {
 
 uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
 
+// ---- The network, written once ----
+// Each block of the model (a vision block, a merger, a decoder layer of the prefill) as the
+// kernel calls of its steps, with their arguments, on a tile of rows: the one description both
+// image plans emit. A plan places the buffers (OCM offsets) and schedules the steps: the resident
+// plan runs them on one tile of every row, the streamed plan in phases over row tiles, around
+// the copies, prefetches, waits and parks of its placement. Steps whose kernels depend on the
+// placement stay with the plans: the attention (its staging), the MLP chunk chains
+// (ImageKernels::chunk_chain) and the streamed plan's MLP phase over every row (mlp_all_rows).
+
+// A tile of a block's rows [r0, r0 + rows): its steps' marks are `mark`.<step> (the step alone
+// where mark is empty).
+struct Tile {
+  std::string mark;
+  uint32_t r0 = 0, rows = 0;
+  std::string at(const std::string& step) const { return mark.empty() ? step : mark + "." + step; }
+};
+
+// A vision block: norm1, qkv (one GEMM, or q|k then v: Compiler::tower_qkv_split), the rotary of
+// q and k (adjacent heads), the attention, attn_out (proj, its residual, norm2), the MLP (fc1 and
+// its GELU, fc2), the MLP residual. Block 0's rows come from the patches (patch_embed, pos_add).
+// Its vectors at vec (Compiler::load_vision_weights): norm1 w, b, norm2 w, b, qkv, proj, fc1,
+// fc2 biases.
+struct VisionBlock {
+  ImageKernels& k;
+  const Dims& d;
+  int block = 0;
+  uint32_t vec = 0;
+  float eps = 0;
+  bool qkv_split = false;
+  uint64_t v_off = 0;  // v's weight in the q|k|v packing (split)
+
+  uint32_t n1w() const { return vec; }
+  uint32_t n2w() const { return vec + 2 * d.Dv * 2; }
+  uint32_t qkv_bias() const { return vec + 4 * d.Dv * 2; }
+  uint32_t proj_bias() const { return qkv_bias() + 3 * d.Dv * 2; }
+  uint32_t fc1_bias() const { return proj_bias() + d.Dv * 2; }
+  uint32_t fc2_bias() const { return fc1_bias() + d.Iv * 2; }
+
+  void load_patches(const Tile& t, uint32_t p, uint32_t patches_ddr) const {
+    k.em.copy(t.at("load_patches"), patches_ddr + t.r0 * d.pd * 2, ocm(p), t.rows * d.pd * 2);
+  }
+  void patch_embed(const Tile& t, uint32_t p, uint32_t x, uint32_t bias) const {
+    k.gemm(t.at("patch_embed"), {.w = "V.patch", .m = t.rows, .n = d.Dv, .k = d.pd, .x = p, .xs = d.pd * 2, .y = x,
+                                 .ys = d.Dv * 2, .bias = bias});
+  }
+  // The position embeddings (loaded into pos) added to x.
+  void pos_add(const Tile& t, uint32_t x, uint32_t pos) const {
+    k.em.copy(t.at("load_pos"), k.ddr.bus("const.vpos") + t.r0 * d.Dv * 2, ocm(pos), t.rows * d.Dv * 2);
+    k.ew(t.at("pos_add"), {.op = EwOp::add, .rows = t.rows, .cols = d.Dv, .a_ocm = x, .b_ocm = pos, .out_ocm = x});
+  }
+  void norm1(const Tile& t, uint32_t x, uint32_t y) const {
+    k.norm(t.at("norm1"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = x, .y_ocm = y,
+                           .w_ocm = n1w(), .b_ocm = n1w() + d.Dv * 2, .eps = eps});
+  }
+  // q|k|v rows [rows][3 Dv] at y; before(j): the caller's kernels before GEMM j (0: q|k|v or
+  // q|k, 1: v).
+  void qkv(const Tile& t, uint32_t x, uint32_t y, const std::function<void(int)>& before = {}) const {
+    const std::string w = vname(block, "qkv");
+    if (before) before(0);
+    if (!qkv_split) {
+      k.gemm(t.at("qkv"), {.w = w, .m = t.rows, .n = 3 * d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y,
+                           .ys = 3 * d.Dv * 2, .bias = qkv_bias()});
+      return;
+    }
+    k.gemm(t.at("qk"), {.w = w, .m = t.rows, .n = 2 * d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y,
+                        .ys = 3 * d.Dv * 2, .bias = qkv_bias()});
+    if (before) before(1);
+    k.gemm(t.at("v"), {.w = w, .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y + 2 * d.Dv * 2,
+                       .ys = 3 * d.Dv * 2, .bias = qkv_bias() + 2 * d.Dv * 2, .w_off = v_off});
+  }
+  // q and k in the q|k|v rows at y (heads adjacent: one call), tables cos, sin [rows][hdv].
+  void qk_rope(const Tile& t, uint32_t y, uint32_t cos, uint32_t sin) const {
+    k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = y,
+                             .x_row_stride = 3 * d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
+  }
+  // The attention rows a (row stride Dv) through proj into y, added to the residual h, h's
+  // norm2 into x.
+  void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
+    k.gemm(t.at("proj"), {.w = vname(block, "proj"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = a, .xs = d.Dv * 2, .y = y,
+                          .ys = d.Dv * 2, .bias = proj_bias()});
+    residual(t, "attn_residual", h, y);
+    k.norm(t.at("norm2"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x,
+                           .w_ocm = n2w(), .b_ocm = n2w() + d.Dv * 2, .eps = eps});
+  }
+  // fc1 of the normed rows x and its GELU into f ([rows][Iv]); fc2 of f into y.
+  void fc1(const Tile& t, uint32_t x, uint32_t f) const {
+    k.gemm_gelu(t.at("fc1"), t.at("gelu"), EwOp::gelu_tanh, {.w = vname(block, "fc1"), .m = t.rows, .n = d.Iv,
+                                                             .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = f,
+                                                             .bias = fc1_bias()});
+  }
+  void fc2(const Tile& t, uint32_t f, uint32_t y) const {
+    k.gemm(t.at("fc2"), {.w = vname(block, "fc2"), .m = t.rows, .n = d.Dv, .k = d.Iv, .x = f, .xs = d.Iv * 2, .y = y,
+                         .ys = d.Dv * 2, .bias = fc2_bias()});
+  }
+  // h += y (step: attn_residual or mlp_residual).
+  void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
+    k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.Dv, .a_ocm = h, .b_ocm = y, .out_ocm = h});
+  }
+};
+
+// A patch merger (j: DeepStack tap j, -1 the final merger): its LayerNorm (the final merger's
+// per patch, before the 2x2 shuffle, a no-op in merge-window order), fc1 and its GELU, fc2, the
+// merged rows stored for the prefill (act.ds<j>, act.img). A tile's rows are merged rows. Its
+// vectors at vec: norm w, b, fc1, fc2 biases.
+struct Merger {
+  ImageKernels& k;
+  const Dims& d;
+  int j = -1;
+  uint32_t vec = 0;
+  float eps = 0;
+
+  uint32_t norm_dim() const { return j < 0 ? d.Dv : d.Md; }
+  uint32_t fc1_bias() const { return vec + 2 * norm_dim() * 2; }
+  uint32_t fc2_bias() const { return fc1_bias() + d.Md * 2; }
+
+  void norm(const Tile& t, uint32_t x, uint32_t y) const {
+    k.norm(t.at("norm"), {.kind = NormKind::layer, .rows = j < 0 ? 4 * t.rows : t.rows, .dim = norm_dim(), .x_ocm = x,
+                          .y_ocm = y, .w_ocm = vec, .b_ocm = vec + norm_dim() * 2, .eps = eps});
+  }
+  void fc1(const Tile& t, uint32_t x, uint32_t f) const {
+    k.gemm_gelu(t.at("fc1"), t.at("gelu"), EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = t.rows, .n = d.Md, .k = d.Md,
+                                                            .x = x, .xs = d.Md * 2, .y = f, .bias = fc1_bias()});
+  }
+  void fc2(const Tile& t, uint32_t f, uint32_t y) const {
+    k.gemm(t.at("fc2"), {.w = mname(j, "fc2"), .m = t.rows, .n = d.H, .k = d.Md, .x = f, .xs = d.Md * 2, .y = y,
+                         .ys = d.H * 2, .bias = fc2_bias()});
+  }
+  void store(const Tile& t, uint32_t y) const {
+    const std::string to = j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j);
+    k.em.copy(t.at("store"), ocm(y), k.ddr.bus(to) + t.r0 * d.H * 2, t.rows * d.H * 2);
+  }
+};
+
+// A decoder layer of the prefill: layer 0's embeddings (embed: the text rows looked up, the
+// image rows spliced in), input_norm, qkv (q, k, v side by side in the q|k|v rows, row stride
+// qkv_n * 2), k_norm and q_norm in place, the rotary, the KV write, the attention, attn_out
+// (o_proj, its residual, post_norm), the MLP (gate_up per chunk call, down with its residual),
+// the DeepStack rows (deepstack). Its vectors at vec (Compiler::load_text_weights): input and
+// post norm weights, q and k norm weights.
+struct TextLayer {
+  ImageKernels& k;
+  const Dims& d;
+  int layer = 0;
+  uint32_t vec = 0;
+  float eps = 0;
+  // The prompt's image rows: ni rows from row `first` (act.img rows from i0); the layers that
+  // add DeepStack rows.
+  uint32_t first = 0, ni = 0, i0 = 0;
+  int deepstack_layers = 0;
+  uint32_t ids_smem = 0, embed_scratch = 0, slot0_smem = 0, max_seq = 0;
+
+  uint32_t qd() const { return d.nq * d.hd * 2; }   // row bytes of q
+  uint32_t kd() const { return d.nkv * d.hd * 2; }  // of k (= v)
+  uint32_t qkvs() const { return d.qkv_n * 2; }
+
+  void embed(const Tile& t, uint32_t in) const {
+    const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
+    for (auto [s0, s1] : {std::pair{t.r0, std::min(t.r0 + t.rows, first)}, {std::max(t.r0, first + ni), t.r0 + t.rows}})
+      if (s1 > s0)
+        k.embed(t.at(s0 == t.r0 ? "embed" : "embed.after_image"),
+                {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = ids_smem + s0 * 4,
+                 .out_ocm = in + (s0 - t.r0) * w2, .scratch_ocm = embed_scratch});
+    if (e > a) k.em.copy(t.at("splice"), k.ddr.bus("act.img") + (a - first + i0) * w2, ocm(in + (a - t.r0) * w2), (e - a) * w2);
+  }
+  void input_norm(const Tile& t, uint32_t in, uint32_t x) const {
+    k.norm(t.at("input_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = in, .y_ocm = x, .w_ocm = vec,
+                                .eps = eps});
+  }
+  void qkv(const Tile& t, uint32_t x, uint32_t y) const {
+    k.gemm(t.at("qkv"), {.w = layer_name(layer, "qkv.gemm"), .m = t.rows, .n = d.qkv_n, .k = d.H, .x = x,
+                         .xs = d.H * 2, .y = y, .ys = qkvs()});
+  }
+  void k_norm(const Tile& t, uint32_t qkv) const {
+    k.head_norm(t.at("k_norm"), {.rows = t.rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = qkv + qd(),
+                                 .x_stride = qkvs(), .w_ocm = vec + 4 * d.H + d.hd * 2, .eps = eps});
+  }
+  void q_norm(const Tile& t, uint32_t qkv) const {
+    k.head_norm(t.at("q_norm"), {.rows = t.rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = qkv, .x_stride = qkvs(),
+                                 .w_ocm = vec + 4 * d.H, .eps = eps});
+  }
+  // The rotary of q, k or both (which: "q", "k", "qk"; q and k heads adjacent) in the q|k|v
+  // rows, tables cos, sin [rows][hd].
+  void rope(const Tile& t, const std::string& which, uint32_t qkv, uint32_t cos, uint32_t sin) const {
+    const bool q = which.starts_with('q'), kk = which.ends_with('k');
+    k.rope(t.at(which + "_rope"), {.rows = t.rows, .heads = (q ? d.nq : 0) + (kk ? d.nkv : 0), .head_dim = d.hd,
+                                   .x_ocm = q ? qkv : qkv + qd(), .x_row_stride = qkvs(), .cos_ocm = cos,
+                                   .sin_ocm = sin});
+  }
+  // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the call).
+  void kv_write(const Tile& t, uint32_t qkv, bool wait) const {
+    const uint32_t hd2 = d.hd * 2;
+    k.kv_write(t.at("kv_write"), {.kv_heads = d.nkv, .head_dim = d.hd, .rows = t.rows, .k_ocm = qkv + qd(),
+                                  .v_ocm = qkv + qd() + kd(), .row_stride = qkvs(),
+                                  .k_cache_ddr = k.ddr.bus(layer_name(layer, "kcache")) + t.r0 * hd2,
+                                  .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2,
+                                  .max_seq = max_seq, .pos_smem = slot0_smem, .wait = wait});
+  }
+  // The attention rows a (row stride qd) through o_proj into y, added to the residual h, h's
+  // post_norm into x.
+  void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
+    k.gemm(t.at("o_proj"), {.w = layer_name(layer, "o.gemm"), .m = t.rows, .n = d.H, .k = d.nq * d.hd, .x = a,
+                            .xs = qd(), .y = y, .ys = d.H * 2});
+    residual(t, "attn_residual", h, y);
+    k.norm(t.at("post_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x,
+                               .w_ocm = vec + d.H * 2, .eps = eps});
+  }
+  // Gate|up call c (mark mlp<c>) on n columns of packed chunks from chunk0, of the normed rows
+  // x, with SiLU x up into y (row stride ys): ImageKernels::gate_up.
+  void gate_up(const Tile& t, uint32_t c, uint32_t chunk0, uint32_t n, uint32_t x, uint32_t y, uint32_t ys,
+               bool fused) const {
+    k.gate_up(t.at(fmt::format("mlp{}", c)), {.w = layer_name(layer, fmt::format("gu{}.gemm", chunk0).c_str()),
+                                              .m = t.rows, .n = n, .k = d.H, .x = x, .xs = d.H * 2, .y = y, .ys = ys},
+              fused);
+  }
+  // The activation rows act (row stride as) through down into y, added to the residual h.
+  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h) const {
+    k.gemm(t.at("down"), {.w = layer_name(layer, "down.gemm"), .m = t.rows, .n = d.H, .k = d.I, .x = act, .xs = as,
+                          .y = y, .ys = d.H * 2});
+    residual(t, "mlp_residual", h, y);
+  }
+  // h += y (step: attn_residual or mlp_residual).
+  void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
+    k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.H, .a_ocm = h, .b_ocm = y, .out_ocm = h});
+  }
+  // The DeepStack rows of this layer among the tile's rows (residual rows at h) added to them,
+  // loaded into scratch.
+  void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
+    const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
+    if (layer >= deepstack_layers || e <= a) return;
+    k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2, ocm(scratch),
+              (e - a) * w2);
+    const uint32_t at = h + (a - t.r0) * w2;
+    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = scratch,
+                                 .out_ocm = at});
+  }
+};
+
 // Bytes a list of buffers takes from an OcmAlloc (slack and alignment included).
 uint64_t footprint(std::initializer_list<uint64_t> sizes) {
   uint64_t t = 0;
@@ -2043,13 +2280,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // ================= vision tower =================
   if (s.vision) {
     b.op("mark.begin", {Name{"vision_tower"}});
-    em.copy("V.load_patches", iio_.patches_ddr, ocm(BIG), N * d.pd * 2);
+    VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = qkv_split, .v_off = tower_v_offset()};
+    const Tile all{.mark = "V", .r0 = 0, .rows = N};
+    vb.load_patches(all, BIG, iio_.patches_ddr);
     em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
     prefetch(vname(0, "qkv"), qkv_n, d.Dv);
-    k.gemm("V.patch_embed", {.w = "V.patch", .m = N, .n = d.Dv, .k = d.pd, .x = BIG, .xs = d.pd * 2, .y = H,
-                             .ys = d.Dv * 2, .bias = VEC});
-    em.copy("V.load_pos", ddr_.bus("const.vpos"), ocm(XN), N * d.Dv * 2);
-    k.ew("V.pos_add", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = XN, .out_ocm = H});
+    vb.patch_embed(all, BIG, H, VEC);
+    vb.pos_add(all, H, XN);
     // Rotary tables: cos [N][hdv] then sin [N][hdv], as the rope calls expect.
     auto vtables = [&](const std::string& M) {
       return [&, M](uint32_t chan) {
@@ -2057,9 +2294,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       };
     };
     if (!res->rope_tmp) vtables("V.")(UINT32_MAX);
-    const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
-    const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
-                   vv_fc2b = vv_fc1b + d.Iv * 2;
     // The first GEMM after block blk's MLP (or after its merger j0 - 1): the next tap's
     // merger fc1, else the next block's qkv, else the final merger's fc1.
     auto prefetch_after_block = [&](int blk, int j0) {
@@ -2072,29 +2306,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
     for (int blk = 0; blk < vc.depth; ++blk) {
       const std::string B = fmt::format("V{}", blk);
+      const Tile t{.mark = B, .r0 = 0, .rows = N};
+      vb.block = blk;
       b.op("mark.begin", {Name{B}});
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
       tables_early(vtables(B + "."));
-      k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = vv_n1w,
-                            .b_ocm = vv_n1b, .eps = veps});
-      if (qkv_split) {
-        const uint64_t v_off = tower_v_offset();
-        prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, v_off);
-        k.gemm(B + ".qk", {.w = vname(blk, "qkv"), .m = N, .n = 2 * d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = BIG,
-                           .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
-        prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-        k.gemm(B + ".v", {.w = vname(blk, "qkv"), .m = N, .n = d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2,
-                          .y = BIG + 2 * d.Dv * 2, .ys = 3 * d.Dv * 2, .bias = vv_qkvb + 2 * d.Dv * 2, .w_off = v_off});
-      } else {
-        prefetch(vname(blk, "proj"), d.Dv, d.Dv);
-        k.gemm(B + ".qkv", {.w = vname(blk, "qkv"), .m = N, .n = 3 * d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = BIG,
-                            .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
-      }
+      vb.norm1(t, H, XN);
+      vb.qkv(t, XN, BIG, [&](int j) {
+        if (j == 0 && qkv_split) prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, vb.v_off);
+        else prefetch(vname(blk, "proj"), d.Dv, d.Dv);
+      });
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
       tables_ready(vtables(B + "."));
-      rope(B + ".qk_rope", {.rows = N, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = BIG,
-                            .x_row_stride = 3 * d.Dv * 2});  // q and k heads adjacent: one call
+      vb.qk_rope(t, BIG, ROPE, ROPE + N * d.hdv * 4);
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
                                      .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
@@ -2109,17 +2334,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       } else {
         prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
       }
-      k.gemm(B + ".proj", {.w = vname(blk, "proj"), .m = N, .n = d.Dv, .k = d.Dv, .x = XN, .xs = d.Dv * 2, .y = TMP,
-                           .ys = d.Dv * 2, .bias = vv_projb});
-      k.ew(B + ".attn_residual", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
-      k.norm(B + ".norm2", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = vv_n2w,
-                            .b_ocm = vv_n2b, .eps = veps});
+      vb.attn_out(t, XN, TMP, H, XN);
       if (rcv == 0) {
         const uint32_t chunks = d.Iv / cv;
         k.chunk_chain({.mark = B, .rows = N, .chunk = cv, .chunks = chunks, .in = d.Dv, .out_n = d.Dv,
                        .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
-                       .x = XN, .x_stride = d.Dv * 2, .up = BIG, .up_stride = cv * 2, .up_bias = vv_fc1b,
-                       .down_bias = vv_fc2b, .out = TMP, .out_stride = d.Dv * 2, .lrm = vsums,
+                       .x = XN, .x_stride = d.Dv * 2, .up = BIG, .up_stride = cv * 2, .up_bias = vb.fc1_bias(),
+                       .down_bias = vb.fc2_bias(), .out = TMP, .out_stride = d.Dv * 2, .lrm = vsums,
                        .before = [&](uint32_t c, bool down) {
                          // (hand-prefetched: only the GELU between each pair)
                          if (!down) prefetch(vpm_name(blk, c, "fc2"), d.Dv, cv, 0);
@@ -2129,52 +2350,43 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         k.lrm_end = 0;
       }
       for (uint32_t r0 = 0; rcv && r0 < N; r0 += rcv) {
-        const uint32_t rows = std::min(rcv, N - r0);
-        const std::string C = fmt::format("{}.mlp{}", B, r0 / rcv);
+        const Tile c{.mark = fmt::format("{}.mlp{}", B, r0 / rcv), .r0 = r0, .rows = std::min(rcv, N - r0)};
         prefetch(vname(blk, "fc2"), d.Dv, d.Iv, 0);  // only the GELU between
-        k.gemm_gelu(C + ".fc1", C + ".gelu", EwOp::gelu_tanh, {.w = vname(blk, "fc1"), .m = rows, .n = d.Iv, .k = d.Dv,
-                                                               .x = XN + r0 * d.Dv * 2, .xs = d.Dv * 2, .y = BIG,
-                                                               .bias = vv_fc1b});
+        vb.fc1(c, XN + r0 * d.Dv * 2, BIG);
         if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
         else prefetch_after_block(blk, 0);
-        k.gemm(C + ".fc2", {.w = vname(blk, "fc2"), .m = rows, .n = d.Dv, .k = d.Iv, .x = BIG, .xs = d.Iv * 2,
-                            .y = TMP + r0 * d.Dv * 2, .ys = d.Dv * 2, .bias = vv_fc2b});
+        vb.fc2(c, BIG, TMP + r0 * d.Dv * 2);
       }
-      k.ew(B + ".mlp_residual", {.op = EwOp::add, .rows = N, .cols = d.Dv, .a_ocm = H, .b_ocm = TMP, .out_ocm = H});
+      vb.residual(t, "mlp_residual", H, TMP);
       b.op("mark.end", {Name{B}});
       // DeepStack tap: the block output through merger j, kept in DDR for the prefill.
       const auto& taps = vc.deepstack_visual_indexes;
       for (int j = 0; j < int(taps.size()); ++j) {
         if (taps[j] != blk) continue;
-        const std::string M = fmt::format("M{}", j);
-        b.op("mark.begin", {Name{M}});
-        em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
-        k.norm(M + ".norm", {.kind = NormKind::layer, .rows = Nt, .dim = d.Md, .x_ocm = H, .y_ocm = XN, .w_ocm = VEC,
-                             .b_ocm = VEC + d.Md * 2, .eps = veps});
+        const Merger m{.k = k, .d = d, .j = j, .vec = VEC, .eps = veps};
+        const Tile mt{.mark = fmt::format("M{}", j), .r0 = 0, .rows = Nt};
+        b.op("mark.begin", {Name{mt.mark}});
+        em.copy(mt.at("load_vectors"), ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
+        m.norm(mt, H, XN);
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
-        k.gemm_gelu(M + ".fc1", M + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = Nt, .n = d.Md, .k = d.Md,
-                                                              .x = XN, .xs = d.Md * 2, .y = BIG,
-                                                              .bias = VEC + 2 * d.Md * 2});
+        m.fc1(mt, XN, BIG);
         prefetch_after_block(blk, j + 1);
-        k.gemm(M + ".fc2", {.w = mname(j, "fc2"), .m = Nt, .n = d.H, .k = d.Md, .x = BIG, .xs = d.Md * 2, .y = TMP,
-                            .ys = d.H * 2, .bias = VEC + 3 * d.Md * 2});
-        em.copy(M + ".store", ocm(TMP), ddr_.bus(fmt::format("act.ds{}", j)), Nt * d.H * 2);
-        b.op("mark.end", {Name{M}});
+        m.fc2(mt, BIG, TMP);
+        m.store(mt, TMP);
+        b.op("mark.end", {Name{mt.mark}});
       }
     }
     {
-      // Final merger: LayerNorm per patch, then the 2x2 shuffle (a no-op in merge-window order).
+      const Merger m{.k = k, .d = d, .j = -1, .vec = VEC, .eps = veps};
+      const Tile mt{.mark = "Mf", .r0 = 0, .rows = Nt};
       b.op("mark.begin", {Name{"Mf"}});
       em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
-      k.norm("Mf.norm", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = H, .y_ocm = XN, .w_ocm = VEC,
-                         .b_ocm = VEC + d.Dv * 2, .eps = veps});
+      m.norm(mt, H, XN);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
-      k.gemm_gelu("Mf.fc1", "Mf.gelu", EwOp::gelu_erf, {.w = mname(-1, "fc1"), .m = Nt, .n = d.Md, .k = d.Md, .x = XN,
-                                                        .xs = d.Md * 2, .y = BIG, .bias = VEC + 2 * d.Dv * 2});
+      m.fc1(mt, XN, BIG);
       if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
-      k.gemm("Mf.fc2", {.w = mname(-1, "fc2"), .m = Nt, .n = d.H, .k = d.Md, .x = BIG, .xs = d.Md * 2, .y = TMP,
-                        .ys = d.H * 2, .bias = VEC + 2 * d.Dv * 2 + d.Md * 2});
-      em.copy("Mf.store", ocm(TMP), ddr_.bus("act.img"), Nt * d.H * 2);
+      m.fc2(mt, BIG, TMP);
+      m.store(mt, TMP);
       b.op("mark.end", {Name{"Mf"}});
     }
     b.op("mark.end", {Name{"vision_tower"}});
@@ -2190,25 +2402,21 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
 
   // ================= prefill =================
   b.op("mark.begin", {Name{"prefill"}});
-  // Embeddings of the text rows (the image rows are spliced in below).
   const uint32_t is = ni ? uint32_t(s.image_start) : 0;
-  for (auto [r0, rows] : {std::pair<uint32_t, uint32_t>{0, is}, {is + ni, S - is - ni}}) {
-    if (rows == 0) continue;
-    k.embed(r0 ? "embed.after_image" : "embed", {.vocab = d.V, .dim = d.H, .rows = rows,
-                                                 .ids_smem = iio_.ids_smem + r0 * 4, .out_ocm = H + r0 * d.H * 2,
-                                                 .scratch_ocm = ESCR});
-  }
-  if (ni) em.copy("splice", ddr_.bus("act.img") + i0 * d.H * 2, ocm(H + is * d.H * 2), ni * d.H * 2);
+  TextLayer tl{.k = k, .d = d, .vec = VEC, .eps = teps, .first = is, .ni = ni, .i0 = i0,
+               .deepstack_layers = int(vc.deepstack_visual_indexes.size()), .ids_smem = iio_.ids_smem,
+               .embed_scratch = ESCR, .slot0_smem = iio_.slot0_smem, .max_seq = opt_.max_seq};
+  // Embeddings of the text rows, the image rows spliced in.
+  tl.embed({.mark = "", .r0 = 0, .rows = S}, H);
   auto ttables = [&](const std::string& M) {
     return [&, M](uint32_t chan) { load_tables(M, iio_.trope_ddr, opt_.max_seq * d.hd * 4, S * d.hd * 4, chan); };
   };
   if (!res->rope_tmp) ttables("")(UINT32_MAX);
-  const uint32_t qd = d.nq * d.hd * 2, kd = d.nkv * d.hd * 2;  // row bytes of q and of k (= v)
+  const uint32_t qd = tl.qd(), qkvs = tl.qkvs();
   // q, k and v stay in the qkv rows (BIG, row stride qkv_n * 2): the per-head norms,
   // the rotary, the cache write and the attention read them there; the attention's
   // head-major staging goes to TMP.
-  const uint32_t qkvs = d.qkv_n * 2, Q = BIG, K = BIG + qd, Vv = BIG + qd + kd;
-  const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
+  const uint32_t Q = BIG, K = BIG + qd, Vv = BIG + qd + tl.kd();
   // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
   const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
   const double p_attn =
@@ -2219,33 +2427,28 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
+    tl.layer = i;
     b.op("mark.begin", {Name{L}});
-    // Rows [r0, S) past the KV write (read_from).
+    // Rows [r0, S) past the KV write (read_from): the tile `past`, residual rows at Hr.
     const uint32_t r0 = read_from(s, S, i, tc.num_hidden_layers), rows = S - r0;
-    const uint32_t Hr = H + r0 * d.H * 2;  // their residual rows
+    const uint32_t Hr = H + r0 * d.H * 2;
+    const Tile all{.mark = L, .r0 = 0, .rows = S}, past{.mark = L, .r0 = r0, .rows = rows};
     // Layer 0's norm weights load here; the others were started behind the previous layer's
     // post-attention norm (its vectors are dead then) and waited for after its first MLP
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     tables_early(ttables(L + "."));
-    k.norm(L + ".input_norm", {.kind = NormKind::rms, .rows = S, .dim = d.H, .x_ocm = H, .y_ocm = XN, .w_ocm = w_in,
-                               .eps = teps});
+    tl.input_norm(all, H, XN);
     if (rows) prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
-    k.gemm(L + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = S, .n = d.qkv_n, .k = d.H, .x = XN, .xs = d.H * 2,
-                        .y = BIG, .ys = d.qkv_n * 2});
+    tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
     // (DMA) then overlaps the attention.
-    k.head_norm(L + ".k_norm", {.rows = S, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
-                                .w_ocm = w_k, .eps = teps});
-    k.head_norm(L + ".q_norm", {.rows = S, .heads = d.nq, .head_dim = d.hd, .x_ocm = Q, .x_stride = qkvs,
-                                .w_ocm = w_q, .eps = teps});
+    tl.k_norm(all, BIG);
+    tl.q_norm(all, BIG);
     tables_ready(ttables(L + "."));
-    rope(L + ".qk_rope", {.rows = S, .heads = d.nq + d.nkv, .head_dim = d.hd, .x_ocm = Q, .x_row_stride = qkvs});
-    k.kv_write(L + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = Vv,
-                                 .row_stride = qkvs, .k_cache_ddr = ddr_.bus(layer_name(i, "kcache")),
-                                 .v_cache_ddr = ddr_.bus(layer_name(i, "vcache")), .max_seq = opt_.max_seq,
-                                 .pos_smem = iio_.slot0_smem, .wait = off != 0});
+    tl.rope(all, "qk", BIG, ROPE, ROPE + S * d.hd * 4);
+    tl.kv_write(all, BIG, off != 0);
     if (!rows) {
       if (!off) emit_kv_write_wait(b, cfg_);
       b.op("mark.end", {Name{L}});
@@ -2277,11 +2480,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     }
     if (dchain) k.lrm_end = dsums;
     prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
-    k.gemm(L + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = rows, .n = d.H, .k = d.nq * d.hd, .x = XN, .xs = qd,
-                           .y = TMP, .ys = d.H * 2});
-    k.ew(L + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hr, .b_ocm = TMP, .out_ocm = Hr});
-    k.norm(L + ".post_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = Hr, .y_ocm = XN,
-                              .w_ocm = w_post, .eps = teps});
+    tl.attn_out(past, XN, TMP, Hr, XN);
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                      d.text_vec() * 2);
@@ -2294,8 +2493,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
         if (gu_fused)
-          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = 2 * cw, .k = d.H,
-                        .x = XN, .xs = d.H * 2, .y = BIG + c * cw * 2, .ys = d.I * 2}, true);
+          tl.gate_up(past, c, c, 2 * cw, XN, BIG + c * cw * 2, d.I * 2, true);
         else {
           k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = gu_n,
                                   .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
@@ -2318,14 +2516,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
-      const std::string w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str());
       // (fused: SiLU x up straight into the activation's rows)
       if (gu_fused)
-        k.gate_up(C, {.w = w, .m = rows, .n = 2 * cw * J, .k = d.H, .x = XN, .xs = d.H * 2, .y = BIG + c * J * cw * 2,
-                      .ys = d.I * 2}, true);
+        tl.gate_up(past, c, c * J, gu_n, XN, BIG + c * J * cw * 2, d.I * 2, true);
       else
-        k.gemm(C + ".gate_up", {.w = w, .m = rows, .n = gu_n, .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP,
-                                .ys = gu_n * 2});
+        k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), .m = rows, .n = gu_n,
+                                .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
       if (c == 0 && i + 1 < tc.num_hidden_layers && ncalls > 1) em.copy_wait();  // the next layer's norm weights
       if (gu_fused) continue;
       if (ncalls == 1) {
@@ -2345,20 +2541,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // channel 0 waits behind it anyway, not after the call: 32x64, 8 MiB, 64 GB/s 43.23 -> 42.94
     // M cycles. With several calls, after the first: here would cost qc-u 0.2%.)
     if (!dchain) {
-    if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
-    if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
-    k.gemm(L + ".down", {.w = layer_name(i, "down.gemm"), .m = rows, .n = d.H, .k = d.I, .x = BIG, .xs = d.I * 2,
-                         .y = TMP, .ys = d.H * 2});
-    k.ew(L + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hr, .b_ocm = TMP, .out_ocm = Hr});
+      if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
+      if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
+      tl.down(past, BIG, d.I * 2, TMP, Hr);
     }
-    // (the image rows among rows [r0, S))
-    if (const uint32_t a = std::max(r0, is); i < int(vc.deepstack_visual_indexes.size()) && is + ni > a) {
-      em.copy(L + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(TMP),
-              (is + ni - a) * d.H * 2);
-      const uint32_t rows_at = H + a * d.H * 2;
-      k.ew(L + ".deepstack_add", {.op = EwOp::add, .rows = is + ni - a, .cols = d.H, .a_ocm = rows_at, .b_ocm = TMP,
-                                  .out_ocm = rows_at});
-    }
+    tl.deepstack(past, Hr, TMP);
     b.op("mark.end", {Name{L}});
   }
   b.op("mark.end", {Name{"prefill"}});
