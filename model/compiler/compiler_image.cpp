@@ -1345,6 +1345,16 @@ struct VisionBlock {
     k.gemm(t.at("v"), {.w = w, .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y + 2 * d.Dv * 2,
                        .ys = 3 * d.Dv * 2, .bias = qkv_bias() + 2 * d.Dv * 2, .w_off = v_off});
   }
+  // Or q, k, v apart (the streamed plan's packings vpm_name(block, j, "qkv"), j = 0, 1, 2): one
+  // of them into y ([rows][Dv]), and the rotary of q or k there.
+  void qkv_apart(const Tile& t, uint32_t j, uint32_t x, uint32_t y) const {
+    k.gemm(t.at(std::string(1, "qkv"[j])), {.w = vpm_name(block, j, "qkv"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x,
+                                           .xs = d.Dv * 2, .y = y, .ys = d.Dv * 2, .bias = qkv_bias() + j * d.Dv * 2});
+  }
+  void rope_apart(const Tile& t, uint32_t j, uint32_t y, uint32_t cos, uint32_t sin) const {
+    k.rope(t.at(fmt::format("{}_rope", "qk"[j])), {.rows = t.rows, .heads = d.hv, .head_dim = d.hdv, .x_ocm = y,
+                                                    .x_row_stride = d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
+  }
   // q and k in the q|k|v rows at y (heads adjacent: one call), tables cos, sin [rows][hdv].
   void qk_rope(const Tile& t, uint32_t y, uint32_t cos, uint32_t sin) const {
     k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = y,
@@ -3666,9 +3676,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           for (LrmSlot& sl : vq_rows(g, rows)) v.push_back(std::move(sl));
         return v;
       };
-      const uint32_t vv_n1w = VEC, vv_n1b = VEC + d.Dv * 2, vv_n2w = VEC + 2 * d.Dv * 2, vv_n2b = VEC + 3 * d.Dv * 2;
-      const uint32_t vv_qkvb = VEC + 4 * d.Dv * 2, vv_projb = vv_qkvb + 3 * d.Dv * 2, vv_fc1b = vv_projb + d.Dv * 2,
-                     vv_fc2b = vv_fc1b + d.Iv * 2, vv_patchb = VEC + d.vision_vec() * 2;
+      VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = tower_qkv_split(), .v_off = tower_v_offset()};
+      const uint32_t patch_bias = VEC + d.vision_vec() * 2;  // (after the block's vectors)
       // A merger's vectors come in during the last down GEMM of the block before it (after the
       // block's last read of its own, the last fc1's bias) on a DMA channel the GEMMs leave free,
       // not at the merger's start behind its fc1's first units in the DDR queue (32x64, 2 MiB,
@@ -3690,30 +3699,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (mvec_early) em.wait(vcn);
         else em.copy(M + ".load_vectors", ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(j >= 0) * 2);
         mvec_early = false;
-        const uint32_t fc1b = j < 0 ? VEC + 2 * d.Dv * 2 : VEC + 2 * d.Md * 2, fc2b = fc1b + d.Md * 2;
-        const uint32_t dst = ddr_.bus(j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j));
-        auto norm = [&](const std::string& T, uint32_t rows, uint32_t X) {
-          if (j < 0) k.norm(T + ".norm", {.kind = NormKind::layer, .rows = 4 * rows, .dim = d.Dv, .x_ocm = X,
-                                          .y_ocm = X, .w_ocm = VEC, .b_ocm = VEC + d.Dv * 2, .eps = veps});
-          else k.norm(T + ".norm", {.kind = NormKind::layer, .rows = rows, .dim = d.Md, .x_ocm = X, .y_ocm = X,
-                                    .w_ocm = VEC, .b_ocm = VEC + d.Md * 2, .eps = veps});
-        };
+        const Merger m{.k = k, .d = d, .j = j, .vec = VEC, .eps = veps};
         if (p.mpm) {
           // Every merged row (Streamed::mpm): per chunk c of cm fc1 columns, fc1 (its bias) and
           // GELU into U, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias),
           // the last rounded into the normed rows, which no GEMM reads after the last fc1.
           const std::vector<uint32_t> o = phase(p.mpmb());
           const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md, 1), chunks = d.Md / cm, sums = msums();
+          const Tile all{.mark = M, .r0 = 0, .rows = Nt};
           em.copy(M + ".load", vh, ocm(X), Nt * d.Md * 2);
-          norm(M, Nt, X);
+          m.norm(all, X, X);
           k.lrm_end = sums;
           k.chunk_chain({.mark = M, .rows = Nt, .chunk = cm, .chunks = chunks, .in = d.Md, .out_n = d.H,
                          .act = EwOp::gelu_erf,
                          .weight = [&](uint32_t c, bool down) { return mpm_name(j, c, down ? "fc2" : "fc1"); },
-                         .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = fc1b,
-                         .down_bias = fc2b, .out = X, .out_stride = d.H * 2, .lrm = sums});
+                         .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = m.fc1_bias(),
+                         .down_bias = m.fc2_bias(), .out = X, .out_stride = d.H * 2, .lrm = sums});
           k.lrm_end = 0;
-          em.copy(M + ".store", ocm(X), dst, Nt * d.H * 2);
+          m.store(all, X);
           end(M);
           return;
         }
@@ -3721,24 +3724,23 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const uint32_t X = o[0], F1 = o[1], O = o[2];
         int t = 0;
         for (auto [r0, rows] : tiles_of(Nt, p.rm)) {
-          const std::string T = fmt::format("{}.t{}", M, t++);
-          if (parked && (r0 || rows != Nt)) fail("compiler: internal: '{}' unparks its rows in part", T);
-          if (parked) k.park(T + ".unpark_rows", {.ocm = X, .bytes = rows * d.Md * 2, .lrm = vpark}, true);
-          else em.copy(T + ".load", vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
-          norm(T, rows, X);
-          k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = rows, .n = d.Md, .k = d.Md,
-                                                                .x = X, .xs = d.Md * 2, .y = F1, .bias = fc1b});
-          k.gemm(T + ".fc2", {.w = mname(j, "fc2"), .m = rows, .n = d.H, .k = d.Md, .x = F1, .xs = d.Md * 2, .y = O,
-                              .ys = d.H * 2, .bias = fc2b});
-          em.copy(T + ".store", ocm(O), dst + r0 * d.H * 2, rows * d.H * 2);
+          const Tile mt{.mark = fmt::format("{}.t{}", M, t++), .r0 = r0, .rows = rows};
+          if (parked && (r0 || rows != Nt)) fail("compiler: internal: '{}' unparks its rows in part", mt.mark);
+          if (parked) k.park(mt.at("unpark_rows"), {.ocm = X, .bytes = rows * d.Md * 2, .lrm = vpark}, true);
+          else em.copy(mt.at("load"), vh + r0 * d.Md * 2, ocm(X), rows * d.Md * 2);
+          m.norm(mt, X, X);
+          m.fc1(mt, X, F1);
+          m.fc2(mt, F1, O);
+          m.store(mt, O);
         }
         end(M);
       };
       for (int blk = 0; blk < vc.depth; ++blk) {
         const std::string B = fmt::format("V{}", blk);
+        vb.block = blk;
         begin(B);
         em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
-        if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(vv_patchb), d.Dv * 2);
+        if (blk == 0) em.copy("V.load_patch_bias", ddr_.bus("V.patch_bias"), ocm(patch_bias), d.Dv * 2);
         if (p.vqg && blk > 0) {
           // By head groups (Streamed::vqg): norm, then per group its q|k|v GEMM, the rotation of
           // its q and k, its attention into the group's columns of the attention rows (q and
@@ -3752,8 +3754,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           copy_on(ca, B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
           em.copy(B + ".load_qkv_bias", ddr_.bus(vname(blk, "gqbias")), ocm(QB), 3 * d.Dv * 2);
           if (kept_after(blk - 1) && !vpark) em.wait(cs);
-          k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
-                                .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
+          vb.norm1({.mark = B, .r0 = 0, .rows = N}, X, X);
           vrope_wait(false);
           for (uint32_t g = 0; g < d.hv / gq; ++g) {
             const std::string A = fmt::format("{}.g{}", B, g);
@@ -3782,20 +3783,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (!kept) em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           copy_on(ca, B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
           copy_on(ca, B + ".load_rope_sin", vsin, ocm(RS), N * d.hdv * 4);
-          k.norm(B + ".norm1", {.kind = NormKind::layer, .rows = N, .dim = d.Dv, .x_ocm = kept ? K : X, .y_ocm = X,
-                                .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
+          const Tile all{.mark = B, .r0 = 0, .rows = N};
+          vb.norm1(all, kept ? K : X, X);
           if (kept_after(blk - 1) && !vpark) em.wait(cs);  // (the store reads the rows the q GEMM writes)
           if (vqpark) k.lrm_end = vqpark;
           vrope_wait(false);
           for (uint32_t j = 0; j < 3; ++j) {
             const uint32_t Y = j == 2 ? V : K;
-            k.gemm(fmt::format("{}.{}", B, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = N, .n = d.Dv, .k = d.Dv,
-                                                       .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
-                                                       .bias = vv_qkvb + j * d.Dv * 2});
+            vb.qkv_apart(all, j, X, Y);
             if (j == 0) vrope_wait(true);
-            if (j < 2) k.rope(fmt::format("{}.{}_rope", B, "qkv"[j]), {.rows = N, .heads = d.hv, .head_dim = d.hdv,
-                                                                       .x_ocm = Y, .x_row_stride = d.Dv * 2,
-                                                                       .cos_ocm = RC, .sin_ocm = RS});
+            if (j < 2) vb.rope_apart(all, j, Y, RC, RS);
             if (j == 0 && vqpark) k.slots(B + ".park_q", vq_all_rows(K), true);
             else if (j == 0) em.copy(B + ".store_q", {.src = ocm(K), .dst = vqkv, .row_bytes = d.Dv * 2, .rows = N,
                                                       .src_stride = d.Dv * 2, .dst_stride = 3 * d.Dv * 2});
@@ -3809,21 +3806,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           uint32_t t = 0;
           for (auto [r0, n] : tiles_of(N, p.vqt)) {
             const std::string T = p.vqt < N ? fmt::format("{}.t{}", B, t++) : B;
+            const Tile tt{.mark = T, .r0 = r0, .rows = n};
             if (!arrive(T, blk, X)) em.copy(T + ".load", vh + r0 * d.Dv * 2, ocm(X), n * d.Dv * 2);
             em.copy(T + ".load_rope", vrope + r0 * d.hdv * 4, ocm(RC), n * d.hdv * 4);
             em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
             if (kept_after(blk - 1) && !vpark) em.wait(cs);
-            k.norm(T + ".norm1", {.kind = NormKind::layer, .rows = n, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
-                                  .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
+            vb.norm1(tt, X, X);
             for (uint32_t j = 0; j < 3; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
               em.wait(chan[u]);  // the last store from this buffer
-              k.gemm(fmt::format("{}.{}", T, "qkv"[j]), {.w = vpm_name(blk, j, "qkv"), .m = n, .n = d.Dv, .k = d.Dv,
-                                                         .x = X, .xs = d.Dv * 2, .y = Y, .ys = d.Dv * 2,
-                                                         .bias = vv_qkvb + j * d.Dv * 2});
-              if (j < 2) k.rope(fmt::format("{}.{}_rope", T, "qkv"[j]), {.rows = n, .heads = d.hv, .head_dim = d.hdv,
-                                                                         .x_ocm = Y, .x_row_stride = d.Dv * 2,
-                                                                         .cos_ocm = RC, .sin_ocm = RS});
+              vb.qkv_apart(tt, j, X, Y);
+              if (j < 2) vb.rope_apart(tt, j, Y, RC, RS);
               copy_shape_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]),
                   {.src = ocm(Y), .dst = vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, .row_bytes = d.Dv * 2, .rows = n,
                    .src_stride = d.Dv * 2, .dst_stride = 3 * d.Dv * 2});
@@ -3846,34 +3839,19 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                 copy_on(cl, T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(buf(o, nd, u, 3)), rows * d.hdv * 4);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
-                const std::string T = name(t);
+                const Tile tt{.mark = name(t), .r0 = r0, .rows = rows};
                 const uint32_t QKV = buf(o, nd, u, 0), X = buf(o, nd, u, 1), RC = buf(o, nd, u, 2),
                                RS = buf(o, nd, u, 3), P = o[4];
                 if (blk == 0) {
-                  em.copy(T + ".load_patches", iio_.patches_ddr + r0 * d.pd * 2, ocm(P), rows * d.pd * 2);
-                  k.gemm(T + ".patch_embed", {.w = "V.patch", .m = rows, .n = d.Dv, .k = d.pd, .x = P, .xs = d.pd * 2,
-                                              .y = X, .ys = d.Dv * 2, .bias = vv_patchb});
-                  em.copy(T + ".load_pos", ddr_.bus("const.vpos") + r0 * d.Dv * 2, ocm(QKV), rows * d.Dv * 2);
-                  k.ew(T + ".pos_add", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = X, .b_ocm = QKV,
-                                        .out_ocm = X});
-                  em.copy(T + ".store", ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
+                  vb.load_patches(tt, P, iio_.patches_ddr);
+                  vb.patch_embed(tt, P, X, patch_bias);
+                  vb.pos_add(tt, X, QKV);
+                  em.copy(tt.at("store"), ocm(X), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
                 }
-                k.norm(T + ".norm1", {.kind = NormKind::layer, .rows = rows, .dim = d.Dv, .x_ocm = X, .y_ocm = X,
-                                      .w_ocm = vv_n1w, .b_ocm = vv_n1b, .eps = veps});
+                vb.norm1(tt, X, X);
                 kick(1);
-                if (tower_qkv_split()) {  // q|k, then v (as the resident plan)
-                  k.gemm(T + ".qk", {.w = vname(blk, "qkv"), .m = rows, .n = 2 * d.Dv, .k = d.Dv, .x = X,
-                                     .xs = d.Dv * 2, .y = QKV, .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
-                  k.gemm(T + ".v", {.w = vname(blk, "qkv"), .m = rows, .n = d.Dv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
-                                    .y = QKV + 2 * d.Dv * 2, .ys = 3 * d.Dv * 2, .bias = vv_qkvb + 2 * d.Dv * 2,
-                                    .w_off = tower_v_offset()});
-                } else {
-                  k.gemm(T + ".qkv", {.w = vname(blk, "qkv"), .m = rows, .n = 3 * d.Dv, .k = d.Dv, .x = X,
-                                      .xs = d.Dv * 2, .y = QKV, .ys = 3 * d.Dv * 2, .bias = vv_qkvb});
-                }
-                k.rope(T + ".qk_rope", {.rows = rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = QKV,
-                                        .x_row_stride = 3 * d.Dv * 2, .cos_ocm = RC,
-                                        .sin_ocm = RS});  // q and k heads adjacent
+                vb.qkv(tt, X, QKV);
+                vb.qk_rope(tt, QKV, RC, RS);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store_qkv", ocm(buf(o, nd, u, 0)), vqkv + r0 * 3 * d.Dv * 2,
@@ -3963,11 +3941,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             k.slots(T + ".unpark_attn", vq_all_rows(A), false);
                           },
                           .a_stride = d.Dv * 2, .res_ddr = vh + r0 * d.Dv * 2, .out_w = vname(blk, "proj"),
-                          .out_k = d.Dv, .out_bias = vv_projb, .norm = NormKind::layer, .norm_w = vv_n2w,
-                          .norm_b = vv_n2b, .eps = veps, .chunk = pm_chunk(d.Iv, 1),
+                          .out_k = d.Dv, .out_bias = vb.proj_bias(), .norm = NormKind::layer,
+                          .norm_w = vb.n2w(), .norm_b = vb.n2w() + d.Dv * 2, .eps = veps, .chunk = pm_chunk(d.Iv, 1),
                           .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
                           .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
-                          .up_bias = vv_fc1b, .down_bias = vv_fc2b,
+                          .up_bias = vb.fc1_bias(), .down_bias = vb.fc2_bias(),
                           .sums_lrm = vsums(p.vrpm) ? vsums(rows) : 0, .part_rows = p.vpt,
                           .store_later = kept_after(blk) || parked_out(blk),
                           .parked = kept_in(blk - 1) ? vpark : 0,
@@ -3993,24 +3971,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                .rows = rows, .src_stride = 3 * d.Dv * 2, .dst_stride = d.Dv * 2});
                 copy_on(cst, name(t) + ".load_residual", vh + r0 * d.Dv * 2, ocm(buf(o, nd, u, 0)), rows * d.Dv * 2);
               },
-              [&](uint32_t t, uint32_t, uint32_t rows, uint32_t u, const Kick& kick) {
-            const std::string T = name(t);
-            const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
-            k.gemm(T + ".proj", {.w = vname(blk, "proj"), .m = rows, .n = d.Dv, .k = d.Dv, .x = X, .xs = d.Dv * 2,
-                                 .y = Tt, .ys = d.Dv * 2, .bias = vv_projb});
-            k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = Hb, .b_ocm = Tt,
-                                        .out_ocm = Hb});
-            k.norm(T + ".norm2", {.kind = NormKind::layer, .rows = rows, .dim = d.Dv, .x_ocm = Hb, .y_ocm = X,
-                                  .w_ocm = vv_n2w, .b_ocm = vv_n2b, .eps = veps});
-            kick(0);
-            k.gemm_gelu(T + ".fc1", T + ".gelu", EwOp::gelu_tanh, {.w = vname(blk, "fc1"), .m = rows, .n = d.Iv,
-                                                                   .k = d.Dv, .x = X, .xs = d.Dv * 2, .y = F,
-                                                                   .bias = vv_fc1b});
-            kick(1);
-            k.gemm(T + ".fc2", {.w = vname(blk, "fc2"), .m = rows, .n = d.Dv, .k = d.Iv, .x = F, .xs = d.Iv * 2,
-                                .y = Tt, .ys = d.Dv * 2, .bias = vv_fc2b});
-            k.ew(T + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.Dv, .a_ocm = Hb, .b_ocm = Tt,
-                                       .out_ocm = Hb});
+              [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, const Kick& kick) {
+                const Tile tt{.mark = name(t), .r0 = r0, .rows = rows};
+                const uint32_t Hb = buf(o, nd, u, 0), X = buf(o, nd, u, 1);
+                vb.attn_out(tt, X, Tt, Hb, X);
+                kick(0);
+                vb.fc1(tt, X, F);
+                kick(1);
+                vb.fc2(tt, F, Tt);
+                vb.residual(tt, "mlp_residual", Hb, Tt);
               },
               [&](uint32_t t, uint32_t r0, uint32_t rows, uint32_t u, uint32_t cst) {
                 copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), vh + r0 * d.Dv * 2, rows * d.Dv * 2);
