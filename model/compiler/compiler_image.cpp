@@ -1522,6 +1522,22 @@ struct TextLayer {
   }
 };
 
+// The head on the prompt's last row x: the final norm (its weight loaded into vec) into y, the
+// LM head on the token table into the logits (fp16 [vocab]).
+struct Head {
+  ImageKernels& k;
+  const Dims& d;
+  uint32_t vec = 0;
+  float eps = 0;
+  void run(uint32_t x, uint32_t y, uint32_t logits, uint32_t scratch, uint32_t scratch_bytes) const {
+    k.em.copy("final_norm.load", k.ddr.bus("final_norm"), ocm(vec), d.H * 2);
+    k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = x, .y_ocm = y, .w_ocm = vec,
+                          .eps = eps});
+    k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = y, .y_ocm = logits, .scratch_ocm = scratch,
+                          .scratch_bytes = scratch_bytes});
+  }
+};
+
 // Bytes a list of buffers takes from an OcmAlloc (slack and alignment included).
 uint64_t footprint(std::initializer_list<uint64_t> sizes) {
   uint64_t t = 0;
@@ -2280,11 +2296,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
-  auto rope = [&](const std::string& mark, RopeArgs r) {  // (the tables in ROPE)
-    r.cos_ocm = ROPE;
-    r.sin_ocm = ROPE + r.rows * r.head_dim * 4;
-    k.rope(mark, r);
-  };
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
   // ================= vision tower =================
@@ -2563,11 +2574,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // ================= head (last row) =================
   if (s.head) {
   b.op("mark.begin", {Name{"head"}});
-  em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
-  k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = H + (S - 1) * d.H * 2, .y_ocm = XN,
-                        .w_ocm = VEC, .eps = teps});
-  k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = XN, .y_ocm = BIG, .scratch_ocm = TMP,
-                        .scratch_bytes = uint32_t(rTMP)});
+  Head{.k = k, .d = d, .vec = VEC, .eps = teps}.run(H + (S - 1) * d.H * 2, XN, BIG, TMP, uint32_t(rTMP));
   b.op("mark.end", {Name{"head"}});
   }
   b.op("halt");
@@ -4000,7 +4007,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
 
     // ================= prefill =================
     begin("prefill");
-    const uint32_t w_in = VEC, w_post = VEC + d.H * 2, w_q = VEC + 4 * d.H, w_k = w_q + d.hd * 2;
+    TextLayer tl{.k = k, .d = d, .vec = VEC, .eps = teps, .first = is, .ni = ni, .i0 = i0,
+                 .deepstack_layers = int(vc.deepstack_visual_indexes.size()), .ids_smem = iio_.ids_smem,
+                 .embed_scratch = ESCR, .slot0_smem = iio_.slot0_smem, .max_seq = opt_.max_seq};
     // The residual kept in OCM from a layer's MLP phase to the next layer's norm where both run
     // on every row at once (the MLP's LRM sums leave it in the normed rows' buffer, the first
     // of both phases' buffers, which the q|k|v GEMM overwrites): its store to DDR (for the next
@@ -4037,10 +4046,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // (32x64, 2 MiB, 64 GB/s: 10.4 K cycles a layer for 8.7 KB).
     const uint32_t cn = nch - 1;
     const bool early_norms = p.pm && p.rpm == S && p.ppt == S && p.channels < nch && !opt_.fp16_channels;
-    // Rows [a, b) of the image inside the tile [r0, r0 + rows).
-    auto image_rows = [&](uint32_t r0, uint32_t rows) {
-      return std::pair<uint32_t, uint32_t>{std::max(r0, is), std::min(r0 + rows, is + ni)};
-    };
     // The rows past layer i's KV write (read_from): the whole-layer tiles run those rows'
     // attention, o_proj and MLP; the three phases, after the q|k|v phase, the row alone (the
     // tail below) or none.
@@ -4088,6 +4093,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                              : "; the prefill's last layer on the head's row, its keys and values reloaded";
     for (int i = 0; i < tc.num_hidden_layers; ++i) {
       const std::string L = fmt::format("P{}", i);
+      tl.layer = i;
       begin(L);
       if (i && early_norms) em.wait(cn);  // (started after the layer before's post_norm)
       else em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
@@ -4104,17 +4110,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                   uint32_t X, uint32_t QKV, uint32_t RC, uint32_t RS,
                                   const std::function<void()>& pre_gemm, const std::function<void()>& post_gemm,
                                   const std::function<void()>& rope_ready) {
+        const Tile t{.mark = T, .r0 = r0, .rows = rows};
         if (i == 0) {
-          auto [a, e] = image_rows(r0, rows);
-          for (auto [s0, s1] : {std::pair<uint32_t, uint32_t>{r0, std::min(r0 + rows, is)},
-                                {std::max(r0, is + ni), r0 + rows}})
-            if (s1 > s0)
-              k.embed(fmt::format("{}.embed{}", T, s0 == r0 ? "" : ".after_image"),
-                  {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = iio_.ids_smem + s0 * 4,
-                   .out_ocm = In + (s0 - r0) * d.H * 2, .scratch_ocm = ESCR});
-          if (e > a)
-            em.copy(T + ".splice", ddr_.bus("act.img") + (a - is + i0) * d.H * 2, ocm(In + (a - r0) * d.H * 2),
-                    (e - a) * d.H * 2);
+          tl.embed(t, In);
           if (store_in && park0 && rows == S) {
             k.park(T + ".park_residual", {.ocm = In, .bytes = S * d.H * 2, .lrm = ppark}, false);
             k.lrm_end = ppark;
@@ -4123,31 +4121,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             em.copy(T + ".store", ocm(In), ah + r0 * d.H * 2, rows * d.H * 2);
           }
         }
-        k.norm(T + ".input_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = In, .y_ocm = X,
-                                   .w_ocm = w_in, .eps = teps});
+        tl.input_norm(t, In, X);
         pre_gemm();
-        const uint32_t K = QKV + qd, Vv = QKV + qd + kd;
-        k.gemm(T + ".qkv", {.w = layer_name(i, "qkv.gemm"), .m = rows, .n = d.qkv_n, .k = d.H, .x = X, .xs = d.H * 2,
-                            .y = QKV, .ys = qkvs});
+        tl.qkv(t, X, QKV);
         if (post_gemm) post_gemm();
         // Where cos and sin arrive after the GEMM (rope_ready waits for them), q's norm goes
-        // before k's rotary too, while they come.
-        auto q_norm = [&] {
-          k.head_norm(T + ".q_norm", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_stride = qkvs,
-                                      .w_ocm = w_q, .eps = teps});
-        };
-        k.head_norm(T + ".k_norm", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_stride = qkvs,
-                                    .w_ocm = w_k, .eps = teps});
-        if (rope_ready) q_norm(), rope_ready();
-        k.rope(T + ".k_rope", {.rows = rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = K, .x_row_stride = qkvs,
-                               .cos_ocm = RC, .sin_ocm = RS});
-        // The cache slot of row r0 is slot0 + r0: the base moves by r0 slots.
-        k.kv_write(T + ".kv_write", {.kv_heads = d.nkv, .head_dim = d.hd, .rows = rows, .k_ocm = K, .v_ocm = Vv,
-                                     .row_stride = qkvs, .k_cache_ddr = kc + r0 * hd2, .v_cache_ddr = vcache + r0 * hd2,
-                                     .max_seq = opt_.max_seq, .pos_smem = iio_.slot0_smem, .wait = false});
-        if (!rope_ready) q_norm();
-        k.rope(T + ".q_rope", {.rows = rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = QKV, .x_row_stride = qkvs,
-                               .cos_ocm = RC, .sin_ocm = RS});
+        // before k's rotary too, while they come. The cache slot of row r0 is slot0 + r0.
+        tl.k_norm(t, QKV);
+        if (rope_ready) tl.q_norm(t, QKV), rope_ready();
+        tl.rope(t, "k", QKV, RC, RS);
+        tl.kv_write(t, QKV, false);
+        if (!rope_ready) tl.q_norm(t, QKV);
+        tl.rope(t, "q", QKV, RC, RS);
         if (!kv_own) emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into
@@ -4155,32 +4140,16 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // chunk, kick(1) before the middle one) and its residual, the DeepStack rows.
       auto after_attention = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t Hb, uint32_t X,
                                  uint32_t ACT, const Kick& kick) {
-        k.gemm(T + ".o_proj", {.w = layer_name(i, "o.gemm"), .m = rows, .n = d.H, .k = d.nq * d.hd, .x = X, .xs = qd,
-                               .y = ACT, .ys = d.H * 2});
-        k.ew(T + ".attn_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hb, .b_ocm = ACT,
-                                    .out_ocm = Hb});
-        k.norm(T + ".post_norm", {.kind = NormKind::rms, .rows = rows, .dim = d.H, .x_ocm = Hb, .y_ocm = X,
-                                  .w_ocm = w_post, .eps = teps});
+        const Tile t{.mark = T, .r0 = r0, .rows = rows};
+        tl.attn_out(t, X, ACT, Hb, X);
         kick(0);
         for (uint32_t c = 0; c < nchunks; ++c) {
-          const std::string C = fmt::format("{}.mlp{}", T, c);
           if (c == nchunks / 2) kick(1);
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
-          const uint32_t at = ACT + c * cw * 2;
-          k.gate_up(C, {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = 2 * cw, .k = d.H,
-                        .x = X, .xs = d.H * 2, .y = at, .ys = as}, gu_fused);
+          tl.gate_up(t, c, c, 2 * cw, X, ACT + c * cw * 2, as, gu_fused);
         }
-        k.gemm(T + ".down", {.w = layer_name(i, "down.gemm"), .m = rows, .n = d.H, .k = d.I, .x = ACT, .xs = as, .y = X,
-                             .ys = d.H * 2});
-        k.ew(T + ".mlp_residual", {.op = EwOp::add, .rows = rows, .cols = d.H, .a_ocm = Hb, .b_ocm = X, .out_ocm = Hb});
-        auto [a, e] = image_rows(r0, rows);
-        if (i < int(vc.deepstack_visual_indexes.size()) && e > a) {
-          em.copy(T + ".load_deepstack", ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(X),
-                  (e - a) * d.H * 2);
-          const uint32_t at = Hb + (a - r0) * d.H * 2;
-          k.ew(T + ".deepstack_add", {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = X,
-                                      .out_ocm = at});
-        }
+        tl.down(t, ACT, as, X, Hb);
+        tl.deepstack(t, Hb, X);
       };
       auto name = [&](uint32_t t) { return fmt::format("{}.t{}", L, t); };
       auto load_rope = [&](const std::string& T, uint32_t r0, uint32_t rows, uint32_t cl, uint32_t RC, uint32_t RS) {
@@ -4303,7 +4272,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               mlp_all_rows({.mark = T, .rows = 1, .width = d.H, .o1 = {o[2], AO, o[3]}, .o2 = {o[2], o[4], o[5]},
                             .o3 = {o[2], o[6]}, .load_attn = {}, .a_stride = qd, .res_ddr = res,
                             .out_w = layer_name(i, "o.gemm"), .out_k = d.nq * d.hd, .out_bias = kNone,
-                            .norm = NormKind::rms, .norm_w = w_post, .norm_b = 0, .eps = teps,
+                            .norm = NormKind::rms, .norm_w = tl.vec + d.H * 2, .norm_b = 0, .eps = teps,
                             .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2), .gated = true,
                             .pairs = pm_down(),
                             .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
@@ -4411,21 +4380,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                             k.park(T + ".unpark_attn", {.ocm = A, .bytes = n * qd, .lrm = 0}, true);
                           },
                           .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
-                          .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = w_post,
+                          .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = tl.vec + d.H * 2,
                           .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2),
                           .gated = true, .pairs = pm_down(),
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
                           .after = [&](uint32_t X3, uint32_t a0, uint32_t n, uint32_t DS) {  // the DeepStack rows
-                            const uint32_t t0 = r0 + a0;  // X3's first row
-                            auto [a, e] = image_rows(t0, n);
-                            if (i >= int(vc.deepstack_visual_indexes.size()) || e <= a) return;
-                            em.copy(T + ".load_deepstack",
-                                    ddr_.bus(fmt::format("act.ds{}", i)) + (a - is + i0) * d.H * 2, ocm(DS),
-                                    (e - a) * d.H * 2);
-                            k.ew(T + ".deepstack_add", {.op = EwOp::add, .rows = e - a, .cols = d.H,
-                                                        .a_ocm = X3 + (a - t0) * d.H * 2, .b_ocm = DS,
-                                                        .out_ocm = X3 + (a - t0) * d.H * 2});
+                            tl.deepstack({.mark = T, .r0 = r0 + a0, .rows = n}, X3, DS);
                           },
                           .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
                           .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
@@ -4468,11 +4429,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const std::vector<uint32_t> o = phase(p.hd);
     const uint32_t X = o[0], LOG = o[1], SCR = o[2];
     em.copy("head.load", ah + (S - 1) * d.H * 2, ocm(X), d.H * 2);
-    em.copy("final_norm.load", ddr_.bus("final_norm"), ocm(VEC), d.H * 2);
-    k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = X, .y_ocm = X, .w_ocm = VEC,
-                          .eps = teps});
-    k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = X, .y_ocm = LOG, .scratch_ocm = SCR,
-                          .scratch_bytes = uint32_t(cfg_.ocm_bytes - SCR)});
+    Head{.k = k, .d = d, .vec = VEC, .eps = teps}.run(X, X, LOG, SCR, uint32_t(cfg_.ocm_bytes - SCR));
     end("head");
     b.op("halt");
     return LOG;
