@@ -2,6 +2,7 @@
 #include "model/compiler/compiler.h"
 
 #include "model/compiler/compiler_emit.h"
+#include "model/compiler/image_blocks.h"
 
 #include <fmt/format.h>
 
@@ -273,44 +274,18 @@ CompiledProgram Compiler::decode_program() const {
   auto load = [&](const std::string& mark, const std::string& name, uint32_t dst, uint32_t bytes) {
     em.copy(mark, ddr_.bus(name), sim::ocm_addr(dst), bytes);
   };
-  auto rmsnorm = [&](const std::string& mark, uint32_t x, uint32_t y, uint32_t w) {
-    NormArgs n;
-    n.kind = NormKind::rms;
-    n.rows = 1;
-    n.dim = H;
-    n.x_ocm = x;
-    n.y_ocm = y;
-    n.w_ocm = w;
-    n.eps = eps;
-    n.scratch_ocm = o.norm_scratch;
-    n.scratch_bytes = norm_scratch_bytes(cfg_);
-    call(mark, "norm", cost_norm(cfg_, n), [&] { emit_norm(b, cfg_, n); });
-  };
-  auto add = [&](const std::string& mark, uint32_t x, uint32_t y) {
-    EwArgs e;
-    e.op = EwOp::add;
-    e.rows = 1;
-    e.cols = H;
-    e.a_ocm = x;
-    e.b_ocm = y;
-    e.out_ocm = x;
-    call(mark, "add", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
-  };
+  // The layer's steps between its GEMVs, as the image program's prefill writes them
+  // (image::TextLayer) on this program's one row; the norms may use all of LRM (no GEMM here).
+  image::ImageKernels k(b, out.calls, cfg_, cfg_, ddr_);
+  k.NSCR = o.norm_scratch;
+  k.norm_lrm = 0;
+  k.f16 = {.on = opt_.fp16_channels, .xs = o.f16xs, .scratch = o.f16scr};
+  const image::Dims dims(model_);
+  image::TextLayer tl{.k = k, .d = dims, .vec = o.normw, .eps = eps, .ids_smem = dio_.token_smem,
+                      .embed_scratch = o.embed_scratch, .slot0_smem = dio_.slot_smem, .max_seq = opt_.max_seq};
 
   b.op("mark.begin", {Name{"decode"}});
-  {
-    EmbedArgs e;
-    e.vocab = V;
-    e.dim = H;
-    e.table_ddr = ddr_.bus("embed");
-    e.rows = 1;
-    e.ids_smem = dio_.token_smem;
-    e.out_ocm = o.h;
-    e.scratch_ocm = o.embed_scratch;
-    e.smem = kSmem;
-    call("embed", "embed", cost_embed(cfg_, e), [&] { emit_embed(b, cfg_, e); });
-    if (opt_.fp16_channels) em.f16_embed("embed", ddr_, e, o.f16xs, o.f16scr);
-  }
+  tl.embed({.mark = "", .r0 = 0, .rows = 1}, o.h);
   // The LM head in calls of o.lm_cols columns (whole tiles of its packing) and its last tile
   // alone, call c into staging buffer c % 2 (the attention's region), each copied to the DDR
   // logits on channel 0 while the next call runs (the next call's first wait on channel 0 waits
@@ -329,54 +304,21 @@ CompiledProgram Compiler::decode_program() const {
     g.w_ddr += uint32_t(gemv_weight_bytes(c0, H));
     return g;
   };
-  const uint32_t w_in = o.normw, w_post = o.normw + H * 2, w_q = o.normw + 4 * H, w_k = w_q + hd * 2;
   const uint32_t norms_bytes = (2 * H + 2 * hd) * 2;
   load("L0.norms", layer_name(0, "norms"), o.normw, norms_bytes);
   GemvArgs qkv = gemv_args(layer_name(0, "qkv"), qkv_n, H, o.xn, o.qkv);
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     const std::string L = fmt::format("L{}", i);
     b.op("mark.begin", {Name{L}});
-    rmsnorm(L + ".input_norm", o.h, o.xn, w_in);
+    const image::Tile row{.mark = L, .r0 = 0, .rows = 1};
+    tl.layer = i;
+    tl.input_norm(row, o.h, o.xn);
     gemv(L + ".qkv", layer_name(i, "qkv"), qkv);
-    HeadNormArgs qn;
-    qn.rows = 1;
-    qn.heads = nq;
-    qn.head_dim = hd;
-    qn.x_ocm = qn.y_ocm = o.qkv;
-    qn.w_ocm = w_q;
-    qn.eps = eps;
-    call(L + ".q_norm", "head_norm", cost_head_norm(cfg_, qn), [&] { emit_head_norm(b, cfg_, qn); });
-    HeadNormArgs kn = qn;
-    kn.heads = nkv;
-    kn.x_ocm = kn.y_ocm = o.qkv + nq * hd * 2;
-    kn.w_ocm = w_k;
-    call(L + ".k_norm", "head_norm", cost_head_norm(cfg_, kn), [&] { emit_head_norm(b, cfg_, kn); });
-    for (int which = 0; which < 2; ++which) {
-      RopeArgs r;
-      r.rows = 1;
-      r.heads = which ? nkv : nq;
-      r.head_dim = hd;
-      r.x_ocm = r.out_ocm = o.qkv + (which ? nq * hd * 2 : 0);
-      r.x_row_stride = r.out_row_stride = qkv_n * 2;
-      r.cos_ocm = dio_.cos_ocm;
-      r.sin_ocm = dio_.sin_ocm;
-      r.tab_row_stride = hd * 4;
-      r.tab_f32 = true;
-      call(L + (which ? ".k_rope" : ".q_rope"), "rope", cost_rope(cfg_, r), [&] { emit_rope(b, cfg_, r); });
-    }
-    KvWriteArgs kv;
-    kv.kv_heads = nkv;
-    kv.head_dim = hd;
-    kv.rows = 1;
-    kv.k_ocm = o.qkv + nq * hd * 2;
-    kv.v_ocm = o.qkv + (nq + nkv) * hd * 2;
-    kv.row_stride = qkv_n * 2;
-    kv.k_cache_ddr = ddr_.bus(layer_name(i, "kcache"));
-    kv.v_cache_ddr = ddr_.bus(layer_name(i, "vcache"));
-    kv.max_seq = opt_.max_seq;
-    kv.pos_smem = dio_.slot_smem;
-    kv.smem = kSmem;
-    call(L + ".kv_write", "kv_write", cost_kv_write(cfg_, kv), [&] { emit_kv_write(b, cfg_, kv); });
+    tl.q_norm(row, o.qkv);
+    tl.k_norm(row, o.qkv);
+    tl.rope(row, "q", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
+    tl.rope(row, "k", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
+    tl.kv_write(row, o.qkv, true);
     DecodeAttnArgs at;
     at.q_heads = nq;
     at.kv_heads = nkv;
@@ -384,8 +326,8 @@ CompiledProgram Compiler::decode_program() const {
     at.scale = 1.0f / std::sqrt(float(hd));
     at.q_ocm = o.qkv;
     at.out_ocm = o.attn;
-    at.k_cache_ddr = kv.k_cache_ddr;
-    at.v_cache_ddr = kv.v_cache_ddr;
+    at.k_cache_ddr = ddr_.bus(layer_name(i, "kcache"));
+    at.v_cache_ddr = ddr_.bus(layer_name(i, "vcache"));
     at.max_seq = opt_.max_seq;
     at.len_smem = dio_.len_smem;
     at.scratch_ocm = o.attn_scratch;
@@ -403,32 +345,25 @@ CompiledProgram Compiler::decode_program() const {
     gemv(L + ".o_proj", layer_name(i, "o"), op);
     GemvArgs gu = gemv_args(layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
     prefetch(gu);
-    add(L + ".attn_residual", o.h, o.o);
-    rmsnorm(L + ".post_norm", o.h, o.xn, w_post);
+    tl.residual(row, "attn_residual", o.h, o.o);
+    tl.post_norm(row, o.h, o.xn);
     gemv(L + ".gate_up", layer_name(i, "gateup"), gu);
     // The next layer's norm weights (this layer's are used), or the final norm's.
     if (i + 1 < t.num_hidden_layers) load(layer_name(i + 1, "norms"), layer_name(i + 1, "norms"), o.normw, norms_bytes);
     else load("final_norm.load", "final_norm", o.finalw, H * 2);
     GemvArgs down = gemv_args(layer_name(i, "down"), H, I, o.act, o.o);
     prefetch(down);
-    {
-      EwArgs e;
-      e.op = EwOp::silu_mul;
-      e.rows = 1;
-      e.cols = I;
-      e.a_ocm = o.gu;
-      e.b_ocm = o.gu + I * 2;
-      e.out_ocm = o.act;
-      call(L + ".silu_mul", "silu_mul", cost_elementwise(cfg_, e), [&] { emit_elementwise(b, cfg_, e); });
-    }
+    k.ew(L + ".silu_mul", {.op = EwOp::silu_mul, .rows = 1, .cols = I, .a_ocm = o.gu, .b_ocm = o.gu + I * 2,
+                           .out_ocm = o.act});
     gemv(L + ".down", layer_name(i, "down"), down);
     qkv = i + 1 < t.num_hidden_layers ? gemv_args(layer_name(i + 1, "qkv"), qkv_n, H, o.xn, o.qkv)
                                       : lm_args(0);
     prefetch(qkv);
-    add(L + ".mlp_residual", o.h, o.o);
+    tl.residual(row, "mlp_residual", o.h, o.o);
     b.op("mark.end", {Name{L}});
   }
-  rmsnorm("final_norm", o.h, o.xn, o.finalw);
+  k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = H, .x_ocm = o.h, .y_ocm = o.xn, .w_ocm = o.finalw,
+                        .eps = eps});
   const uint32_t logits = ddr_.bus("logits");
   b.op("mark.begin", {Name{"lm_head"}});
   for (uint32_t c = 0; c < lm_calls.size(); ++c) {

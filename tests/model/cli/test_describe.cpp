@@ -152,7 +152,7 @@ TEST(Describe, TinyMatchesTheGoldensOn16x16With1MiB) {
 
 // 512 KiB: the prefill run streamed too, in one tile of 84 rows per phase (its attention reading
 // q where the qkv phase left it: Streamed::pq) with its MLP over every row in chunks
-// (Streamed::pm; compiler_image.cpp). (Its whole layers a tile, which
+// (Streamed::pm; image_streamed.cpp). (Its whole layers a tile, which
 // the cost model took before it counted the row tiles' call start-ups, run against the chain
 // in ImageOcm.TinyMatchesTheChainOnEveryOcmPlan.)
 TEST(Describe, TinyMatchesTheGoldensOn16x16With512KiB) {

@@ -1,0 +1,1066 @@
+// Internal to the compiler (compiler_image.cpp, image_streamed.cpp): the image program's
+// sizes and names, its kernel calls (ImageKernels) and the network written once: the
+// vision block, merger, decoder layer and head as steps (VisionBlock, Merger, TextLayer,
+// Head) that both image plans emit.
+#pragma once
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "kernels/attention.h"
+#include "kernels/elementwise.h"
+#include "kernels/embed.h"
+#include "kernels/f16cols.h"
+#include "kernels/gemm.h"
+#include "kernels/gemv.h"
+#include "kernels/norm.h"
+#include "kernels/park.h"
+#include "kernels/rope.h"
+#include "model/compiler/compiler.h"
+#include "model/compiler/compiler_emit.h"
+#include "model/reference/ops.h"
+
+namespace gpnpu::model::image {
+
+using namespace kernels;
+using detail::layer_name;
+
+
+constexpr uint32_t kGateUpChunk = 1536;  // most columns of gate (and of up) per prefill MLP chunk (fits qc-u at S = 128)
+
+// Where a phase can read its weights once (an MLP over every row) or in row tiles that read
+// them again, the first unless its estimate is 5% or more above: within the cost model's
+// error, fewer DDR bytes (energy, docs/energy.md). (1 MiB, 128 GB/s: without it the estimate
+// took the row tiles at 2.9 x the weights' bytes, and 64x64 ran 0.2% slower than at 64 GB/s.)
+constexpr double kFewerBytes = 1.05;
+
+// A row tile's GEMM call beside its MACs: start-up, epilogues and the code scatters its few
+// rows cannot hide (not under the call's weights). Measured 2.6 K cycles a call of 44 rows on
+// 1,024 PEs (the 2B tower's fc1 and fc2 in row tiles at 1 MiB: 10.4 K over their MACs a call
+// of 4 tiles), 3.3 K a chunk call of 256 rows. Without it the estimate took the tower's MLP
+// in 6 row tiles of 44 rows at 1 MiB, 128 GB/s (620 MB of weights) where over every row it
+// runs 2.0% faster. (The chained chunk calls of an MLP over every row hand their start-ups
+// off: charged there too, the tiny model's MLPs left that plan for 10-12% slower ones.)
+constexpr double kCallCycles = 2500;
+
+// On one DMA channel, the streamed plan's candidates with the GEMMs' second buffer reserved
+// (gemm_buffer_bytes) win unless their estimate is this much higher: the estimate leaves out the
+// DDR time the buffer saves. Image programs, x the floors, reserved / not, measured: 20x32 at 2
+// MiB, 64 GB/s (estimates 0.4% apart) 1.351 / 1.400 x, taken; 38x48 at 768 KiB, 32 GB/s 3.579 /
+// 3.858 x, taken; 34x17 at 512 KiB, 32 GB/s 3.346 / 3.216 x, not taken (the GEMMs whose buffers leave
+// room stream into two all the same).
+constexpr double kTwoBuffers = 1.02;
+
+// Columns of gate (and of up) per prefill MLP chunk: a divisor c of inter up to kGateUpChunk
+// for which the fewest chunks make a gate|up call of whole tiles of the array (2 c J columns a
+// multiple of npe: npe / gcd(2 c, npe) chunks, dividing inter / c), the largest such c; else
+// the largest divisor. (32x64: 1,024, one chunk a call of one whole tile, where 1,536 took split
+// 2, each K step in two PE passes: 1.24 x the MAC floor, 45.97 -> 44.05 M cycles at 4 MiB and
+// 64 GB/s.) cfg is the whole array: whole on it, whole on any GEMM view of it.
+inline uint32_t gate_up_chunk(const sim::Config& cfg, uint32_t inter) {
+  const uint64_t npe = cfg.npe();
+  uint32_t best = 0, fit = 0;
+  uint64_t best_j = 0;
+  for (uint32_t c = 1; c <= std::min(inter, kGateUpChunk); ++c) {
+    if (inter % c) continue;
+    fit = c;
+    const uint64_t j = npe / std::gcd(2 * uint64_t(c), npe);
+    if ((inter / c) % j == 0 && (!best || j <= best_j)) best = c, best_j = j;
+  }
+  return best ? best : fit;
+}
+
+// The K of the resident prefill's down chunks (L.dn{c}): two gate|up chunks' columns, so that a
+// down chunk, like a gate|up call, reads a tile of K = 2 cw and streams the next one's while it
+// runs (one down over all of K has a first tile 3x as large, which the last gate|up call cannot
+// stream in time: 32x64, 4 MiB, 64 GB/s: the layer's MLP waited 17 K cycles there); 0 where the
+// chunks do not pair up.
+inline uint32_t down_chunk_k(uint32_t cw, uint32_t inter) { return (inter / cw) % 2 == 0 ? 2 * cw : 0; }
+
+// Cycles of an OCM attention call: its key steps (plan_attention_ocm), each about
+// hd x (0.47 + 0.08 G) cycles (measured at qc-u: 35 a step in the tower, 80 in the prefill).
+inline double attention_estimate(const sim::Config& cfg, const OcmAttnArgs& a) {
+  return plan_attention_ocm(cfg, a).work * a.head_dim * (0.47 + 0.08 * (a.q_heads / a.kv_heads));
+}
+
+// The streamed plan's MLP phases over every row at once (image_streamed, Streamed::vpm for the
+// tower, pm for the prefill): fc1|fc2 and gate|up|down in chunks of pm_chunk inner columns,
+// packed on their own (vpm_name, pm_name): a chunk's up output [rows][c] (gate|up: 2 c) sits
+// beside the fp32 partial sums [rows][width] and the normed rows.
+// The width: kPmChunk, or on an array of npe PEs (npe > 0) at least one tile of the up GEMM at
+// split 2 (npe / 2 of its outputs, up of them per inner column: 1 for fc1, 2 for gate|up), so
+// that a wide array's up GEMM has no idle PEs (32x64, 2 MiB, 32 GB/s: the tower's fc1 chunks
+// of 512 ran on half the PEs, 1.98x their MAC floor); the largest divisor of inter up to that.
+// Compiler::settle_pm_chunks chooses npe (Compiler::pm_npe_). (inter is whole 128-blocks, and so
+// is c from its start: on an array of 21 x 48 PEs, npe / 2 = 504 is not, and the search below
+// once stepped past every divisor for ever.)
+constexpr uint32_t kPmChunk = 512;
+inline uint32_t pm_chunk_width(uint32_t npe, uint32_t inter, uint32_t up) {
+  uint32_t c = std::min(inter, std::max(kPmChunk, npe / 2 / up)) / kW4Block * kW4Block;
+  while (inter % c) c -= kW4Block;
+  return c;
+}
+inline std::string pm_name(int layer, uint32_t chunk, const char* what) {
+  return layer_name(layer, fmt::format("pm{}.{}", chunk, what).c_str());
+}
+inline std::string vname(int b, const char* what) { return fmt::format("V{}.{}", b, what); }
+inline std::string vpm_name(int block, uint32_t chunk, const char* what) {
+  return vname(block, fmt::format("pm{}.{}", chunk, what).c_str());
+}
+// The first of a prefill run's S rows that layer i (of `layers`) computes past its KV write: 0 but
+// in the last layer, where only the head's input (row S - 1) is read after it, and none without
+// the head (a conversation's earlier chunk). Both plans run that layer's attention, o_proj, MLP
+// and residuals on rows [read_from, S) alone.
+inline uint32_t read_from(const ImageShape& s, uint32_t S, int i, int layers) {
+  return i + 1 < layers ? 0 : s.head ? S - 1 : S;
+}
+
+// The tower's q|k|v made a group of vgq_heads heads at a time beside its attention
+// (image_streamed, Streamed::vqg; blocks >= 1): the group's q, k and v rows packed as one GEMM
+// weight (vgq_name), the q|k|v bias in the same order (vname(b, "gqbias")). Groups of 4 heads
+// (2 or 1 where the heads do not divide so, at least two groups a block).
+inline uint32_t vgq_heads(uint32_t heads) {
+  for (uint32_t g : {4u, 2u})
+    if (heads % g == 0 && heads / g >= 2) return g;
+  return 1;
+}
+inline std::string vgq_name(int block, uint32_t group) { return vname(block, fmt::format("gq{}", group).c_str()); }
+// The DDR cycles of an n x k GEMM's first tile at `split` (the whole weight where that is less),
+// and the MAC cycles of a tile of one over `rows` rows: what a call's hand-off of the next call's
+// first tile, during its own last tile, must fit in.
+inline double first_tile_ddr(const sim::Config& gcfg, uint32_t n, uint32_t k, uint32_t split) {
+  const GemmPlan p = plan_gemm(gcfg, 1, n, k, split);
+  return double(std::min(p.tile_bytes, p.weight_bytes())) / gcfg.ddr_bytes_per_cycle();
+}
+inline double last_tile_macs(const sim::Config& gcfg, uint32_t rows, uint32_t n, uint32_t k) {
+  return double(rows) * plan_gemm(gcfg, rows, n, k).cols * k / gcfg.mac_peak(true);
+}
+
+// Its gate|up GEMMs at split 2 where a tile of them at split 1 (the whole weight where that is
+// less) streams in slower than the down chunk before runs the MACs of its last tile over `rows`
+// rows (the tile that down chunk hands off during its last tile is then half as large: 32x32,
+// 2 MiB, 32 GB/s, when the chunk was one tile 113.7 -> 103.5 M cycles; two tiles, twenty-sixth
+// stop, 92.23 -> 90.87 M). Where the DDR keeps up, split 1: a split 2 call spends an array cycle
+// more a step on its pair's halves (32x64, 2 MiB, 128 GB/s: the gate|up calls at 1.13 x their
+// MACs; 43.65 -> 42.98 M cycles at split 1; where the down chunk has two tiles, as on 32x32 at
+// 1 MiB and 64 GB/s, split 1 took 2.4% more). Where even split 2's tile is too slow, the down
+// may take two chunks a call instead (pm_down_pairs).
+inline uint32_t pm_gate_up_split(const sim::Config& gcfg, uint32_t cp, uint32_t hidden, uint32_t rows) {
+  if (first_tile_ddr(gcfg, 2 * cp, hidden, 0) <= last_tile_macs(gcfg, rows, hidden, cp)) return 0;
+  try {  // (split 2 where its two LRM buffers fit)
+    return plan_gemm(gcfg, 0, 2 * cp, hidden, 2).single ? 0 : 2;
+  } catch (const Error&) {
+    return 0;
+  }
+}
+
+// Its down GEMM over two gate|up chunks at a time (K = 2 cp, the chunks' SiLU rows side by side)
+// where a tile of the chunk's gate|up (at pm_gate_up_split's split) streams in slower than a down
+// chunk of K = cp runs its last tile, and a down of K = 2 cp runs its last tile as long or longer:
+// a call's first tile streams in during the call before, and gate|up's weight is twice a down
+// chunk's, so a down over two chunks makes the calls alike (64x64, 2 MiB, 128 GB/s: gate|up one
+// tile of 2.2 MB, 29.6 K cycles of DDR, against a down chunk of 16.4 K MAC cycles).
+// Compiler::settle_pm_pairs keeps it where the estimate agrees.
+inline uint32_t pm_down_pairs(const sim::Config& gcfg, uint32_t cp, uint32_t inter, uint32_t hidden, uint32_t rows) {
+  if ((inter / cp) % 2) return 1;
+  try {
+    const double first = first_tile_ddr(gcfg, 2 * cp, hidden, pm_gate_up_split(gcfg, cp, hidden, rows));
+    const double one = last_tile_macs(gcfg, rows, hidden, cp), two = last_tile_macs(gcfg, rows, hidden, 2 * cp);
+    return first > one && first <= two ? 2 : 1;
+  } catch (const Error&) {
+    return 1;
+  }
+}
+
+// Row bytes of an MLP chunk chain's up output, in chunk columns x 2 (ChunkChain::up): fc1's
+// chunk; gate|up's rows (2 chunks), or with a down over two chunks the first chunk's SiLU rows
+// beside the second's gate|up rows (3; fused, SiLU rows only: 2).
+inline uint32_t up_row(bool gated, uint32_t pairs, bool fused) {
+  return gated ? 2 * (pairs > 1 && !fused ? 3 : 2) : 2;
+}
+
+// Whether n x k GEMMs (at split, 0: the rule's) keep their tiling on below's LRM: the same split,
+// and two LRM buffers where full's have two (kernels::GemmPlan::single). Throws where none fits.
+inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint32_t n, uint32_t k, uint32_t split = 0) {
+  const GemmPlan a = plan_gemm(below, 0, n, k, split), b = plan_gemm(full, 0, n, k, split);
+  return a.split == b.split && a.single == b.single;
+}
+
+// The LRM offset of an MLP phase's partial sums (GemmArgs::lrm_out: its down GEMM of `width`
+// outputs over `rows` rows in chunks of `chunk` inputs) at the top of LRM, or 0 where they do
+// not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
+// width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
+// out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
+inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
+                  uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0) {
+  if (!up_k) up_k = width;
+  const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, width, chunk);
+  if (bytes + 64 >= gcfg.lrm_bytes) return 0;
+  sim::Config below = gcfg;
+  below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
+  try {
+    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, width, chunk) ||
+        (out_k && !keeps_tiling(below, gcfg, width, out_k)))
+      return 0;
+  } catch (const Error&) {
+    return 0;
+  }
+  return uint32_t(below.lrm_bytes);
+}
+
+inline std::string mname(int j, const char* what) { return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what); }
+// A merger's fc1 and fc2 in chunks of pm_chunk(Md) columns of fc1 (Streamed::mpm).
+inline std::string mpm_name(int j, uint32_t chunk, const char* what) {
+  return mname(j, fmt::format("pm{}.{}", chunk, what).c_str());
+}
+
+struct Dims {
+  uint32_t Dv, hv, hdv, Iv, Md, pd;     // tower width, heads, head dim, MLP width, merged width, patch dim
+  uint32_t H, nq, nkv, hd, I, V, qkv_n;  // LM
+  explicit Dims(const ModelConfig& m) {
+    const VisionConfig& v = m.vision;
+    const TextConfig& t = m.text;
+    Dv = uint32_t(v.hidden_size);
+    hv = uint32_t(v.num_heads);
+    hdv = uint32_t(v.head_dim());
+    Iv = uint32_t(v.intermediate_size);
+    Md = uint32_t(v.merged_dim());
+    pd = uint32_t(v.patch_dim());
+    H = uint32_t(t.hidden_size);
+    nq = uint32_t(t.num_attention_heads);
+    nkv = uint32_t(t.num_key_value_heads);
+    hd = uint32_t(t.head_dim);
+    I = uint32_t(t.intermediate_size);
+    V = uint32_t(t.vocab_size);
+    qkv_n = (nq + 2 * nkv) * hd;
+  }
+  // fp16 elements of the per-block / per-merger / per-layer vector bundles.
+  uint32_t vision_vec() const { return 4 * Dv + 3 * Dv + Dv + Iv + Dv; }
+  uint32_t merger_vec(bool post) const { return 2 * (post ? Md : Dv) + Md + H; }
+  uint32_t text_vec() const { return 2 * H + 2 * hd; }
+};
+
+
+// An activation goes into the GEMM's epilogue (kernels::GemmArgs::act) where twice its estimate
+// (gemm_act_cycles) is below the element-wise call's: the element-wise estimate runs low, and in
+// the streamed tower at 1,200 patches on qc-u (row tiles of 200, the fills spread over the MAC
+// loops) the epilogue cost 243 cycles a row group, not the 124 of gemm_act_cycles; fusing the
+// GELUs there on the estimates alone took 0.64 M cycles more (146.57 -> 147.21 M for the tower).
+constexpr double kActMargin = 2.0;
+inline bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
+               GemmAct act, const EwArgs& e) {
+  return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
+}
+
+
+// The MACs a row of an n x k GEMM takes on view g's PEs, a narrow tile's idle ones counted (two
+// row sets: half that): the tower's N = 1,024 on 48 rows of 64x64 (3,072 PEs), 1.5 n k. (n k where
+// no split fits the LRM: that GEMM runs in chunks, as the plan then finds.)
+inline double row_macs(const sim::Config& g, uint32_t n, uint32_t k, uint32_t split = 0) {
+  try {
+    const GemmPlan p = plan_gemm(g, 16, n, k, split);
+    return double(p.tiles) * p.cols * k / p.sets;
+  } catch (const Error&) {
+    return double(n) * k;
+  }
+}
+
+// The GEMM DMA buffers both plans reserve: the most any GEMM of the image program (of a program
+// in parts, Compiler::image_in_parts: of its part, vision: the tower's and mergers', text: the
+// prefill's) needs with `channels` DMA channels (gemm_scratch_bytes, kernels/gemm.h); two: on one
+// channel, with the second buffer the GEMMs then stream into (both plans try it first on a machine
+// of one channel: 2B on qc-u with one channel, 89.35 -> 85.24 M cycles).
+// cw: the prefill's gate|up chunk width of a call (the resident plan's).
+// cp: the chunk width of the streamed prefill's MLP over every row (Streamed::pm), whose
+// chunks replace the whole-width gate|up and down GEMMs (0: none). more: other GEMMs' n x k
+// (the streamed plan's chunk packings: a narrow chunk may take another split than the whole
+// width, and its buffer holds a whole tile's meta: 2B on 19 of 38x48's rows with 16 KiB of LRM,
+// the mergers' fc1 chunks of 512 at split 1 needed 175 KB where the whole fc1 at split 2 took 88).
+// whole = false: not the tower's and mergers' whole-width MLP GEMMs (a plan running them in
+// chunks, Streamed::vpm and mpm: the vision part on 64x64 at 2 MiB, two channels, 262 KB where
+// fc2's K = 4,096 took 525 KB).
+struct GemmBuffers {
+  bool vision = false, text = false;  // the parts whose GEMMs the buffers serve
+  uint32_t channels = 0;
+  bool two = false;
+  uint32_t cw = 0, cp = 0, pairs = 1;
+  std::vector<std::pair<uint32_t, uint32_t>> more = {};
+  bool whole = true;
+};
+inline uint64_t gemm_buffer_bytes(const sim::Config& cfg, const Dims& d, const GemmBuffers& o) {
+  const auto& [vision, text, channels, two, cw, cp, pairs, more, whole] = o;
+  sim::Config g = cfg;
+  g.dma_channels = int(channels);
+  uint64_t r = 0;
+  auto need = [&](uint32_t n, uint32_t k) { r = std::max<uint64_t>(r, gemm_scratch_bytes(g, n, k, 0, two)); };
+  if (vision) {
+    for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Dv, d.pd}, {3 * d.Dv, d.Dv}, {d.Dv, d.Dv}}) need(n, k);
+    if (whole)
+      for (auto [n, k] : {std::pair<uint32_t, uint32_t>{d.Iv, d.Dv}, {d.Dv, d.Iv}, {d.Md, d.Md}, {d.H, d.Md}})
+        need(n, k);
+    for (auto [n, k] : more) need(n, k);  // (the tower's and mergers' chunks)
+  }
+  if (text) {
+    need(d.qkv_n, d.H);
+    need(d.H, d.nq * d.hd);
+    need(cp ? 2 * cp : 2 * cw, d.H);  // gate|up: the chunks over every row, or a call's chunk
+    need(d.H, cp ? pairs * cp : d.I);  // down
+  }
+  return r;
+}
+
+// Mixed precision's OCM (kernels/f16cols.h): Xs of up to `rows` rows and the correction's
+// DMA buffers; none without fp16 channels.
+struct F16Regions {
+  bool on = false;
+  uint32_t xs = 0, scratch = 0;
+};
+inline uint64_t f16_footprint(const sim::Config& cfg, bool on, uint32_t rows) {
+  return on ? detail::OcmAlloc::footprint(uint64_t(rows) * kF16RowBytes) +
+                  detail::OcmAlloc::footprint(f16cols_scratch_bytes(cfg))
+            : 0;
+}
+inline F16Regions take_f16(detail::OcmAlloc& a, const sim::Config& cfg, bool on, uint32_t rows) {
+  F16Regions r;
+  r.on = on;
+  if (!on) return r;
+  r.xs = a.take(uint64_t(rows) * kF16RowBytes, "fp16 channels of the rows");
+  r.scratch = a.take(f16cols_scratch_bytes(cfg), "fp16 correction buffers");
+  return r;
+}
+
+// A GEMM call's partial sums (GemmArgs::acc_in, y_f32): in, fp32 [m][n] at ocm (row stride)
+// added before the rounding; y_f32, Y written as fp32.
+struct GemmAcc {
+  bool in = false;
+  uint32_t ocm = 0, stride = 0;
+  bool y_f32 = false;
+  uint32_t lrm = 0;  // the partial sums at this LRM offset (lrm_sums) instead of OCM
+};
+
+// One GEMM call of the image program (ImageKernels::gemm): Y [m][n] (row stride ys bytes at OCM
+// y) = X [m][k] (row stride xs at OCM x) times the packed weight w (from w_off bytes into it),
+// plus the fp16 bias [n] at OCM bias (UINT32_MAX: none); acc: partial sums in or out; act: the
+// epilogue's activation.
+struct GemmOp {
+  std::string w;
+  uint32_t m = 0, n = 0, k = 0;
+  uint32_t x = 0, xs = 0, y = 0, ys = 0;
+  uint32_t bias = UINT32_MAX;
+  GemmAcc acc = {};
+  GemmAct act = GemmAct::none;
+  uint64_t w_off = 0;
+};
+
+// The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
+// norm scratch), shared by both plans. GEMM calls chain their weight prefetch
+// (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
+// a first emission records the GEMMs in program order (record), the second chains
+// each GEMM to the one after it (chain).
+struct ImageKernels {
+  // weight, n, k, LRM bytes the kernels between the previous GEMM and this one use, the
+  // weight's byte offset into w (GemmArgs::w_ddr)
+  using Gemm = std::tuple<std::string, uint32_t, uint32_t, uint32_t, uint64_t>;
+
+  kernels::Builder& b;
+  detail::Emitter em;
+  const sim::Config& cfg;
+  sim::Config gcfg;  // the GEMMs' view of the machine (either plan may give them fewer DMA channels)
+  const DdrLayout& ddr;
+  uint32_t GEMM = 0, rGEMM = 0, NSCR = 0;
+  // Mixed precision (CompileOptions::fp16_channels): the GEMMs then run unchained (the
+  // gather GEMM between two calls uses their LRM and DMA channels).
+  F16Regions f16;
+  bool fuse_gelu = false;  // CompileOptions::image_gelu_fused
+  bool silu_pm = false;    // the gated chunk chain's packings interleaved (Compiler::pm_gate_up_fused)
+  std::vector<Gemm>* record = nullptr;
+  const std::vector<Gemm>* chain = nullptr;
+  size_t chain_i = 0;
+  std::string prefetched_w, next_w;
+  GemmArgs next_g, handed;  // handed: the LRM placement gemm_handoff gave the GEMM emitted next
+  static constexpr uint32_t kSmem = detail::Emitter::kSmem;
+  // LRM the kernels between two GEMMs may use: OCM attention parks q and its
+  // accumulator in [0, 1024) (kernels/attention.h), norms are held to it (NormArgs::
+  // lrm_bytes); above what they use a GEMM's last tile loads the next GEMM's first
+  // tile (gemm_handoff). Element-wise kernels, rope, copies and the KV write use none.
+  static constexpr uint32_t kLrmShared = 1024;
+  uint32_t lrm_since = 0;     // LRM used by the kernels emitted since the last GEMM
+  uint32_t next_between = 0;  // what prefetch() declared for the kernels before the next GEMM
+  uint32_t handed_reserved = 0;
+  uint32_t lrm_end = 0;  // GemmArgs::lrm_end of the GEMMs emitted (an MLP phase's LRM partial sums above it)
+  // Links g to the GEMM after it (next_g, which g's last tile starts loading), the
+  // kernels between them using LRM [0, between).
+  void link(GemmArgs& g, uint32_t between) {
+    gemm_handoff(gcfg, g, next_g, between);
+    handed = next_g;
+    handed_reserved = between;
+    g.next = &next_g;
+  }
+  // The GEMM that was linked to the one before: its LRM placement.
+  void take_handoff(GemmArgs& g, const std::string& mark) const {
+    g.handed_off = handed.handed_off;
+    g.handed_units = handed.handed_units;
+    g.lrm_p = handed.lrm_p;
+    g.lrm_q = handed.lrm_q;
+    if (g.handed_off) g.lrm_end = handed.lrm_end;  // (the bound its placement kept to)
+    if (g.handed_off && lrm_since > handed_reserved)
+      fail("compiler: internal: kernels before '{}' use LRM [0, {}) where the previous GEMM left its first tile",
+           mark, lrm_since);
+  }
+
+  ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const sim::Config& gc,
+               const DdrLayout& d)
+      : b(bb), em(bb, c, calls), cfg(c), gcfg(gc), ddr(d) {}
+
+  GemmArgs base_args(const std::string& w, uint32_t n, uint32_t k) const {
+    GemmArgs g;
+    g.n = n;
+    g.k = k;
+    g.w_ddr = ddr.bus(w);
+    g.scratch_ocm = GEMM;
+    g.scratch_bytes = rGEMM;
+    g.smem = kSmem;
+    g.sub_array = gcfg.npe() < cfg.npe();
+    g.lrm_end = lrm_end;
+    g.split = ddr.at(w).split;
+    return g;
+  }
+  // prefetch(w, n, k) names the GEMM after the next gemm() call: that call starts the DMA
+  // of w's first tile-0 units in its last tile (GemmArgs::next; the kernels between the
+  // two GEMMs do not touch the GEMM scratch), and the GEMM on w runs with prefetched.
+  // between: the LRM the kernels emitted between the two GEMMs use (checked when the
+  // GEMM on w is emitted).
+  // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
+  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0) {
+    if (f16.on) return;
+    next_g = base_args(w, first_call_n(w, n, k), k);
+    next_g.w_ddr += uint32_t(w_off);
+    next_w = w;
+    next_between = between;
+  }
+  // Right after a GEMM whose next call (prefetched, of next_m rows) takes no unit of its own
+  // (one tile, handed off whole), the call after that (w: n x k) starts its first units
+  // (GemmArgs::next_started), where its first tile takes the DDR longer than the next call's
+  // MACs and the kernels between the two calls (`window` cycles, moving `window_bytes` through
+  // the DDR themselves) leave the DDR idle: the units then come in beside them, not only during
+  // the next call's MACs. (The prefill's attention between q|k|v and o_proj, with the KV write:
+  // where that write alone fills the attention's time, 32 GB/s, the units queued before it
+  // measured +0.06%.)
+  std::string started_w;
+  void start_after_next(const std::string& w, uint32_t n, uint32_t k, uint32_t next_m, double window,
+                        double window_bytes = 0) {
+    if (window_bytes / cfg.ddr_bytes_per_cycle() >= window) return;
+    if (f16.on || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
+    if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
+    const GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
+    const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
+    if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
+    emit_gemm_prefetch(b, gcfg, g2);
+    started_w = w;
+  }
+  // A weight whose two LRM buffers do not fit (kernels::GemmPlan::single) runs a tile a call:
+  // the calls over its tiles (o's columns from tile t on, and their bias, outputs and partial sums;
+  // mark.col<t>), each prefetching the next. first_call_n: the columns of the first call on w.
+  uint32_t first_call_n(const std::string& w, uint32_t n, uint32_t k) const {
+    const kernels::GemmPlan pl = plan_gemm(gcfg, 0, n, k, ddr.at(w).split);
+    return pl.single ? std::min(n, pl.cols) : n;
+  }
+  void gemm(const std::string& mark, const GemmOp& o) {
+    const kernels::GemmPlan pl = plan_gemm(gcfg, o.m, o.n, o.k, ddr.at(o.w).split);
+    if (!pl.single || pl.tiles == 1) {
+      gemm_call(mark, o);
+    } else {
+      const uint32_t T = pl.cols;
+      const bool manual = !record && !chain && !f16.on;  // (prefetch() by hand: each call names the next)
+      const std::string after_w = next_w;
+      const GemmArgs after_g = next_g;
+      const uint32_t after_between = next_between;
+      for (uint32_t t = 0; t < pl.tiles; ++t) {
+        const uint32_t c0 = t * T;
+        GemmOp ot = o;
+        ot.n = std::min(T, o.n - c0);
+        ot.w_off = o.w_off + t * pl.tile_bytes;
+        ot.y = o.y + c0 * (o.act == GemmAct::silu_pairs ? 1 : o.acc.y_f32 ? 4 : 2);
+        if (o.bias != UINT32_MAX) ot.bias = o.bias + c0 * 2;
+        if (o.acc.lrm) ot.acc.lrm = o.acc.lrm + t * pl.groups * 64;
+        else if (o.acc.in || o.acc.y_f32) ot.acc.ocm = o.acc.ocm + c0 * 4;
+        if (manual && t + 1 < pl.tiles) {
+          prefetch(o.w, std::min(T, o.n - c0 - T), o.k, 0, ot.w_off + pl.tile_bytes);
+        } else if (manual) {
+          next_w = after_w;
+          next_g = after_g;
+          next_between = after_between;
+        }
+        gemm_call(fmt::format("{}.col{}", mark, t), ot);
+      }
+    }
+    if (!f16.on) return;
+    GemmArgs sel = base_args(detail::f16sel(o.w), kF16Cols, o.k);
+    sel.m = o.m;
+    sel.x_ocm = o.x;
+    sel.x_stride = o.xs;
+    sel.y_ocm = f16.xs;
+    sel.y_stride = kF16RowBytes;
+    em.call(mark + ".f16_gather", "gemm", cost_gemm(gcfg, sel), [&] { emit_gemm_w4(b, gcfg, sel); });
+    em.f16_add(mark, {.m = o.m, .n = o.n, .w_ddr = ddr.bus(detail::f16w(o.w)), .xs_ocm = f16.xs, .y_ocm = o.y,
+                      .y_stride = o.ys, .scratch_ocm = f16.scratch});
+  }
+  void gemm_call(const std::string& mark, const GemmOp& o) {
+    GemmArgs g = base_args(o.w, o.n, o.k);
+    g.w_ddr += uint32_t(o.w_off);
+    g.act = o.act;
+    g.m = o.m;  // (gemm_handoff reads it)
+    if (f16.on) {
+    } else if (record) {
+      record->emplace_back(o.w, o.n, o.k, lrm_since, o.w_off);
+    } else if (chain) {
+      if (chain_i >= chain->size() || std::get<0>((*chain)[chain_i]) != o.w)
+        fail("compiler: internal: the GEMM chain does not match the program at '{}'", mark);
+      g.prefetched = chain_i > 0;
+      if (g.prefetched) take_handoff(g, mark);
+      if (++chain_i < chain->size()) {
+        const Gemm& nx = (*chain)[chain_i];
+        next_g = base_args(std::get<0>(nx), std::get<1>(nx), std::get<2>(nx));
+        next_g.w_ddr += uint32_t(std::get<4>(nx));
+        link(g, std::get<3>(nx));
+      }
+    } else {
+      if (!prefetched_w.empty() && prefetched_w != o.w)
+        fail("compiler: internal: the prefetch of '{}' is followed by the GEMM of '{}'", prefetched_w, o.w);
+      g.prefetched = prefetched_w == o.w;
+      if (g.prefetched) take_handoff(g, mark);
+      prefetched_w = next_w;
+      if (!next_w.empty()) link(g, next_between);
+      g.next_started = !next_w.empty() && next_w == started_w;
+      if (!started_w.empty() && !g.next_started)
+        fail("compiler: internal: '{}' started before '{}', which is not its next GEMM", started_w, mark);
+      started_w.clear();
+      next_w.clear();
+    }
+    g.x_ocm = o.x;
+    g.x_stride = o.xs;
+    g.y_ocm = o.y;
+    g.y_stride = o.ys;
+    g.bias = o.bias == UINT32_MAX ? GemmBias::none : GemmBias::f16;
+    g.bias_ocm = o.bias == UINT32_MAX ? 0 : o.bias;
+    if (o.acc.lrm) {
+      g.lrm_in = o.acc.in;
+      g.lrm_out = o.acc.y_f32;
+      g.lrm_acc = o.acc.lrm;
+    } else {
+      g.acc_in = o.acc.in;
+      g.acc_ocm = o.acc.ocm;
+      g.acc_stride = o.acc.stride;
+      g.y_f32 = o.acc.y_f32;
+    }
+    em.call(mark, "gemm", cost_gemm(gcfg, g), [&] { emit_gemm_w4(b, gcfg, g); });
+    lrm_since = 0;
+  }
+  // An fc1 GEMM (o without its ys: dense rows) and its GELU (op: tanh or erf): one call
+  // (mark_gelu), the GELU in its epilogue (GemmArgs::act: the same bits), where that costs fewer
+  // cycles than the element-wise call by kActMargin (act_fused: arrays wider than 32x32; on 16x16
+  // and 32x32 the pass over the output is about as cheap), else the element-wise kernel after it
+  // (gelu_mark), as always with mixed precision, whose correction comes between them.
+  void gemm_gelu(const std::string& mark, const std::string& gelu_mark, EwOp op, GemmOp o) {
+    o.ys = o.n * 2;
+    const GemmAct act = op == EwOp::gelu_erf ? GemmAct::gelu_erf : GemmAct::gelu_tanh;
+    const EwArgs e{.op = op, .rows = o.m, .cols = o.n, .a_ocm = o.y, .b_ocm = o.y, .out_ocm = o.y};
+    if (!f16.on && (fuse_gelu || act_fused(cfg, gcfg, o.m, o.n, o.k, base_args(o.w, o.n, o.k).split, act, e))) {
+      o.act = act;
+      gemm(mark + "_gelu", o);
+      return;
+    }
+    gemm(mark, o);
+    ew(gelu_mark, e);
+  }
+  // A gate|up GEMM (o: its n gate|up columns into y, row stride ys) and its SiLU x up into y:
+  // one call (mark.gate_up_silu) where its packing interleaves gate and up rows (fused:
+  // GemmAct::silu_pairs, SiLU x up over the gate half), else the GEMM's gate|up rows there and the
+  // element-wise call over the gate half.
+  void gate_up(const std::string& C, GemmOp o, bool fused) {
+    if (fused) {
+      o.act = GemmAct::silu_pairs;
+      return gemm(C + ".gate_up_silu", o);
+    }
+    gemm(C + ".gate_up", o);
+    ew(C + ".silu_mul", {.op = EwOp::silu_mul, .rows = o.m, .cols = o.n / 2, .a_ocm = o.y, .a_stride = o.ys,
+                         .b_ocm = o.y + o.n, .b_stride = o.ys, .out_ocm = o.y, .out_stride = o.ys});
+  }
+  // The LRM partial sums at lrm of the GEMM chain on n x k over m rows: rows [row0, row0 + rows)
+  // of fp16 [.][n] at x (emit_gemm_lrm_seed; the chain's weights packed at split 0).
+  void lrm_seed(const std::string& mark, const GemmSeedArgs& s) {
+    em.call(mark, "gemm_seed", cost_gemm_lrm_seed(gcfg, s), [&] { emit_gemm_lrm_seed(b, gcfg, s); });
+  }
+  // The OCM run [ocm, ocm + bytes) (rows `stride` apart) parked in every PE's LRM from lrm
+  // (back: from there to ocm). Below kLrmShared it counts as LRM the kernels between two GEMMs
+  // use (the next GEMM's first tile goes above it); above, the GEMMs keep below it (lrm_end).
+  void park(const std::string& mark, const LrmParkArgs& run, bool back) {
+    if (run.lrm < kLrmShared) lrm_since = std::max(lrm_since, run.lrm + lrm_park_bytes(cfg, run.bytes));
+    slots(mark, lrm_run_slots(cfg, run), !back);
+  }
+  // OCM <-> LRM by slots (emit_lrm_slots; above kLrmShared: the GEMMs keep below them).
+  void slots(const std::string& mark, const std::vector<LrmSlot>& v, bool to_lrm) {
+    em.call(mark, to_lrm ? "lrm_park" : "lrm_unpark", cost_lrm_slots(v), [&] { emit_lrm_slots(b, cfg, v, to_lrm); });
+  }
+  // (the scratch and the LRM share are set here)
+  uint32_t norm_lrm = kLrmShared;  // NormArgs::lrm_bytes (the decode program, with no GEMMs: 0, all of it)
+  void norm(const std::string& mark, NormArgs n) {
+    n.scratch_ocm = NSCR;
+    n.scratch_bytes = norm_scratch_bytes(cfg);
+    n.lrm_bytes = norm_lrm;
+    lrm_since = std::max(lrm_since, kLrmShared);
+    em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
+  }
+  // In place (y = x).
+  void head_norm(const std::string& mark, HeadNormArgs n) {
+    n.y_ocm = n.x_ocm;
+    n.y_stride = n.x_stride;
+    lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
+    em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
+  }
+  void ew(const std::string& mark, const EwArgs& e) {
+    em.call(mark, "elementwise", cost_elementwise(cfg, e), [&] { emit_elementwise(b, cfg, e); });
+  }
+  // An MLP over every row in chunks (both plans' one chunk chain): per chunk c of `chunk`
+  // inner columns, the up GEMM into up (gated: gate|up, 2 chunk columns, then SiLU x up; else
+  // fc1 with its bias slice, then act) and the down GEMM's chunk into fp32 partial sums (in
+  // OCM at acc, or in LRM from lrm), the first with down_bias (seeded: adding to sums already
+  // there), the last rounded into out. before(c, down): the caller's kernels before chunk c's
+  // up GEMM (false) and before down GEMM c (true; c / pairs of the chunks): prefetches, waits.
+  // (Its estimate: the streamed plan's chunk_est.)
+  struct ChunkChain {
+    std::string mark;
+    uint32_t rows = 0, chunk = 0, chunks = 0, in = 0, out_n = 0;  // up: in -> chunk; down: chunk -> out_n
+    bool gated = false;
+    // gated: a down call every `pairs` chunks (its weight(c / pairs, true) over K = pairs chunk):
+    // chunk c's SiLU rows at up + (c % pairs) chunk columns (its gate|up rows from there: up_row).
+    uint32_t pairs = 1;
+    EwOp act = EwOp::gelu_tanh;
+    std::function<std::string(uint32_t, bool)> weight;  // chunk c's up (false) or down (true) weight
+    uint32_t x = 0, x_stride = 0, up = 0, up_stride = 0;
+    uint32_t up_bias = UINT32_MAX, down_bias = UINT32_MAX;  // UINT32_MAX: none (up: chunk c's at + 2 c chunk)
+    uint32_t out = 0, out_stride = 0, acc = 0, acc_stride = 0, lrm = 0;
+    bool seeded = false;
+    std::function<void(uint32_t, bool)> before = {};
+  };
+  void chunk_chain(const ChunkChain& m) {
+    constexpr uint32_t kNone = UINT32_MAX;
+    for (uint32_t c = 0; c < m.chunks; ++c) {
+      const std::string C = fmt::format("{}.mlp{}", m.mark, c);
+      const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
+      if (m.before) m.before(c, false);
+      if (m.pairs > 1 && !m.gated) fail("compiler: internal: a down over {} chunks of an fc1 chain", m.pairs);
+      const uint32_t j = c % m.pairs;
+      if (m.gated) {
+        gate_up(C, {.w = m.weight(c, false), .m = m.rows, .n = 2 * m.chunk, .k = m.in, .x = m.x, .xs = m.x_stride,
+                    .y = m.up + 2 * j * m.chunk, .ys = m.up_stride}, silu_pm);
+      } else {
+        if (m.up_stride != m.chunk * 2) fail("compiler: internal: the chunk chain's fc1 rows are not dense");
+        gemm_gelu(C + ".fc1", C + ".gelu", m.act, {.w = m.weight(c, false), .m = m.rows, .n = m.chunk, .k = m.in,
+                                                   .x = m.x, .xs = m.x_stride, .y = m.up,
+                                                   .bias = m.up_bias == kNone ? kNone : m.up_bias + c * m.chunk * 2});
+      }
+      if (j + 1 < m.pairs) continue;
+      if (m.before) m.before(c / m.pairs, true);
+      const GemmAcc acc{.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last,
+                        .lrm = m.lrm};
+      gemm(C + (m.gated ? ".down" : ".fc2"),
+           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = m.out_n, .k = m.pairs * m.chunk, .x = m.up,
+            .xs = m.up_stride, .y = into_out ? m.out : m.acc, .ys = into_out ? m.out_stride : m.acc_stride,
+            .bias = c + 1 == m.pairs ? m.down_bias : kNone, .acc = acc});
+    }
+  }
+  // In place (out = x); fp32 tables [rows][head_dim].
+  void rope(const std::string& mark, RopeArgs r) {
+    r.out_ocm = r.x_ocm;
+    r.out_row_stride = r.x_row_stride;
+    r.tab_row_stride = r.head_dim * 4;
+    r.tab_f32 = true;
+    em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
+  }
+  // OCM attention: the caller names its shape and buffers (OcmAttnArgs fields); the scale, smem
+  // and LRM share are set here.
+  void attention(const std::string& mark, OcmAttnArgs at) {
+    at.scale = 1.0f / std::sqrt(float(at.head_dim));
+    at.smem = kSmem;
+    at.lrm_bytes = kLrmShared;  // lane masks, q and accumulator parking
+    lrm_since = std::max(lrm_since, kLrmShared);
+    em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });
+  }
+  // Keys and values of kv heads [g0, g0 + heads), cache slots [0, keys), from a layer's KV
+  // cache (k_cache, v_cache: bus addresses of [kv heads][max_seq][head_dim]) into k_ocm, v_ocm
+  // ([keys][heads head_dim] each), waited for.
+  struct KvLoad {
+    uint32_t k_cache = 0, v_cache = 0, max_seq = 0, head_dim = 0;
+    uint32_t g0 = 0, heads = 0, keys = 0;
+    uint32_t k_ocm = 0, v_ocm = 0;
+  };
+  void load_kv(const std::string& mark, const KvLoad& l) {
+    const uint32_t hd2 = l.head_dim * 2;
+    for (const auto& [what, cache, to] : {std::tuple{".load_k", l.k_cache, l.k_ocm}, {".load_v", l.v_cache, l.v_ocm}})
+      em.copy(mark + what, {.src = cache + l.g0 * l.max_seq * hd2, .dst = sim::ocm_addr(to), .row_bytes = hd2,
+                            .rows = l.keys, .src_stride = hd2, .dst_stride = l.heads * hd2, .planes = l.heads,
+                            .src_plane_stride = l.max_seq * hd2, .dst_plane_stride = hd2});
+  }
+  void kv_write(const std::string& mark, KvWriteArgs kv) {
+    kv.smem = kSmem;
+    em.call(mark, "kv_write", cost_kv_write(cfg, kv), [&] { emit_kv_write(b, cfg, kv); });
+  }
+  // Rows of the token table (table_ddr and smem are set here).
+  void embed(const std::string& mark, EmbedArgs e) {
+    e.table_ddr = ddr.bus("embed");
+    e.smem = kSmem;
+    em.call(mark, "embed", cost_embed(cfg, e), [&] { emit_embed(b, cfg, e); });
+    if (f16.on) em.f16_embed(mark, ddr, e, f16.xs, f16.scratch);
+  }
+  // The LM head on the token table (w_ddr and smem are set here).
+  void lm_head(const std::string& mark, GemvArgs g) {
+    g.w_ddr = ddr.bus("embed");
+    g.smem = kSmem;
+    em.call(mark, "gemv", cost_gemv(cfg, g), [&] { emit_gemv_w4(b, cfg, g); });
+    if (f16.on) em.f16_gemv(mark, ddr, "embed", g, f16.xs, f16.scratch);
+  }
+};
+
+inline uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
+
+// ---- The network, written once ----
+// Each block of the model (a vision block, a merger, a decoder layer of the prefill) as the
+// kernel calls of its steps, with their arguments, on a tile of rows: the one description both
+// image plans emit. A plan places the buffers (OCM offsets) and schedules the steps: the resident
+// plan runs them on one tile of every row, the streamed plan in phases over row tiles, around
+// the copies, prefetches, waits and parks of its placement. Steps whose kernels depend on the
+// placement stay with the plans: the attention (its staging), the MLP chunk chains
+// (ImageKernels::chunk_chain) and the streamed plan's MLP phase over every row (mlp_all_rows).
+
+// A tile of a block's rows [r0, r0 + rows): its steps' marks are `mark`.<step> (the step alone
+// where mark is empty).
+struct Tile {
+  std::string mark;
+  uint32_t r0 = 0, rows = 0;
+  std::string at(const std::string& step) const { return mark.empty() ? step : mark + "." + step; }
+};
+
+// A vision block: norm1, qkv (one GEMM, or q|k then v: Compiler::tower_qkv_split), the rotary of
+// q and k (adjacent heads), the attention, attn_out (proj, its residual, norm2), the MLP (fc1 and
+// its GELU, fc2), the MLP residual. Block 0's rows come from the patches (patch_embed, pos_add).
+// Its vectors at vec (Compiler::load_vision_weights): norm1 w, b, norm2 w, b, qkv, proj, fc1,
+// fc2 biases.
+struct VisionBlock {
+  ImageKernels& k;
+  const Dims& d;
+  int block = 0;
+  uint32_t vec = 0;
+  float eps = 0;
+  bool qkv_split = false;
+  uint64_t v_off = 0;  // v's weight in the q|k|v packing (split)
+
+  uint32_t n1w() const { return vec; }
+  uint32_t n2w() const { return vec + 2 * d.Dv * 2; }
+  uint32_t qkv_bias() const { return vec + 4 * d.Dv * 2; }
+  uint32_t proj_bias() const { return qkv_bias() + 3 * d.Dv * 2; }
+  uint32_t fc1_bias() const { return proj_bias() + d.Dv * 2; }
+  uint32_t fc2_bias() const { return fc1_bias() + d.Iv * 2; }
+
+  void load_patches(const Tile& t, uint32_t p, uint32_t patches_ddr) const {
+    k.em.copy(t.at("load_patches"), patches_ddr + t.r0 * d.pd * 2, ocm(p), t.rows * d.pd * 2);
+  }
+  void patch_embed(const Tile& t, uint32_t p, uint32_t x, uint32_t bias) const {
+    k.gemm(t.at("patch_embed"), {.w = "V.patch", .m = t.rows, .n = d.Dv, .k = d.pd, .x = p, .xs = d.pd * 2, .y = x,
+                                 .ys = d.Dv * 2, .bias = bias});
+  }
+  // The position embeddings (loaded into pos) added to x.
+  void pos_add(const Tile& t, uint32_t x, uint32_t pos) const {
+    k.em.copy(t.at("load_pos"), k.ddr.bus("const.vpos") + t.r0 * d.Dv * 2, ocm(pos), t.rows * d.Dv * 2);
+    k.ew(t.at("pos_add"), {.op = EwOp::add, .rows = t.rows, .cols = d.Dv, .a_ocm = x, .b_ocm = pos, .out_ocm = x});
+  }
+  void norm1(const Tile& t, uint32_t x, uint32_t y) const {
+    k.norm(t.at("norm1"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = x, .y_ocm = y,
+                           .w_ocm = n1w(), .b_ocm = n1w() + d.Dv * 2, .eps = eps});
+  }
+  // q|k|v rows [rows][3 Dv] at y; before(j): the caller's kernels before GEMM j (0: q|k|v or
+  // q|k, 1: v).
+  void qkv(const Tile& t, uint32_t x, uint32_t y, const std::function<void(int)>& before = {}) const {
+    const std::string w = vname(block, "qkv");
+    if (before) before(0);
+    if (!qkv_split) {
+      k.gemm(t.at("qkv"), {.w = w, .m = t.rows, .n = 3 * d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y,
+                           .ys = 3 * d.Dv * 2, .bias = qkv_bias()});
+      return;
+    }
+    k.gemm(t.at("qk"), {.w = w, .m = t.rows, .n = 2 * d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y,
+                        .ys = 3 * d.Dv * 2, .bias = qkv_bias()});
+    if (before) before(1);
+    k.gemm(t.at("v"), {.w = w, .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y + 2 * d.Dv * 2,
+                       .ys = 3 * d.Dv * 2, .bias = qkv_bias() + 2 * d.Dv * 2, .w_off = v_off});
+  }
+  // Or q, k, v apart (the streamed plan's packings vpm_name(block, j, "qkv"), j = 0, 1, 2): one
+  // of them into y ([rows][Dv]), and the rotary of q or k there.
+  void qkv_apart(const Tile& t, uint32_t j, uint32_t x, uint32_t y) const {
+    k.gemm(t.at(std::string(1, "qkv"[j])), {.w = vpm_name(block, j, "qkv"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x,
+                                           .xs = d.Dv * 2, .y = y, .ys = d.Dv * 2, .bias = qkv_bias() + j * d.Dv * 2});
+  }
+  void rope_apart(const Tile& t, uint32_t j, uint32_t y, uint32_t cos, uint32_t sin) const {
+    k.rope(t.at(fmt::format("{}_rope", "qk"[j])), {.rows = t.rows, .heads = d.hv, .head_dim = d.hdv, .x_ocm = y,
+                                                    .x_row_stride = d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
+  }
+  // q and k in the q|k|v rows at y (heads adjacent: one call), tables cos, sin [rows][hdv].
+  void qk_rope(const Tile& t, uint32_t y, uint32_t cos, uint32_t sin) const {
+    k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = y,
+                             .x_row_stride = 3 * d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
+  }
+  // The attention rows a (row stride Dv) through proj into y, added to the residual h, h's
+  // norm2 into x.
+  void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
+    k.gemm(t.at("proj"), {.w = vname(block, "proj"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = a, .xs = d.Dv * 2, .y = y,
+                          .ys = d.Dv * 2, .bias = proj_bias()});
+    residual(t, "attn_residual", h, y);
+    k.norm(t.at("norm2"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x,
+                           .w_ocm = n2w(), .b_ocm = n2w() + d.Dv * 2, .eps = eps});
+  }
+  // fc1 of the normed rows x and its GELU into f ([rows][Iv]); fc2 of f into y.
+  void fc1(const Tile& t, uint32_t x, uint32_t f) const {
+    k.gemm_gelu(t.at("fc1"), t.at("gelu"), EwOp::gelu_tanh, {.w = vname(block, "fc1"), .m = t.rows, .n = d.Iv,
+                                                             .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = f,
+                                                             .bias = fc1_bias()});
+  }
+  void fc2(const Tile& t, uint32_t f, uint32_t y) const {
+    k.gemm(t.at("fc2"), {.w = vname(block, "fc2"), .m = t.rows, .n = d.Dv, .k = d.Iv, .x = f, .xs = d.Iv * 2, .y = y,
+                         .ys = d.Dv * 2, .bias = fc2_bias()});
+  }
+  // h += y (step: attn_residual or mlp_residual).
+  void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
+    k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.Dv, .a_ocm = h, .b_ocm = y, .out_ocm = h});
+  }
+};
+
+// A patch merger (j: DeepStack tap j, -1 the final merger): its LayerNorm (the final merger's
+// per patch, before the 2x2 shuffle, a no-op in merge-window order), fc1 and its GELU, fc2, the
+// merged rows stored for the prefill (act.ds<j>, act.img). A tile's rows are merged rows. Its
+// vectors at vec: norm w, b, fc1, fc2 biases.
+struct Merger {
+  ImageKernels& k;
+  const Dims& d;
+  int j = -1;
+  uint32_t vec = 0;
+  float eps = 0;
+
+  uint32_t norm_dim() const { return j < 0 ? d.Dv : d.Md; }
+  uint32_t fc1_bias() const { return vec + 2 * norm_dim() * 2; }
+  uint32_t fc2_bias() const { return fc1_bias() + d.Md * 2; }
+
+  void norm(const Tile& t, uint32_t x, uint32_t y) const {
+    k.norm(t.at("norm"), {.kind = NormKind::layer, .rows = j < 0 ? 4 * t.rows : t.rows, .dim = norm_dim(), .x_ocm = x,
+                          .y_ocm = y, .w_ocm = vec, .b_ocm = vec + norm_dim() * 2, .eps = eps});
+  }
+  void fc1(const Tile& t, uint32_t x, uint32_t f) const {
+    k.gemm_gelu(t.at("fc1"), t.at("gelu"), EwOp::gelu_erf, {.w = mname(j, "fc1"), .m = t.rows, .n = d.Md, .k = d.Md,
+                                                            .x = x, .xs = d.Md * 2, .y = f, .bias = fc1_bias()});
+  }
+  void fc2(const Tile& t, uint32_t f, uint32_t y) const {
+    k.gemm(t.at("fc2"), {.w = mname(j, "fc2"), .m = t.rows, .n = d.H, .k = d.Md, .x = f, .xs = d.Md * 2, .y = y,
+                         .ys = d.H * 2, .bias = fc2_bias()});
+  }
+  void store(const Tile& t, uint32_t y) const {
+    const std::string to = j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j);
+    k.em.copy(t.at("store"), ocm(y), k.ddr.bus(to) + t.r0 * d.H * 2, t.rows * d.H * 2);
+  }
+};
+
+// A decoder layer: layer 0's embeddings (embed: the text rows looked up, the image rows
+// spliced in), input_norm, qkv (q, k, v side by side in the q|k|v rows, row stride qkv_n * 2),
+// k_norm and q_norm in place, the rotary, the KV write, the attention, attn_out (o_proj, its
+// residual, post_norm), the MLP (gate_up per chunk call, down with its residual), the DeepStack
+// rows (deepstack). Its vectors at vec (the layer's "norms"): input and post norm weights, q and
+// k norm weights. The image program's prefill runs every step; the decode program
+// (compiler.cpp) runs the steps between its GEMVs on its one row: its linear layers are GEMVs
+// on their own packings, and its attention reads the KV cache in DDR.
+struct TextLayer {
+  ImageKernels& k;
+  const Dims& d;
+  int layer = 0;
+  uint32_t vec = 0;
+  float eps = 0;
+  // The prompt's image rows: ni rows from row `first` (act.img rows from i0); the layers that
+  // add DeepStack rows.
+  uint32_t first = 0, ni = 0, i0 = 0;
+  int deepstack_layers = 0;
+  uint32_t ids_smem = 0, embed_scratch = 0, slot0_smem = 0, max_seq = 0;
+
+  uint32_t qd() const { return d.nq * d.hd * 2; }   // row bytes of q
+  uint32_t kd() const { return d.nkv * d.hd * 2; }  // of k (= v)
+  uint32_t qkvs() const { return d.qkv_n * 2; }
+
+  void embed(const Tile& t, uint32_t in) const {
+    const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
+    for (auto [s0, s1] : {std::pair{t.r0, std::min(t.r0 + t.rows, first)}, {std::max(t.r0, first + ni), t.r0 + t.rows}})
+      if (s1 > s0)
+        k.embed(t.at(s0 == t.r0 ? "embed" : "embed.after_image"),
+                {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = ids_smem + s0 * 4,
+                 .out_ocm = in + (s0 - t.r0) * w2, .scratch_ocm = embed_scratch});
+    if (e > a) k.em.copy(t.at("splice"), k.ddr.bus("act.img") + (a - first + i0) * w2, ocm(in + (a - t.r0) * w2), (e - a) * w2);
+  }
+  void input_norm(const Tile& t, uint32_t in, uint32_t x) const {
+    k.norm(t.at("input_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = in, .y_ocm = x, .w_ocm = vec,
+                                .eps = eps});
+  }
+  void qkv(const Tile& t, uint32_t x, uint32_t y) const {
+    k.gemm(t.at("qkv"), {.w = layer_name(layer, "qkv.gemm"), .m = t.rows, .n = d.qkv_n, .k = d.H, .x = x,
+                         .xs = d.H * 2, .y = y, .ys = qkvs()});
+  }
+  // (A single row's heads are dense whatever the stride: kernels::HeadNormArgs.)
+  void k_norm(const Tile& t, uint32_t qkv) const {
+    k.head_norm(t.at("k_norm"), {.rows = t.rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = qkv + qd(),
+                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = vec + 4 * d.H + d.hd * 2, .eps = eps});
+  }
+  void q_norm(const Tile& t, uint32_t qkv) const {
+    k.head_norm(t.at("q_norm"), {.rows = t.rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = qkv,
+                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = vec + 4 * d.H, .eps = eps});
+  }
+  // The rotary of q, k or both (which: "q", "k", "qk"; q and k heads adjacent) in the q|k|v
+  // rows, tables cos, sin [rows][hd].
+  void rope(const Tile& t, const std::string& which, uint32_t qkv, uint32_t cos, uint32_t sin) const {
+    const bool q = which.starts_with('q'), kk = which.ends_with('k');
+    k.rope(t.at(which + "_rope"), {.rows = t.rows, .heads = (q ? d.nq : 0) + (kk ? d.nkv : 0), .head_dim = d.hd,
+                                   .x_ocm = q ? qkv : qkv + qd(), .x_row_stride = qkvs(), .cos_ocm = cos,
+                                   .sin_ocm = sin});
+  }
+  // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the call).
+  void kv_write(const Tile& t, uint32_t qkv, bool wait) const {
+    const uint32_t hd2 = d.hd * 2;
+    k.kv_write(t.at("kv_write"), {.kv_heads = d.nkv, .head_dim = d.hd, .rows = t.rows, .k_ocm = qkv + qd(),
+                                  .v_ocm = qkv + qd() + kd(), .row_stride = qkvs(),
+                                  .k_cache_ddr = k.ddr.bus(layer_name(layer, "kcache")) + t.r0 * hd2,
+                                  .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2,
+                                  .max_seq = max_seq, .pos_smem = slot0_smem, .wait = wait});
+  }
+  // The attention rows a (row stride qd) through o_proj into y, added to the residual h, h's
+  // post_norm into x.
+  void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
+    k.gemm(t.at("o_proj"), {.w = layer_name(layer, "o.gemm"), .m = t.rows, .n = d.H, .k = d.nq * d.hd, .x = a,
+                            .xs = qd(), .y = y, .ys = d.H * 2});
+    residual(t, "attn_residual", h, y);
+    post_norm(t, h, x);
+  }
+  void post_norm(const Tile& t, uint32_t h, uint32_t x) const {
+    k.norm(t.at("post_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x,
+                               .w_ocm = vec + d.H * 2, .eps = eps});
+  }
+  // Gate|up call c (mark mlp<c>) on n columns of packed chunks from chunk0, of the normed rows
+  // x, with SiLU x up into y (row stride ys): ImageKernels::gate_up.
+  void gate_up(const Tile& t, uint32_t c, uint32_t chunk0, uint32_t n, uint32_t x, uint32_t y, uint32_t ys,
+               bool fused) const {
+    k.gate_up(t.at(fmt::format("mlp{}", c)), {.w = layer_name(layer, fmt::format("gu{}.gemm", chunk0).c_str()),
+                                              .m = t.rows, .n = n, .k = d.H, .x = x, .xs = d.H * 2, .y = y, .ys = ys},
+              fused);
+  }
+  // The activation rows act (row stride as) through down into y, added to the residual h.
+  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h) const {
+    k.gemm(t.at("down"), {.w = layer_name(layer, "down.gemm"), .m = t.rows, .n = d.H, .k = d.I, .x = act, .xs = as,
+                          .y = y, .ys = d.H * 2});
+    residual(t, "mlp_residual", h, y);
+  }
+  // h += y (step: attn_residual or mlp_residual).
+  void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
+    k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.H, .a_ocm = h, .b_ocm = y, .out_ocm = h});
+  }
+  // The DeepStack rows of this layer among the tile's rows (residual rows at h) added to them,
+  // loaded into scratch.
+  void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
+    const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
+    if (layer >= deepstack_layers || e <= a) return;
+    k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2, ocm(scratch),
+              (e - a) * w2);
+    const uint32_t at = h + (a - t.r0) * w2;
+    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = scratch,
+                                 .out_ocm = at});
+  }
+};
+
+// The head on the prompt's last row x: the final norm (its weight loaded into vec) into y, the
+// LM head on the token table into the logits (fp16 [vocab]).
+struct Head {
+  ImageKernels& k;
+  const Dims& d;
+  uint32_t vec = 0;
+  float eps = 0;
+  void run(uint32_t x, uint32_t y, uint32_t logits, uint32_t scratch, uint32_t scratch_bytes) const {
+    k.em.copy("final_norm.load", k.ddr.bus("final_norm"), ocm(vec), d.H * 2);
+    k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = x, .y_ocm = y, .w_ocm = vec,
+                          .eps = eps});
+    k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = y, .y_ocm = logits, .scratch_ocm = scratch,
+                          .scratch_bytes = scratch_bytes});
+  }
+};
+
+// Bytes a list of buffers takes from an OcmAlloc (slack and alignment included).
+inline uint64_t footprint(std::initializer_list<uint64_t> sizes) {
+  uint64_t t = 0;
+  for (uint64_t s : sizes) t += detail::OcmAlloc::footprint(s);
+  return t;
+}
+
+// [r0, r0 + rows) tiles of `total` rows, `per` rows each (the last one shorter).
+inline std::vector<std::pair<uint32_t, uint32_t>> tiles_of(uint32_t total, uint32_t per) {
+  std::vector<std::pair<uint32_t, uint32_t>> t;
+  for (uint32_t r0 = 0; r0 < total; r0 += per) t.push_back({r0, std::min(per, total - r0)});
+  return t;
+}
+
+// Rows per tile: the fewest tiles whose rows (ceil(total / tiles), rounded up to a
+// multiple of 4, the GEMM's row-group granule) fit; 0 when even 4 rows do not fit.
+inline uint32_t rows_per_tile(uint32_t total, uint32_t cap, const std::function<bool(uint32_t)>& fits) {
+  uint32_t last = 0;
+  for (uint32_t t = 1; t <= total; ++t) {
+    uint32_t r = std::min(total, (total + t - 1) / t);
+    if (r < total) r = std::min(total, (r + 3) / 4 * 4);
+    if (cap) r = std::min(r, cap);
+    if (r == last) continue;
+    last = r;
+    if (fits(r)) return r;
+    if (r <= 4) break;
+  }
+  return 0;
+}
+
+// kv heads per attention call: 4 (the kernel's most per pass), 2 or 1, the most that fit.
+inline uint32_t groups_per_call(uint32_t kv_heads, uint32_t cap, const std::function<bool(uint32_t)>& fits) {
+  for (uint32_t g : {4u, 2u, 1u}) {
+    const uint32_t gg = std::min({g, kv_heads, cap ? cap : g});
+    if (fits(gg)) return gg;
+  }
+  return 0;
+}
+
+// The shape's own rules (both plans): the grid of a tower run, the rows, image rows and
+// cache slots of a prefill run.
+inline void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim::Config& cfg, const ImageIo& io) {
+  const uint32_t N = uint32_t(s.grid_h * s.grid_w);
+  if (!s.vision && !s.prefill) fail("compiler: an image program needs the tower, the prefill or both");
+  if (s.vision && (s.grid_h % 2 || s.grid_w % 2 || N == 0))
+    fail("compiler: image grid {}x{} must have even sides (2x2 merge windows)", s.grid_h, s.grid_w);
+  if (s.vision && N > opt.max_patches) fail("compiler: image of {} patches exceeds max_patches = {}", N, opt.max_patches);
+  if (!s.prefill) return;
+  const uint32_t S = uint32_t(std::max(0, s.seq_len));
+  if (S == 0) fail("compiler: a prefill of {} tokens: give at least 1", s.seq_len);
+  if (uint64_t(s.cache_offset) + S > opt.max_seq)
+    fail("compiler: a prompt of {} tokens after {} cached tokens exceeds the KV cache's max_seq = {} slots", S,
+         s.cache_offset, opt.max_seq);
+  if (io.ids_smem + uint64_t(S) * 4 > cfg.smem_bytes)
+    fail("compiler: a prompt of {} tokens needs {} bytes of scalar memory for its ids; raise smem_bytes", S,
+         io.ids_smem + uint64_t(S) * 4);
+  const int ni = s.chunk_image_rows();
+  if (ni > 0 && (s.image_start < 0 || uint32_t(s.image_start) + uint32_t(ni) > S))
+    fail("compiler: {} image tokens from row {} do not fit a prompt of {} tokens", ni, s.image_start, S);
+  if (ni > 0 && (s.image_first < 0 || uint64_t(s.image_first) + uint32_t(ni) > opt.max_patches / 4))
+    fail("compiler: image rows [{}, {}) pass the {} image rows the DDR holds (max_patches / 4)", s.image_first,
+         s.image_first + ni, opt.max_patches / 4);
+}
+
+
+}  // namespace gpnpu::model::image
