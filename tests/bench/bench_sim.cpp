@@ -105,8 +105,8 @@ struct BusyLoad {
     for (int k = 0; k < n; ++k) {
       const pid_t pid = fork();
       if (pid == 0) {
-        for (volatile uint64_t x = 0;; x = x + 1) {
-        }
+        volatile uint64_t x = 0;
+        for (;;) x = x + 1;
       }
       if (pid > 0) pids.push_back(pid);
     }
