@@ -187,7 +187,7 @@ struct GemmPlan {
   uint32_t blocks = 0;       // B = k / 128
   // One LRM buffer: two of the split's do not fit lrm_bytes (an odd pe_cols at 4 KiB: K = 4,096 and
   // 6,144), so no tile fills while another computes and a call takes one tile (the image compiler
-  // runs such a weight a tile a call, ImageKernels::gemm; emit_gemm_w4 refuses more).
+  // runs such a weight a tile a call, KernelCalls::gemm; emit_gemm_w4 refuses more).
   bool single = false;
   uint32_t meta_lrm = 0;     // ceil(B/8) * 32
   uint32_t unit_pe = 64;     // UB: code bytes a PE takes from a DMA unit (gemm_unit_pe_bytes)

@@ -2,7 +2,7 @@
 #include "model/compiler/compiler.h"
 
 #include "model/compiler/compiler_emit.h"
-#include "model/compiler/image_blocks.h"
+#include "model/compiler/blocks.h"
 
 #include <fmt/format.h>
 
@@ -275,13 +275,13 @@ CompiledProgram Compiler::decode_program() const {
     em.copy(mark, ddr_.bus(name), sim::ocm_addr(dst), bytes);
   };
   // The layer's steps between its GEMVs, as the image program's prefill writes them
-  // (image::TextLayer) on this program's one row; the norms may use all of LRM (no GEMM here).
-  image::ImageKernels k(b, out.calls, cfg_, cfg_, ddr_);
+  // (blocks::TextLayer) on this program's one row; the norms may use all of LRM (no GEMM here).
+  blocks::KernelCalls k(b, out.calls, cfg_, cfg_, ddr_);
   k.NSCR = o.norm_scratch;
   k.norm_lrm = 0;
   k.f16 = {.on = opt_.fp16_channels, .xs = o.f16xs, .scratch = o.f16scr};
-  const image::Dims dims(model_);
-  image::TextLayer tl{.k = k, .d = dims, .vec = o.normw, .eps = eps, .ids_smem = dio_.token_smem,
+  const blocks::Dims dims(model_);
+  blocks::TextLayer tl{.k = k, .d = dims, .vec = o.normw, .eps = eps, .ids_smem = dio_.token_smem,
                       .embed_scratch = o.embed_scratch, .slot0_smem = dio_.slot_smem, .max_seq = opt_.max_seq};
 
   b.op("mark.begin", {Name{"decode"}});
@@ -310,7 +310,7 @@ CompiledProgram Compiler::decode_program() const {
   for (int i = 0; i < t.num_hidden_layers; ++i) {
     const std::string L = fmt::format("L{}", i);
     b.op("mark.begin", {Name{L}});
-    const image::Tile row{.mark = L, .r0 = 0, .rows = 1};
+    const blocks::Tile row{.mark = L, .r0 = 0, .rows = 1};
     tl.layer = i;
     tl.input_norm(row, o.h, o.xn);
     gemv(L + ".qkv", layer_name(i, "qkv"), qkv);

@@ -2,7 +2,7 @@
 // activations out in DDR and OCM, and builds the device programs from the kernel
 // emitters (kernels/): the decode program (one token in; logits and one new KV
 // slot out) and the image program (tower + prefill: compiler_image.cpp, its two plans
-// image_program and image_streamed.cpp, their blocks image_blocks.h).
+// image_program and image_streamed.cpp, their blocks blocks.h).
 // Every stage and every kernel call is marked, so stats come per stage and per
 // kernel; each call's floor (kernels/cost.h) is kept beside it.
 //
@@ -314,7 +314,7 @@ class Compiler {
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
   void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
-  // The streamed plan's MLP chunks (image_blocks.h, pm_chunk_width; up columns per inner
+  // The streamed plan's MLP chunks (blocks.h, pm_chunk_width; up columns per inner
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
   // none) for pm_npe_ PEs (0: the narrow default); settle_pm_chunks re-lays them wider where
   // the default image program's estimate is lower. pm_tower_only_: only the tower's, for the

@@ -4,7 +4,7 @@
 // the resident plan below when its regions fit ocm_bytes (qc-u's 4 MiB and up), else
 // the streamed plan (image_streamed.cpp: activations in DDR, row tiles), or the
 // resident tower then the streamed prefill when the tower alone fits. Both plans emit the
-// same blocks (image_blocks.h: VisionBlock, Merger, TextLayer, Head), each on its placement.
+// same blocks (blocks.h: VisionBlock, Merger, TextLayer, Head), each on its placement.
 // This file also lays the image program's weights in DDR and settles its views of the PE
 // array (settle_gemm_view and the steps after it).
 //
@@ -46,14 +46,14 @@
 #include "kernels/rope.h"
 #include "model/compiler/compiler.h"
 #include "model/compiler/compiler_emit.h"
-#include "model/compiler/image_blocks.h"
+#include "model/compiler/blocks.h"
 #include "model/reference/ops.h"
 
 namespace gpnpu::model {
 
 using namespace kernels;
 using detail::layer_name;
-using namespace image;
+using namespace blocks;
 
 
 sim::Config Compiler::gemm_view(const ModelConfig& model, const sim::Config& cfg, const CompileOptions& opt) {
@@ -1238,7 +1238,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   kernels::Builder own;
   kernels::Builder& b = into ? *into : own;
   CompiledProgram out;
-  ImageKernels k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
+  KernelCalls k(b, into ? *into_calls : out.calls, cfg_, gemm_cfg_, ddr_);
   k.GEMM = GEMM;
   k.rGEMM = uint32_t(rGEMM);
   k.gcfg.dma_channels = int(gemm_channels);
@@ -1269,7 +1269,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (res->rope_tmp && rope_ch == UINT32_MAX) load(UINT32_MAX);
     if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
   };
-  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = ImageKernels::kLrmShared,
+  auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = KernelCalls::kLrmShared,
                       uint64_t w_off = 0) { k.prefetch(w, n, kk, between, w_off); };
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();

@@ -1,12 +1,12 @@
 // The streamed image plan (Compiler::image_streamed): activations in DDR, row tiles; the
 // resident plan and the choice between them are in compiler_image.cpp.
 #include "model/compiler/compiler.h"
-#include "model/compiler/image_blocks.h"
+#include "model/compiler/blocks.h"
 
 namespace gpnpu::model {
 
 using namespace kernels;
-using namespace image;
+using namespace blocks;
 using detail::layer_name;
 
 // ================= the streamed plan =================
@@ -198,7 +198,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto park_at = [&](uint32_t sums, uint32_t bytes, std::initializer_list<std::pair<uint32_t, uint32_t>> gemms) {
     const uint32_t need = lrm_park_bytes(cfg_, bytes);
     const uint32_t top = need < gemm_cfg_.lrm_bytes ? (uint32_t(gemm_cfg_.lrm_bytes) - need) / 64 * 64 : 0u;
-    if (!sums || opt_.image_no_park || opt_.fp16_channels || top < sums || top < ImageKernels::kLrmShared)
+    if (!sums || opt_.image_no_park || opt_.fp16_channels || top < sums || top < KernelCalls::kLrmShared)
       return 0u;
     sim::Config below = gemm_cfg_;
     below.lrm_bytes = top;
@@ -388,7 +388,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // channels than on 4; the tower's (K = 1024 and 4096) as fast.
   const double slow = channels < 4 && channels < uint32_t(cfg_.dma_channels) ? 1.065 : 1.0;
   const double depth = vc.depth, layers = tc.num_hidden_layers;
-  // One chunk of an MLP over every row (pm, vpm; ImageKernels::chunk_chain) on r rows: its up
+  // One chunk of an MLP over every row (pm, vpm; KernelCalls::chunk_chain) on r rows: its up
   // GEMM ([r][w] -> [r][u], at split up_split) and its down GEMM's chunk ([r][c] -> [r][w]),
   // each call's weights streaming in during the call before it (gemm_handoff): up's MACs
   // beside down's weights, then down's MACs beside the next up's weights. (Where the calls are
@@ -756,11 +756,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
   const uint32_t is = ni ? uint32_t(s.image_start) : 0;
 
-  std::vector<ImageKernels::Gemm> gemms;
+  std::vector<KernelCalls::Gemm> gemms;
   const bool gu_fused = gate_up_fused(), pm_fused = ddr_.has(pm_name(0, 0, "gu")) && pm_gate_up_fused();
   std::string tail_note;  // (the three phases' last layer, for the plan line)
   auto generate = [&](kernels::Builder& b, std::vector<KernelCall>& calls, bool record) {
-    ImageKernels k(b, calls, cfg_, gemm_cfg_, ddr_);
+    KernelCalls k(b, calls, cfg_, gemm_cfg_, ddr_);
     k.GEMM = GEMM;
     k.rGEMM = uint32_t(p.rGEMM);
     k.NSCR = NSCR;
@@ -1069,7 +1069,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             uint64_t(N) * p.gv > cfg_.npe() || d.hv % std::max(p.gv, 1u) || vq_top < vslots * kLrmChunk)
           return 0;
         const uint32_t at = vq_top - vslots * kLrmChunk;
-        if (at < ImageKernels::kLrmShared) return 0;
+        if (at < KernelCalls::kLrmShared) return 0;
         sim::Config below = gemm_cfg_;
         below.lrm_bytes = at;
         try {
@@ -1458,7 +1458,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // the MLP phase over every row at once (its o_proj's input) where it fits the LRM the
     // kernels between two GEMMs may use: not stored and loaded back.
     const bool apark = S && p.pq && p.pm && p.rpm == S && p.ppt == S && !opt_.image_no_park &&
-                       !opt_.fp16_channels && lrm_park_bytes(cfg_, S * qd) <= ImageKernels::kLrmShared;
+                       !opt_.fp16_channels && lrm_park_bytes(cfg_, S * qd) <= KernelCalls::kLrmShared;
     // The KV write waited for after the attention, not before it, where the attention reads
     // the keys in the q|k|v rows (the write reads them too) and neither loads nor stores (its
     // output parked): the write's DDR time under the attention's.

@@ -423,7 +423,9 @@ PairRun run_pair(bool timing_only, bool partial, Call c1 = {128, 1024, 1024}, Ca
   a1.next = &link;
   a2.prefetched = true;
   PairRun r;
-  if (handoff) EXPECT_TRUE(gemm_handoff(cfg, a1, link, 0));
+  if (handoff) {
+    EXPECT_TRUE(gemm_handoff(cfg, a1, link, 0));
+  }
   a2.handed_off = link.handed_off, a2.handed_units = link.handed_units, a2.lrm_p = link.lrm_p, a2.lrm_q = link.lrm_q;
   r.units = plan_gemm(cfg, 0, c2.n, c2.k).units;
   if (!partial) a2.handed_units = link.handed_units = 0;
@@ -510,7 +512,9 @@ void expect_narrow_handoff(const Call& c, uint32_t split, std::initializer_list<
   }
   const PairRun t = run_pair(true, true, c1, c), plain = run_pair(true, true, c1, c, false);
   EXPECT_EQ(f.cycles, t.cycles);
-  if (faster) EXPECT_LT(t.cycles, plain.cycles);
+  if (faster) {
+    EXPECT_LT(t.cycles, plain.cycles);
+  }
   std::printf("two GEMMs, the second's narrow tile at split %u: %llu cycles handed off, %llu not\n", split,
               (unsigned long long)t.cycles, (unsigned long long)plain.cycles);
   for (uint32_t col : lost_cols) {

@@ -125,7 +125,7 @@ TEST_P(GemmActShapes, SameBitsAsTheGemmThenTheElementwiseKernel) {
   size_t diff = 0;
   for (size_t i = 0; i < one.y.size(); ++i) diff += one.y[i] != two.y[i];
   EXPECT_EQ(diff, 0u) << "of " << one.y.size() << " outputs";
-  // Where the epilogue's estimate is below the element-wise call's (ImageKernels::gemm_gelu
+  // Where the epilogue's estimate is below the element-wise call's (KernelCalls::gemm_gelu
   // fuses below half of it), the fused call is the faster.
   const sim::Config cfg = config(s);
   const bool silu = s.act == GemmAct::silu_pairs;

@@ -209,7 +209,7 @@ TEST(Describe, TinyMatchesTheGoldensAtOddMachinePoints) {
 }
 
 // Where a weight's two LRM tile buffers do not fit but one does (kernels::GemmPlan::single), its
-// GEMM runs a tile a call (mark.col<t>, ImageKernels::gemm): the tiny model's patch embedding
+// GEMM runs a tile a call (mark.col<t>, KernelCalls::gemm): the tiny model's patch embedding
 // (K = 1,536) on 8x8 at 896 bytes of LRM (the resident plan, split 2) and on 9x11 at 1 KiB with
 // 512 KiB of OCM (the streamed plan, split 1: an odd pe_cols) passes every gate for two tokens.
 // (The 2B takes it on an odd pe_cols at the default 4 KiB: its K = 4,096 and 6,144 weights.)

@@ -1,7 +1,8 @@
-// Internal to the compiler (compiler_image.cpp, image_streamed.cpp): the image program's
-// sizes and names, its kernel calls (ImageKernels) and the network written once: the
-// vision block, merger, decoder layer and head as steps (VisionBlock, Merger, TextLayer,
-// Head) that both image plans emit.
+// Internal to the compiler (compiler_image.cpp, image_streamed.cpp, compiler.cpp): the
+// network written once. The vision block, merger, decoder layer and head as steps
+// (VisionBlock, Merger, TextLayer, Head) that both image plans emit and whose steps between
+// its GEMVs the decode program emits; the kernel calls they go through (KernelCalls); the
+// image program's sizes, weight names and the helpers its plans share.
 #pragma once
 
 #include <cmath>
@@ -25,7 +26,7 @@
 #include "model/compiler/compiler_emit.h"
 #include "model/reference/ops.h"
 
-namespace gpnpu::model::image {
+namespace gpnpu::model::blocks {
 
 using namespace kernels;
 using detail::layer_name;
@@ -343,7 +344,7 @@ struct GemmAcc {
   uint32_t lrm = 0;  // the partial sums at this LRM offset (lrm_sums) instead of OCM
 };
 
-// One GEMM call of the image program (ImageKernels::gemm): Y [m][n] (row stride ys bytes at OCM
+// One GEMM call of the image program (KernelCalls::gemm): Y [m][n] (row stride ys bytes at OCM
 // y) = X [m][k] (row stride xs at OCM x) times the packed weight w (from w_off bytes into it),
 // plus the fp16 bias [n] at OCM bias (UINT32_MAX: none); acc: partial sums in or out; act: the
 // epilogue's activation.
@@ -357,12 +358,13 @@ struct GemmOp {
   uint64_t w_off = 0;
 };
 
-// The kernels of the image program and their fixed OCM scratch (GEMM DMA buffers,
-// norm scratch), shared by both plans. GEMM calls chain their weight prefetch
+// The kernel calls of the blocks and their fixed OCM scratch (GEMM DMA buffers, norm
+// scratch), shared by both image plans (and the decode program's steps between its GEMVs,
+// which has no GEMM). GEMM calls chain their weight prefetch
 // (GemmArgs::next) either by hand (prefetch(), the resident plan) or automatically:
 // a first emission records the GEMMs in program order (record), the second chains
 // each GEMM to the one after it (chain).
-struct ImageKernels {
+struct KernelCalls {
   // weight, n, k, LRM bytes the kernels between the previous GEMM and this one use, the
   // weight's byte offset into w (GemmArgs::w_ddr)
   using Gemm = std::tuple<std::string, uint32_t, uint32_t, uint32_t, uint64_t>;
@@ -413,7 +415,7 @@ struct ImageKernels {
            mark, lrm_since);
   }
 
-  ImageKernels(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const sim::Config& gc,
+  KernelCalls(kernels::Builder& bb, std::vector<KernelCall>& calls, const sim::Config& c, const sim::Config& gc,
                const DdrLayout& d)
       : b(bb), em(bb, c, calls), cfg(c), gcfg(gc), ddr(d) {}
 
@@ -736,7 +738,7 @@ inline uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
 // plan runs them on one tile of every row, the streamed plan in phases over row tiles, around
 // the copies, prefetches, waits and parks of its placement. Steps whose kernels depend on the
 // placement stay with the plans: the attention (its staging), the MLP chunk chains
-// (ImageKernels::chunk_chain) and the streamed plan's MLP phase over every row (mlp_all_rows).
+// (KernelCalls::chunk_chain) and the streamed plan's MLP phase over every row (mlp_all_rows).
 
 // A tile of a block's rows [r0, r0 + rows): its steps' marks are `mark`.<step> (the step alone
 // where mark is empty).
@@ -752,7 +754,7 @@ struct Tile {
 // Its vectors at vec (Compiler::load_vision_weights): norm1 w, b, norm2 w, b, qkv, proj, fc1,
 // fc2 biases.
 struct VisionBlock {
-  ImageKernels& k;
+  KernelCalls& k;
   const Dims& d;
   int block = 0;
   uint32_t vec = 0;
@@ -844,7 +846,7 @@ struct VisionBlock {
 // merged rows stored for the prefill (act.ds<j>, act.img). A tile's rows are merged rows. Its
 // vectors at vec: norm w, b, fc1, fc2 biases.
 struct Merger {
-  ImageKernels& k;
+  KernelCalls& k;
   const Dims& d;
   int j = -1;
   uint32_t vec = 0;
@@ -881,7 +883,7 @@ struct Merger {
 // (compiler.cpp) runs the steps between its GEMVs on its one row: its linear layers are GEMVs
 // on their own packings, and its attention reads the KV cache in DDR.
 struct TextLayer {
-  ImageKernels& k;
+  KernelCalls& k;
   const Dims& d;
   int layer = 0;
   uint32_t vec = 0;
@@ -952,7 +954,7 @@ struct TextLayer {
                                .w_ocm = vec + d.H * 2, .eps = eps});
   }
   // Gate|up call c (mark mlp<c>) on n columns of packed chunks from chunk0, of the normed rows
-  // x, with SiLU x up into y (row stride ys): ImageKernels::gate_up.
+  // x, with SiLU x up into y (row stride ys): KernelCalls::gate_up.
   void gate_up(const Tile& t, uint32_t c, uint32_t chunk0, uint32_t n, uint32_t x, uint32_t y, uint32_t ys,
                bool fused) const {
     k.gate_up(t.at(fmt::format("mlp{}", c)), {.w = layer_name(layer, fmt::format("gu{}.gemm", chunk0).c_str()),
@@ -985,7 +987,7 @@ struct TextLayer {
 // The head on the prompt's last row x: the final norm (its weight loaded into vec) into y, the
 // LM head on the token table into the logits (fp16 [vocab]).
 struct Head {
-  ImageKernels& k;
+  KernelCalls& k;
   const Dims& d;
   uint32_t vec = 0;
   float eps = 0;
@@ -1063,4 +1065,4 @@ inline void check_image_shape(const ImageShape& s, const CompileOptions& opt, co
 }
 
 
-}  // namespace gpnpu::model::image
+}  // namespace gpnpu::model::blocks
