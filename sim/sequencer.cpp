@@ -290,7 +290,7 @@ struct LoopSkip {
   static constexpr int kState = isa::kNumRegs + 1 + isa::kNumUnits + 2;  // + kNoReg; array busy, last done
   using State = std::array<Cycles, kState>;
   std::vector<int8_t>& eligible;  // per loop start pc: -1 unknown, 0 no, 1 yes (kept with the issue records)
-  std::vector<uint32_t> run_pcs;
+  std::vector<uint32_t> run_pcs = {};
   // The previous iteration start of an eligible loop.
   uint32_t start = UINT32_MAX, remaining = 0;
   Cycles now = 0;

@@ -72,7 +72,7 @@ struct QuantOptions {
   int fp16_channels = 0;    // mixed precision: keep up to this many outlier input channels per tensor in fp16
   int threads = 0;          // 0: std::thread::hardware_concurrency(); results do not depend on it
   // write_quant_bundle: called after each tensor with the source bytes done and their total.
-  std::function<void(uint64_t done, uint64_t total)> progress;
+  std::function<void(uint64_t done, uint64_t total)> progress = {};
 };
 
 // Quantises a row-major [rows, cols] float matrix. gpnpu::Error on a non-finite weight

@@ -54,8 +54,8 @@ struct SyntheticOptions {
   int threads = 0;        // 0: hardware_concurrency(); output does not depend on it
   bool no_data = false;   // header + sparse zero data only (fast layout test)
   // Called after each written batch with the tensor bytes written and their total.
-  std::function<void(uint64_t done, uint64_t total)> progress;
-  std::vector<Outlier> outliers;  // planted after the normal draw, in order
+  std::function<void(uint64_t done, uint64_t total)> progress = {};
+  std::vector<Outlier> outliers = {};  // planted after the normal draw, in order
 };
 
 struct SyntheticStats {

@@ -205,7 +205,9 @@ TEST(Timeline, JsonParsesAndHasEveryTrack) {
   for (const char* want : {"marks", "sequencer", "array", "mac", "ddr port", "dma c0", "dma c1", "dma c2", "dma c3"})
     EXPECT_TRUE(names.count(want)) << "no track " << want;
   for (auto& [tid, name] : tracks)
-    if (name != "dma c3") EXPECT_GT(slices[tid], 0) << "track " << name << " is empty";
+    if (name != "dma c3") {
+      EXPECT_GT(slices[tid], 0) << "track " << name << " is empty";
+    }
   EXPECT_TRUE(counters.count("ddr bandwidth"));
   EXPECT_EQ(marks, (std::set<std::string>{"outer", "compute"}));
   // The port never runs faster than its 32 GB/s, and it does run near it.
@@ -247,7 +249,9 @@ TEST(Timeline, FilterKeepsWhatPasses) {
   EXPECT_GT(count(m, Timeline::mac), 0);
   EXPECT_GT(count(all, Timeline::sequencer), count(m, Timeline::sequencer) + 10);  // the prologue is gone
   for (const auto& e : m) {
-    if (e.at("tid") == Timeline::sequencer) EXPECT_TRUE(e.at("args").contains("pc"));
+    if (e.at("tid") == Timeline::sequencer) {
+      EXPECT_TRUE(e.at("args").contains("pc"));
+    }
   }
   // Marks: only those over the kept span ("outer" clipped to it, "compute").
   std::set<std::string> marks;
@@ -256,13 +260,16 @@ TEST(Timeline, FilterKeepsWhatPasses) {
   EXPECT_EQ(marks, (std::set<std::string>{"outer", "compute"}));
   // pc: only instructions at pc 35 and 36 (the two vmac.f16), and their stalls.
   for (const auto& e : pc) {
-    if (e.at("tid") == Timeline::sequencer) EXPECT_TRUE(e.at("args").at("pc") == 35 || e.at("args").at("pc") == 36) << e;
+    if (e.at("tid") == Timeline::sequencer) {
+      EXPECT_TRUE(e.at("args").at("pc") == 35 || e.at("args").at("pc") == 36) << e;
+    }
   }
   EXPECT_EQ(count(pc, Timeline::sequencer, "vmac.f16"), 400);
   // cycle: every kept instruction issued inside the window.
   for (const auto& e : slices("cycle=100:600")) {
-    if (e.at("tid") == Timeline::sequencer && !std::string(e.at("name")).starts_with("stall"))
+    if (e.at("tid") == Timeline::sequencer && !std::string(e.at("name")).starts_with("stall")) {
       EXPECT_TRUE(e.at("args").at("cycle") >= 100 && e.at("args").at("cycle") < 600) << e;
+    }
   }
   // Negative control: the unfiltered timeline has more than the filtered one on every track kept.
   EXPECT_GT(all.size(), m.size());

@@ -213,7 +213,9 @@ TEST(Synthetic, TowerScoreSpreadDoesNotDependOnWidth) {
   }
   const ModelConfig tiny = config_tiny();
   for (const auto& s : expected_tensors(tiny))
-    if (s.name.find("attn.qkv.weight") != std::string::npos) EXPECT_EQ(synthetic_scale(s, tiny).wide_std, 0.12f);
+    if (s.name.find("attn.qkv.weight") != std::string::npos) {
+      EXPECT_EQ(synthetic_scale(s, tiny).wide_std, 0.12f);
+    }
 }
 
 TEST(Synthetic, PortableLogAndNormals) {

@@ -171,7 +171,9 @@ TEST(Ops, LinearReadsW4CodesWithTheLoadersBits) {
   }
   EXPECT_TRUE(control_differs) << "fused multiply-adds gave the same bits everywhere: the comparison cannot see one rounding";
 #if defined(__x86_64__)
-  if (__builtin_cpu_supports("avx2")) EXPECT_GE(isas_run, 1) << "no direct path ran on an AVX2 machine";
+  if (__builtin_cpu_supports("avx2")) {
+    EXPECT_GE(isas_run, 1) << "no direct path ran on an AVX2 machine";
+  }
 #endif
   // Without AVX2 there is no direct path: the loader's path and the lane order were still checked.
   if (isas_run == 0) std::printf("no AVX2 here: only the loader's path was checked\n");
