@@ -819,9 +819,15 @@ struct VisionBlock {
   // The attention rows a (row stride Dv) through proj into y, added to the residual h, h's
   // norm2 into x.
   void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
+    proj(t, a, y);
+    residual(t, "attn_residual", h, y);
+    norm2(t, h, x);
+  }
+  void proj(const Tile& t, uint32_t a, uint32_t y) const {
     k.gemm(t.at("proj"), {.w = vname(block, "proj"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = a, .xs = d.Dv * 2, .y = y,
                           .ys = d.Dv * 2, .bias = proj_bias()});
-    residual(t, "attn_residual", h, y);
+  }
+  void norm2(const Tile& t, uint32_t h, uint32_t x) const {
     k.norm(t.at("norm2"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x,
                            .w_ocm = n2w(), .b_ocm = n2w() + d.Dv * 2, .eps = eps});
   }
@@ -944,10 +950,13 @@ struct TextLayer {
   // The attention rows a (row stride qd) through o_proj into y, added to the residual h, h's
   // post_norm into x.
   void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
-    k.gemm(t.at("o_proj"), {.w = layer_name(layer, "o.gemm"), .m = t.rows, .n = d.H, .k = d.nq * d.hd, .x = a,
-                            .xs = qd(), .y = y, .ys = d.H * 2});
+    o_proj(t, a, y);
     residual(t, "attn_residual", h, y);
     post_norm(t, h, x);
+  }
+  void o_proj(const Tile& t, uint32_t a, uint32_t y) const {
+    k.gemm(t.at("o_proj"), {.w = layer_name(layer, "o.gemm"), .m = t.rows, .n = d.H, .k = d.nq * d.hd, .x = a,
+                            .xs = qd(), .y = y, .ys = d.H * 2});
   }
   void post_norm(const Tile& t, uint32_t h, uint32_t x) const {
     k.norm(t.at("post_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x,

@@ -897,12 +897,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       std::vector<uint32_t> o1, o2, o3;
       // rows [r0, r0 + n) of the attention rows into OCM at A (none: they are there)
       std::function<void(uint32_t A, uint32_t r0, uint32_t n)> load_attn;
-      uint32_t a_stride = 0, res_ddr = 0;
-      std::string out_w;
-      uint32_t out_k = 0, out_bias = 0;
-      NormKind norm = NormKind::rms;
-      uint32_t norm_w = 0, norm_b = 0;
-      float eps = 0;
+      uint32_t res_ddr = 0;
+      // The block's steps (VisionBlock, TextLayer) on a part tile: its out GEMM (proj, o_proj) of
+      // the attention rows a into y, and the norm after the attention (norm2, post_norm) of h into x.
+      std::function<void(const Tile&, uint32_t a, uint32_t y)> out;
+      std::function<void(const Tile&, uint32_t h, uint32_t x)> norm2;
       uint32_t chunk = 0, chunks = 0;
       bool gated = false;  // gate|up and SiLU (else fc1 and GELU)
       uint32_t pairs = 1;  // chunks a down call (ChunkChain::pairs)
@@ -947,15 +946,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (m.parked && tiled) fail("compiler: internal: '{}' has its residual parked but its parts in tiles", m.mark);
         if (m.parked) k.park(m.mark + ".unpark_residual", {.ocm = X1, .bytes = n * w2, .lrm = m.parked}, true);
         else if (!tiled) copy_on(cs, m.mark + ".load_residual", res, ocm(X1), n * w2);  // behind the out GEMM
-        k.gemm(m.mark + (m.gated ? ".o_proj" : ".proj"), {.w = m.out_w, .m = n, .n = m.width, .k = m.out_k, .x = A,
-                                                          .xs = m.a_stride, .y = xn, .ys = w2, .bias = m.out_bias});
+        const Tile part{.mark = m.mark, .r0 = r0, .rows = n};
+        m.out(part, A, xn);
         if (tiled) em.copy(m.mark + ".load_residual", res, ocm(X1), n * w2);
         else em.wait(cs);
         k.ew(m.mark + ".attn_residual", {.op = EwOp::add, .rows = n, .cols = m.width, .a_ocm = X1, .b_ocm = xn,
                                          .out_ocm = X1});
-        k.norm(m.mark + (m.gated ? ".post_norm" : ".norm2"), {.kind = m.norm, .rows = n, .dim = m.width, .x_ocm = X1,
-                                                              .y_ocm = xn, .w_ocm = m.norm_w, .b_ocm = m.norm_b,
-                                                              .eps = m.eps});
+        m.norm2(part, X1, xn);
         if (m.after_norm && r0 + n == m.rows) m.after_norm();
         if (seed) k.lrm_seed(m.mark + ".residual_sums", {.m = m.rows, .n = m.width, .k = m.chunk, .row0 = r0,
                                                          .rows = n, .x_ocm = X1, .x_stride = w2,
@@ -1370,9 +1367,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                               fail("compiler: internal: '{}' unparks its attention rows in part", T);
                             k.slots(T + ".unpark_attn", vq_all_rows(A), false);
                           },
-                          .a_stride = d.Dv * 2, .res_ddr = vh + r0 * d.Dv * 2, .out_w = vname(blk, "proj"),
-                          .out_k = d.Dv, .out_bias = vb.proj_bias(), .norm = NormKind::layer,
-                          .norm_w = vb.n2w(), .norm_b = vb.n2w() + d.Dv * 2, .eps = veps, .chunk = pm_chunk(d.Iv, 1),
+                          .res_ddr = vh + r0 * d.Dv * 2,
+                          .out = [&](const Tile& t, uint32_t a, uint32_t y) { vb.proj(t, a, y); },
+                          .norm2 = [&](const Tile& t, uint32_t h, uint32_t x) { vb.norm2(t, h, x); },
+                          .chunk = pm_chunk(d.Iv, 1),
                           .chunks = d.Iv / pm_chunk(d.Iv, 1), .gated = false,
                           .weight = [&](uint32_t c, bool down) { return vpm_name(blk, c, down ? "fc2" : "fc1"); },
                           .up_bias = vb.fc1_bias(), .down_bias = vb.fc2_bias(),
@@ -1693,9 +1691,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             const uint32_t res = ah + (S - 1) * d.H * 2;
             if (p.pm) {
               mlp_all_rows({.mark = T, .rows = 1, .width = d.H, .o1 = {o[2], AO, o[3]}, .o2 = {o[2], o[4], o[5]},
-                            .o3 = {o[2], o[6]}, .load_attn = {}, .a_stride = qd, .res_ddr = res,
-                            .out_w = layer_name(i, "o.gemm"), .out_k = d.nq * d.hd, .out_bias = kNone,
-                            .norm = NormKind::rms, .norm_w = tl.vec + d.H * 2, .norm_b = 0, .eps = teps,
+                            .o3 = {o[2], o[6]}, .load_attn = {}, .res_ddr = res,
+                            .out = [&](const Tile& t, uint32_t a, uint32_t y) { tl.o_proj(t, a, y); },
+                            .norm2 = [&](const Tile& t, uint32_t h, uint32_t x) { tl.post_norm(t, h, x); },
                             .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2), .gated = true,
                             .pairs = pm_down(),
                             .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
@@ -1802,9 +1800,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                               fail("compiler: internal: '{}' unparks its attention rows in part", T);
                             k.park(T + ".unpark_attn", {.ocm = A, .bytes = n * qd, .lrm = 0}, true);
                           },
-                          .a_stride = qd, .res_ddr = ah + r0 * d.H * 2, .out_w = layer_name(i, "o.gemm"),
-                          .out_k = d.nq * d.hd, .out_bias = kNone, .norm = NormKind::rms, .norm_w = tl.vec + d.H * 2,
-                          .norm_b = 0, .eps = teps, .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2),
+                          .res_ddr = ah + r0 * d.H * 2,
+                          .out = [&](const Tile& t, uint32_t a, uint32_t y) { tl.o_proj(t, a, y); },
+                          .norm2 = [&](const Tile& t, uint32_t h, uint32_t x) { tl.post_norm(t, h, x); },
+                          .chunk = pm_chunk(d.I, 2), .chunks = d.I / pm_chunk(d.I, 2),
                           .gated = true, .pairs = pm_down(),
                           .weight = [&](uint32_t c, bool down) { return pm_name(i, c, down ? "down" : "gu"); },
                           .up_bias = kNone, .down_bias = kNone,
