@@ -732,13 +732,14 @@ struct KernelCalls {
 inline uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
 
 // ---- The network, written once ----
-// Each block of the model (a vision block, a merger, a decoder layer of the prefill) as the
-// kernel calls of its steps, with their arguments, on a tile of rows: the one description both
-// image plans emit. A plan places the buffers (OCM offsets) and schedules the steps: the resident
-// plan runs them on one tile of every row, the streamed plan in phases over row tiles, around
-// the copies, prefetches, waits and parks of its placement. Steps whose kernels depend on the
-// placement stay with the plans: the attention (its staging), the MLP chunk chains
-// (KernelCalls::chunk_chain) and the streamed plan's MLP phase over every row (mlp_all_rows).
+// Each block of the model (a vision block, a merger, a decoder layer, the head) as the kernel
+// calls of its steps, with their arguments, on a tile of rows: the one description the programs
+// emit. A program places the buffers (OCM offsets) and schedules the steps around the copies,
+// prefetches, waits and parks of its placement: the resident image plan on one tile of every
+// row, the streamed plan in phases over row tiles (its MLP phase over every row, mlp_all_rows,
+// calls the blocks' out GEMM and norm steps), the decode program the decoder layer's steps
+// between its GEMVs on its one row. What depends on the placement stays with the programs: the
+// attention (its staging), the MLP chunk chains (KernelCalls::chunk_chain), decode's GEMVs.
 
 // A tile of a block's rows [r0, r0 + rows): its steps' marks are `mark`.<step> (the step alone
 // where mark is empty).
