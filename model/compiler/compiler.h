@@ -1,8 +1,9 @@
 // The model compiler: lays Qwen3-VL's quantised weights, the KV cache and the
 // activations out in DDR and OCM, and builds the device programs from the kernel
 // emitters (kernels/): the decode program (one token in; logits and one new KV
-// slot out) and the image program (tower + prefill: compiler_image.cpp, its two plans
-// image_program and image_streamed.cpp, their blocks blocks.h).
+// slot out: compiler.cpp) and the image program (tower + prefill: compiler_image.cpp,
+// with its resident plan; the streamed plan in image_streamed.cpp). Both emit the
+// model's blocks as blocks.h writes them once.
 // Every stage and every kernel call is marked, so stats come per stage and per
 // kernel; each call's floor (kernels/cost.h) is kept beside it.
 //
@@ -382,7 +383,7 @@ class Compiler {
   // on this one's; they meet in DDR (act.img and the DeepStack rows). plan_only: the parts'
   // estimates added.
   CompiledProgram image_in_parts(const ImageShape& shape, kernels::Builder* into, std::vector<KernelCall>* calls) const;
-  // The image program with activations streamed from DDR in row tiles (small OCM).
+  // The image program with activations streamed from DDR in row tiles (small OCM; image_streamed.cpp).
   CompiledProgram image_streamed(const ImageShape& shape, kernels::Builder* into = nullptr,
                                  std::vector<KernelCall>* calls = nullptr) const;
 
