@@ -187,7 +187,8 @@ inline uint32_t up_row(bool gated, uint32_t pairs, bool fused) {
 
 // Whether n x k GEMMs (at split, 0: the rule's) keep their tiling on below's LRM: the same split,
 // and two LRM buffers where full's have two (kernels::GemmPlan::single). Throws where none fits.
-inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint32_t n, uint32_t k, uint32_t split = 0) {
+inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint32_t n, uint32_t k,
+                         uint32_t split = 0) {
   const GemmPlan a = plan_gemm(below, 0, n, k, split), b = plan_gemm(full, 0, n, k, split);
   return a.split == b.split && a.single == b.single;
 }
@@ -198,7 +199,7 @@ inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint
 // width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
 // out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
 inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
-                  uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0) {
+                         uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0) {
   if (!up_k) up_k = width;
   const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, width, chunk);
   if (bytes + 64 >= gcfg.lrm_bytes) return 0;
@@ -214,7 +215,9 @@ inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width,
   return uint32_t(below.lrm_bytes);
 }
 
-inline std::string mname(int j, const char* what) { return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what); }
+inline std::string mname(int j, const char* what) {
+  return j < 0 ? fmt::format("Mf.{}", what) : fmt::format("M{}.{}", j, what);
+}
 // A merger's fc1 and fc2 in chunks of pm_chunk(Md) columns of fc1 (Streamed::mpm).
 inline std::string mpm_name(int j, uint32_t chunk, const char* what) {
   return mname(j, fmt::format("pm{}.{}", chunk, what).c_str());
@@ -253,8 +256,8 @@ struct Dims {
 // loops) the epilogue cost 243 cycles a row group, not the 124 of gemm_act_cycles; fusing the
 // GELUs there on the estimates alone took 0.64 M cycles more (146.57 -> 147.21 M for the tower).
 constexpr double kActMargin = 2.0;
-inline bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split,
-               GemmAct act, const EwArgs& e) {
+inline bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k,
+                      uint32_t split, GemmAct act, const EwArgs& e) {
   return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
 }
 
@@ -912,11 +915,12 @@ struct TextLayer {
         k.embed(t.at(s0 == t.r0 ? "embed" : "embed.after_image"),
                 {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = ids_smem + s0 * 4,
                  .out_ocm = in + (s0 - t.r0) * w2, .scratch_ocm = embed_scratch});
-    if (e > a) k.em.copy(t.at("splice"), k.ddr.bus("act.img") + (a - first + i0) * w2, ocm(in + (a - t.r0) * w2), (e - a) * w2);
+    if (e > a)
+      k.em.copy(t.at("splice"), k.ddr.bus("act.img") + (a - first + i0) * w2, ocm(in + (a - t.r0) * w2), (e - a) * w2);
   }
   void input_norm(const Tile& t, uint32_t in, uint32_t x) const {
-    k.norm(t.at("input_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = in, .y_ocm = x, .w_ocm = vec,
-                                .eps = eps});
+    k.norm(t.at("input_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = in, .y_ocm = x,
+                                .w_ocm = vec, .eps = eps});
   }
   void qkv(const Tile& t, uint32_t x, uint32_t y) const {
     k.gemm(t.at("qkv"), {.w = layer_name(layer, "qkv.gemm"), .m = t.rows, .n = d.qkv_n, .k = d.H, .x = x,
@@ -963,13 +967,17 @@ struct TextLayer {
     k.norm(t.at("post_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x,
                                .w_ocm = vec + d.H * 2, .eps = eps});
   }
-  // Gate|up call c (mark mlp<c>) on n columns of packed chunks from chunk0, of the normed rows
-  // x, with SiLU x up into y (row stride ys): KernelCalls::gate_up.
-  void gate_up(const Tile& t, uint32_t c, uint32_t chunk0, uint32_t n, uint32_t x, uint32_t y, uint32_t ys,
-               bool fused) const {
-    k.gate_up(t.at(fmt::format("mlp{}", c)), {.w = layer_name(layer, fmt::format("gu{}.gemm", chunk0).c_str()),
-                                              .m = t.rows, .n = n, .k = d.H, .x = x, .xs = d.H * 2, .y = y, .ys = ys},
-              fused);
+  // Gate|up call `call` (mark mlp<call>) on n columns of the packed chunks from chunk0, of the
+  // normed rows x, with SiLU x up into y (row stride ys): KernelCalls::gate_up.
+  struct GateUp {
+    uint32_t call = 0, chunk0 = 0, n = 0, x = 0, y = 0, ys = 0;
+    bool fused = false;
+  };
+  void gate_up(const Tile& t, const GateUp& g) const {
+    k.gate_up(t.at(fmt::format("mlp{}", g.call)),
+              {.w = layer_name(layer, fmt::format("gu{}.gemm", g.chunk0).c_str()), .m = t.rows, .n = g.n, .k = d.H,
+               .x = g.x, .xs = d.H * 2, .y = g.y, .ys = g.ys},
+              g.fused);
   }
   // The activation rows act (row stride as) through down into y, added to the residual h.
   void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h) const {
@@ -1051,7 +1059,8 @@ inline uint32_t groups_per_call(uint32_t kv_heads, uint32_t cap, const std::func
 
 // The shape's own rules (both plans): the grid of a tower run, the rows, image rows and
 // cache slots of a prefill run.
-inline void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim::Config& cfg, const ImageIo& io) {
+inline void check_image_shape(const ImageShape& s, const CompileOptions& opt, const sim::Config& cfg,
+                              const ImageIo& io) {
   const uint32_t N = uint32_t(s.grid_h * s.grid_w);
   if (!s.vision && !s.prefill) fail("compiler: an image program needs the tower, the prefill or both");
   if (s.vision && (s.grid_h % 2 || s.grid_w % 2 || N == 0))

@@ -1492,7 +1492,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (!odd) prefetch(layer_name(i, fmt::format("gu{}.gemm", c + 1).c_str()), gu_n, d.H, 0);
         else prefetch(layer_name(i, fmt::format("dn{}.gemm", c / 2).c_str()), d.H, dk, 0);
         if (gu_fused)
-          tl.gate_up(past, c, c, 2 * cw, XN, BIG + c * cw * 2, d.I * 2, true);
+          tl.gate_up(past, {.call = c, .chunk0 = c, .n = 2 * cw, .x = XN, .y = BIG + c * cw * 2, .ys = d.I * 2,
+                            .fused = true});
         else {
           k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c).c_str()), .m = rows, .n = gu_n,
                                   .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
@@ -1517,7 +1518,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
       // (fused: SiLU x up straight into the activation's rows)
       if (gu_fused)
-        tl.gate_up(past, c, c * J, gu_n, XN, BIG + c * J * cw * 2, d.I * 2, true);
+        tl.gate_up(past, {.call = c, .chunk0 = c * J, .n = gu_n, .x = XN, .y = BIG + c * J * cw * 2, .ys = d.I * 2,
+                             .fused = true});
       else
         k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), .m = rows, .n = gu_n,
                                 .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});

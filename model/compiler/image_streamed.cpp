@@ -1103,7 +1103,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           for (LrmSlot& sl : vq_rows(g, rows)) v.push_back(std::move(sl));
         return v;
       };
-      VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = tower_qkv_split(), .v_off = tower_v_offset()};
+      VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = tower_qkv_split(),
+                     .v_off = tower_v_offset()};
       const uint32_t patch_bias = VEC + d.vision_vec() * 2;  // (after the block's vectors)
       // A merger's vectors come in during the last down GEMM of the block before it (after the
       // block's last read of its own, the last fc1's bias) on a DMA channel the GEMMs leave free,
@@ -1567,7 +1568,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         for (uint32_t c = 0; c < nchunks; ++c) {
           if (c == nchunks / 2) kick(1);
           // gate|up of chunk c at columns [c cw, c cw + 2 cw), its SiLU gate over the gate half
-          tl.gate_up(t, c, c, 2 * cw, X, ACT + c * cw * 2, as, gu_fused);
+          tl.gate_up(t, {.call = c, .chunk0 = c, .n = 2 * cw, .x = X, .y = ACT + c * cw * 2, .ys = as,
+                         .fused = gu_fused});
         }
         tl.down(t, ACT, as, X, Hb);
         tl.deepstack(t, Hb, X);
