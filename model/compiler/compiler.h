@@ -315,7 +315,7 @@ class Compiler {
   // mixed-precision parts (NAME.f16sel, NAME.f16w) after it when fp16_channels is set.
   void add_weight(const std::string& name, uint32_t n, uint32_t k, const char* layout);
   void plan_image_ddr();
-  // The streamed plan's MLP chunks (blocks.h, pm_chunk_width; up columns per inner
+  // The streamed plan's MLP chunks (image_plan.h, pm_chunk_width; up columns per inner
   // column 1 for fc1, 2 for gate|up), packed as the layout's last tensors (from pm_first_; 0:
   // none) for pm_npe_ PEs (0: the narrow default); settle_pm_chunks re-lays them wider where
   // the default image program's estimate is lower. pm_tower_only_: only the tower's, for the

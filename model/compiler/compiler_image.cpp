@@ -46,7 +46,7 @@
 #include "kernels/rope.h"
 #include "model/compiler/compiler.h"
 #include "model/compiler/compiler_emit.h"
-#include "model/compiler/blocks.h"
+#include "model/compiler/image_plan.h"
 #include "model/reference/ops.h"
 
 namespace gpnpu::model {

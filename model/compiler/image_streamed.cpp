@@ -1,7 +1,7 @@
 // The streamed image plan (Compiler::image_streamed): activations in DDR, row tiles; the
 // resident plan and the choice between them are in compiler_image.cpp.
 #include "model/compiler/compiler.h"
-#include "model/compiler/blocks.h"
+#include "model/compiler/image_plan.h"
 
 namespace gpnpu::model {
 
