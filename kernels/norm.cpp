@@ -172,15 +172,17 @@ int64_t part_off(const Plan& p, uint32_t h, uint32_t stride) {
   return int64_t(h) * p.nfull * 64 - int64_t(h) * (stride / p.H);
 }
 
-// Loads raw x of k slots: from LRM (cached) or OCM.
+// Loads raw x of k slots: from LRM (cached) or OCM, part by part (each part's slots, then the
+// next part's: the parts write the same registers, and a register written again waits for its
+// last write's latency; the other slots' scatters keep the port busy meanwhile).
 void load_x(Builder& b, const Plan& p, int k, P pr, bool from_lrm) {
-  for (int s = 0; s < k; ++s) {
-    if (from_lrm)
-      b.op("vld", {R(s), Mem{X{10}, 64 * s}}, pr);
-    else
-      for (uint32_t h = 0; h < p.H; ++h)
-        b.op("oscatter", {R(s), Mem{X{5}, int64_t(p.step) * s + part_off(p, h, p.x_stride)}, X{8}}, part_pred(p, h, pr));
+  if (from_lrm) {
+    for (int s = 0; s < k; ++s) b.op("vld", {R(s), Mem{X{10}, 64 * s}}, pr);
+    return;
   }
+  for (uint32_t h = 0; h < p.H; ++h)
+    for (int s = 0; s < k; ++s)
+      b.op("oscatter", {R(s), Mem{X{5}, int64_t(p.step) * s + part_off(p, h, p.x_stride)}, X{8}}, part_pred(p, h, pr));
 }
 
 void advance(Builder& b, const Plan& p, int k, bool x, bool y, bool wb, bool lrm, bool bias) {
@@ -305,18 +307,16 @@ void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
   steps(b, p, [&](int k, bool tail) {
     P pr = pred(tail);
     load_x(b, p, k, pr, p.cache);
-    for (int s = 0; s < k; ++s) {
-      if (p.split) {
-        b.op("oscatter", {W(s), Mem{X{7}, int64_t(p.step) * s}, X{9}}, pr);
-        if (ln) b.op("oscatter", {B(s), Mem{X{15}, int64_t(p.step) * s}, X{9}}, pr);
-      } else {
-        for (uint32_t h = 0; h < p.H; ++h) {
-          const int64_t o = int64_t(h) * p.nfull * 64;
-          b.op("obcast", {W(s), Mem{X{7}, 64 * s + o}}, part_pred(p, h, P{0}));
-          if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s + o}}, part_pred(p, h, P{0}));
-        }
-      }
+    for (int s = 0; s < k && p.split; ++s) {
+      b.op("oscatter", {W(s), Mem{X{7}, int64_t(p.step) * s}, X{9}}, pr);
+      if (ln) b.op("oscatter", {B(s), Mem{X{15}, int64_t(p.step) * s}, X{9}}, pr);
     }
+    for (uint32_t h = 0; h < p.H && !p.split; ++h)  // (part by part, as load_x)
+      for (int s = 0; s < k; ++s) {
+        const int64_t o = int64_t(h) * p.nfull * 64;
+        b.op("obcast", {W(s), Mem{X{7}, 64 * s + o}}, part_pred(p, h, P{0}));
+        if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s + o}}, part_pred(p, h, P{0}));
+      }
     if (tail) b.op("oscatter", {T(0), Mem{X{6}, 0}, X{9}}, pr);  // y bytes to keep
     for (int s = 0; s < k; ++s) {
       b.op("vunpack.f16", {L(s), R(s), int64_t(0)}, pr);
@@ -447,8 +447,9 @@ double norm_estimate_cycles(const sim::Config& cfg, const NormArgs& a, NormMappi
   double total = 0;
   for (uint32_t r = 0; r < a.rows; r += npe / H) {
     const uint32_t active = std::min(npe / H, a.rows - r) * H;
-    // (a part costs 16 cycles more per chunk: its own scatters, broadcasts and gathers)
-    total += ceil_div(nchunks, H) * ((ln ? 72 : 40) + (H > 1 ? 16.0 * H : 0) + (reads + 1) * active * 64 / port) +
+    // (a part costs 11 cycles more per chunk: its own scatters, broadcasts and gathers; 16 before
+    // they went part by part, load_x)
+    total += ceil_div(nchunks, H) * ((ln ? 72 : 40) + (H > 1 ? 11.0 * H : 0) + (reads + 1) * active * 64 / port) +
              (ln ? 90 : 60);
   }
   return total;
