@@ -202,8 +202,11 @@ TEST(LanesSimd, MacF16ChainMatchesTheVmacsOneAfterTheOther) {
   // A chain of one item is one vmac.f16.
   EXPECT_EQ(chain(false, {2}), one_by_one(false, {2}));
   // Both vector bodies where the CPU has them (this one runs the AVX-512 body if it can).
-  for (body = 1; body <= 2; ++body)
-    if (mac_f16_cvt_chain_body(body, nullptr, nullptr, 0, 0, 0)) EXPECT_EQ(chain(false, order), want) << "body " << body;
+  for (body = 1; body <= 2; ++body) {
+    if (mac_f16_cvt_chain_body(body, nullptr, nullptr, 0, 0, 0)) {
+      EXPECT_EQ(chain(false, order), want) << "body " << body;
+    }
+  }
   body = 0;
   // Negative controls: the order of the items matters (two roundings per item), and so
   // does each PE's selector.
@@ -335,8 +338,11 @@ TEST(LanesSimd, MlaF32CvtAndPackMatchTheScalarDefinitionsBitForBit) {
   for (size_t k = 0; k < n; ++k) h[k] = rng();  // every fp16 pattern incl. NaN in the low half
   cvt_f32_f16(x.data(), h.data(), n);
   cvt_f32_f16_scalar(y.data(), h.data(), n);
-  for (size_t k = 0; k < n; ++k)
-    if (x[k] != y[k]) ASSERT_TRUE(std::isnan(std::bit_cast<float>(x[k])) && std::isnan(std::bit_cast<float>(y[k]))) << k;
+  for (size_t k = 0; k < n; ++k) {
+    if (x[k] != y[k]) {
+      ASSERT_TRUE(std::isnan(std::bit_cast<float>(x[k])) && std::isnan(std::bit_cast<float>(y[k]))) << k;
+    }
+  }
   for (int t = 0; t < 20000; ++t) {
     uint32_t lo[16], hi[16], p[16], q[16];
     for (int l = 0; l < 16; ++l) {
