@@ -307,16 +307,19 @@ void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
   steps(b, p, [&](int k, bool tail) {
     P pr = pred(tail);
     load_x(b, p, k, pr, p.cache);
-    for (int s = 0; s < k && p.split; ++s) {
-      b.op("oscatter", {W(s), Mem{X{7}, int64_t(p.step) * s}, X{9}}, pr);
-      if (ln) b.op("oscatter", {B(s), Mem{X{15}, int64_t(p.step) * s}, X{9}}, pr);
-    }
-    for (uint32_t h = 0; h < p.H && !p.split; ++h)  // (part by part, as load_x)
+    if (p.split) {
       for (int s = 0; s < k; ++s) {
-        const int64_t o = int64_t(h) * p.nfull * 64;
-        b.op("obcast", {W(s), Mem{X{7}, 64 * s + o}}, part_pred(p, h, P{0}));
-        if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s + o}}, part_pred(p, h, P{0}));
+        b.op("oscatter", {W(s), Mem{X{7}, int64_t(p.step) * s}, X{9}}, pr);
+        if (ln) b.op("oscatter", {B(s), Mem{X{15}, int64_t(p.step) * s}, X{9}}, pr);
       }
+    } else {
+      for (uint32_t h = 0; h < p.H; ++h)  // (part by part, as load_x)
+        for (int s = 0; s < k; ++s) {
+          const int64_t o = int64_t(h) * p.nfull * 64;
+          b.op("obcast", {W(s), Mem{X{7}, 64 * s + o}}, part_pred(p, h, P{0}));
+          if (ln) b.op("obcast", {B(s), Mem{X{15}, 64 * s + o}}, part_pred(p, h, P{0}));
+        }
+    }
     if (tail) b.op("oscatter", {T(0), Mem{X{6}, 0}, X{9}}, pr);  // y bytes to keep
     for (int s = 0; s < k; ++s) {
       b.op("vunpack.f16", {L(s), R(s), int64_t(0)}, pr);
