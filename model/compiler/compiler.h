@@ -162,6 +162,10 @@ struct CompileOptions {
   // residual, norm; residual) in tiles of this many rows, where the partial sums are in LRM
   // and the parts fit (Streamed::ppt, vpt; 0: the cost model decides).
   uint32_t image_part_rows = 0;
+  // Test knob: the streamed prefill's MLP over every row with its down in this many column
+  // groups (Streamed::pg) where their LRM sums fit, also where the whole width's do, and that
+  // plan taken (0: the cost model decides).
+  uint32_t image_down_groups = 0;
   // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
   bool image_ocm_sums = false;
   // Test knobs: the tower's q, k, v in turn (Streamed::vqa, where its packing is in DDR) in

@@ -169,15 +169,20 @@ inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
 // width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
 // out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
+// groups: the down GEMM's columns in that many groups, one after the other (MlpAllRows::groups),
+// the sums of one group's width / groups columns at a time; each group whole tiles of the down's
+// packing (else 0).
 inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
-                         uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0) {
+                         uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0, uint32_t groups = 1) {
   if (!up_k) up_k = width;
-  const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, width, chunk);
+  const uint32_t gw = width / groups;
+  const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, gw, chunk);
   if (bytes + 64 >= gcfg.lrm_bytes) return 0;
   sim::Config below = gcfg;
   below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
   try {
-    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, width, chunk) ||
+    if (groups > 1 && (width % groups || gw % plan_gemm(gcfg, 0, width, chunk).cols)) return 0;
+    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, gw, chunk) ||
         (out_k && !keeps_tiling(below, gcfg, width, out_k)))
       return 0;
   } catch (const Error&) {

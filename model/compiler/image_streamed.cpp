@@ -68,16 +68,19 @@ struct Streamed {
   uint32_t rpf = 0, spf = 1, gpf = 0;
   // The prefill's MLP phase over every row at once (instead of C's row tiles): the o GEMM,
   // residual and norm of all rows, gate|up and down in pm_chunk columns with fp32 partial
-  // sums, the residual; buffers pmb(part, rows) of its three parts (each starts with the
+  // sums, the residual; buffers pmb(part, rows, part tile rows, pg) of its three parts (each starts with the
   // normed rows). Where all rows do not fit, in tiles of rpm rows (each reads every chunk).
   bool pm = false;
   uint32_t rpm = 0;
+  // Its down in two column groups over every row (MlpAllRows::groups) where one group's LRM
+  // sums fit and the whole width's do not: 2; else 1.
+  uint32_t pg = 1;
   // Where the partial sums are in LRM, the MLP over every row may run its first and last
   // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (rpm: untiled), so
   // that only the normed rows and the up output take every row's OCM (1 MiB): each part tile
   // reads the out GEMM's weight again, the chunks read theirs once.
   uint32_t ppt = 0;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> pmb;  // (part, rows, part tile rows)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t, uint32_t)> pmb;  // (part, rows, part tile rows, pg)
   // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part, rows, part tile rows).
   // Where all rows do not fit, in tiles of vrpm rows (as rpm).
@@ -183,10 +186,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
     return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md);
   };
-  auto psums = [&](uint32_t r) {
+  auto psums = [&](uint32_t r, uint32_t groups = 1) {
     return opt_.image_ocm_sums ? 0u
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2) * pm_down(), 2 * pm_chunk(d.I, 2),
-                                          pm_split(), d.H, d.nq * d.hd);
+                                          pm_split(), d.H, d.nq * d.hd, groups);
+  };
+  // The DDR the grouped MLP's input rows of the second group go through (MlpAllRows::mid_ddr):
+  // act.q, read for the last time by the MLP phase's first part.
+  auto mid_fits = [&](uint32_t rows, uint32_t inner) {
+    return uint64_t(rows) * inner <= uint64_t(opt_.max_seq) * d.nq * d.hd;
   };
   // Where a residual of `bytes` kept in OCM between layers parks in LRM (kernels/park.h) across
   // the next layer's kernels up to its MLP phase, instead of a store (waited for before the
@@ -322,12 +330,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // 3: down out (in the normed rows; a tile's DeepStack rows over its own, dead after the
   // residual add), residual [pt][H] (where the residual seeds LRM sums: down out is the new
   // residual, the DeepStack rows go in this tile buffer).
-  p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt) -> V64 {
+  p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt, uint32_t groups) -> V64 {
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
     if (part == 1)  // (tiles: the residual over the attention rows)
       return pt < r ? V64{rows, std::max<uint64_t>(uint64_t(pt) * qd, tile)} : V64{rows, uint64_t(pt) * qd, tile};
     const uint64_t up = uint64_t(r) * up_row(true, pm_down(), pm_gate_up_fused()) * pm_chunk(d.I, 2);
-    if (part == 2) return {rows, psums(r) ? 0 : 2 * rows, up};
+    if (part == 2) return {rows, psums(r, groups) ? 0 : 2 * rows, up};
     return {rows, tile};
   };
   // prefill, whole layers a tile (fused): residual [r][H]
@@ -571,31 +579,51 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // waits on its weight): the cheaper estimate of the two.
   if (pm) {
     p.rpm = S ? rows_per_tile(S, 0, [&](uint32_t r) {
-      return fits(p.pmb(1, r, r)) && fits(p.pmb(2, r, r)) && fits(p.pmb(3, r, r));
+      return fits(p.pmb(1, r, r, 1)) && fits(p.pmb(2, r, r, 1)) && fits(p.pmb(3, r, r, 1));
     }) : 0;
     p.ppt = p.rpm;
     const uint32_t cp = pm_chunk(d.I, 2);
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
-    auto estimate = [&](uint32_t rows, uint32_t pt) {
+    // (groups: the down in column groups, its input rows stored once and read back by every
+    // group after the first, beside the chunks' weights; those groups' residual columns stored
+    // and loaded, waited for)
+    auto estimate = [&](uint32_t rows, uint32_t pt, uint32_t groups = 1) {
       double c = 0;
       for (auto [r0, r] : tiles_of(S, std::max(rows, 1u))) {
         const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
-        const double port = (psums(r) ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
+        const bool lrm = psums(r, groups);
+        const double port = (lrm ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
-        c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) +
-                       chunk_est(r, d.H, cp, 2 * cp, slow, pm_split(), pm_down()) * (d.I / cp) +
-                       o_again / bw +
-                       r * (double(qd) + (psums(r) ? 4.0 : 6.0) * d.H) / bw +
+        double chunks = chunk_est(r, d.H, cp, 2 * cp, slow, pm_split(), pm_down()) * (d.I / cp);
+        if (groups > 1)
+          chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) + 2.0 * r * d.I * groups) / bw);
+        c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) + chunks +
+                       o_again / bw + r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * d.H * (groups - 1) / groups) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
       return c;
     };
     double pm_c = p.rpm ? estimate(p.rpm, p.rpm) : 0.0;  // (no rows fit: none)
-    if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1))) {
+    if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1, 1))) {
       const uint32_t pt =
-          rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t)) && fits(p.pmb(3, S, t)); });
+          rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t, 1)) && fits(p.pmb(3, S, t, 1)); });
       if (pt && (!p.rpm || knob || estimate(S, pt) < kFewerBytes * pm_c)) p.rpm = S, p.ppt = pt, pm_c = estimate(S, pt);
+    }
+    // Every row at once with the down in 2 or 4 column groups (the fewest whose sums fit the LRM
+    // beside the GEMMs' buffers), where the whole width's sums do not fit (16x16 at 1 MiB: two
+    // tiles of 64 rows read every MLP weight twice); a down call a chunk.
+    const uint32_t gknob = opt_.image_down_groups;
+    for (uint32_t g = 2; S && (gknob || (p.rpm < S && !knob && !psums(S))) && g <= 4 && mid_fits(S, d.I) &&
+                         pm_down() == 1;
+         g *= 2) {
+      if (!psums(S, g) || (gknob && g != gknob)) continue;
+      const uint32_t pt = fits(p.pmb(2, S, 1, g)) ? rows_per_tile(S, 0, [&](uint32_t t) {
+        return fits(p.pmb(1, S, t, g)) && fits(p.pmb(3, S, t, g));
+      }) : 0;
+      if (pt && (!p.rpm || gknob || estimate(S, pt, g) < kFewerBytes * pm_c))
+        p.rpm = S, p.ppt = pt, p.pg = g, pm_c = estimate(S, pt, g);
+      break;
     }
     if (p.rpm) p.pm = true, p.cost = before_c + pm_c;
   }
@@ -691,7 +719,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   }
   Streamed p = cands[0];
   // (weights once; the second buffer: the estimate leaves out the DDR time it saves)
-  auto score = [&](const Streamed& q) { return (q.pm ? q.cost / kFewerBytes : q.cost) / (q.two ? kTwoBuffers : 1.0); };
+  // (the knob image_down_groups: its plan, where one has it)
+  auto score = [&](const Streamed& q) {
+    if (opt_.image_down_groups && q.pg != opt_.image_down_groups) return HUGE_VAL;
+    return (q.pm ? q.cost / kFewerBytes : q.cost) / (q.two ? kTwoBuffers : 1.0);
+  };
   for (const Streamed& q : cands)
     if (q.ok && (!p.ok || score(q) < score(p))) p = q;
   if (p.ok) {
@@ -921,6 +953,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // Before the last down GEMM where there are two or more (the phase's last read of the
       // layer's vectors is the last up GEMM's bias).
       std::function<void()> before_last_down = {};
+      // The down GEMM's columns in `groups` groups, one after the other (LRM sums seeded, a
+      // group's columns at a time: Streamed::pg): the first group as above, each down call's input
+      // rows (SiLU) stored to DDR at mid_ddr ([rows][chunks chunk]) and the residual's other
+      // columns to res_ddr; then each further group's down calls on those rows read back (two
+      // buffers where the up output holds two), its sums seeded with its residual columns (loaded
+      // over the normed rows' once the last up GEMM has read them), its last call rounding into
+      // them. Every weight read once where one group's sums of every row fit the LRM and the
+      // whole width's do not (16x16 at 1 MiB).
+      uint32_t groups = 1, mid_ddr = 0;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
       const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
@@ -935,6 +976,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // adds it, its last rounds residual + MLP into the normed rows; else the residual goes
       // to DDR and back.
       const bool seed = m.sums_lrm != 0;
+      const bool grouped = m.groups > 1;
+      if (grouped && (!seed || m.parked || m.store_later || m.pairs > 1))
+        fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own", m.mark);
+      const uint32_t gn = m.width / m.groups;  // columns a group (its row bytes: m.width)
+      // (the grouped copies on a DMA channel the GEMMs leave free, else behind their units on cs)
+      const uint32_t cg = p.channels < nch ? nch - 1 : cs;
       const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
       // Part 1 (per part tile): the out GEMM into the normed rows, the residual, its norm.
@@ -954,14 +1001,39 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                          .out_ocm = X1});
         m.norm2(part, X1, xn);
         if (m.after_norm && r0 + n == m.rows) m.after_norm();
-        if (seed) k.lrm_seed(m.mark + ".residual_sums", {.m = m.rows, .n = m.width, .k = m.chunk, .row0 = r0,
+        if (seed) k.lrm_seed(m.mark + ".residual_sums", {.m = m.rows, .n = gn, .k = m.chunk, .row0 = r0,
                                                          .rows = n, .x_ocm = X1, .x_stride = w2,
                                                          .lrm_acc = m.sums_lrm});
         else copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
+        if (grouped)  // (the other groups' residual columns, for their sums)
+          copy_shape_on(cg, m.mark + ".store_residual_rest", {.src = ocm(X1 + gn * 2), .dst = res + gn * 2,
+                                                              .row_bytes = w2 - gn * 2, .rows = n,
+                                                              .src_stride = w2, .dst_stride = w2});
+        if (grouped && tiled) em.wait(cg);  // (before the next part tile writes X1)
       }
       if (over_residual) em.wait(cs);
+      if (grouped) em.wait(cg);  // (the up output may lie over X1)
+      // A group's down weights: whole tiles of each down packing, a group's bytes apart.
+      const uint32_t kin = m.pairs * m.chunk, kb = kin * 2, calls = m.chunks / m.pairs;
+      const uint64_t group_w = [&]() -> uint64_t {
+        if (!grouped) return 0;
+        const GemmPlan dp = plan_gemm(k.gcfg, 0, m.width, kin, k.ddr.at(m.weight(0, true)).split);
+        return uint64_t(gn / dp.cols) * dp.tile_bytes;
+      }();
+      const uint32_t nb = grouped && us >= 2 * kb ? 2 : 1;  // the later groups' input buffers
+      auto mid = [&](uint32_t c) {  // down call c's input rows in DDR
+        return detail::Copy{.src = m.mid_ddr + c * kb, .dst = 0, .row_bytes = kb, .rows = m.rows,
+                            .src_stride = m.chunks * m.chunk * 2, .dst_stride = us};
+      };
+      // Call j of the later groups' (group 1 + j / calls, call j % calls) input rows into buffer
+      // (j + 1) % nb (the first, 1, beside the last up output's store).
+      auto load_mid = [&](uint32_t j, uint32_t chan) {
+        detail::Copy cp = mid(j % calls);
+        cp.dst = ocm(U + (j + 1) % nb * kb);
+        copy_shape_on(chan, fmt::format("{}.g{}.mlp{}.load_act", m.mark, 1 + j / calls, j % calls), cp);
+      };
       k.chunk_chain({.mark = m.mark, .rows = m.rows, .chunk = m.chunk, .chunks = m.chunks, .in = m.width,
-                     .out_n = m.width, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
+                     .out_n = gn, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
                      .x_stride = w2, .up = U, .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias,
                      .out = XN, .out_stride = w2,
                      .acc = ACC, .acc_stride = 2 * w2, .lrm = m.sums_lrm, .seeded = seed,
@@ -969,7 +1041,40 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        // the residual stored before the partial sums overwrite it
                        if (down && c == 0 && !seed) em.wait(cs);
                        if (down && c > 0 && c == (m.chunks - 1) / m.pairs && m.before_last_down) m.before_last_down();
+                       if (!grouped) return;
+                       if (!down && c % m.pairs == 0 && c) em.wait(cg);  // (the up output's store)
+                       if (!down) return;
+                       detail::Copy st = mid(c);
+                       std::swap(st.src, st.dst);
+                       std::swap(st.src_stride, st.dst_stride);
+                       st.src = ocm(U);
+                       copy_shape_on(cg, fmt::format("{}.mlp{}.store_act", m.mark, c), st);
+                       if (c + 1 < calls) return;
+                       // The other groups' residual columns over the normed rows' (read for
+                       // the last time by the last up GEMM), and their first input rows.
+                       copy_shape_on(cg, m.mark + ".load_residual_rest",
+                                     {.src = m.res_ddr + gn * 2, .dst = ocm(XN + gn * 2), .row_bytes = w2 - gn * 2,
+                                      .rows = m.rows, .src_stride = w2, .dst_stride = w2});
+                       if (nb == 2) load_mid(0, cg);
                      }});
+      if (grouped) em.wait(cg);
+      for (uint32_t g = 1; g < m.groups; ++g) {
+        const uint32_t y = XN + g * gn * 2;
+        k.lrm_seed(fmt::format("{}.g{}.residual_sums", m.mark, g),
+                   {.m = m.rows, .n = gn, .k = m.chunk, .row0 = 0, .rows = m.rows, .x_ocm = y, .x_stride = w2,
+                    .lrm_acc = m.sums_lrm});
+        for (uint32_t c = 0; c < calls; ++c) {
+          const uint32_t j = (g - 1) * calls + c, n_j = (m.groups - 1) * calls;
+          if (nb == 1) load_mid(j, kWait);
+          else if (j) em.wait(cg);
+          if (nb == 2 && j + 1 < n_j) load_mid(j + 1, cg);
+          const bool last = c + 1 == calls;
+          k.gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
+                 {.w = m.weight(c, true), .m = m.rows, .n = gn, .k = kin, .x = U + (j + 1) % nb * kb, .xs = us,
+                  .y = y, .ys = w2, .bias = c == 0 && m.down_bias != kNone ? m.down_bias + g * gn * 2 : kNone,
+                  .acc = {.in = true, .y_f32 = !last, .lrm = m.sums_lrm}, .w_off = g * group_w});
+        }
+      }
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
@@ -1439,8 +1544,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // waited for before the q|k|v GEMM; the load is gone. (32x64, 2 MiB, 128 GB/s: a waited
     // store of 11.9 K cycles and a load of 7.1 K a layer.)
     const uint32_t kept_rows = [&]() -> uint32_t {
-      if (p.fused || !p.pm || p.rpm != S || !S || !psums(S) || p.rpa != S) return kNone;
-      const uint32_t XN = phase(p.pmb(1, p.rpm, p.ppt))[0];
+      if (p.fused || !p.pm || p.rpm != S || !S || !psums(S) || p.pg > 1 || p.rpa != S) return kNone;
+      const uint32_t XN = phase(p.pmb(1, p.rpm, p.ppt, p.pg))[0];
       const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
       for (size_t j = 1; j < o.size(); ++j)
         if (o[j] < XN + uint64_t(S) * d.H * 2) return kNone;
@@ -1794,8 +1899,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           uint32_t t = 0;
           for (auto [r0, rows] : tiles_of(S, p.rpm)) {
             const std::string T = p.rpm < S ? name(t++) : L;
-            mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm, p.ppt)),
-                          .o2 = phase(p.pmb(2, p.rpm, p.ppt)), .o3 = phase(p.pmb(3, p.rpm, p.ppt)),
+            mlp_all_rows({.mark = T, .rows = rows, .width = d.H, .o1 = phase(p.pmb(1, p.rpm, p.ppt, p.pg)),
+                          .o2 = phase(p.pmb(2, p.rpm, p.ppt, p.pg)), .o3 = phase(p.pmb(3, p.rpm, p.ppt, p.pg)),
                           .load_attn = [&](uint32_t A, uint32_t a0, uint32_t n) {
                             if (!apark) return em.copy(T + ".load_attn", aq + (r0 + a0) * qd, ocm(A), n * qd);
                             if (r0 + a0 || n != S)
@@ -1812,14 +1917,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                           .after = [&](uint32_t X3, uint32_t a0, uint32_t n, uint32_t DS) {  // the DeepStack rows
                             tl.deepstack({.mark = T, .r0 = r0 + a0, .rows = n}, X3, DS);
                           },
-                          .sums_lrm = psums(p.rpm) ? psums(rows) : 0, .part_rows = p.ppt,
+                          .sums_lrm = psums(p.rpm, p.pg) ? psums(rows, p.pg) : 0, .part_rows = p.ppt,
                           .store_later = kept_rows != kNone && i + 1 < tc.num_hidden_layers,
                           .parked = (i ? kept_rows != kNone : parked0) ? ppark : 0,
                           .after_norm = [&] {
                             if (early_norms && i + 1 < tc.num_hidden_layers)
                               copy_on(cn, L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                                       d.text_vec() * 2);
-                          }});
+                          },
+                          .groups = p.pg, .mid_ddr = aq});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
@@ -1883,8 +1989,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
                                                     "partial sums in {}{}{})", p.rpa, p.rpm, rope_note,
-                                                    pm_chunk(d.I, 2), psums(p.rpm) ? "LRM" : "OCM",
-                                                    part_tiles(p.ppt, p.rpm),
+                                                    pm_chunk(d.I, 2), psums(p.rpm, p.pg) ? "LRM" : "OCM",
+                                                    part_tiles(p.ppt, p.rpm) +
+                                                        (p.pg > 1 ? fmt::format(", the down in {} column groups", p.pg) : ""),
                                                     pm_down() > 1 ? ", the down over two chunks a call" : "")
                                       : fmt::format("{}|{} (qkv|MLP phases{})", p.rpa, p.rpc, rope_note);
   const std::string pcopies =

@@ -800,6 +800,47 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
                        "tiny (wider MLPs) image program, 160 tokens, MLP parts in row tiles, 512 KiB, 8 GB/s");
 }
 
+// The streamed prefill's MLP over every row with its down in column groups (Streamed::pg: the 2B
+// on 16x16 at 1 MiB, where one group's LRM sums of every row fit and the whole width's do not;
+// forced here by CompileOptions::image_down_groups): the tiny model on 8x8 PEs (64-column tiles)
+// with a 256-token prompt, the down in 2 groups of 64 columns; a variant with a 256-wide text
+// stream in 4 groups. The first group's SiLU rows go to DDR and every later group reads them
+// back, its sums seeded with its residual columns. Against the chain; negative control: the
+// last group's tiles of a layer's down chunk zeroed in DDR (the first group's untouched).
+TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
+  ModelConfig wide = config_tiny();
+  wide.name = "tiny_h256";
+  wide.text.hidden_size = 256;
+  wide.vision.out_hidden_size = 256;
+  static TinyBundle tiny("image_tiny_groups", config_tiny()), h256("image_" + wide.name, wide);
+  const ImageShape shape{16, 16, 256, 5};
+  for (const auto& [m, bundle, groups] : {std::tuple{config_tiny(), tiny.bundle.get(), 2u}, {wide, h256.bundle.get(), 4u}}) {
+    SCOPED_TRACE(m.name);
+    const auto [pixels, ref] = ocm_reference(m, *bundle, 17, shape);
+    CompileOptions opt = ocm_options(1024);
+    opt.image_down_groups = groups;
+    opt.image_gemm_rows = opt.image_tower_rows = 8;  // (every PE row: tiles of 64 columns)
+    Compiler c(m, sim::Config::make("qc-u", {"pe_rows=8", "pe_cols=8", "ocm_bytes=640KiB", "ddr_gbps=8"}), opt);
+    const CompiledProgram prog = c.image_program(shape);
+    SCOPED_TRACE(prog.plan);
+    EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases"), std::string::npos);  // (the MLP phase over every row)
+    EXPECT_NE(prog.plan.find(fmt::format("fp32 partial sums in LRM, the down in {} column groups", groups)),
+              std::string::npos);
+    size_t later = 0, stores = 0;
+    for (const KernelCall& k : prog.calls) {
+      later += k.mark.starts_with(fmt::format("P1.g{}.mlp", groups - 1)) && k.mark.ends_with(".down");
+      stores += k.mark.starts_with("P1.mlp") && k.mark.ends_with(".store_act");
+    }
+    EXPECT_GT(later, 0u);
+    EXPECT_EQ(stores, later);  // (every down call's SiLU rows stored once, read by each later group)
+    expect_matches_chain(c, prog, shape, bundle, pixels, ref,
+                         fmt::format("{} image program, 256 tokens, the down in {} column groups", m.name, groups));
+    const std::string down = "L1.pm0.down";
+    expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, down, "layer 1's down chunk 0, its last group",
+                               c.layout().at(down).bytes / groups * (groups - 1));
+  }
+}
+
 // The tower's qkv phase in its other two forms at 512 KiB (the MLP over every row with the
 // q|k|v by head groups is TinyMlpOverEveryRowMatchesTheChain's): by head groups (Streamed::vqg,
 // 2 heads a group) with the tower's MLP in row tiles, which read the attention rows back from
