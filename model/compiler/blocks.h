@@ -410,12 +410,41 @@ struct KernelCalls {
     uint32_t out = 0, out_stride = 0, acc = 0, acc_stride = 0, lrm = 0;
     bool seeded = false;
     std::function<void(uint32_t, bool)> before = {};
+    // The down's columns in `groups` groups of out_n / groups, one after the other (whole tiles
+    // of its packings, the sums in LRM, a down call a chunk): the first as above, each chunk's
+    // up output rows stored to DDR at `mid` ([rows][chunks chunk]) before its down call; then
+    // each later group's down calls on those rows read back (two buffers where the up output
+    // holds two), into its columns of out. The copies on DMA channel `chan`; before_later()
+    // before the first group's last down call (the caller's loads for the later groups, on
+    // chan), group_start(g) at group g's start with them arrived (seeded: its sums' seed).
+    uint32_t groups = 1, mid = 0, chan = 0;
+    std::function<void()> before_later = {};
+    std::function<void(uint32_t)> group_start = {};
   };
   void chunk_chain(const ChunkChain& m) {
     constexpr uint32_t kNone = UINT32_MAX;
+    const bool grouped = m.groups > 1;
+    if (grouped && (m.pairs > 1 || !m.lrm || m.out_n % m.groups))
+      fail("compiler: internal: '{}' has its down in column groups without LRM sums, or over two chunks", m.mark);
+    const uint32_t gn = m.out_n / m.groups, kb = m.chunk * 2;
+    const uint32_t nb = grouped && m.up_stride >= 2 * kb ? 2 : 1;  // the later groups' input buffers
+    auto mid = [&](uint32_t c) {  // chunk c's up output rows in DDR
+      return detail::Copy{.src = m.mid + c * kb, .dst = 0, .row_bytes = kb, .rows = m.rows,
+                          .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
+    };
+    // Call j of the later groups' (group 1 + j / chunks, chunk j % chunks) input rows into buffer
+    // (j + 1) % nb (the first, 1, beside the last up output's store).
+    auto load_mid = [&](uint32_t j, bool wait) {
+      detail::Copy cp = mid(j % m.chunks);
+      cp.dst = sim::ocm_addr(m.up + (j + 1) % nb * kb);
+      const std::string mark = fmt::format("{}.g{}.mlp{}.load_act", m.mark, 1 + j / m.chunks, j % m.chunks);
+      if (wait) em.copy(mark, cp);
+      else em.copy_async(mark, m.chan, cp);
+    };
     for (uint32_t c = 0; c < m.chunks; ++c) {
       const std::string C = fmt::format("{}.mlp{}", m.mark, c);
       const bool last = c + 1 == m.chunks, into_out = last || m.lrm;
+      if (grouped && c) em.wait(m.chan);  // (the up output's store)
       if (m.before) m.before(c, false);
       if (m.pairs > 1 && !m.gated) fail("compiler: internal: a down over {} chunks of an fc1 chain", m.pairs);
       const uint32_t j = c % m.pairs;
@@ -430,12 +459,41 @@ struct KernelCalls {
       }
       if (j + 1 < m.pairs) continue;
       if (m.before) m.before(c / m.pairs, true);
+      if (grouped) {
+        detail::Copy st = mid(c);
+        std::swap(st.src_stride, st.dst_stride);
+        st.dst = st.src;
+        st.src = sim::ocm_addr(m.up);
+        em.copy_async(C + ".store_act", m.chan, st);
+        if (last && m.before_later) m.before_later();
+        if (last && nb == 2) load_mid(0, false);
+      }
       const GemmAcc acc{.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last,
                         .lrm = m.lrm};
       gemm(C + (m.gated ? ".down" : ".fc2"),
-           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = m.out_n, .k = m.pairs * m.chunk, .x = m.up,
+           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = gn, .k = m.pairs * m.chunk, .x = m.up,
             .xs = m.up_stride, .y = into_out ? m.out : m.acc, .ys = into_out ? m.out_stride : m.acc_stride,
             .bias = c + 1 == m.pairs ? m.down_bias : kNone, .acc = acc});
+    }
+    if (!grouped) return;
+    // The later groups: a group's down weights are whole tiles of each packing, a group's bytes apart.
+    const kernels::GemmPlan dp = plan_gemm(gcfg, 0, m.out_n, m.chunk, ddr.at(m.weight(0, true)).split);
+    const uint64_t group_w = uint64_t(gn / dp.cols) * dp.tile_bytes;
+    em.wait(m.chan);
+    for (uint32_t g = 1; g < m.groups; ++g) {
+      if (m.group_start) m.group_start(g);
+      for (uint32_t c = 0; c < m.chunks; ++c) {
+        const uint32_t j = (g - 1) * m.chunks + c;
+        if (nb == 1) load_mid(j, true);
+        else if (j) em.wait(m.chan);
+        if (nb == 2 && j + 1 < (m.groups - 1) * m.chunks) load_mid(j + 1, false);
+        const bool last = c + 1 == m.chunks;
+        gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
+             {.w = m.weight(c, true), .m = m.rows, .n = gn, .k = m.chunk, .x = m.up + (j + 1) % nb * kb,
+              .xs = m.up_stride, .y = m.out + g * gn * 2, .ys = m.out_stride,
+              .bias = c == 0 && m.down_bias != kNone ? m.down_bias + g * gn * 2 : kNone,
+              .acc = {.in = c > 0 || m.seeded, .y_f32 = !last, .lrm = m.lrm}, .w_off = g * group_w});
+      }
     }
   }
   // In place (out = x); fp32 tables [rows][head_dim].

@@ -164,7 +164,7 @@ struct CompileOptions {
   uint32_t image_part_rows = 0;
   // Test knob: the streamed prefill's MLP over every row with its down in this many column
   // groups (Streamed::pg) where their LRM sums fit, also where the whole width's do, and that
-  // plan taken (0: the cost model decides).
+  // plan taken; the mergers' fc2 too where they run in chunks (0: the cost model decides).
   uint32_t image_down_groups = 0;
   // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
   bool image_ocm_sums = false;

@@ -90,6 +90,7 @@ struct Streamed {
   // fc2 into fp32 partial sums in LRM), where their row tiles would read every weight again:
   // buffers mpmb() (the normed rows, fc2's output over them at the end; a chunk's fc1 output).
   bool mpm = false;
+  uint32_t mg_groups = 1;  // their fc2 in this many column groups (ChunkChain::groups)
   std::function<std::vector<uint64_t>()> mpmb;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> vpmb;  // (part, rows, part tile rows)
   // The tower's qkv phase (A) over every row from block 1 on, or in tiles of vqt rows (N:
@@ -130,6 +131,14 @@ struct Streamed {
   // of q and the output, k, v; with no cached tokens before the prompt (pbq_own) k and v are
   // read in the q|k|v rows too, and a set is its staging only.
   bool pq = false, pbq_own = false;
+  // The prefill's qkv phase over every row in column groups (where its row tiles would read the
+  // q|k|v weight again): every row normed in place, then the q|k|v GEMM qg columns (whole heads,
+  // whole tiles of its packing) a call, each group's heads normed, rotated and stored to act.q
+  // (q) or written to the KV cache (a k group with its v group), two output buffers. Buffers
+  // pqgb(qg): the rows, cos, sin, two outputs [S][qg].
+  bool pqg = false;
+  uint32_t qg = 0;
+  std::function<std::vector<uint64_t>(uint32_t)> pqgb;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> pbq;
   std::vector<uint64_t> hd;
   bool ok = false;
@@ -183,8 +192,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   auto vsums = [&](uint32_t r) {
     return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, r, d.Dv, pm_chunk(d.Iv, 1), pm_chunk(d.Iv, 1), 0, d.Dv, d.Dv);
   };
-  auto msums = [&] {  // (the mergers': fc1 [c][Md], fc2 [H][c])
-    return opt_.image_ocm_sums ? 0u : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md);
+  auto msums = [&](uint32_t groups = 1) {  // (the mergers': fc1 [c][Md], fc2 [H][c])
+    return opt_.image_ocm_sums ? 0u
+                               : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md, 0, groups);
   };
   auto psums = [&](uint32_t r, uint32_t groups = 1) {
     return opt_.image_ocm_sums ? 0u
@@ -475,8 +485,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   p.rm = Nt ? rows_per_tile(Nt, cap ? std::max(1u, cap / 4) : 0, [&](uint32_t r) { return fits(p.mg(r)); }) : 1;
   // (the mergers in chunks where their row tiles would read the weights again: always fewer bytes,
   // the same MACs; the test knob image_merger_chunks forces them)
+  // Where their sums of every merged row do not fit the LRM, fc2's columns in 2 or 4 groups
+  // (ChunkChain::groups: the fc1 rows through DDR once more, a group's weights once).
   p.mpm = Nt && (p.rm < Nt || opt_.image_merger_chunks || !whole) && ddr_.has(mpm_name(-1, 0, "fc1")) && !cap &&
-          msums() && fits(p.mpmb());
+          fits(p.mpmb());
+  if (p.mpm && (!msums() || opt_.image_down_groups)) {  // (the knob: also where one group fits)
+    p.mg_groups = 0;
+    for (uint32_t g = 2; g <= 4 && !p.mg_groups && mid_fits(Nt, d.Md); g *= 2)
+      if (msums(g) && (!opt_.image_down_groups || g == opt_.image_down_groups)) p.mg_groups = g;
+    p.mpm = p.mg_groups > 0;
+    if (!p.mpm) p.mg_groups = 1;
+  }
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
   // computes, its output stores while the next computes) when they fit, else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' cycles
@@ -565,6 +584,26 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   const double wb_a = wb(d.qkv_n, d.H), wb_c = wb(d.H, d.nq * d.hd) + wb(2 * cw, d.H) * nchunks + wb(d.H, d.I);
   const double before = p.cost;
   p.rpa = row_phase(S, p.pa, macs_a, wb_a, 1, d.H * 2.0 + 2.0 * kd + d.hd * 8.0, double(qd), p.spa, layers);
+  // Or over every row in column groups (Streamed::pqg) where that reads the weight fewer times
+  // and costs at most kFewerBytes more: the widest group (whole heads and tiles, dividing k's
+  // columns) whose buffers fit; per layer the calls' MACs or the weight and the q, k, v stores,
+  // the rows and tables in, waited.
+  p.pqgb = [&](uint32_t qg) -> V64 {
+    const uint64_t tab = uint64_t(S) * d.hd * 4, y = uint64_t(S) * qg * 2;
+    return {uint64_t(S) * d.H * 2, tab, tab, y, y};
+  };
+  if (S && p.rpa && p.rpa < S && !cap && !opt_.image_copy_mode && d.qkv_n == d.nq * d.hd + 2 * d.nkv * d.hd) {
+    const uint32_t T = plan_gemm(gemm_cfg_, 0, d.qkv_n, d.H, ddr_.at(layer_name(0, "qkv.gemm")).split).cols;
+    const uint32_t kcols = d.nkv * d.hd;
+    for (uint32_t qg = kcols; qg >= d.hd; qg /= 2) {
+      if (qg % T || qg % d.hd || kcols % qg || (d.nq * d.hd) % qg || !fits(p.pqgb(qg))) continue;
+      const double calls = double(d.qkv_n / qg);
+      const double c = layers * (std::max(S * macs_a / peak + calls * kCallCycles, (wb_a + S * (qd + 2.0 * kd)) / bw) +
+                                 S * (d.H * 2.0 + d.hd * 8.0) / bw);
+      if (c < kFewerBytes * (p.cost - before)) p.pqg = true, p.qg = qg, p.cost = before + c;
+      break;
+    }
+  }
   const double before_c = p.cost;
   p.rpc = row_phase(S, p.pc, macs_c, wb_c, 2.0 + nchunks, double(qd) + 2.0 * d.H, 2.0 * d.H, p.spc, layers);
   // The MLP over every row, where its packing is in DDR, no knob caps the rows and its parts
@@ -684,7 +723,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                         : wb_vc * passes(N, p.rvc))) +
         mergers * (wb(d.Md, d.Md) + wb(d.H, d.Md)) * (p.mpm ? 1.0 : passes(Nt, p.rm)) +
         layers * (p.fused ? (wb_a + wb_c) * passes(S, p.rpf)
-                          : wb_a * passes(S, p.rpa) +
+                          : wb_a * (p.pqg ? 1.0 : passes(S, p.rpa)) +
                                 (p.pm ? passes(S, p.rpm) * (wb_pm + wb(d.H, d.nq * d.hd) * passes(p.rpm, p.ppt))
                                       : wb_c * passes(S, p.rpc)));
   }
@@ -1013,27 +1052,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       }
       if (over_residual) em.wait(cs);
       if (grouped) em.wait(cg);  // (the up output may lie over X1)
-      // A group's down weights: whole tiles of each down packing, a group's bytes apart.
-      const uint32_t kin = m.pairs * m.chunk, kb = kin * 2, calls = m.chunks / m.pairs;
-      const uint64_t group_w = [&]() -> uint64_t {
-        if (!grouped) return 0;
-        const GemmPlan dp = plan_gemm(k.gcfg, 0, m.width, kin, k.ddr.at(m.weight(0, true)).split);
-        return uint64_t(gn / dp.cols) * dp.tile_bytes;
-      }();
-      const uint32_t nb = grouped && us >= 2 * kb ? 2 : 1;  // the later groups' input buffers
-      auto mid = [&](uint32_t c) {  // down call c's input rows in DDR
-        return detail::Copy{.src = m.mid_ddr + c * kb, .dst = 0, .row_bytes = kb, .rows = m.rows,
-                            .src_stride = m.chunks * m.chunk * 2, .dst_stride = us};
-      };
-      // Call j of the later groups' (group 1 + j / calls, call j % calls) input rows into buffer
-      // (j + 1) % nb (the first, 1, beside the last up output's store).
-      auto load_mid = [&](uint32_t j, uint32_t chan) {
-        detail::Copy cp = mid(j % calls);
-        cp.dst = ocm(U + (j + 1) % nb * kb);
-        copy_shape_on(chan, fmt::format("{}.g{}.mlp{}.load_act", m.mark, 1 + j / calls, j % calls), cp);
-      };
       k.chunk_chain({.mark = m.mark, .rows = m.rows, .chunk = m.chunk, .chunks = m.chunks, .in = m.width,
-                     .out_n = gn, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
+                     .out_n = m.width, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
                      .x_stride = w2, .up = U, .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias,
                      .out = XN, .out_stride = w2,
                      .acc = ACC, .acc_stride = 2 * w2, .lrm = m.sums_lrm, .seeded = seed,
@@ -1041,40 +1061,20 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        // the residual stored before the partial sums overwrite it
                        if (down && c == 0 && !seed) em.wait(cs);
                        if (down && c > 0 && c == (m.chunks - 1) / m.pairs && m.before_last_down) m.before_last_down();
-                       if (!grouped) return;
-                       if (!down && c % m.pairs == 0 && c) em.wait(cg);  // (the up output's store)
-                       if (!down) return;
-                       detail::Copy st = mid(c);
-                       std::swap(st.src, st.dst);
-                       std::swap(st.src_stride, st.dst_stride);
-                       st.src = ocm(U);
-                       copy_shape_on(cg, fmt::format("{}.mlp{}.store_act", m.mark, c), st);
-                       if (c + 1 < calls) return;
-                       // The other groups' residual columns over the normed rows' (read for
-                       // the last time by the last up GEMM), and their first input rows.
+                     },
+                     .groups = m.groups, .mid = m.mid_ddr, .chan = cg,
+                     // The later groups' residual columns over the normed rows' (read for the
+                     // last time by the last up GEMM), each seeding its group's sums.
+                     .before_later = [&] {
                        copy_shape_on(cg, m.mark + ".load_residual_rest",
                                      {.src = m.res_ddr + gn * 2, .dst = ocm(XN + gn * 2), .row_bytes = w2 - gn * 2,
                                       .rows = m.rows, .src_stride = w2, .dst_stride = w2});
-                       if (nb == 2) load_mid(0, cg);
+                     },
+                     .group_start = [&](uint32_t g) {
+                       k.lrm_seed(fmt::format("{}.g{}.residual_sums", m.mark, g),
+                                  {.m = m.rows, .n = gn, .k = m.chunk, .row0 = 0, .rows = m.rows,
+                                   .x_ocm = XN + g * gn * 2, .x_stride = w2, .lrm_acc = m.sums_lrm});
                      }});
-      if (grouped) em.wait(cg);
-      for (uint32_t g = 1; g < m.groups; ++g) {
-        const uint32_t y = XN + g * gn * 2;
-        k.lrm_seed(fmt::format("{}.g{}.residual_sums", m.mark, g),
-                   {.m = m.rows, .n = gn, .k = m.chunk, .row0 = 0, .rows = m.rows, .x_ocm = y, .x_stride = w2,
-                    .lrm_acc = m.sums_lrm});
-        for (uint32_t c = 0; c < calls; ++c) {
-          const uint32_t j = (g - 1) * calls + c, n_j = (m.groups - 1) * calls;
-          if (nb == 1) load_mid(j, kWait);
-          else if (j) em.wait(cg);
-          if (nb == 2 && j + 1 < n_j) load_mid(j + 1, cg);
-          const bool last = c + 1 == calls;
-          k.gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
-                 {.w = m.weight(c, true), .m = m.rows, .n = gn, .k = kin, .x = U + (j + 1) % nb * kb, .xs = us,
-                  .y = y, .ys = w2, .bias = c == 0 && m.down_bias != kNone ? m.down_bias + g * gn * 2 : kNone,
-                  .acc = {.in = true, .y_f32 = !last, .lrm = m.sums_lrm}, .w_off = g * group_w});
-        }
-      }
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
       for (auto [r0, n] : tiles_of(m.rows, pt)) {
@@ -1238,7 +1238,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // GELU into U, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias),
           // the last rounded into the normed rows, which no GEMM reads after the last fc1.
           const std::vector<uint32_t> o = phase(p.mpmb());
-          const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md, 1), chunks = d.Md / cm, sums = msums();
+          const uint32_t X = o[0], U = o[1], cm = pm_chunk(d.Md, 1), chunks = d.Md / cm, sums = msums(p.mg_groups);
           const Tile all{.mark = M, .r0 = 0, .rows = Nt};
           em.copy(M + ".load", vh, ocm(X), Nt * d.Md * 2);
           m.norm(all, X, X);
@@ -1247,7 +1247,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                          .act = EwOp::gelu_erf,
                          .weight = [&](uint32_t c, bool down) { return mpm_name(j, c, down ? "fc2" : "fc1"); },
                          .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = m.fc1_bias(),
-                         .down_bias = m.fc2_bias(), .out = X, .out_stride = d.H * 2, .lrm = sums});
+                         .down_bias = m.fc2_bias(), .out = X, .out_stride = d.H * 2, .lrm = sums,
+                         .groups = p.mg_groups, .mid = aq, .chan = p.channels < nch ? nch - 1 : cs});
           k.lrm_end = 0;
           m.store(all, X);
           end(M);
@@ -1735,7 +1736,61 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               copy_on(cst, name(t) + ".store", ocm(buf(o, nd, u, 0)), ah + r0 * d.H * 2, rows * d.H * 2);
             });
       } else {
-        {
+        if (p.pqg) {
+          // Every row normed in place, then the q|k|v GEMM a column group at a time (Streamed::pqg):
+          // q groups normed, rotated and stored to act.q; each k group normed and rotated, then its
+          // v group, and both written to the KV cache; the two output buffers alternate, each
+          // group's copies waited for before the group after next writes its buffer.
+          const std::vector<uint32_t> o = phase(p.pqgb(p.qg));
+          const uint32_t X = o[0], RC = o[1], RS = o[2], qg = p.qg, gh = qg / d.hd, qgroups = d.nq / gh;
+          const Tile t{.mark = L, .r0 = 0, .rows = S};
+          if (i == 0) {
+            tl.embed(t, X);
+            em.copy(L + ".store", ocm(X), ah, S * d.H * 2);
+          } else {
+            em.copy(L + ".load", ah, ocm(X), S * d.H * 2);
+          }
+          load_rope(L, 0, S, ca, RC, RS);
+          tl.input_norm(t, X, X);
+          em.wait(ca);
+          const std::string W = layer_name(i, "qkv.gemm");
+          const kernels::GemmPlan qp = plan_gemm(k.gcfg, 0, d.qkv_n, d.H, ddr_.at(W).split);
+          const uint32_t cq = p.channels < nch ? nch - 1 : cs;  // (the copies: a channel the GEMMs leave free)
+          uint32_t call = 0;
+          // GEMM columns [c0, c0 + qg) into output buffer `call % 2`, after that buffer's copies.
+          auto group = [&](const std::string& G, uint32_t c0) {
+            const uint32_t Y = o[3 + call % 2];
+            if (call >= 2) em.wait(cq);
+            ++call;
+            k.gemm(G, {.w = W, .m = S, .n = qg, .k = d.H, .x = X, .xs = d.H * 2, .y = Y, .ys = qg * 2,
+                       .w_off = uint64_t(c0 / qp.cols) * qp.tile_bytes});
+            return Y;
+          };
+          auto norm_rope = [&](const std::string& G, uint32_t Y, uint32_t w) {
+            k.head_norm(G + ".norm", {.rows = S, .heads = gh, .head_dim = d.hd, .x_ocm = Y,
+                                      .x_stride = S > 1 ? qg * 2 : 0, .w_ocm = w, .eps = teps});
+            k.rope(G + ".rope", {.rows = S, .heads = gh, .head_dim = d.hd, .x_ocm = Y, .x_row_stride = qg * 2,
+                                 .cos_ocm = RC, .sin_ocm = RS});
+          };
+          for (uint32_t g = 0; g < qgroups; ++g) {
+            const std::string G = fmt::format("{}.q{}", L, g);
+            const uint32_t Y = group(G + ".qkv", g * qg);
+            norm_rope(G, Y, tl.vec + 4 * d.H);  // (q's norm weight: TextLayer::q_norm)
+            copy_shape_on(cq, G + ".store_q", {.src = ocm(Y), .dst = aq + g * qg * 2, .row_bytes = qg * 2, .rows = S,
+                                               .src_stride = qg * 2, .dst_stride = qd});
+          }
+          for (uint32_t g = 0; g < d.nkv / gh; ++g) {
+            const std::string G = fmt::format("{}.kv{}", L, g);
+            const uint32_t K = group(G + ".k", d.nq * d.hd + g * qg);
+            norm_rope(G + ".k", K, tl.vec + 4 * d.H + d.hd * 2);  // (k's: TextLayer::k_norm)
+            const uint32_t V = group(G + ".v", d.nq * d.hd + d.nkv * d.hd + g * qg);
+            const uint32_t hd2 = d.hd * 2, plane = g * gh * opt_.max_seq * hd2;
+            k.kv_write(G + ".kv_write", {.kv_heads = gh, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = V,
+                                         .row_stride = qg * 2, .k_cache_ddr = kc + plane, .v_cache_ddr = vcache + plane,
+                                         .max_seq = opt_.max_seq, .pos_smem = tl.slot0_smem, .wait = true});
+          }
+          em.wait(cq);
+        } else {
           // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them.
           const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
           const size_t nd = doubled(p.spa, 1, 4);
@@ -1986,14 +2041,15 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       (p.fused || !p.pq ? ""
        : p.pbq_own      ? "; the attention reads q, k and v in the q|k|v rows"
                         : "; the attention reads q in the q|k|v rows");
+  const std::string parows = p.pqg ? fmt::format("{} (q|k|v {} columns a call)", S, p.qg) : std::to_string(p.rpa);
   const std::string prows = p.fused ? fmt::format("{} (whole layers)", p.rpf)
                             : p.pm    ? fmt::format("{}|{} (qkv|MLP phases{}; the MLP in chunks of {} with fp32 "
-                                                    "partial sums in {}{}{})", p.rpa, p.rpm, rope_note,
+                                                    "partial sums in {}{}{})", parows, p.rpm, rope_note,
                                                     pm_chunk(d.I, 2), psums(p.rpm, p.pg) ? "LRM" : "OCM",
                                                     part_tiles(p.ppt, p.rpm) +
                                                         (p.pg > 1 ? fmt::format(", the down in {} column groups", p.pg) : ""),
                                                     pm_down() > 1 ? ", the down over two chunks a call" : "")
-                                      : fmt::format("{}|{} (qkv|MLP phases{})", p.rpa, p.rpc, rope_note);
+                                      : fmt::format("{}|{} (qkv|MLP phases{})", parows, p.rpc, rope_note);
   const std::string pcopies =
       p.fused ? std::string(mode_name(p.spf)) : fmt::format("{}|{}", mode_name(p.spa), mode_name(p.spc));
   const uint32_t pheads = p.fused ? p.gpf : p.gp;
@@ -2004,8 +2060,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                      p.vqo == 1 ? " through one buffer" : "")
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
-  const std::string mrows = p.mpm ? fmt::format("{} (in chunks of {} with fp32 partial sums in LRM)", Nt,
-                                                pm_chunk(d.Md, 1))
+  const std::string mrows = p.mpm ? fmt::format("{} (in chunks of {} with fp32 partial sums in LRM{})", Nt,
+                                                pm_chunk(d.Md, 1),
+                                                p.mg_groups > 1 ? fmt::format(", fc2 in {} column groups", p.mg_groups)
+                                                                : "")
                                   : std::to_string(p.rm);
   const std::string vrows =
       p.vpm ? fmt::format("{}|{} (qkv|MLP phases; the MLP in chunks of {} with fp32 partial sums in {}{}{})", va,

@@ -803,10 +803,11 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
 // The streamed prefill's MLP over every row with its down in column groups (Streamed::pg: the 2B
 // on 16x16 at 1 MiB, where one group's LRM sums of every row fit and the whole width's do not;
 // forced here by CompileOptions::image_down_groups): the tiny model on 8x8 PEs (64-column tiles)
-// with a 256-token prompt, the down in 2 groups of 64 columns; a variant with a 256-wide text
-// stream in 4 groups. The first group's SiLU rows go to DDR and every later group reads them
-// back, its sums seeded with its residual columns. Against the chain; negative control: the
-// last group's tiles of a layer's down chunk zeroed in DDR (the first group's untouched).
+// with a 256-token prompt, the down in 2 groups of 64 columns (and the mergers' fc2, forced into
+// chunks); a variant with a 256-wide text stream in 4 groups. The first group's SiLU rows go to DDR and every later group reads them
+// back, its sums seeded with its residual columns (the variant's q|k|v phase in column groups
+// too). Against the chain; negative control: the last group's tiles of a layer's down chunk
+// zeroed in DDR (the first group's untouched).
 TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
   ModelConfig wide = config_tiny();
   wide.name = "tiny_h256";
@@ -819,12 +820,16 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
     const auto [pixels, ref] = ocm_reference(m, *bundle, 17, shape);
     CompileOptions opt = ocm_options(1024);
     opt.image_down_groups = groups;
+    opt.image_merger_chunks = true;
     opt.image_gemm_rows = opt.image_tower_rows = 8;  // (every PE row: tiles of 64 columns)
     Compiler c(m, sim::Config::make("qc-u", {"pe_rows=8", "pe_cols=8", "ocm_bytes=640KiB", "ddr_gbps=8"}), opt);
     const CompiledProgram prog = c.image_program(shape);
     SCOPED_TRACE(prog.plan);
     EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases"), std::string::npos);  // (the MLP phase over every row)
     EXPECT_NE(prog.plan.find(fmt::format("fp32 partial sums in LRM, the down in {} column groups", groups)),
+              std::string::npos);
+    EXPECT_NE(prog.plan.find(fmt::format("mergers 64 (in chunks of 512 with fp32 partial sums in LRM, fc2 in {} "
+                                         "column groups)", groups)),
               std::string::npos);
     size_t later = 0, stores = 0;
     for (const KernelCall& k : prog.calls) {
@@ -835,9 +840,20 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
     EXPECT_EQ(stores, later);  // (every down call's SiLU rows stored once, read by each later group)
     expect_matches_chain(c, prog, shape, bundle, pixels, ref,
                          fmt::format("{} image program, 256 tokens, the down in {} column groups", m.name, groups));
-    const std::string down = "L1.pm0.down";
+    const std::string down = "L1.pm0.down", fc2 = "Mf.pm0.fc2";
     expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, down, "layer 1's down chunk 0, its last group",
                                c.layout().at(down).bytes / groups * (groups - 1));
+    expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, fc2, "the last merger's fc2 chunk 0, last group",
+                               c.layout().at(fc2).bytes / groups * (groups - 1));
+    if (groups == 2) continue;
+    // The wide variant's q|k|v phase in column groups too (Streamed::pqg, the cost model's choice:
+    // its row tiles would read the weight twice): 64 columns (two heads) a call, q stored, k with
+    // v written to the KV cache (the slot control above reads them back); negative control: the
+    // last v group's tiles of layer 1's q|k|v zeroed.
+    EXPECT_NE(prog.plan.find("prefill 256 (q|k|v 64 columns a call)|256"), std::string::npos);
+    const std::string qkv = "L1.qkv.gemm";
+    expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, qkv, "layer 1's last v group",
+                               c.layout().at(qkv).bytes / 4 * 3);
   }
 }
 
