@@ -96,9 +96,11 @@ struct Streamed {
   // The tower's qkv phase (A) over every row from block 1 on, or in tiles of vqt rows (N:
   // every row at once): the norm of the rows, then q, k and v in turn (q and k rotated), each
   // stored while the next computes (vqo = 2 output buffers; 1: each store waited for before
-  // the next GEMM); buffers vqab(rows, outputs).
+  // the next GEMM); buffers vqab(rows, outputs, vqc). Where every row's outputs do not fit,
+  // each of q, k and v in column groups of vqc (whole heads and tiles; 0: whole) over every row,
+  // rather than row tiles that read the weights again.
   bool vqa = false;
-  uint32_t vqt = 0, vqo = 2;
+  uint32_t vqt = 0, vqo = 2, vqc = 0;
   // With vqa over every row, k and v kept in OCM for the attention (blocks >= 1): q into k's
   // buffer and stored, then k and v into their own, which the attention reads in place (row
   // stride Dv); only q goes to DDR and back. Buffers vkvab() (the qkv phase) and vkvb(kv
@@ -106,7 +108,7 @@ struct Streamed {
   bool vkv = false;
   std::function<std::vector<uint64_t>()> vkvab;
   std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vkvb;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t)> vqab;
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t)> vqab;
   // Or, from block 1 on, its q|k|v by groups of vgq_heads heads, each group's GEMM beside its
   // attention (q, k and v never leave OCM: no qkv phase stores, no attention phase loads):
   // the norm of all rows, then per group its GEMM, rotation and attention into the attention
@@ -301,10 +303,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                     uint64_t(r) * std::max(d.I + cw, d.H) * 2},
                    mode, 1, 2);
   };
-  // tower qkv, q, k, v in turn (vqa): normed rows [r][Dv], cos, sin [r][hdv] fp32, `outs` outputs [r][Dv]
-  p.vqab = [&](uint32_t r, uint32_t outs) -> V64 {
-    const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4;
-    return outs == 2 ? V64{rows, tab, tab, rows, rows} : V64{rows, tab, tab, rows};
+  // tower qkv, q, k, v in turn (vqa): normed rows [r][Dv], cos, sin [r][hdv] fp32, `outs` outputs
+  // [r][cols] (0: Dv)
+  p.vqab = [&](uint32_t r, uint32_t outs, uint32_t cols) -> V64 {
+    const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4, y = uint64_t(r) * (cols ? cols : d.Dv) * 2;
+    return outs == 2 ? V64{rows, tab, tab, y, y} : V64{rows, tab, tab, y};
   };
   p.vkvab = [&]() -> V64 {  // k (q first), v (cos, sin [N][hdv] fp32 first), normed rows
     const uint64_t rows = uint64_t(N) * d.Dv * 2;
@@ -434,17 +437,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   if (N && p.rva && ddr_.has(vpm_name(0, 0, "qkv")) && !cap)
     for (uint32_t outs : {2u, 1u}) {
       if (opt_.image_qkv_buffers && outs != opt_.image_qkv_buffers) continue;
-      const uint32_t t = rows_per_tile(N, qknob, [&](uint32_t r) { return fits(p.vqab(r, outs)); });
+      uint32_t t = rows_per_tile(N, qknob, [&](uint32_t r) { return fits(p.vqab(r, outs, 0)); }), cols = 0;
+      // (every row in column groups where row tiles would read the weights again: two outputs)
+      if (t < N && (!qknob || qknob >= N) && outs == 2) {
+        const uint32_t T = plan_gemm(gemm_cfg_, 0, d.Dv, d.Dv, ddr_.at(vpm_name(0, 0, "qkv")).split).cols;
+        for (uint32_t c = d.Dv / 2; c >= T && c >= d.hdv && !cols; c /= 2)
+          if (c % T == 0 && c % d.hdv == 0 && d.Dv % c == 0 && fits(p.vqab(N, outs, c))) cols = c, t = N;
+      }
       if (!t || (t < N && !vq_tiles && !qknob)) continue;
-      const double tiles = std::ceil(double(N) / t);
+      const double tiles = std::ceil(double(N) / t), calls = 3.0 * (cols ? d.Dv / cols : 1);
       // (one buffer: q's and k's stores waited for, their DDR time beside the next GEMM's
       // weights, under its MACs where they are more: 1 MiB, 64 GB/s, 0.10% measured, not 0.8%)
       const double stores = outs == 1 ? t * 4.0 * d.Dv : 0.0;
-      const double vqa_c = depth * (tiles * std::max(t * 3.0 * pe_macs(d.Dv, d.Dv) / peak + 3 * kCallCycles,
+      const double vqa_c = depth * (tiles * std::max(t * 3.0 * pe_macs(d.Dv, d.Dv) / peak + calls * kCallCycles,
                                                      (wb(3 * d.Dv, d.Dv) + stores) / bw) +
                                     N * (4.0 * d.Dv + 8.0 * d.hdv) / bw);
       const double margin = t > (p.vqa ? p.vqt : p.rva) ? kFewerBytes : 1.0;  // (fewer weight passes)
-      if (qknob || vqa_c < margin * (p.cost - before_va)) p.vqa = true, p.vqt = t, p.vqo = outs, p.cost = before_va + vqa_c;
+      if (qknob || vqa_c < margin * (p.cost - before_va))
+        p.vqa = true, p.vqt = t, p.vqo = outs, p.vqc = cols, p.cost = before_va + vqa_c;
       if (qknob) break;
     }
   const double a_phase = p.cost - before_va;
@@ -1107,7 +1117,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // buffer); the load is gone.
       const bool vkept = p.vpm && p.vrpm == N && p.vpt == N && vsums(N) &&
                          (p.vqg || p.vkv || (p.vqa && p.vqt == N)) &&
-                         phase(p.vqg ? p.vqgb() : p.vkv ? p.vkvab() : p.vqab(p.vqt, p.vqo))[0] ==
+                         phase(p.vqg ? p.vqgb() : p.vkv ? p.vkvab() : p.vqab(p.vqt, p.vqo, p.vqc))[0] ==
                              phase(p.vpmb(1, N, N))[0];
       // Block b's rows stay for block b + 1 unless a merger reads them after block b (from DDR,
       // its buffers over them).
@@ -1335,7 +1345,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // Every row or tiles of vqt rows (Streamed::vqa): norm, then q, k, v in turn into the
           // output buffers in turn, each stored (its third of the q|k|v rows) on its buffer's
           // channel while the next computes, waited for before its buffer is written again.
-          const std::vector<uint32_t> o = phase(p.vqab(p.vqt, p.vqo));
+          const std::vector<uint32_t> o = phase(p.vqab(p.vqt, p.vqo, p.vqc));
           const uint32_t X = o[0], RC = o[1], RS = o[2], chan[2] = {ca, cs};
           uint32_t t = 0;
           for (auto [r0, n] : tiles_of(N, p.vqt)) {
@@ -1346,7 +1356,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             em.copy(T + ".load_rope_sin", vsin + r0 * d.hdv * 4, ocm(RS), n * d.hdv * 4);
             if (kept_after(blk - 1) && !vpark) em.wait(cs);
             vb.norm1(tt, X, X);
-            for (uint32_t j = 0; j < 3; ++j) {
+            for (uint32_t j = 0; j < 3 && !p.vqc; ++j) {
               const uint32_t u = (r0 / p.vqt * 3 + j) % p.vqo, Y = o[3 + u];
               em.wait(chan[u]);  // the last store from this buffer
               vb.qkv_apart(tt, j, X, Y);
@@ -1354,6 +1364,24 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               copy_shape_on(chan[u], fmt::format("{}.store_{}", T, "qkv"[j]),
                   {.src = ocm(Y), .dst = vqkv + r0 * 3 * d.Dv * 2 + j * d.Dv * 2, .row_bytes = d.Dv * 2, .rows = n,
                    .src_stride = d.Dv * 2, .dst_stride = 3 * d.Dv * 2});
+            }
+            // In column groups (Streamed::vqc): each of q, k, v a group of whole heads and tiles a
+            // call, the output buffers in turn.
+            const uint32_t vc = p.vqc, ng = vc ? d.Dv / vc : 0;
+            for (uint32_t i = 0; i < 3 * ng; ++i) {
+              const uint32_t j = i / ng, c0 = i % ng * vc, u = i % p.vqo, Y = o[3 + u];
+              const std::string G = fmt::format("{}.{}{}", T, "qkv"[j], i % ng);
+              const std::string w = vpm_name(blk, j, "qkv");
+              const kernels::GemmPlan gp = plan_gemm(k.gcfg, 0, d.Dv, d.Dv, ddr_.at(w).split);
+              em.wait(chan[u]);  // the last store from this buffer
+              k.gemm(G, {.w = w, .m = n, .n = vc, .k = d.Dv, .x = X, .xs = d.Dv * 2, .y = Y, .ys = vc * 2,
+                         .bias = vb.qkv_bias() + (j * d.Dv + c0) * 2, .w_off = uint64_t(c0 / gp.cols) * gp.tile_bytes});
+              if (j < 2)
+                k.rope(G + ".rope", {.rows = n, .heads = vc / d.hdv, .head_dim = d.hdv, .x_ocm = Y,
+                                     .x_row_stride = vc * 2, .cos_ocm = RC, .sin_ocm = RS});
+              copy_shape_on(chan[u], G + ".store",
+                  {.src = ocm(Y), .dst = vqkv + r0 * 3 * d.Dv * 2 + (j * d.Dv + c0) * 2, .row_bytes = vc * 2, .rows = n,
+                   .src_stride = vc * 2, .dst_stride = 3 * d.Dv * 2});
             }
           }
           em.wait(chan[0]);
@@ -2056,8 +2084,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // The tower's row tiles (qkv|MLP phases), and the prefill's.
   const std::string va = p.vqa || p.vqg ? fmt::format("{} (block 0: {})", N, p.rva) : std::to_string(p.rva);
   const std::string qkv_note = p.vkv   ? std::string("; q, k, v in turn, k and v kept for the attention")
-                               : p.vqa ? fmt::format("; q, k, v in turn{}{}", p.vqt < N ? fmt::format(" in tiles of {}", p.vqt) : "",
-                                                     p.vqo == 1 ? " through one buffer" : "")
+                               : p.vqa ? fmt::format("; q, k, v in turn{}{}{}", p.vqt < N ? fmt::format(" in tiles of {}", p.vqt) : "",
+                                                     p.vqo == 1 ? " through one buffer" : "",
+                                                     p.vqc ? fmt::format(", {} columns a call", p.vqc) : "")
                                : p.vqg ? fmt::format("; q|k|v {} heads at a time beside the attention", vgq_heads(d.hv))
                                        : "";
   const std::string mrows = p.mpm ? fmt::format("{} (in chunks of {} with fp32 partial sums in LRM{})", Nt,

@@ -1161,6 +1161,35 @@ TEST(ImageOcm, TinyMergersInChunksMatchTheChain) {
                              "the final merger's fc2 chunk 1");
 }
 
+// The tower's q, k, v in turn over every row in column groups (Streamed::vqc: the 2B on 16x16
+// at 1 MiB, where two outputs of every row do not fit and row tiles would read the weights
+// twice): the wide-tower tiny model (Dv 256, four heads of 64) on 8x8 PEs (64-column tiles) at
+// 384 KiB, 128 tokens, each of q, k, v in four groups of one head a call, with its bias slice,
+// rotated and stored to its columns of the q|k|v rows (held there by image_qkv_rows = every row
+// and image_qkv_buffers = 2: k and v through DDR, not kept). Against the chain; negative
+// control: the tiles of block 1's v after its first group zeroed in DDR (a group reading
+// another's tiles would pass it).
+TEST(ImageOcm, TinyTowerQkvInColumnGroupsMatchesTheChain) {
+  static TinyBundle tiny("image_" + config_tiny_wide_tower().name, config_tiny_wide_tower());
+  const ImageShape shape{16, 16, 128, 4};
+  const auto [pixels, ref] = ocm_reference(config_tiny_wide_tower(), *tiny.bundle, 31, shape);
+  CompileOptions opt = ocm_options(256);
+  opt.image_qkv_rows = 256;
+  opt.image_qkv_buffers = 2;
+  opt.image_gemm_rows = opt.image_tower_rows = 8;
+  Compiler c(config_tiny_wide_tower(),
+             sim::Config::make("qc-u", {"pe_rows=8", "pe_cols=8", "ocm_bytes=384KiB", "ddr_gbps=8"}), opt);
+  const CompiledProgram prog = c.image_program(shape);
+  SCOPED_TRACE(prog.plan);
+  EXPECT_NE(prog.plan.find("q, k, v in turn, 64 columns a call"), std::string::npos);
+  EXPECT_TRUE(has_call(prog, "V1.v3")) << "block 1's v, its last column group";
+  expect_matches_chain(c, prog, shape, tiny.bundle.get(), pixels, ref,
+                       "tiny (wide tower) image program, the tower's q, k, v in column groups, 8x8, 384 KiB");
+  const std::string v = "V1.pm2.qkv";
+  expect_zeroed_weight_fails(c, prog, shape, tiny.bundle.get(), pixels, ref, v, "block 1's v, its groups after the first",
+                             c.layout().at(v).bytes / 4);
+}
+
 // The streamed plan on one and two DMA channels (its kernels' copies and the embedding's
 // three row gathers share them: the embedding used to start channels 1 and 2 whatever the
 // machine had), against the chain. Negative controls (two channels, whose prefill's attention
