@@ -478,6 +478,7 @@ struct KernelCalls {
     if (!grouped) return;
     // The later groups: a group's down weights are whole tiles of each packing, a group's bytes apart.
     const kernels::GemmPlan dp = plan_gemm(gcfg, 0, m.out_n, m.chunk, ddr.at(m.weight(0, true)).split);
+    if (gn % dp.cols) fail("compiler: internal: '{}' has column groups of {} across its {}-column tiles", m.mark, gn, dp.cols);
     const uint64_t group_w = uint64_t(gn / dp.cols) * dp.tile_bytes;
     em.wait(m.chan);
     for (uint32_t g = 1; g < m.groups; ++g) {

@@ -72,8 +72,8 @@ struct Streamed {
   // normed rows). Where all rows do not fit, in tiles of rpm rows (each reads every chunk).
   bool pm = false;
   uint32_t rpm = 0;
-  // Its down in two column groups over every row (MlpAllRows::groups) where one group's LRM
-  // sums fit and the whole width's do not: 2; else 1.
+  // Its down in 2 or 4 column groups over every row (MlpAllRows::groups) where one group's LRM
+  // sums fit and the whole width's do not; else 1.
   uint32_t pg = 1;
   // Where the partial sums are in LRM, the MLP over every row may run its first and last
   // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (rpm: untiled), so
@@ -203,8 +203,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2) * pm_down(), 2 * pm_chunk(d.I, 2),
                                           pm_split(), d.H, d.nq * d.hd, groups);
   };
-  // The DDR the grouped MLP's input rows of the second group go through (MlpAllRows::mid_ddr):
-  // act.q, read for the last time by the MLP phase's first part.
+  // The DDR the column groups' input rows go through (ChunkChain::mid): act.q, free during the
+  // tower and, in a prefill layer, read for the last time by the MLP phase's first part.
   auto mid_fits = [&](uint32_t rows, uint32_t inner) {
     return uint64_t(rows) * inner <= uint64_t(opt_.max_seq) * d.nq * d.hd;
   };
@@ -908,6 +908,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // on ca and one on cs. load(t, r0, rows, set, ca, cs), run(t, r0, rows, set, kick),
     // store(t, r0, rows, set, cs): channel UINT32_MAX: the copy is waited for.
     const uint32_t ca = 2 % nch, cs = 3 % nch, kWait = UINT32_MAX;
+    // Copies beside the GEMMs (the column groups'): on a DMA channel they leave free, else behind
+    // their units on cs.
+    const uint32_t cx = p.channels < nch ? nch - 1 : cs;
     // The tower's cos and sin: started on channel ca before its LayerNorm, waited for at the first
     // rotary where the GEMMs leave ca free, else before the first GEMM (its units would queue
     // behind them: waited at the rotary, 32x32 at 2 MiB, 16 GB/s ran 0.25% slower).
@@ -1029,8 +1032,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       if (grouped && (!seed || m.parked || m.store_later || m.pairs > 1))
         fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own", m.mark);
       const uint32_t gn = m.width / m.groups;  // columns a group (its row bytes: m.width)
-      // (the grouped copies on a DMA channel the GEMMs leave free, else behind their units on cs)
-      const uint32_t cg = p.channels < nch ? nch - 1 : cs;
       const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
       // Part 1 (per part tile): the out GEMM into the normed rows, the residual, its norm.
@@ -1055,13 +1056,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                          .lrm_acc = m.sums_lrm});
         else copy_on(cs, m.mark + ".store_residual", ocm(X1), res, n * w2);
         if (grouped)  // (the other groups' residual columns, for their sums)
-          copy_shape_on(cg, m.mark + ".store_residual_rest", {.src = ocm(X1 + gn * 2), .dst = res + gn * 2,
+          copy_shape_on(cx, m.mark + ".store_residual_rest", {.src = ocm(X1 + gn * 2), .dst = res + gn * 2,
                                                               .row_bytes = w2 - gn * 2, .rows = n,
                                                               .src_stride = w2, .dst_stride = w2});
-        if (grouped && tiled) em.wait(cg);  // (before the next part tile writes X1)
+        if (grouped && tiled) em.wait(cx);  // (before the next part tile writes X1)
       }
       if (over_residual) em.wait(cs);
-      if (grouped) em.wait(cg);  // (the up output may lie over X1)
+      if (grouped) em.wait(cx);  // (the up output may lie over X1)
       k.chunk_chain({.mark = m.mark, .rows = m.rows, .chunk = m.chunk, .chunks = m.chunks, .in = m.width,
                      .out_n = m.width, .gated = m.gated, .pairs = m.pairs, .weight = m.weight, .x = XN,
                      .x_stride = w2, .up = U, .up_stride = us, .up_bias = m.up_bias, .down_bias = m.down_bias,
@@ -1072,11 +1073,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        if (down && c == 0 && !seed) em.wait(cs);
                        if (down && c > 0 && c == (m.chunks - 1) / m.pairs && m.before_last_down) m.before_last_down();
                      },
-                     .groups = m.groups, .mid = m.mid_ddr, .chan = cg,
+                     .groups = m.groups, .mid = m.mid_ddr, .chan = cx,
                      // The later groups' residual columns over the normed rows' (read for the
                      // last time by the last up GEMM), each seeding its group's sums.
                      .before_later = [&] {
-                       copy_shape_on(cg, m.mark + ".load_residual_rest",
+                       copy_shape_on(cx, m.mark + ".load_residual_rest",
                                      {.src = m.res_ddr + gn * 2, .dst = ocm(XN + gn * 2), .row_bytes = w2 - gn * 2,
                                       .rows = m.rows, .src_stride = w2, .dst_stride = w2});
                      },
@@ -1258,7 +1259,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                          .weight = [&](uint32_t c, bool down) { return mpm_name(j, c, down ? "fc2" : "fc1"); },
                          .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = m.fc1_bias(),
                          .down_bias = m.fc2_bias(), .out = X, .out_stride = d.H * 2, .lrm = sums,
-                         .groups = p.mg_groups, .mid = aq, .chan = p.channels < nch ? nch - 1 : cs});
+                         .groups = p.mg_groups, .mid = aq, .chan = cx});
           k.lrm_end = 0;
           m.store(all, X);
           end(M);
@@ -1783,12 +1784,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           em.wait(ca);
           const std::string W = layer_name(i, "qkv.gemm");
           const kernels::GemmPlan qp = plan_gemm(k.gcfg, 0, d.qkv_n, d.H, ddr_.at(W).split);
-          const uint32_t cq = p.channels < nch ? nch - 1 : cs;  // (the copies: a channel the GEMMs leave free)
           uint32_t call = 0;
           // GEMM columns [c0, c0 + qg) into output buffer `call % 2`, after that buffer's copies.
           auto group = [&](const std::string& G, uint32_t c0) {
             const uint32_t Y = o[3 + call % 2];
-            if (call >= 2) em.wait(cq);
+            if (call >= 2) em.wait(cx);
             ++call;
             k.gemm(G, {.w = W, .m = S, .n = qg, .k = d.H, .x = X, .xs = d.H * 2, .y = Y, .ys = qg * 2,
                        .w_off = uint64_t(c0 / qp.cols) * qp.tile_bytes});
@@ -1804,7 +1804,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             const std::string G = fmt::format("{}.q{}", L, g);
             const uint32_t Y = group(G + ".qkv", g * qg);
             norm_rope(G, Y, tl.vec + 4 * d.H);  // (q's norm weight: TextLayer::q_norm)
-            copy_shape_on(cq, G + ".store_q", {.src = ocm(Y), .dst = aq + g * qg * 2, .row_bytes = qg * 2, .rows = S,
+            copy_shape_on(cx, G + ".store_q", {.src = ocm(Y), .dst = aq + g * qg * 2, .row_bytes = qg * 2, .rows = S,
                                                .src_stride = qg * 2, .dst_stride = qd});
           }
           for (uint32_t g = 0; g < d.nkv / gh; ++g) {
@@ -1817,7 +1817,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                          .row_stride = qg * 2, .k_cache_ddr = kc + plane, .v_cache_ddr = vcache + plane,
                                          .max_seq = opt_.max_seq, .pos_smem = tl.slot0_smem, .wait = true});
           }
-          em.wait(cq);
+          em.wait(cx);
         } else {
           // q|k|v (q stored), rows, cos, sin (loaded), as the copy mode doubles them.
           const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
