@@ -161,7 +161,7 @@ def write(points, secs, out):
         w.writerow(cols)
         for p in points:
             w.writerow([f"{p[c]:.4f}" if isinstance(p[c], float) and c.endswith(("ratio", "weights", "_s")) else
-                        (f"{p[c]:.0f}" if isinstance(p[c], float) and c != "ddr_gbps" else
+                        (f"{p[c]:.0f}" if isinstance(p[c], float) and c not in ("ddr_gbps", "ocm_mib") else
                          (f"{p[c]:g}" if isinstance(p[c], float) else p[c])) for c in cols])
     ok = [p for p in points if p["status"] == "ok"]
     worst_dec = max(ok, key=lambda p: p["decode_ratio"])
