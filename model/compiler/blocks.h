@@ -424,8 +424,9 @@ struct KernelCalls {
   void chunk_chain(const ChunkChain& m) {
     constexpr uint32_t kNone = UINT32_MAX;
     const bool grouped = m.groups > 1;
-    if (grouped && (m.pairs > 1 || !m.lrm || m.out_n % m.groups))
-      fail("compiler: internal: '{}' has its down in column groups without LRM sums, or over two chunks", m.mark);
+    if (grouped && (m.pairs > 1 || !m.lrm || m.out_n % m.groups || f16.on))
+      fail("compiler: internal: '{}' has its down in column groups without LRM sums, over two chunks or in mixed "
+           "precision", m.mark);
     const uint32_t gn = m.out_n / m.groups, kb = m.chunk * 2;
     const uint32_t nb = grouped && m.up_stride >= 2 * kb ? 2 : 1;  // the later groups' input buffers
     auto mid = [&](uint32_t c) {  // chunk c's up output rows in DDR

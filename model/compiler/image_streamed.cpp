@@ -605,7 +605,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     const uint64_t tab = uint64_t(S) * d.hd * 4, y = uint64_t(S) * qg * 2;
     return {uint64_t(S) * d.H * 2, tab, tab, y, y};
   };
-  if (S && p.rpa && p.rpa < S && !cap && !opt_.image_copy_mode && d.qkv_n == d.nq * d.hd + 2 * d.nkv * d.hd) {
+  // (not in mixed precision: a GEMM's fp16 correction is its whole weight's, not a group's)
+  if (S && p.rpa && p.rpa < S && !cap && !opt_.image_copy_mode && !opt_.fp16_channels &&
+      d.qkv_n == d.nq * d.hd + 2 * d.nkv * d.hd) {
     const uint32_t T = plan_gemm(gemm_cfg_, 0, d.qkv_n, d.H, ddr_.at(layer_name(0, "qkv.gemm")).split).cols;
     const uint32_t kcols = d.nkv * d.hd;
     for (uint32_t qg = kcols; qg >= d.hd; qg /= 2) {
