@@ -233,6 +233,13 @@ struct KernelCalls {
     const kernels::GemmPlan pl = plan_gemm(gcfg, 0, n, k, ddr.at(w).split);
     return pl.single ? std::min(n, pl.cols) : n;
   }
+  // The byte offset into w's packing (n x k) of its columns from c0 on (GemmOp::w_off): whole
+  // tiles, c0 on a tile's edge.
+  uint64_t column_offset(const std::string& w, uint32_t n, uint32_t k, uint32_t c0) const {
+    const kernels::GemmPlan pl = plan_gemm(gcfg, 0, n, k, ddr.at(w).split);
+    if (c0 % pl.cols) fail("compiler: internal: columns from {} of '{}' start inside a {}-column tile", c0, w, pl.cols);
+    return uint64_t(c0 / pl.cols) * pl.tile_bytes;
+  }
   void gemm(const std::string& mark, const GemmOp& o) {
     const kernels::GemmPlan pl = plan_gemm(gcfg, o.m, o.n, o.k, ddr.at(o.w).split);
     if (!pl.single || pl.tiles == 1) {
@@ -478,9 +485,7 @@ struct KernelCalls {
     }
     if (!grouped) return;
     // The later groups: a group's down weights are whole tiles of each packing, a group's bytes apart.
-    const kernels::GemmPlan dp = plan_gemm(gcfg, 0, m.out_n, m.chunk, ddr.at(m.weight(0, true)).split);
-    if (gn % dp.cols) fail("compiler: internal: '{}' has column groups of {} across its {}-column tiles", m.mark, gn, dp.cols);
-    const uint64_t group_w = uint64_t(gn / dp.cols) * dp.tile_bytes;
+    const uint64_t group_w = column_offset(m.weight(0, true), m.out_n, m.chunk, gn);
     em.wait(m.chan);
     for (uint32_t g = 1; g < m.groups; ++g) {
       if (m.group_start) m.group_start(g);
@@ -725,6 +730,8 @@ struct TextLayer {
   uint32_t qd() const { return d.nq * d.hd * 2; }   // row bytes of q
   uint32_t kd() const { return d.nkv * d.hd * 2; }  // of k (= v)
   uint32_t qkvs() const { return d.qkv_n * 2; }
+  uint32_t q_norm_w() const { return vec + 4 * d.H; }  // the per-head norms' weights [hd] (q, k)
+  uint32_t k_norm_w() const { return q_norm_w() + d.hd * 2; }
 
   void embed(const Tile& t, uint32_t in) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
@@ -747,11 +754,11 @@ struct TextLayer {
   // (A single row's heads are dense whatever the stride: kernels::HeadNormArgs.)
   void k_norm(const Tile& t, uint32_t qkv) const {
     k.head_norm(t.at("k_norm"), {.rows = t.rows, .heads = d.nkv, .head_dim = d.hd, .x_ocm = qkv + qd(),
-                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = vec + 4 * d.H + d.hd * 2, .eps = eps});
+                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = k_norm_w(), .eps = eps});
   }
   void q_norm(const Tile& t, uint32_t qkv) const {
     k.head_norm(t.at("q_norm"), {.rows = t.rows, .heads = d.nq, .head_dim = d.hd, .x_ocm = qkv,
-                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = vec + 4 * d.H, .eps = eps});
+                                 .x_stride = t.rows > 1 ? qkvs() : 0, .w_ocm = q_norm_w(), .eps = eps});
   }
   // The rotary of q, k or both (which: "q", "k", "qk"; q and k heads adjacent) in the q|k|v
   // rows, tables cos, sin [rows][hd].

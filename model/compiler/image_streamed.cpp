@@ -1378,10 +1378,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               const uint32_t j = i / ng, c0 = i % ng * vc, u = i % p.vqo, Y = o[3 + u];
               const std::string G = fmt::format("{}.{}{}", T, "qkv"[j], i % ng);
               const std::string w = vpm_name(blk, j, "qkv");
-              const kernels::GemmPlan gp = plan_gemm(k.gcfg, 0, d.Dv, d.Dv, ddr_.at(w).split);
               em.wait(chan[u]);  // the last store from this buffer
               k.gemm(G, {.w = w, .m = n, .n = vc, .k = d.Dv, .x = X, .xs = d.Dv * 2, .y = Y, .ys = vc * 2,
-                         .bias = vb.qkv_bias() + (j * d.Dv + c0) * 2, .w_off = uint64_t(c0 / gp.cols) * gp.tile_bytes});
+                         .bias = vb.qkv_bias() + (j * d.Dv + c0) * 2, .w_off = k.column_offset(w, d.Dv, d.Dv, c0)});
               if (j < 2)
                 k.rope(G + ".rope", {.rows = n, .heads = vc / d.hdv, .head_dim = d.hdv, .x_ocm = Y,
                                      .x_row_stride = vc * 2, .cos_ocm = RC, .sin_ocm = RS});
@@ -1788,7 +1787,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           tl.input_norm(t, X, X);
           em.wait(ca);
           const std::string W = layer_name(i, "qkv.gemm");
-          const kernels::GemmPlan qp = plan_gemm(k.gcfg, 0, d.qkv_n, d.H, ddr_.at(W).split);
           uint32_t call = 0;
           // GEMM columns [c0, c0 + qg) into output buffer `call % 2`, after that buffer's copies.
           auto group = [&](const std::string& G, uint32_t c0) {
@@ -1796,7 +1794,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
             if (call >= 2) em.wait(cx);
             ++call;
             k.gemm(G, {.w = W, .m = S, .n = qg, .k = d.H, .x = X, .xs = d.H * 2, .y = Y, .ys = qg * 2,
-                       .w_off = uint64_t(c0 / qp.cols) * qp.tile_bytes});
+                       .w_off = k.column_offset(W, d.qkv_n, d.H, c0)});
             return Y;
           };
           auto norm_rope = [&](const std::string& G, uint32_t Y, uint32_t w) {
@@ -1808,14 +1806,14 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           for (uint32_t g = 0; g < qgroups; ++g) {
             const std::string G = fmt::format("{}.q{}", L, g);
             const uint32_t Y = group(G + ".qkv", g * qg);
-            norm_rope(G, Y, tl.vec + 4 * d.H);  // (q's norm weight: TextLayer::q_norm)
+            norm_rope(G, Y, tl.q_norm_w());
             copy_shape_on(cx, G + ".store_q", {.src = ocm(Y), .dst = aq + g * qg * 2, .row_bytes = qg * 2, .rows = S,
                                                .src_stride = qg * 2, .dst_stride = qd});
           }
           for (uint32_t g = 0; g < d.nkv / gh; ++g) {
             const std::string G = fmt::format("{}.kv{}", L, g);
             const uint32_t K = group(G + ".k", d.nq * d.hd + g * qg);
-            norm_rope(G + ".k", K, tl.vec + 4 * d.H + d.hd * 2);  // (k's: TextLayer::k_norm)
+            norm_rope(G + ".k", K, tl.k_norm_w());
             const uint32_t V = group(G + ".v", d.nq * d.hd + d.nkv * d.hd + g * qg);
             const uint32_t hd2 = d.hd * 2, plane = g * gh * opt_.max_seq * hd2;
             k.kv_write(G + ".kv_write", {.kv_heads = gh, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = V,
