@@ -436,15 +436,11 @@ struct KernelCalls {
            "precision", m.mark);
     const uint32_t gn = m.out_n / m.groups, kb = m.chunk * 2;
     const uint32_t nb = grouped && m.up_stride >= 2 * kb ? 2 : 1;  // the later groups' input buffers
-    auto mid = [&](uint32_t c) {  // chunk c's up output rows in DDR
-      return detail::Copy{.src = m.mid + c * kb, .dst = 0, .row_bytes = kb, .rows = m.rows,
-                          .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
-    };
     // Call j of the later groups' (group 1 + j / chunks, chunk j % chunks) input rows into buffer
     // (j + 1) % nb (the first, 1, beside the last up output's store).
     auto load_mid = [&](uint32_t j, bool wait) {
-      detail::Copy cp = mid(j % m.chunks);
-      cp.dst = sim::ocm_addr(m.up + (j + 1) % nb * kb);
+      const detail::Copy cp{.src = m.mid + j % m.chunks * kb, .dst = sim::ocm_addr(m.up + (j + 1) % nb * kb),
+                            .row_bytes = kb, .rows = m.rows, .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
       const std::string mark = fmt::format("{}.g{}.mlp{}.load_act", m.mark, 1 + j / m.chunks, j % m.chunks);
       if (wait) em.copy(mark, cp);
       else em.copy_async(mark, m.chan, cp);
@@ -468,11 +464,9 @@ struct KernelCalls {
       if (j + 1 < m.pairs) continue;
       if (m.before) m.before(c / m.pairs, true);
       if (grouped) {
-        detail::Copy st = mid(c);
-        std::swap(st.src_stride, st.dst_stride);
-        st.dst = st.src;
-        st.src = sim::ocm_addr(m.up);
-        em.copy_async(C + ".store_act", m.chan, st);
+        em.copy_async(C + ".store_act", m.chan,
+                      {.src = sim::ocm_addr(m.up), .dst = m.mid + c * kb, .row_bytes = kb, .rows = m.rows,
+                       .src_stride = m.up_stride, .dst_stride = m.chunks * kb});
         if (last && m.before_later) m.before_later();
         if (last && nb == 2) load_mid(0, false);
       }

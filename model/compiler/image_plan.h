@@ -169,7 +169,7 @@ inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
 // width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
 // out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
-// groups: the down GEMM's columns in that many groups, one after the other (MlpAllRows::groups),
+// groups: the down GEMM's columns in that many groups, one after the other (ChunkChain::groups),
 // the sums of one group's width / groups columns at a time; each group whole tiles of the down's
 // packing (else 0).
 inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,

@@ -72,7 +72,7 @@ struct Streamed {
   // normed rows). Where all rows do not fit, in tiles of rpm rows (each reads every chunk).
   bool pm = false;
   uint32_t rpm = 0;
-  // Its down in 2 or 4 column groups over every row (MlpAllRows::groups) where one group's LRM
+  // Its down in 2 or 4 column groups over every row (ChunkChain::groups) where one group's LRM
   // sums fit and the whole width's do not; else 1.
   uint32_t pg = 1;
   // Where the partial sums are in LRM, the MLP over every row may run its first and last
@@ -306,7 +306,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // tower qkv, q, k, v in turn (vqa): normed rows [r][Dv], cos, sin [r][hdv] fp32, `outs` outputs
   // [r][cols] (0: Dv)
   p.vqab = [&](uint32_t r, uint32_t outs, uint32_t cols) -> V64 {
-    const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4, y = uint64_t(r) * (cols ? cols : d.Dv) * 2;
+    const uint64_t rows = uint64_t(r) * d.Dv * 2, tab = uint64_t(r) * d.hdv * 4,
+                   y = uint64_t(r) * (cols ? cols : d.Dv) * 2;
     return outs == 2 ? V64{rows, tab, tab, y, y} : V64{rows, tab, tab, y};
   };
   p.vkvab = [&]() -> V64 {  // k (q first), v (cos, sin [N][hdv] fp32 first), normed rows
@@ -653,7 +654,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         if (groups > 1)
           chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) + 2.0 * r * d.I * groups) / bw);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) + chunks +
-                       o_again / bw + r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * d.H * (groups - 1) / groups) / bw +
+                       o_again / bw +
+                       r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * d.H * (groups - 1) / groups) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
       return c;
@@ -1010,14 +1012,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // Before the last down GEMM where there are two or more (the phase's last read of the
       // layer's vectors is the last up GEMM's bias).
       std::function<void()> before_last_down = {};
-      // The down GEMM's columns in `groups` groups, one after the other (LRM sums seeded, a
-      // group's columns at a time: Streamed::pg): the first group as above, each down call's input
-      // rows (SiLU) stored to DDR at mid_ddr ([rows][chunks chunk]) and the residual's other
-      // columns to res_ddr; then each further group's down calls on those rows read back (two
-      // buffers where the up output holds two), its sums seeded with its residual columns (loaded
-      // over the normed rows' once the last up GEMM has read them), its last call rounding into
-      // them. Every weight read once where one group's sums of every row fit the LRM and the
-      // whole width's do not (16x16 at 1 MiB).
+      // The down's columns in `groups` groups through DDR at mid_ddr (ChunkChain::groups,
+      // Streamed::pg), each group's LRM sums seeded with its residual columns: the other groups'
+      // stored to res_ddr in part 1 and loaded over the normed rows' once the last up GEMM has
+      // read them.
       uint32_t groups = 1, mid_ddr = 0;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
@@ -1034,7 +1032,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // to DDR and back.
       const bool seed = m.sums_lrm != 0;
       const bool grouped = m.groups > 1;
-      if (grouped && (!seed || m.parked || m.store_later || m.pairs > 1))
+      if (grouped && (!seed || m.parked || m.store_later))
         fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own", m.mark);
       const uint32_t gn = m.width / m.groups;  // columns a group (its row bytes: m.width)
       const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
