@@ -119,6 +119,26 @@ struct GemmOp {
   uint64_t w_off = 0;
 };
 
+// A GEMM's n output columns in `count` groups run one after the other (KernelCalls::
+// ChunkChain::groups): group 0 of `first` columns (0: n / count), then count - 1 groups that
+// split the rest evenly. A smaller first group leaves LRM beside its partial sums for the up
+// GEMM that runs with it (16x16 at 1 MiB: two groups of 768 and 1,280 columns where two of
+// 1,024 do not fit beside gate|up's buffers).
+struct ColumnGroups {
+  uint32_t count = 1, first = 0;
+  uint32_t cols(uint32_t n, uint32_t g) const {
+    const uint32_t f = first ? first : n / count;
+    return g == 0 ? f : (n - f) / (count - 1);
+  }
+  uint32_t start(uint32_t n, uint32_t g) const { return g == 0 ? 0 : cols(n, 0) + (g - 1) * cols(n, 1); }
+  // Every group whole tiles of `tile` columns, together n.
+  bool whole(uint32_t n, uint32_t tile) const {
+    if (count == 1) return true;
+    const uint32_t f = cols(n, 0);
+    return f && f < n && (n - f) % (count - 1) == 0 && f % tile == 0 && cols(n, 1) % tile == 0;
+  }
+};
+
 // The kernel calls of the blocks and their fixed OCM scratch (GEMM DMA buffers, norm
 // scratch), shared by both image plans (and the decode program's steps between its GEMVs,
 // which has no GEMM). GEMM calls chain their weight prefetch
@@ -417,24 +437,27 @@ struct KernelCalls {
     uint32_t out = 0, out_stride = 0, acc = 0, acc_stride = 0, lrm = 0;
     bool seeded = false;
     std::function<void(uint32_t, bool)> before = {};
-    // The down's columns in `groups` groups of out_n / groups, one after the other (whole tiles
-    // of its packings, the sums in LRM, a down call a chunk): the first as above, each chunk's
-    // up output rows stored to DDR at `mid` ([rows][chunks chunk]) before its down call; then
-    // each later group's down calls on those rows read back (two buffers where the up output
-    // holds two), into its columns of out. The copies on DMA channel `chan`; before_later()
-    // before the first group's last down call (the caller's loads for the later groups, on
-    // chan), group_start(g) at group g's start with them arrived (seeded: its sums' seed).
-    uint32_t groups = 1, mid = 0, chan = 0;
+    // The down's columns in groups, one after the other (whole tiles of its packings, the sums
+    // in LRM, a down call a chunk): the first as above, each chunk's up output rows stored to
+    // DDR at `mid` ([rows][chunks chunk]) before its down call; then each later group's down
+    // calls on those rows read back (two buffers where the up output holds two), into its
+    // columns of out, their sums at LRM lrm_later (0: lrm; below lrm where the later groups are
+    // wider, from the first group's last down call on: lrm_end). The copies on DMA channel
+    // `chan`; before_later() before the first group's last down call (the caller's loads for
+    // the later groups, on chan), group_start(g) at group g's start with them arrived (seeded:
+    // its sums' seed).
+    ColumnGroups groups = {};
+    uint32_t mid = 0, chan = 0, lrm_later = 0;
     std::function<void()> before_later = {};
     std::function<void(uint32_t)> group_start = {};
   };
   void chunk_chain(const ChunkChain& m) {
     constexpr uint32_t kNone = UINT32_MAX;
-    const bool grouped = m.groups > 1;
-    if (grouped && (m.pairs > 1 || !m.lrm || m.out_n % m.groups || f16.on))
+    const bool grouped = m.groups.count > 1;
+    if (grouped && (m.pairs > 1 || !m.lrm || !m.groups.whole(m.out_n, 1) || f16.on))
       fail("compiler: internal: '{}' has its down in column groups without LRM sums, over two chunks or in mixed "
            "precision", m.mark);
-    const uint32_t gn = m.out_n / m.groups, kb = m.chunk * 2;
+    const uint32_t kb = m.chunk * 2, lrm_later = m.lrm_later ? m.lrm_later : m.lrm;
     const uint32_t nb = grouped && m.up_stride >= 2 * kb ? 2 : 1;  // the later groups' input buffers
     // Call j of the later groups' (group 1 + j / chunks, chunk j % chunks) input rows into buffer
     // (j + 1) % nb (the first, 1, beside the last up output's store).
@@ -463,6 +486,7 @@ struct KernelCalls {
       }
       if (j + 1 < m.pairs) continue;
       if (m.before) m.before(c / m.pairs, true);
+      if (grouped && last && m.lrm_later) lrm_end = m.lrm_later;  // (its hand-off to the later groups' first call)
       if (grouped) {
         em.copy_async(C + ".store_act", m.chan,
                       {.src = sim::ocm_addr(m.up), .dst = m.mid + c * kb, .row_bytes = kb, .rows = m.rows,
@@ -473,27 +497,28 @@ struct KernelCalls {
       const GemmAcc acc{.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last,
                         .lrm = m.lrm};
       gemm(C + (m.gated ? ".down" : ".fc2"),
-           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = gn, .k = m.pairs * m.chunk, .x = m.up,
+           {.w = m.weight(c / m.pairs, true), .m = m.rows, .n = m.groups.cols(m.out_n, 0), .k = m.pairs * m.chunk, .x = m.up,
             .xs = m.up_stride, .y = into_out ? m.out : m.acc, .ys = into_out ? m.out_stride : m.acc_stride,
             .bias = c + 1 == m.pairs ? m.down_bias : kNone, .acc = acc});
     }
     if (!grouped) return;
-    // The later groups: a group's down weights are whole tiles of each packing, a group's bytes apart.
-    const uint64_t group_w = column_offset(m.weight(0, true), m.out_n, m.chunk, gn);
+    // The later groups: a group's down weights are whole tiles of each packing.
     em.wait(m.chan);
-    for (uint32_t g = 1; g < m.groups; ++g) {
+    for (uint32_t g = 1; g < m.groups.count; ++g) {
+      const uint32_t c0 = m.groups.start(m.out_n, g);
       if (m.group_start) m.group_start(g);
       for (uint32_t c = 0; c < m.chunks; ++c) {
         const uint32_t j = (g - 1) * m.chunks + c;
         if (nb == 1) load_mid(j, true);
         else if (j) em.wait(m.chan);
-        if (nb == 2 && j + 1 < (m.groups - 1) * m.chunks) load_mid(j + 1, false);
+        if (nb == 2 && j + 1 < (m.groups.count - 1) * m.chunks) load_mid(j + 1, false);
         const bool last = c + 1 == m.chunks;
         gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
-             {.w = m.weight(c, true), .m = m.rows, .n = gn, .k = m.chunk, .x = m.up + (j + 1) % nb * kb,
-              .xs = m.up_stride, .y = m.out + g * gn * 2, .ys = m.out_stride,
-              .bias = c == 0 && m.down_bias != kNone ? m.down_bias + g * gn * 2 : kNone,
-              .acc = {.in = c > 0 || m.seeded, .y_f32 = !last, .lrm = m.lrm}, .w_off = g * group_w});
+             {.w = m.weight(c, true), .m = m.rows, .n = m.groups.cols(m.out_n, g), .k = m.chunk,
+              .x = m.up + (j + 1) % nb * kb, .xs = m.up_stride, .y = m.out + c0 * 2, .ys = m.out_stride,
+              .bias = c == 0 && m.down_bias != kNone ? m.down_bias + c0 * 2 : kNone,
+              .acc = {.in = c > 0 || m.seeded, .y_f32 = !last, .lrm = lrm_later},
+              .w_off = column_offset(m.weight(c, true), m.out_n, m.chunk, c0)});
       }
     }
   }

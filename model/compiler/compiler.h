@@ -166,6 +166,8 @@ struct CompileOptions {
   // groups (Streamed::pg) where their LRM sums fit, also where the whole width's do, and that
   // plan taken; the mergers' fc2 too where they run in chunks (0: the cost model decides).
   uint32_t image_down_groups = 0;
+  // Test knob: with it, the first of those groups of this many columns (ColumnGroups::first).
+  uint32_t image_down_first = 0;
   // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
   bool image_ocm_sums = false;
   // Test knobs: the tower's q, k, v in turn (Streamed::vqa, where its packing is in DDR) in

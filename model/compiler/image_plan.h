@@ -169,26 +169,32 @@ inline bool keeps_tiling(const sim::Config& below, const sim::Config& full, uint
 // not fit beside the phase's GEMM buffers (the up GEMM of up_n outputs and up_k inputs, 0:
 // width, split up_split, the down GEMM and the out GEMM before the chunks, width outputs and
 // out_k inputs (0: none), keep their splits below them). They take no OCM and no OCM port time.
-// groups: the down GEMM's columns in that many groups, one after the other (ChunkChain::groups),
-// the sums of one group's width / groups columns at a time; each group whole tiles of the down's
-// packing (else 0).
+// groups: the down GEMM's columns in groups, one after the other (ChunkChain::groups), the
+// sums of one group's columns at a time, each group whole tiles of the down's packing (else 0):
+// the up and out GEMMs keep their splits below the first group's sums, the later groups' down
+// below theirs (lrm_sums_at), the first group's down below both.
+inline uint32_t lrm_sums_at(const sim::Config& gcfg, uint32_t rows, uint32_t n, uint32_t chunk) {
+  const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, n, chunk);
+  return bytes + 64 < gcfg.lrm_bytes ? (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64 : 0u;
+}
 inline uint32_t lrm_sums(const sim::Config& gcfg, uint32_t rows, uint32_t width, uint32_t chunk, uint32_t up_n,
-                         uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0, uint32_t groups = 1) {
+                         uint32_t up_split, uint32_t up_k = 0, uint32_t out_k = 0, ColumnGroups groups = {}) {
   if (!up_k) up_k = width;
-  const uint32_t gw = width / groups;
-  const uint32_t bytes = gemm_lrm_acc_bytes(gcfg, rows, gw, chunk);
-  if (bytes + 64 >= gcfg.lrm_bytes) return 0;
-  sim::Config below = gcfg;
-  below.lrm_bytes = (uint32_t(gcfg.lrm_bytes) - bytes) / 64 * 64;
   try {
-    if (groups > 1 && (width % groups || gw % plan_gemm(gcfg, 0, width, chunk).cols)) return 0;
-    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, gw, chunk) ||
+    if (!groups.whole(width, plan_gemm(gcfg, 0, width, chunk).cols)) return 0;
+    const uint32_t g0 = groups.cols(width, 0), gl = groups.count > 1 ? groups.cols(width, 1) : g0;
+    sim::Config below = gcfg, later = gcfg;
+    below.lrm_bytes = lrm_sums_at(gcfg, rows, g0, chunk);
+    later.lrm_bytes = lrm_sums_at(gcfg, rows, gl, chunk);
+    if (!below.lrm_bytes || !later.lrm_bytes) return 0;
+    if (!keeps_tiling(below, gcfg, up_n, up_k, up_split) || !keeps_tiling(below, gcfg, g0, chunk) ||
+        !keeps_tiling(later, gcfg, g0, chunk) || !keeps_tiling(later, gcfg, gl, chunk) ||
         (out_k && !keeps_tiling(below, gcfg, width, out_k)))
       return 0;
+    return uint32_t(below.lrm_bytes);
   } catch (const Error&) {
     return 0;
   }
-  return uint32_t(below.lrm_bytes);
 }
 
 // The MACs a row of an n x k GEMM takes on view g's PEs, a narrow tile's idle ones counted (two

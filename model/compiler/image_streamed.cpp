@@ -73,14 +73,15 @@ struct Streamed {
   bool pm = false;
   uint32_t rpm = 0;
   // Its down in 2 or 4 column groups over every row (ChunkChain::groups) where one group's LRM
-  // sums fit and the whole width's do not; else 1.
-  uint32_t pg = 1;
+  // sums fit and the whole width's do not (two with a narrower first where two equal ones do
+  // not fit beside gate|up); else one.
+  ColumnGroups pg = {};
   // Where the partial sums are in LRM, the MLP over every row may run its first and last
   // parts (out GEMM, residual, norm; residual again) in tiles of ppt rows (rpm: untiled), so
   // that only the normed rows and the up output take every row's OCM (1 MiB): each part tile
   // reads the out GEMM's weight again, the chunks read theirs once.
   uint32_t ppt = 0;
-  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t, uint32_t)> pmb;  // (part, rows, part tile rows, pg)
+  std::function<std::vector<uint64_t>(uint32_t, uint32_t, uint32_t, ColumnGroups)> pmb;  // (part, rows, part tile rows, pg)
   // The same for the tower's MLP phase (C): proj, residual and norm of all rows, fc1 (and
   // GELU) and fc2 in pm_chunk columns; its parts' buffers vpmb(part, rows, part tile rows).
   // Where all rows do not fit, in tiles of vrpm rows (as rpm).
@@ -196,9 +197,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   };
   auto msums = [&](uint32_t groups = 1) {  // (the mergers': fc1 [c][Md], fc2 [H][c])
     return opt_.image_ocm_sums ? 0u
-                               : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md, 0, groups);
+                               : lrm_sums(gemm_cfg_, Nt, d.H, pm_chunk(d.Md, 1), pm_chunk(d.Md, 1), 0, d.Md, 0, {groups});
   };
-  auto psums = [&](uint32_t r, uint32_t groups = 1) {
+  auto psums = [&](uint32_t r, ColumnGroups groups = {}) {
     return opt_.image_ocm_sums ? 0u
                                : lrm_sums(gemm_cfg_, r, d.H, pm_chunk(d.I, 2) * pm_down(), 2 * pm_chunk(d.I, 2),
                                           pm_split(), d.H, d.nq * d.hd, groups);
@@ -344,7 +345,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // 3: down out (in the normed rows; a tile's DeepStack rows over its own, dead after the
   // residual add), residual [pt][H] (where the residual seeds LRM sums: down out is the new
   // residual, the DeepStack rows go in this tile buffer).
-  p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt, uint32_t groups) -> V64 {
+  p.pmb = [&](uint32_t part, uint32_t r, uint32_t pt, ColumnGroups groups) -> V64 {
     const uint64_t rows = uint64_t(r) * d.H * 2, tile = uint64_t(pt) * d.H * 2;
     if (part == 1)  // (tiles: the residual over the attention rows)
       return pt < r ? V64{rows, std::max<uint64_t>(uint64_t(pt) * qd, tile)} : V64{rows, uint64_t(pt) * qd, tile};
@@ -634,7 +635,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // waits on its weight): the cheaper estimate of the two.
   if (pm) {
     p.rpm = S ? rows_per_tile(S, 0, [&](uint32_t r) {
-      return fits(p.pmb(1, r, r, 1)) && fits(p.pmb(2, r, r, 1)) && fits(p.pmb(3, r, r, 1));
+      return fits(p.pmb(1, r, r, {})) && fits(p.pmb(2, r, r, {})) && fits(p.pmb(3, r, r, {}));
     }) : 0;
     p.ppt = p.rpm;
     const uint32_t cp = pm_chunk(d.I, 2);
@@ -643,7 +644,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // (groups: the down in column groups, its input rows stored once and read back by every
     // group after the first, beside the chunks' weights; those groups' residual columns stored
     // and loaded, waited for)
-    auto estimate = [&](uint32_t rows, uint32_t pt, uint32_t groups = 1) {
+    auto estimate = [&](uint32_t rows, uint32_t pt, ColumnGroups groups = {}) {
       double c = 0;
       for (auto [r0, r] : tiles_of(S, std::max(rows, 1u))) {
         const GemmPlan dp = plan_gemm(gc, r, d.H, cp);
@@ -651,29 +652,37 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double port = (lrm ? 0.0 : double(r) * 8 * gc.npe() / cfg_.ocm_port_bytes) + dp.groups * 200.0;
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         double chunks = chunk_est(r, d.H, cp, 2 * cp, slow, pm_split(), pm_down()) * (d.I / cp);
-        if (groups > 1)
-          chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) + 2.0 * r * d.I * groups) / bw);
+        if (groups.count > 1)
+          chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) + 2.0 * r * d.I * groups.count) / bw);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) + chunks +
                        o_again / bw +
-                       r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * d.H * (groups - 1) / groups) / bw +
+                       r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * (d.H - groups.cols(d.H, 0))) / bw +
                        double(d.I / cp) * dp.tiles * port);
       }
       return c;
     };
     double pm_c = p.rpm ? estimate(p.rpm, p.rpm) : 0.0;  // (no rows fit: none)
-    if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1, 1))) {
+    if (S && (p.rpm < S || knob) && psums(S) && fits(p.pmb(2, S, 1, {}))) {
       const uint32_t pt =
-          rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t, 1)) && fits(p.pmb(3, S, t, 1)); });
+          rows_per_tile(S, knob, [&](uint32_t t) { return fits(p.pmb(1, S, t, {})) && fits(p.pmb(3, S, t, {})); });
       if (pt && (!p.rpm || knob || estimate(S, pt) < kFewerBytes * pm_c)) p.rpm = S, p.ppt = pt, pm_c = estimate(S, pt);
     }
-    // Every row at once with the down in 2 or 4 column groups (the fewest whose sums fit the LRM
-    // beside the GEMMs' buffers), where the whole width's sums do not fit (16x16 at 1 MiB: two
-    // tiles of 64 rows read every MLP weight twice); a down call a chunk.
+    // Every row at once with the down in column groups, the first whose sums fit the LRM beside
+    // the GEMMs' buffers of: two, two with a narrower first group (whole tiles, the widest),
+    // four; where the whole width's sums do not fit (16x16 at 1 MiB: two tiles of 64 rows read
+    // every MLP weight twice); a down call a chunk.
     const uint32_t gknob = opt_.image_down_groups;
-    for (uint32_t g = 2; S && (gknob || (p.rpm < S && !knob && !psums(S))) && g <= 4 && mid_fits(S, d.I) &&
-                         pm_down() == 1;
-         g *= 2) {
-      if (!psums(S, g) || (gknob && g != gknob)) continue;
+    std::vector<ColumnGroups> gcands;
+    if (S && (gknob || (p.rpm < S && !knob && !psums(S))) && mid_fits(S, d.I) && pm_down() == 1) {
+      const uint32_t tile = plan_gemm(gemm_cfg_, 0, d.H, cp).cols;
+      gcands.push_back({2});
+      for (uint32_t f = (d.H / 2 - 1) / tile * tile; f >= tile; f -= tile) gcands.push_back({2, f});
+      gcands.push_back({4});
+    }
+    for (const ColumnGroups& g : gcands) {
+      if ((gknob && g.count != gknob) || (opt_.image_down_first && g.first != opt_.image_down_first) ||
+          !psums(S, g))
+        continue;
       const uint32_t pt = fits(p.pmb(2, S, 1, g)) ? rows_per_tile(S, 0, [&](uint32_t t) {
         return fits(p.pmb(1, S, t, g)) && fits(p.pmb(3, S, t, g));
       }) : 0;
@@ -777,7 +786,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // (weights once; the second buffer: the estimate leaves out the DDR time it saves)
   // (the knob image_down_groups: its plan, where one has it)
   auto score = [&](const Streamed& q) {
-    if (opt_.image_down_groups && q.pg != opt_.image_down_groups) return HUGE_VAL;
+    if (opt_.image_down_groups && q.pg.count != opt_.image_down_groups) return HUGE_VAL;
     return (q.pm ? q.cost / kFewerBytes : q.cost) / (q.two ? kTwoBuffers : 1.0);
   };
   for (const Streamed& q : cands)
@@ -1012,11 +1021,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // Before the last down GEMM where there are two or more (the phase's last read of the
       // layer's vectors is the last up GEMM's bias).
       std::function<void()> before_last_down = {};
-      // The down's columns in `groups` groups through DDR at mid_ddr (ChunkChain::groups,
-      // Streamed::pg), each group's LRM sums seeded with its residual columns: the other groups'
-      // stored to res_ddr in part 1 and loaded over the normed rows' once the last up GEMM has
-      // read them.
-      uint32_t groups = 1, mid_ddr = 0;
+      // The down's columns in groups through DDR at mid_ddr (ChunkChain::groups, Streamed::pg),
+      // each group's LRM sums seeded with its residual columns: the other groups' stored to
+      // res_ddr in part 1 and loaded over the normed rows' once the last up GEMM has read them;
+      // the later groups' sums at LRM sums_later (0: sums_lrm).
+      ColumnGroups groups = {};
+      uint32_t mid_ddr = 0, sums_later = 0;
     };
     auto mlp_all_rows = [&](const MlpAllRows& m) {
       const uint32_t pt = m.part_rows ? std::min(m.part_rows, m.rows) : m.rows;
@@ -1031,10 +1041,10 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // adds it, its last rounds residual + MLP into the normed rows; else the residual goes
       // to DDR and back.
       const bool seed = m.sums_lrm != 0;
-      const bool grouped = m.groups > 1;
-      if (grouped && (!seed || m.parked || m.store_later))
+      const bool grouped = m.groups.count > 1;
+      if (grouped && (!seed || m.parked))
         fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own", m.mark);
-      const uint32_t gn = m.width / m.groups;  // columns a group (its row bytes: m.width)
+      const uint32_t gn = m.groups.cols(m.width, 0);  // the first group's columns (its row bytes: m.width)
       const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
       // Part 1 (per part tile): the out GEMM into the normed rows, the residual, its norm.
@@ -1076,7 +1086,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        if (down && c == 0 && !seed) em.wait(cs);
                        if (down && c > 0 && c == (m.chunks - 1) / m.pairs && m.before_last_down) m.before_last_down();
                      },
-                     .groups = m.groups, .mid = m.mid_ddr, .chan = cx,
+                     .groups = m.groups, .mid = m.mid_ddr, .chan = cx, .lrm_later = m.sums_later,
                      // The later groups' residual columns over the normed rows' (read for the
                      // last time by the last up GEMM), each seeding its group's sums.
                      .before_later = [&] {
@@ -1086,8 +1096,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                      },
                      .group_start = [&](uint32_t g) {
                        k.lrm_seed(fmt::format("{}.g{}.residual_sums", m.mark, g),
-                                  {.m = m.rows, .n = gn, .k = m.chunk, .row0 = 0, .rows = m.rows,
-                                   .x_ocm = XN + g * gn * 2, .x_stride = w2, .lrm_acc = m.sums_lrm});
+                                  {.m = m.rows, .n = m.groups.cols(m.width, g), .k = m.chunk, .row0 = 0,
+                                   .rows = m.rows, .x_ocm = XN + m.groups.start(m.width, g) * 2, .x_stride = w2,
+                                   .lrm_acc = m.sums_later ? m.sums_later : m.sums_lrm});
                      }});
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
@@ -1262,7 +1273,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                          .weight = [&](uint32_t c, bool down) { return mpm_name(j, c, down ? "fc2" : "fc1"); },
                          .x = X, .x_stride = d.Md * 2, .up = U, .up_stride = cm * 2, .up_bias = m.fc1_bias(),
                          .down_bias = m.fc2_bias(), .out = X, .out_stride = d.H * 2, .lrm = sums,
-                         .groups = p.mg_groups, .mid = aq, .chan = cx});
+                         .groups = {p.mg_groups}, .mid = aq, .chan = cx});
           k.lrm_end = 0;
           m.store(all, X);
           end(M);
@@ -1576,15 +1587,18 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // waited for before the q|k|v GEMM; the load is gone. (32x64, 2 MiB, 128 GB/s: a waited
     // store of 11.9 K cycles and a load of 7.1 K a layer.)
     const uint32_t kept_rows = [&]() -> uint32_t {
-      if (p.fused || !p.pm || p.rpm != S || !S || !psums(S) || p.pg > 1 || p.rpa != S) return kNone;
+      if (p.fused || !p.pm || p.rpm != S || !S || !psums(S, p.pg)) return kNone;
       const uint32_t XN = phase(p.pmb(1, p.rpm, p.ppt, p.pg))[0];
+      if (p.pqg) return phase(p.pqgb(p.qg))[0] == XN ? XN : kNone;  // (normed in place there)
+      if (p.rpa != S) return kNone;
       const std::vector<uint32_t> o = phase(p.pa(p.rpa, p.spa));
       for (size_t j = 1; j < o.size(); ++j)
         if (o[j] < XN + uint64_t(S) * d.H * 2) return kNone;
       return XN;
     }();
     // The kept rows parked in LRM until the MLP phase (park_at) where its parts take every row.
-    const uint32_t ppark = kept_rows != kNone && p.ppt == S ? park_at(psums(S), S * d.H * 2, {{d.qkv_n, d.H}}) : 0;
+    const uint32_t ppark =
+        kept_rows != kNone && p.ppt == S && p.pg.count == 1 ? park_at(psums(S), S * d.H * 2, {{d.qkv_n, d.H}}) : 0;
     // Layer 0's rows (embeddings and image rows) parked there too, not stored, where the GEMM
     // before it left the first q|k|v tile below the park (after the tower: its last GEMM kept
     // below it; a prefill run alone: nothing handed).
@@ -1778,10 +1792,11 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (i == 0) {
             tl.embed(t, X);
             em.copy(L + ".store", ocm(X), ah, S * d.H * 2);
-          } else {
+          } else if (kept_rows == kNone) {
             em.copy(L + ".load", ah, ocm(X), S * d.H * 2);
           }
           load_rope(L, 0, S, ca, RC, RS);
+          if (i && kept_rows != kNone && !lpark) em.wait(cs);  // (the residual's store reads the rows normed here)
           tl.input_norm(t, X, X);
           em.wait(ca);
           const std::string W = layer_name(i, "qkv.gemm");
@@ -2009,7 +2024,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                               copy_on(cn, L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
                                       d.text_vec() * 2);
                           },
-                          .groups = p.pg, .mid_ddr = aq});
+                          .groups = p.pg, .mid_ddr = aq,
+                          .sums_later = p.pg.count > 1 ? lrm_sums_at(gemm_cfg_, rows, p.pg.cols(d.H, 1), pm_chunk(d.I, 2))
+                                                       : 0});
           }
         } else {
           // residual rows (loaded, stored), attention / normed rows (loaded), as the copy mode
@@ -2076,7 +2093,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                                     "partial sums in {}{}{})", parows, p.rpm, rope_note,
                                                     pm_chunk(d.I, 2), psums(p.rpm, p.pg) ? "LRM" : "OCM",
                                                     part_tiles(p.ppt, p.rpm) +
-                                                        (p.pg > 1 ? fmt::format(", the down in {} column groups", p.pg) : ""),
+                                                        (p.pg.count > 1 ? fmt::format(", the down in {} column groups{}", p.pg.count,
+                                                                                      p.pg.first ? fmt::format(" ({} columns, then {})", p.pg.first, p.pg.cols(d.H, 1)) : "")
+                                                                        : ""),
                                                     pm_down() > 1 ? ", the down over two chunks a call" : "")
                                       : fmt::format("{}|{} (qkv|MLP phases{})", parows, p.rpc, rope_note);
   const std::string pcopies =

@@ -804,10 +804,12 @@ TEST(ImageOcm, TinyMlpPartsInRowTilesMatchTheChain) {
 // on 16x16 at 1 MiB, where one group's LRM sums of every row fit and the whole width's do not;
 // forced here by CompileOptions::image_down_groups): the tiny model on 8x8 PEs (64-column tiles)
 // with a 256-token prompt, the down in 2 groups of 64 columns (and the mergers' fc2, forced into
-// chunks); a variant with a 256-wide text stream in 4 groups. The first group's SiLU rows go to DDR and every later group reads them
-// back, its sums seeded with its residual columns (the variant's q|k|v phase in column groups
-// too). Against the chain; negative control: the last group's tiles of a layer's down chunk
-// zeroed in DDR (the first group's untouched).
+// chunks); a variant with a 256-wide text stream in 4 groups, and in 2 of 64 and 192 columns
+// (ColumnGroups::first, CompileOptions::image_down_first: the 2B on 16x16 at 1 MiB, 768 and
+// 1,280). The first group's SiLU rows go to DDR and every later group reads them back, its sums
+// seeded with its residual columns (the variant's q|k|v phase in column groups too, its layer
+// input the MLP phase's output kept in OCM: not loaded). Against the chain; negative control:
+// the last group's tiles of a layer's down chunk zeroed in DDR (the first group's untouched).
 TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
   ModelConfig wide = config_tiny();
   wide.name = "tiny_h256";
@@ -815,18 +817,23 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
   wide.vision.out_hidden_size = 256;
   static TinyBundle tiny("image_tiny_groups", config_tiny()), h256("image_" + wide.name, wide);
   const ImageShape shape{16, 16, 256, 5};
-  for (const auto& [m, bundle, groups] : {std::tuple{config_tiny(), tiny.bundle.get(), 2u}, {wide, h256.bundle.get(), 4u}}) {
-    SCOPED_TRACE(m.name);
+  for (const auto& [m, bundle, groups, first] : {std::tuple{config_tiny(), tiny.bundle.get(), 2u, 0u},
+                                                  {wide, h256.bundle.get(), 4u, 0u},
+                                                  {wide, h256.bundle.get(), 2u, 64u}}) {
+    SCOPED_TRACE(fmt::format("{}, {} groups, first {}", m.name, groups, first));
     const auto [pixels, ref] = ocm_reference(m, *bundle, 17, shape);
     CompileOptions opt = ocm_options(1024);
     opt.image_down_groups = groups;
+    opt.image_down_first = first;
     opt.image_merger_chunks = true;
     opt.image_gemm_rows = opt.image_tower_rows = 8;  // (every PE row: tiles of 64 columns)
     Compiler c(m, sim::Config::make("qc-u", {"pe_rows=8", "pe_cols=8", "ocm_bytes=640KiB", "ddr_gbps=8"}), opt);
     const CompiledProgram prog = c.image_program(shape);
     SCOPED_TRACE(prog.plan);
     EXPECT_NE(prog.plan.find("|256 (qkv|MLP phases"), std::string::npos);  // (the MLP phase over every row)
-    EXPECT_NE(prog.plan.find(fmt::format("fp32 partial sums in LRM, the down in {} column groups", groups)),
+    const uint32_t W = m.text.hidden_size, last = first ? first : W / groups * (groups - 1);  // (the last group's first column)
+    EXPECT_NE(prog.plan.find(fmt::format("fp32 partial sums in LRM, the down in {} column groups{}", groups,
+                                         first ? fmt::format(" ({} columns, then {})", first, W - first) : "")),
               std::string::npos);
     EXPECT_NE(prog.plan.find(fmt::format("mergers 64 (in chunks of 512 with fp32 partial sums in LRM, fc2 in {} "
                                          "column groups)", groups)),
@@ -839,13 +846,21 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
     EXPECT_GT(later, 0u);
     EXPECT_EQ(stores, later);  // (every down call's SiLU rows stored once, read by each later group)
     expect_matches_chain(c, prog, shape, bundle, pixels, ref,
-                         fmt::format("{} image program, 256 tokens, the down in {} column groups", m.name, groups));
+                         fmt::format("{} image program, 256 tokens, the down in {} column groups (first {})", m.name,
+                                     groups, first));
     const std::string down = "L1.pm0.down", fc2 = "Mf.pm0.fc2";
     expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, down, "layer 1's down chunk 0, its last group",
-                               c.layout().at(down).bytes / groups * (groups - 1));
+                               c.layout().at(down).bytes / W * last);
     expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, fc2, "the last merger's fc2 chunk 0, last group",
                                c.layout().at(fc2).bytes / groups * (groups - 1));
-    if (groups == 2) continue;
+    if (m.name != wide.name) continue;
+    // The MLP phase's output kept in OCM for the next layer's q|k|v phase (its rows normed in
+    // place there): stored at the layer's start, not loaded.
+    const auto has = [&](const std::string& mark) {
+      return std::any_of(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
+    };
+    EXPECT_TRUE(has("P2.store_residual"));
+    EXPECT_FALSE(has("P2.load"));
     // The wide variant's q|k|v phase in column groups too (Streamed::pqg, the cost model's choice:
     // its row tiles would read the weight twice): 64 columns (two heads) a call, q stored, k with
     // v written to the KV cache (the slot control above reads them back); negative control: the
