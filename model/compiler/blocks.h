@@ -459,12 +459,18 @@ struct KernelCalls {
            "precision", m.mark);
     const uint32_t kb = m.chunk * 2, lrm_later = m.lrm_later ? m.lrm_later : m.lrm;
     const uint32_t nb = grouped && m.up_stride >= 2 * kb ? 2 : 1;  // the later groups' input buffers
-    // Call j of the later groups' (group 1 + j / chunks, chunk j % chunks) input rows into buffer
-    // (j + 1) % nb (the first, 1, beside the last up output's store).
-    auto load_mid = [&](uint32_t j, bool wait) {
-      const detail::Copy cp{.src = m.mid + j % m.chunks * kb, .dst = sim::ocm_addr(m.up + (j + 1) % nb * kb),
-                            .row_bytes = kb, .rows = m.rows, .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
-      const std::string mark = fmt::format("{}.g{}.mlp{}.load_act", m.mark, 1 + j / m.chunks, j % m.chunks);
+    // The later groups' down calls (group, chunk): group 1 first on the first group's last chunk,
+    // whose up output rows are still in the up buffer (not read back; with two groups not
+    // stored), then on the others read back; call j's rows in buffer j % nb, call 1's loaded
+    // beside the first group's last down call (two buffers).
+    std::vector<std::pair<uint32_t, uint32_t>> later;
+    for (uint32_t g = 1; g < m.groups.count; ++g)
+      for (uint32_t c = 0; c < m.chunks; ++c) later.emplace_back(g, g == 1 ? (c + m.chunks - 1) % m.chunks : c);
+    auto load_mid = [&](size_t j, bool wait) {
+      const auto [g, c] = later[j];
+      const detail::Copy cp{.src = m.mid + c * kb, .dst = sim::ocm_addr(m.up + j % nb * kb), .row_bytes = kb,
+                            .rows = m.rows, .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
+      const std::string mark = fmt::format("{}.g{}.mlp{}.load_act", m.mark, g, c);
       if (wait) em.copy(mark, cp);
       else em.copy_async(mark, m.chan, cp);
     };
@@ -488,11 +494,12 @@ struct KernelCalls {
       if (m.before) m.before(c / m.pairs, true);
       if (grouped && last && m.lrm_later) lrm_end = m.lrm_later;  // (its hand-off to the later groups' first call)
       if (grouped) {
-        em.copy_async(C + ".store_act", m.chan,
-                      {.src = sim::ocm_addr(m.up), .dst = m.mid + c * kb, .row_bytes = kb, .rows = m.rows,
-                       .src_stride = m.up_stride, .dst_stride = m.chunks * kb});
+        if (!last || m.groups.count > 2)
+          em.copy_async(C + ".store_act", m.chan,
+                        {.src = sim::ocm_addr(m.up), .dst = m.mid + c * kb, .row_bytes = kb, .rows = m.rows,
+                         .src_stride = m.up_stride, .dst_stride = m.chunks * kb});
         if (last && m.before_later) m.before_later();
-        if (last && nb == 2) load_mid(0, false);
+        if (last && nb == 2 && later.size() > 1) load_mid(1, false);
       }
       const GemmAcc acc{.in = c + 1 > m.pairs || m.seeded, .ocm = m.acc, .stride = m.acc_stride, .y_f32 = !last,
                         .lrm = m.lrm};
@@ -504,22 +511,19 @@ struct KernelCalls {
     if (!grouped) return;
     // The later groups: a group's down weights are whole tiles of each packing.
     em.wait(m.chan);
-    for (uint32_t g = 1; g < m.groups.count; ++g) {
-      const uint32_t c0 = m.groups.start(m.out_n, g);
-      if (m.group_start) m.group_start(g);
-      for (uint32_t c = 0; c < m.chunks; ++c) {
-        const uint32_t j = (g - 1) * m.chunks + c;
-        if (nb == 1) load_mid(j, true);
-        else if (j) em.wait(m.chan);
-        if (nb == 2 && j + 1 < (m.groups.count - 1) * m.chunks) load_mid(j + 1, false);
-        const bool last = c + 1 == m.chunks;
-        gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
-             {.w = m.weight(c, true), .m = m.rows, .n = m.groups.cols(m.out_n, g), .k = m.chunk,
-              .x = m.up + (j + 1) % nb * kb, .xs = m.up_stride, .y = m.out + c0 * 2, .ys = m.out_stride,
-              .bias = c == 0 && m.down_bias != kNone ? m.down_bias + c0 * 2 : kNone,
-              .acc = {.in = c > 0 || m.seeded, .y_f32 = !last, .lrm = lrm_later},
-              .w_off = column_offset(m.weight(c, true), m.out_n, m.chunk, c0)});
-      }
+    for (size_t j = 0; j < later.size(); ++j) {
+      const auto [g, c] = later[j];
+      const uint32_t c0 = m.groups.start(m.out_n, g), i = uint32_t(j % m.chunks);  // (the group's i-th call)
+      if (i == 0 && m.group_start) m.group_start(g);
+      if (j && nb == 1) load_mid(j, true);
+      else if (j) em.wait(m.chan);
+      if (nb == 2 && j + 1 < later.size() && j) load_mid(j + 1, false);
+      gemm(fmt::format("{}.g{}.mlp{}.{}", m.mark, g, c, m.gated ? "down" : "fc2"),
+           {.w = m.weight(c, true), .m = m.rows, .n = m.groups.cols(m.out_n, g), .k = m.chunk,
+            .x = m.up + j % nb * kb, .xs = m.up_stride, .y = m.out + c0 * 2, .ys = m.out_stride,
+            .bias = i == 0 && m.down_bias != kNone ? m.down_bias + c0 * 2 : kNone,
+            .acc = {.in = i > 0 || m.seeded, .y_f32 = i + 1 < m.chunks, .lrm = lrm_later},
+            .w_off = column_offset(m.weight(c, true), m.out_n, m.chunk, c0)});
     }
   }
   // In place (out = x); fp32 tables [rows][head_dim].

@@ -642,7 +642,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     sim::Config gc = gemm_cfg_;
     gc.dma_channels = int(channels);
     // (groups: the down in column groups, its input rows stored once and read back by every
-    // group after the first, beside the chunks' weights; those groups' residual columns stored
+    // group after the first but for the first group's last chunk, kept for the second group (with
+    // two groups not stored), beside the chunks' weights; those groups' residual columns stored
     // and loaded, waited for)
     auto estimate = [&](uint32_t rows, uint32_t pt, ColumnGroups groups = {}) {
       double c = 0;
@@ -653,7 +654,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         const double o_again = double((r + pt - 1) / pt - 1) * wb(d.H, d.nq * d.hd);
         double chunks = chunk_est(r, d.H, cp, 2 * cp, slow, pm_split(), pm_down()) * (d.I / cp);
         if (groups.count > 1)
-          chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) + 2.0 * r * d.I * groups.count) / bw);
+          chunks = std::max(chunks, ((wb(2 * cp, d.H) + wb(d.H, cp)) * (d.I / cp) +
+                                     2.0 * r * (double(d.I) * groups.count - cp * (groups.count == 2 ? 2 : 1))) / bw);
         c += layers * (std::max(r * slow * d.H * d.nq * d.hd / peak, wb(d.H, d.nq * d.hd) / bw) + chunks +
                        o_again / bw +
                        r * (double(qd) + (lrm ? 4.0 : 6.0) * d.H + 4.0 * (d.H - groups.cols(d.H, 0))) / bw +

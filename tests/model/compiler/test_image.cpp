@@ -815,6 +815,7 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
   wide.name = "tiny_h256";
   wide.text.hidden_size = 256;
   wide.vision.out_hidden_size = 256;
+  wide.text.intermediate_size = 768;  // (two chunks of 384: the later groups' order and loads)
   static TinyBundle tiny("image_tiny_groups", config_tiny()), h256("image_" + wide.name, wide);
   const ImageShape shape{16, 16, 256, 5};
   for (const auto& [m, bundle, groups, first] : {std::tuple{config_tiny(), tiny.bundle.get(), 2u, 0u},
@@ -822,7 +823,7 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
                                                   {wide, h256.bundle.get(), 2u, 64u}}) {
     SCOPED_TRACE(fmt::format("{}, {} groups, first {}", m.name, groups, first));
     const auto [pixels, ref] = ocm_reference(m, *bundle, 17, shape);
-    CompileOptions opt = ocm_options(1024);
+    CompileOptions opt = ocm_options(2048);  // (act.q holds the SiLU rows: 256 x 768)
     opt.image_down_groups = groups;
     opt.image_down_first = first;
     opt.image_merger_chunks = true;
@@ -844,7 +845,9 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
       stores += k.mark.starts_with("P1.mlp") && k.mark.ends_with(".store_act");
     }
     EXPECT_GT(later, 0u);
-    EXPECT_EQ(stores, later);  // (every down call's SiLU rows stored once, read by each later group)
+    // (every down call's SiLU rows stored once and read by each later group, but the first group's
+    // last, read where they are by the second group's first call: with two groups not stored)
+    EXPECT_EQ(stores + (groups == 2), later);
     expect_matches_chain(c, prog, shape, bundle, pixels, ref,
                          fmt::format("{} image program, 256 tokens, the down in {} column groups (first {})", m.name,
                                      groups, first));
