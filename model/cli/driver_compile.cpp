@@ -100,8 +100,9 @@ void report(const char* what, const sim::Stats& st, const CompiledProgram& prog,
                 mac_floor, context, bytes_floor, double(total) / std::max(mac_floor, bytes_floor));
     pj["bytes_floor_cycles"] = bytes_floor;
   } else {
-    std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max\n", mac_floor, weights_floor,
-                double(total) / std::max(mac_floor, weights_floor));
+    std::printf("  MAC floor %.0f cycles, weights-once DDR floor %.0f cycles: %.3f x their max; DDR %.3f x the weights' "
+                "bytes read once\n", mac_floor, weights_floor, double(total) / std::max(mac_floor, weights_floor),
+                double(bytes) / double(std::max<uint64_t>(weight_bytes, 1)));
   }
   std::printf("  sum of kernel floors %.0f cycles; the ten calls furthest above their floors:\n", floor_sum);
   std::printf("  %-28s %-16s %12s %12s %7s\n", "call", "kernel", "cycles", "floor", "ratio");
