@@ -168,6 +168,9 @@ struct CompileOptions {
   uint32_t image_down_groups = 0;
   // Test knob: with it, the first of those groups of this many columns (ColumnGroups::first).
   uint32_t image_down_first = 0;
+  // Test knob: the streamed prefill's q|k|v phase in column groups (Streamed::pqg) wherever a
+  // group fits, also where its rows take one tile.
+  bool image_qkv_groups = false;
   // Test knob: the MLP phases' partial sums in OCM even where they fit LRM (GemmArgs::lrm_in).
   bool image_ocm_sums = false;
   // Test knobs: the tower's q, k, v in turn (Streamed::vqa, where its packing is in DDR) in

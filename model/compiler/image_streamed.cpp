@@ -608,7 +608,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return {uint64_t(S) * d.H * 2, tab, tab, y, y};
   };
   // (not in mixed precision: a GEMM's fp16 correction is its whole weight's, not a group's)
-  if (S && p.rpa && p.rpa < S && !cap && !opt_.image_copy_mode && !opt_.fp16_channels &&
+  if (S && p.rpa && (p.rpa < S || opt_.image_qkv_groups) && !cap && !opt_.image_copy_mode && !opt_.fp16_channels &&
       d.qkv_n == d.nq * d.hd + 2 * d.nkv * d.hd) {
     const uint32_t T = plan_gemm(gemm_cfg_, 0, d.qkv_n, d.H, ddr_.at(layer_name(0, "qkv.gemm")).split).cols;
     const uint32_t kcols = d.nkv * d.hd;
@@ -617,7 +617,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       const double calls = double(d.qkv_n / qg);
       const double c = layers * (std::max(S * macs_a / peak + calls * kCallCycles, (wb_a + S * (qd + 2.0 * kd)) / bw) +
                                  S * (d.H * 2.0 + d.hd * 8.0) / bw);
-      if (c < kFewerBytes * (p.cost - before)) p.pqg = true, p.qg = qg, p.cost = before + c;
+      if (c < kFewerBytes * (p.cost - before) || opt_.image_qkv_groups) p.pqg = true, p.qg = qg, p.cost = before + c;
       break;
     }
   }
@@ -705,7 +705,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     return std::max(attn_cycles(d.nkv, g, G, S, d.hd, off + S),
                     ((q_kept ? 1.0 : 2.0) * S * qd + (own ? 0.0 : 2.0 * (off + S) * kd)) / bw);
   };
-  if (S && p.rpa == S && !gcap) {
+  if (S && p.rpa == S && !gcap && !p.pqg) {
     // With no cached tokens: one set (nothing to load beside a call) of as many kv heads as fit,
     // or all of them in one call where their staging fits and the calls' estimate is lower (the
     // attention then takes up to 8 kv groups a pass: 32x64, 2 MiB, 64 GB/s, one call of eight
@@ -1639,7 +1639,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // from the layer before goes to DDR, not to the LRM park. Where the buffers do not fit, or
     // the last layer adds DeepStack rows or is the first, the attention and MLP phases run every
     // row (tg = 0).
-    const bool tail_own = off == 0 && p.rpa == S;
+    const bool tail_own = off == 0 && p.rpa == S && !p.pqg;
     const uint32_t us = up_row(true, pm_down(), pm_fused) * pm_chunk(d.I, 2);  // (its up output row, pm)
     auto tail_bufs = [&](uint32_t g) -> V64 {
       const uint64_t kv = uint64_t(off + S) * g * hd2, w2 = d.H * 2;

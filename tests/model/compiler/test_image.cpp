@@ -859,11 +859,8 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
     if (m.name != wide.name) continue;
     // The MLP phase's output kept in OCM for the next layer's q|k|v phase (its rows normed in
     // place there): stored at the layer's start, not loaded.
-    const auto has = [&](const std::string& mark) {
-      return std::any_of(prog.calls.begin(), prog.calls.end(), [&](const KernelCall& k) { return k.mark == mark; });
-    };
-    EXPECT_TRUE(has("P2.store_residual"));
-    EXPECT_FALSE(has("P2.load"));
+    EXPECT_TRUE(has_call(prog, "P2.store_residual"));
+    EXPECT_FALSE(has_call(prog, "P2.load"));
     // The wide variant's q|k|v phase in column groups too (Streamed::pqg, the cost model's choice:
     // its row tiles would read the weight twice): 64 columns (two heads) a call, q stored, k with
     // v written to the KV cache (the slot control above reads them back); negative control: the
@@ -873,6 +870,34 @@ TEST(ImageOcm, TinyDownInColumnGroupsMatchesTheChain) {
     expect_zeroed_weight_fails(c, prog, shape, bundle, pixels, ref, qkv, "layer 1's last v group",
                                c.layout().at(qkv).bytes / 4 * 3);
   }
+}
+
+// The prefill's q|k|v phase in column groups (Streamed::pqg, forced by the test knob
+// CompileOptions::image_qkv_groups where its rows take one tile) with the MLP phase over every
+// row at once: the layer's output stays in the normed rows' buffer, where the next q|k|v phase
+// normalises it in place, parked in LRM at the layer's start for the MLP's residual (not
+// stored, not loaded). The tiny model on 8x8 at 432 KiB, 8 GB/s; against the chain, and the
+// same logits with the residual through DDR (image_no_park: stored at the layer's start,
+// waited for before the norm); negative control: layer 1's last v group zeroed.
+TEST(ImageOcm, TinyQkvGroupsWithTheResidualParkedMatchTheChain) {
+  static TinyBundle tiny("image_tiny_qkv_groups", config_tiny());
+  const auto [pixels, ref] = ocm_reference(config_tiny(), *tiny.bundle, 21);
+  CompileOptions opt = ocm_options(1024);  // (a planning shape that streams: the MLP chunk packings laid)
+  opt.image_qkv_groups = true;
+  opt.image_part_rows = 48;  // (the MLP phase over every row, its parts untiled)
+  Compiler c(config_tiny(), sim::Config::make("qc-u", {"pe_rows=8", "pe_cols=8", "ocm_bytes=320KiB", "ddr_gbps=8"}),
+             opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("prefill 48 (q|k|v 64 columns a call)|48 (qkv|MLP phases"), std::string::npos) << prog.plan;
+  for (const char* m : {"P2.park_residual", "P2.unpark_residual", "P2.kv0.k", "P2.q1.store_q"})
+    EXPECT_TRUE(has_call(prog, m)) << m;
+  for (const char* m : {"P2.load", "P2.store_residual", "P2.load_residual"}) EXPECT_FALSE(has_call(prog, m)) << m;
+  expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                       "tiny image program, q|k|v in column groups, the residual parked");
+  expect_parks_match_ddr(c, opt, prog, tiny.bundle.get(), pixels, "the kept residual", {"P2.store_residual"});
+  const std::string qkv = "L1.qkv.gemm";
+  expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, qkv, "layer 1's last v group",
+                             c.layout().at(qkv).bytes / 4 * 3);
 }
 
 // The tower's qkv phase in its other two forms at 512 KiB (the MLP over every row with the
