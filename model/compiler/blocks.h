@@ -466,7 +466,7 @@ struct KernelCalls {
     std::vector<std::pair<uint32_t, uint32_t>> later;
     for (uint32_t g = 1; g < m.groups.count; ++g)
       for (uint32_t c = 0; c < m.chunks; ++c) later.emplace_back(g, g == 1 ? (c + m.chunks - 1) % m.chunks : c);
-    auto load_mid = [&](size_t j, bool wait) {
+    auto load_mid = [&](uint32_t j, bool wait) {
       const auto [g, c] = later[j];
       const detail::Copy cp{.src = m.mid + c * kb, .dst = sim::ocm_addr(m.up + j % nb * kb), .row_bytes = kb,
                             .rows = m.rows, .src_stride = m.chunks * kb, .dst_stride = m.up_stride};
@@ -511,9 +511,9 @@ struct KernelCalls {
     if (!grouped) return;
     // The later groups: a group's down weights are whole tiles of each packing.
     em.wait(m.chan);
-    for (size_t j = 0; j < later.size(); ++j) {
+    for (uint32_t j = 0; j < uint32_t(later.size()); ++j) {
       const auto [g, c] = later[j];
-      const uint32_t c0 = m.groups.start(m.out_n, g), i = uint32_t(j % m.chunks);  // (the group's i-th call)
+      const uint32_t c0 = m.groups.start(m.out_n, g), i = j % m.chunks;  // (the group's i-th call)
       if (i == 0 && m.group_start) m.group_start(g);
       if (j && nb == 1) load_mid(j, true);
       else if (j) em.wait(m.chan);
