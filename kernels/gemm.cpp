@@ -373,10 +373,23 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
          a.k, cfg.lrm_bytes, lrm_buffer(pl), pl.split, pl.cols, a.n, lrm_need(pl.blocks, pl.split));
   const uint32_t npe = cfg.npe(), S = pl.split, T = pl.cols, B = pl.blocks, U = pl.units;
   const bool twin = pl.sets == 2;  // two row sets: the lower PEs [0, H), the upper ones [H, npe)
-  // Two row sets at split 2: a slot's two rows in one grouped broadcast (obcast.g; the split-1
-  // loop broadcasts half rows, which obcast.g does not move).
-  const bool pair_rows = twin && pl.split == 2;
   const uint32_t H = npe / 2;
+  // Two row sets at split 2: a slot's two rows in one grouped broadcast (obcast.g; the split-1
+  // loop broadcasts half rows, which obcast.g does not move). Its PE e reads the row e / H rows
+  // on, so on a sub-array the machine's PEs past the view read rows further on still: where
+  // those reads from X's last row would pass the OCM's end (the tiny model's patch embedding
+  // on 16 of 45x62's rows, X ending 34 KB below it), the upper row goes to every PE and the
+  // lower one to its set in turn, as at split 1.
+  bool pair_rows = twin && pl.split == 2;
+  if (pair_rows && a.sub_array) {
+    const uint32_t groups = ceil_div(std::max(a.machine_pes, npe), H);
+    pair_rows = uint64_t(a.x_ocm) + uint64_t(a.m - 1 + (groups > 2 ? groups - 2 : 0)) * a.x_stride + 2 * a.k + 64 <=
+                cfg.ocm_bytes;
+    // (the rows in turn read 64 B past X's last row: the next slots' look-ahead)
+    if (!pair_rows && uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k + 64 > cfg.ocm_bytes)
+      fail("gemm: X [{} x {}] at OCM {} (stride {}) ends within 64 bytes of the OCM's end ({} bytes), which two row sets "
+           "on a sub-array read past: place X at least 64 bytes lower", a.m, a.k, a.x_ocm, a.x_stride, cfg.ocm_bytes);
+  }
   const uint32_t C = pl.channels;
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
   const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);

@@ -90,7 +90,9 @@
 // of a call of several tiles (its row groups are the other tiles'), and only where H is even (the
 // upper set's first PE starts a split-2 pair).
 //
-// OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K); Y is written
+// OCM: X rows are read only inside [x_ocm, x_ocm + (M-1)*x_stride + 2K) (two row sets on a
+// sub-array: rows further on, or up to 64 B past the last row where those would pass the
+// OCM's end: emit_gemm_w4, pair_rows); Y is written
 // only at its M x N elements; the scratch holds the DMA buffers (gemm_scratch_bytes).
 #pragma once
 #include <cstdint>
@@ -174,6 +176,7 @@ struct GemmArgs {
   // whole rows): every scatter is held to those PEs (the others compute on stale LRM and
   // never gather). The weight is packed for the view (pack_gemm_weight(w, view)).
   bool sub_array = false;
+  uint32_t machine_pes = 0;  // (sub_array: the machine's PEs)
   // The epilogue's activation (above): Y then holds act(rounded sums), fp16; not with the
   // partial sums (acc_in, y_f32, lrm_in, lrm_out).
   GemmAct act = GemmAct::none;

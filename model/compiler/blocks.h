@@ -209,6 +209,7 @@ struct KernelCalls {
     g.scratch_bytes = rGEMM;
     g.smem = kSmem;
     g.sub_array = gcfg.npe() < cfg.npe();
+    g.machine_pes = cfg.npe();
     g.lrm_end = lrm_end;
     g.split = ddr.at(w).split;
     return g;

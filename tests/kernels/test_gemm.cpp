@@ -36,20 +36,24 @@ uint32_t align64(uint64_t v) { return uint32_t((v + 63) / 64 * 64); }
 // compiler places between a prefetch and its GEMM) runs before the GEMM; with prefetch,
 // emit_gemm_prefetch is emitted before that loop and the GEMM runs with prefetched = true.
 // machine: the array the program runs on when cfg is the GEMM's view of it (the first
-// cfg.npe() PEs; GemmArgs::sub_array = sub_array), else cfg.
+// cfg.npe() PEs; GemmArgs::sub_array = sub_array, machine_pes its PEs unless machine_pes_unset),
+// else cfg. x_last: X at the top of OCM (its last row ending xpad bytes below the OCM's end),
+// Y, the bias and the scratch from 0.
 GemmRun run_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, GemmBias bias, uint32_t seed,
                  bool timing_only, uint32_t split = 0, bool prefetch = false, uint32_t delay = 0,
-                 bool twice = false, const sim::Config* machine = nullptr, bool sub_array = false) {
+                 bool twice = false, const sim::Config* machine = nullptr, bool sub_array = false,
+                 bool x_last = false, bool machine_pes_unset = false, uint32_t xpad = 64) {
   GemmRun r;
   GemmArgs a;
   a.sub_array = sub_array;
+  a.machine_pes = machine && !machine_pes_unset ? machine->npe() : 0;
   a.m = m;
   a.n = n;
   a.k = k;
   a.split = split;
-  a.x_ocm = 0;
   a.x_stride = 2 * k;
-  a.y_ocm = align64(uint64_t(m) * a.x_stride);
+  a.x_ocm = x_last ? uint32_t(cfg.ocm_bytes - uint64_t(m) * a.x_stride - xpad) : 0;
+  a.y_ocm = x_last ? 0 : align64(uint64_t(m) * a.x_stride);
   a.y_stride = 2 * n;
   a.bias = bias;
   a.bias_ocm = align64(a.y_ocm + uint64_t(m) * a.y_stride);
@@ -331,6 +335,28 @@ TEST(Gemm, OneLrmBufferATileACall) {
   next.n = 8, next.k = 768;
   ASSERT_TRUE(gemm_handoff(cfg, prev, next, 0));
   EXPECT_EQ(next.lrm_p, next.lrm_q);
+}
+
+// Two row sets on a sub-array with X at the top of OCM: the grouped broadcast (obcast.g) that
+// gives each set its row gives the machine's PEs past the view (groups of H PEs) rows further on
+// still, which from X's last rows would read past the OCM's end (a random point, the tiny model
+// on 16 of 45x62's rows: out of range at the patch embedding). There the kernel broadcasts the
+// upper and the lower row in turn: the chain's values, timing-only = functional. Negative
+// control: without the machine's PE count the kernel keeps the grouped broadcast, and the run
+// stops on the OCM access out of range.
+TEST(Gemm, TwoRowSetsOnASubArrayReadNoPastTheOcm) {
+  const sim::Config machine = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=1MiB"});
+  const sim::Config view = sim::Config::make("qc-u", {"pe_rows=16", "pe_cols=64", "ocm_bytes=1MiB"});
+  const uint32_t m = 40, n = 128, k = 1536;
+  ASSERT_EQ(plan_gemm(view, m, n, k).sets, 2u);
+  ASSERT_EQ(plan_gemm(view, m, n, k).split, 2u);
+  GemmRun f = run_gemm(view, m, n, k, GemmBias::f16, 5, false, 0, false, 0, false, &machine, true, true);
+  const Compare c = compare(f.y, f.ref);
+  EXPECT_GE(c.cosine, 0.9999);
+  EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  GemmRun t = run_gemm(view, m, n, k, GemmBias::f16, 5, true, 0, false, 0, false, &machine, true, true);
+  EXPECT_EQ(f.stats.total[sim::Stat::cycles], t.stats.total[sim::Stat::cycles]);
+  EXPECT_THROW(run_gemm(view, m, n, k, GemmBias::f16, 5, true, 0, false, 0, false, &machine, true, true, true), Error);
 }
 
 // A GEMM on the first half of the array's rows (GemmArgs::sub_array, cfg = the view):
