@@ -378,8 +378,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // loop broadcasts half rows, which obcast.g does not move). Its PE e reads the row e / H rows
   // on, so on a sub-array the machine's PEs past the view read rows further on still: where
   // those reads from X's last row would pass the OCM's end (the tiny model's patch embedding
-  // on 16 of 45x62's rows, X ending 34 KB below it), the upper row goes to every PE and the
-  // lower one to its set in turn, as at split 1.
+  // on 16 of 45x62's rows at 512 KiB), the upper row goes to every PE and the lower one to its
+  // set in turn, as at split 1.
   bool pair_rows = twin && pl.split == 2;
   if (pair_rows && a.sub_array) {
     const uint32_t groups = ceil_div(std::max(a.machine_pes, npe), H);
