@@ -1026,7 +1026,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // The down's columns in groups through DDR at mid_ddr (ChunkChain::groups, Streamed::pg),
       // each group's LRM sums seeded with its residual columns: the other groups' stored to
       // res_ddr in part 1 and loaded over the normed rows' once the last up GEMM has read them;
-      // the later groups' sums at LRM sums_later (0: sums_lrm).
+      // the later groups' sums at LRM sums_later.
       ColumnGroups groups = {};
       uint32_t mid_ddr = 0, sums_later = 0;
     };
@@ -1044,8 +1044,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
       // to DDR and back.
       const bool seed = m.sums_lrm != 0;
       const bool grouped = m.groups.count > 1;
-      if (grouped && (!seed || m.parked))
-        fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own", m.mark);
+      if (grouped && (!seed || !m.sums_later || m.parked))
+        fail("compiler: internal: '{}' has its down in column groups without LRM sums of its own, or parked", m.mark);
       const uint32_t gn = m.groups.cols(m.width, 0);  // the first group's columns (its row bytes: m.width)
       const bool over_residual = !seed && U < X1 + uint64_t(pt) * w2 && U + uint64_t(m.rows) * us > X1;
       k.lrm_end = m.sums_lrm;  // the GEMMs from the out GEMM's hand-off on keep below the LRM sums
@@ -1100,7 +1100,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        k.lrm_seed(fmt::format("{}.g{}.residual_sums", m.mark, g),
                                   {.m = m.rows, .n = m.groups.cols(m.width, g), .k = m.chunk, .row0 = 0,
                                    .rows = m.rows, .x_ocm = XN + m.groups.start(m.width, g) * 2, .x_stride = w2,
-                                   .lrm_acc = m.sums_later ? m.sums_later : m.sums_lrm});
+                                   .lrm_acc = m.sums_later});
                      }});
       k.lrm_end = 0;  // (the GEMM after the phase, handed off by the last down, keeps below them too)
       // Part 3 (per part tile): the residual added to the down output (seeded: there already), stored.
@@ -1586,8 +1586,9 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     // on every row at once (the MLP's LRM sums leave it in the normed rows' buffer, the first
     // of both phases' buffers, which the q|k|v GEMM overwrites): its store to DDR (for the next
     // MLP phase) starts after the next layer's norm weights come in and goes behind the norm,
-    // waited for before the q|k|v GEMM; the load is gone. (32x64, 2 MiB, 128 GB/s: a waited
-    // store of 11.9 K cycles and a load of 7.1 K a layer.)
+    // waited for before the q|k|v GEMM (q|k|v in column groups, Streamed::pqg, whose norm
+    // writes the rows in place: before the norm); the load is gone. (32x64, 2 MiB, 128 GB/s: a
+    // waited store of 11.9 K cycles and a load of 7.1 K a layer.)
     const uint32_t kept_rows = [&]() -> uint32_t {
       if (p.fused || !p.pm || p.rpm != S || !S || !psums(S, p.pg)) return kNone;
       const uint32_t XN = phase(p.pmb(1, p.rpm, p.ppt, p.pg))[0];
