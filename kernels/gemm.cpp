@@ -380,16 +380,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // those reads from X's last row would pass the OCM's end (the tiny model's patch embedding
   // on 16 of 45x62's rows at 512 KiB), the upper row goes to every PE and the lower one to its
   // set in turn, as at split 1.
+  // (whether X's reads end inside OCM: `more` rows past its last one and `pad` bytes past that)
+  auto x_reads_fit = [&](uint32_t more, uint32_t pad) {
+    return uint64_t(a.x_ocm) + uint64_t(a.m - 1 + more) * a.x_stride + 2 * a.k + pad <= cfg.ocm_bytes;
+  };
   bool pair_rows = twin && pl.split == 2;
   if (pair_rows && a.sub_array) {
     const uint32_t groups = ceil_div(std::max(a.machine_pes, npe), H);
-    pair_rows = uint64_t(a.x_ocm) + uint64_t(a.m - 1 + (groups > 2 ? groups - 2 : 0)) * a.x_stride + 2 * a.k + 64 <=
-                cfg.ocm_bytes;
-    // (the rows in turn read 64 B past X's last row: the next slots' look-ahead)
-    if (!pair_rows && uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k + 64 > cfg.ocm_bytes)
-      fail("gemm: X [{} x {}] at OCM {} (stride {}) ends within 64 bytes of the OCM's end ({} bytes), which two row sets "
-           "on a sub-array read past: place X at least 64 bytes lower", a.m, a.k, a.x_ocm, a.x_stride, cfg.ocm_bytes);
+    pair_rows = x_reads_fit(groups > 2 ? groups - 2 : 0, 64);
   }
+  // (the rows in turn at split 2 read 64 B past X's last row: the next slots' look-ahead)
+  const uint32_t x_pad = twin && pl.split == 2 && !pair_rows ? 64 : 0;
   const uint32_t C = pl.channels;
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
   const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);
@@ -428,8 +429,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (a.x_stride < 2 * a.k || a.x_stride % 2) fail("gemm: x_stride {} must be even and >= 2*K = {}", a.x_stride, 2 * a.k);
   if (a.y_stride < 2 * n_out || a.y_stride % 2)
     fail("gemm: y_stride {} must be even and >= 2 x {} Y columns = {}", a.y_stride, n_out, 2 * n_out);
-  if (uint64_t(a.x_ocm) + uint64_t(a.m - 1) * a.x_stride + 2 * a.k > ocm)
-    fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM", a.m, a.k, a.x_ocm, a.x_stride, ocm);
+  if (!x_reads_fit(0, x_pad))
+    fail("gemm: X [{} x {}] at OCM {} (stride {}) does not fit the {} bytes of OCM{}", a.m, a.k, a.x_ocm, a.x_stride, ocm,
+         x_pad ? " with the 64 bytes past its last row that two row sets on a sub-array read: place X at least 64 bytes "
+                 "lower"
+               : "");
   const uint32_t y_bytes = a.y_f32 ? 4 : 2;  // per output
   if (a.y_f32 && a.y_stride < 4 * a.n) fail("gemm: y_stride {} must be >= 4*N = {} for fp32 Y", a.y_stride, 4 * a.n);
   if (uint64_t(a.y_ocm) + uint64_t(a.m - 1) * a.y_stride + y_bytes * n_out > ocm)
