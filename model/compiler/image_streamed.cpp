@@ -1813,23 +1813,17 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                        .w_off = k.column_offset(W, d.qkv_n, d.H, c0)});
             return Y;
           };
-          auto norm_rope = [&](const std::string& G, uint32_t Y, uint32_t w) {
-            k.head_norm(G + ".norm", {.rows = S, .heads = gh, .head_dim = d.hd, .x_ocm = Y,
-                                      .x_stride = S > 1 ? qg * 2 : 0, .w_ocm = w, .eps = teps});
-            k.rope(G + ".rope", {.rows = S, .heads = gh, .head_dim = d.hd, .x_ocm = Y, .x_row_stride = qg * 2,
-                                 .cos_ocm = RC, .sin_ocm = RS});
-          };
           for (uint32_t g = 0; g < qgroups; ++g) {
             const std::string G = fmt::format("{}.q{}", L, g);
             const uint32_t Y = group(G + ".qkv", g * qg);
-            norm_rope(G, Y, tl.q_norm_w());
+            tl.head_group(G, t, gh, Y, qg * 2, tl.q_norm_w(), RC, RS);
             copy_shape_on(cx, G + ".store_q", {.src = ocm(Y), .dst = aq + g * qg * 2, .row_bytes = qg * 2, .rows = S,
                                                .src_stride = qg * 2, .dst_stride = qd});
           }
           for (uint32_t g = 0; g < d.nkv / gh; ++g) {
             const std::string G = fmt::format("{}.kv{}", L, g);
             const uint32_t K = group(G + ".k", d.nq * d.hd + g * qg);
-            norm_rope(G + ".k", K, tl.k_norm_w());
+            tl.head_group(G + ".k", t, gh, K, qg * 2, tl.k_norm_w(), RC, RS);
             const uint32_t V = group(G + ".v", d.nq * d.hd + d.nkv * d.hd + g * qg);
             const uint32_t hd2 = d.hd * 2, plane = g * gh * opt_.max_seq * hd2;
             k.kv_write(G + ".kv_write", {.kv_heads = gh, .head_dim = d.hd, .rows = S, .k_ocm = K, .v_ocm = V,
