@@ -1134,6 +1134,25 @@ TEST(ImageOcm, TinyGateUpCallsOfSplitTwoChunksOn64x64MatchTheChain) {
 // whole tile at split 1), packed and read at split 1.
 TEST(ImageOcm, OneGateUpChunkWhereACallTakesThemAll) { expect_h256_on_64x64(false, "gate|up chunks per call 1", 0); }
 
+// The streamed tower's attention in one buffer set of 4 heads a call, where two sets of 2 heads
+// a call left most of the PEs idle in every call (the 2B at 1 MiB, 128 GB/s: -0.44%; at 64x64,
+// 2 MiB: -0.34%): the tiny model on 64x64 at 512 KiB, 128 GB/s, against the chain; negative
+// control: block 1's proj weight zeroed fails the gate. (Two sets of 2 heads a call before: the
+// plan string names them.)
+TEST(ImageOcm, TinyAttentionInOneBufferSetOfMoreHeadsMatchesTheChain) {
+  const ImageShape shape{};  // 256 patches, 128 tokens
+  const auto [pixels, ref] = ocm_reference(config_tiny(), *tiny_bundle().bundle, 31, shape);
+  const sim::Config cfg =
+      sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=512KiB", "ddr_gbps=128"});
+  Compiler c(config_tiny(), cfg, ocm_options(160));
+  const CompiledProgram prog = c.image_program(shape);
+  EXPECT_NE(prog.plan.find("kv heads per attention call tower 4, prefill 2 (1 tower buffer sets)"), std::string::npos)
+      << prog.plan;
+  expect_matches_chain(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref,
+                       "tiny image program, 64x64, 512 KiB, 128 GB/s, the tower's attention in one buffer set", false);
+  expect_zeroed_weight_fails(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref, "V1.proj", "block 1's proj");
+}
+
 // On 64x64 at 128 GB/s the tiny model's GEMMs are MAC-bound and o_proj (one tile, handed off
 // whole) leaves gate|up's first tile to the DDR for longer than its MACs: gate|up's first units
 // start right after q|k|v (GemmArgs::next_started; in the tower fc1's after q|k|v). Against the
