@@ -512,7 +512,8 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
     if (!p.mpm) p.mg_groups = 1;
   }
   // Attention phases: two buffer sets (the next group's q, k, v load while this group
-  // computes, its output stores while the next computes) when they fit, else one.
+  // computes, its output stores while the next computes) when they fit (and one set of more
+  // heads does not cost less, below), else one.
   // Pipelined, the kv heads a call takes (1, 2 or 4) by a cost model: the calls' cycles
   // (attention_estimate) plus the first load and the last store, which are not overlapped.
   // More heads a call pay when their passes hold more rows x heads (N = 1200: 2 heads of 512
