@@ -384,13 +384,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto x_reads_fit = [&](uint32_t more, uint32_t pad) {
     return uint64_t(a.x_ocm) + uint64_t(a.m - 1 + more) * a.x_stride + 2 * a.k + pad <= cfg.ocm_bytes;
   };
-  bool pair_rows = twin && pl.split == 2;
+  const bool twin_split2 = twin && pl.split == 2;
+  bool pair_rows = twin_split2;
   if (pair_rows && a.sub_array) {
     const uint32_t groups = ceil_div(std::max(a.machine_pes, npe), H);
     pair_rows = x_reads_fit(groups > 2 ? groups - 2 : 0, 64);
   }
   // (the rows in turn at split 2 read 64 B past X's last row: the next slots' look-ahead)
-  const uint32_t x_pad = twin && pl.split == 2 && !pair_rows ? 64 : 0;
+  const uint32_t x_pad = twin_split2 && !pair_rows ? 64 : 0;
   const uint32_t C = pl.channels;
   const uint32_t BS = lrm_buffer(pl);  // one LRM buffer
   const auto [lrm_p, lrm_q] = lrm_buffers(pl, a);
