@@ -80,6 +80,7 @@ Compiler::Compiler(const ModelConfig& model, const sim::Config& cfg, const Compi
   settle_pm_chunks();
   settle_pm_pairs();
   if (viewed) settle_fewer_rows(*viewed);
+  settle_parts();
   record_gemm_splits();
 }
 

@@ -213,6 +213,9 @@ struct CompileOptions {
   // Test knob: the streamed plan's MLP chunks as wide as on this many PEs (pm_chunk_width;
   // 0: Compiler::settle_pm_chunks decides).
   uint32_t image_chunk_pes = 0;
+  // Test knob: the streamed program on one view in two parts (1) or in one (2) (0:
+  // Compiler::settle_parts decides).
+  uint32_t image_parts = 0;
   // The image GEMMs on this many PE rows (`gpnpu compile --gemm-rows`; 0: gemm_view's rule).
   uint32_t image_gemm_rows = 0;
   // The vision tower's and mergers' GEMMs on this many PE rows (`gpnpu compile --tower-rows`; 0:
@@ -307,13 +310,15 @@ class Compiler {
   // rows, taken where its estimate is 5% or more below this one's.
   bool fewer_rows_apply() const;
   void settle_fewer_rows(const Compiler& viewed);
+  // A streamed program on one view in two parts (image_in_parts) where that reads fewer weight bytes.
+  void settle_parts();
   // This compiler with the tower's view as its GEMM view: it packs and emits the vision part
   // (tower and mergers; their weights are packed for that view).
   Compiler vision_part() const;
   bool views_differ() const { return tower_rows_ && tower_rows_ != uint32_t(gemm_cfg_.pe_rows); }
   // This compiler emits a part of a program in parts (the vision part, or the rest beside it):
   // its GEMM DMA buffers hold only that part's GEMMs (the other part has its own).
-  bool in_parts() const { return vision_part_ || views_differ(); }
+  bool in_parts() const { return vision_part_ || views_differ() || parts_; }
   struct GemmLoad {
     double macs, ddr_cycles;
   };
@@ -403,6 +408,7 @@ class Compiler {
   sim::Config gemm_cfg_;
   uint32_t tower_rows_ = 0;  // the vision part's view: its rows (settle_tower_view; 0: gemm_cfg_'s)
   bool vision_part_ = false;  // this is vision_part()'s copy
+  bool parts_ = false;  // a program on one view in two parts (settle_parts)
   CompileOptions opt_;
   DdrLayout ddr_;
   DecodeIo dio_;
