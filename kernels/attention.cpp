@@ -182,8 +182,8 @@ void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
   if (a.kv_heads == 0 || a.head_dim == 0 || a.rows == 0) fail("kv_write: kv_heads, head_dim and rows must be positive");
   if (a.row_stride < a.kv_heads * a.head_dim * 2) fail("kv_write: row stride {} < {} heads x {} fp16", a.row_stride, a.kv_heads, a.head_dim);
   const uint32_t hd2 = a.head_dim * 2;
-  // Channels 2 and 3: the OCM attention stages q and its output on channels 0 and 1
-  // (a dma.wait there would also wait for a cache write still in flight).
+  // Channels 2 and 3, past the GEMMs' first units on channels 0 and 1 (a dma.wait there would
+  // also wait for a cache write still in flight).
   const uint8_t chK = uint8_t(2 % cfg.dma_channels), chV = uint8_t(3 % cfg.dma_channels);
   // One 3-D descriptor per tensor: planes = kv heads, rows = new rows.
   b.descriptor(a.smem, sim::ocm_addr(a.k_ocm), 0, hd2, a.rows, a.row_stride, hd2, a.kv_heads, hd2, a.max_seq * hd2);
@@ -535,46 +535,11 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   for (uint32_t r0 = 0; r0 < S; r0 += R)
     for (uint32_t g0 = 0; g0 < KV; g0 += GP) passes.push_back({r0, std::min(R, S - r0), g0, std::min(GP, KV - g0)});
 
-  // Direct access needs base + sub*hs - sub*R*rs >= 0 for every pass and sub.
-  auto direct = [&](uint32_t base, uint32_t rs, uint32_t hs) {
-    for (const Pass& p : passes)
-      for (uint32_t sub = 0; sub < p.ng * G; ++sub) {
-        int64_t addr = int64_t(base) + int64_t(p.r0) * rs + int64_t(p.g0 * G + sub) * hs - int64_t(sub) * R * rs;
-        if (addr < 0) return false;
-      }
-    return true;
-  };
-  const bool q_direct = direct(a.q_ocm, a.q_row_stride, a.q_head_stride);
-  const bool o_direct = direct(a.out_ocm, a.out_row_stride, a.out_head_stride);
-  const uint32_t hm_bytes = H * S * hd2;
-  if ((!q_direct || !o_direct) && a.scratch_bytes < hm_bytes)
-    fail("attention_ocm: q/out are not head-major, the head-major staging needs {} bytes of OCM scratch, has {}", hm_bytes,
-         a.scratch_bytes);
-  uint32_t qb = a.q_ocm, qrs = a.q_row_stride, qhs = a.q_head_stride;
-  uint32_t ob = a.out_ocm, ors = a.out_row_stride, ohs = a.out_head_stride;
-  // Staging goes per pass, overlapped with the passes: pass p+1's q rows are copied on
-  // channel 0 while pass p computes, pass p's output is copied back on channel 1 while
-  // pass p+1 computes (only the first q copy and the last out copy are exposed).
-  const uint32_t nch = uint32_t(cfg.dma_channels);
-  const Chan chq{0}, cho{uint8_t(1 % nch)};
-  auto stage_q = [&](const Pass& p) {
-    const uint32_t h0 = p.g0 * G;
-    b.descriptor(a.smem, sim::ocm_addr(a.q_ocm + p.r0 * a.q_row_stride + h0 * a.q_head_stride),
-                 sim::ocm_addr(a.scratch_ocm + h0 * S * hd2 + p.r0 * hd2), hd2, p.nrows, a.q_row_stride, hd2, p.ng * G,
-                 a.q_head_stride, S * hd2);
-    b.li(X{1}, a.smem);
-    b.op("dma.start", {chq, X{1}});
-  };
-  auto stage_out = [&](const Pass& p) {
-    const uint32_t h0 = p.g0 * G;
-    b.descriptor(a.smem + 64, sim::ocm_addr(a.scratch_ocm + h0 * S * hd2 + p.r0 * hd2),
-                 sim::ocm_addr(a.out_ocm + p.r0 * a.out_row_stride + h0 * a.out_head_stride), hd2, p.nrows, hd2,
-                 a.out_row_stride, p.ng * G, S * hd2, a.out_head_stride);
-    b.li(X{1}, a.smem + 64);
-    b.op("dma.start", {cho, X{1}});
-  };
-  if (!q_direct) qb = a.scratch_ocm, qrs = hd2, qhs = S * hd2;
-  if (!o_direct) ob = a.scratch_ocm, ors = hd2, ohs = S * hd2;
+  // q is read and the output written where they are, a sub-group's rows by one strided
+  // oscatter / ogather per 64-byte chunk from a base sub R rows' strides below its first
+  // row (OCM addresses wrap at 32 bits, so such a base below 0 is fine).
+  const uint32_t qb = a.q_ocm, qrs = a.q_row_stride, qhs = a.q_head_stride;
+  const uint32_t ob = a.out_ocm, ors = a.out_row_stride, ohs = a.out_head_stride;
 
   // ---- registers ----
   // Each 64-byte chunk c of a row holds dims 32c + 2i (low half) and 32c + 2i + 1 (high
@@ -821,35 +786,6 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       b.op("vcmpeq.i32", {tmp[1], LANE_, tmp[0]});
       b.op("vst", {tmp[1], Mem{X{0}, int64_t(64 * j)}});
     }
-  // The first q copy and the last output copy would be exposed on the DMA port (read and
-  // write, ocm_dma_bytes a cycle): they go through the array port instead, one head and
-  // 64-byte chunk at a time (rows to PEs [0, rows), PEs to rows).
-  auto array_copy = [&](const Pass& p, bool to_head_major) {
-    b.li(X{9}, p.nrows);
-    b.op("pset.range", {P{6}, X{0}, X{9}});
-    b.li(X{16}, to_head_major ? a.q_row_stride : hd2);
-    b.li(X{17}, to_head_major ? hd2 : a.out_row_stride);
-    const uint32_t src = to_head_major ? a.q_ocm : a.scratch_ocm, dst = to_head_major ? a.scratch_ocm : a.out_ocm;
-    const uint32_t src_rs = to_head_major ? a.q_row_stride : hd2, dst_rs = to_head_major ? hd2 : a.out_row_stride;
-    const uint32_t src_hs = to_head_major ? a.q_head_stride : S * hd2, dst_hs = to_head_major ? S * hd2 : a.out_head_stride;
-    std::vector<std::pair<uint32_t, uint32_t>> pieces;  // (head, chunk)
-    for (uint32_t h = p.g0 * G; h < (p.g0 + p.ng) * G; ++h)
-      for (uint32_t c = 0; c < CH; ++c) pieces.push_back({h, c});
-    const size_t nt = free_regs.size();
-    for (size_t k0 = 0; k0 < pieces.size(); k0 += nt) {
-      const size_t k1 = std::min(pieces.size(), k0 + nt);
-      for (size_t k = k0; k < k1; ++k) {
-        auto [h, c] = pieces[k];
-        b.li(X{13}, src + p.r0 * src_rs + h * src_hs + 64 * c);
-        b.op("oscatter", {free_regs[k - k0], Mem{X{13}, 0}, X{16}}, P{6});
-      }
-      for (size_t k = k0; k < k1; ++k) {
-        auto [h, c] = pieces[k];
-        b.li(X{13}, dst + p.r0 * dst_rs + h * dst_hs + 64 * c);
-        b.op("ogather", {free_regs[k - k0], Mem{X{13}, 0}, X{17}}, P{6});
-      }
-    }
-  };
   Label end = b.label();
   // Pass start (inline): the pass's PEs (p7), bases, q of the pass's rows and heads, the state.
   auto emit_setup = [&](const Pass& p) {
@@ -924,10 +860,6 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   for (size_t pi = 0; pi <= passes.size(); ++pi) {
     const bool last = pi == passes.size();
     const Pass* p = last ? nullptr : &passes[pi];
-    if (p && !q_direct) {
-      if (pi == 0) array_copy(*p, true);
-      else b.op("dma.wait", {chq});
-    }
     const std::vector<std::pair<uint32_t, uint32_t>> calls =
         p ? pass_calls(a.kv_offset + (a.causal ? std::min(S, p->r0 + p->nrows) : S)) : prev_calls;
     const size_t head = p && pipelined ? 1 : 0;
@@ -942,16 +874,10 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       if (head) emit_block_body(calls[0].first, calls[0].second);
     }
     schedule_region(b, begin, cfg, true);
-    if (pi > 0 && !o_direct) {
-      if (!last) stage_out(passes[pi - 1]);
-      else array_copy(passes[pi - 1], false);
-    }
     if (last) break;
-    if (!q_direct && pi + 1 < passes.size()) stage_q(passes[pi + 1]);
     emit_calls(calls, head, calls.size() - 1);
     prev_calls = calls;
   }
-  if (!o_direct && passes.size() > 1) b.op("dma.wait", {cho});
   b.op("jal", {X{0}, end});
 
   for (auto& [n, l] : block_fns) {

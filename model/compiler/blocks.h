@@ -535,11 +535,10 @@ struct KernelCalls {
     r.tab_f32 = true;
     em.call(mark, "rope", cost_rope(cfg, r), [&] { emit_rope(b, cfg, r); });
   }
-  // OCM attention: the caller names its shape and buffers (OcmAttnArgs fields); the scale, smem
-  // and LRM share are set here.
+  // OCM attention: the caller names its shape and buffers (OcmAttnArgs fields); the scale and
+  // LRM share are set here.
   void attention(const std::string& mark, OcmAttnArgs at) {
     at.scale = 1.0f / std::sqrt(float(at.head_dim));
-    at.smem = kSmem;
     at.lrm_bytes = kLrmShared;  // lane masks, q and accumulator parking
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "attention", cost_attention_ocm(cfg, at), [&] { emit_attention_ocm(b, cfg, at); });

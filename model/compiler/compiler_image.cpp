@@ -1349,8 +1349,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
                                      .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
                                      .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
-                                     .out_ocm = XN, .out_row_stride = d.Dv * 2, .out_head_stride = d.hdv * 2,
-                                     .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)});
+                                     .out_ocm = XN, .out_row_stride = d.Dv * 2, .out_head_stride = d.hdv * 2});
       if (rcv == 0) {
         // Over every row: per chunk c of cv fc1 columns, fc1 (its bias slice) and GELU into
         // BIG, fc2's chunk into fp32 partial sums in LRM (the first with fc2's bias), the last
@@ -1485,8 +1484,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       k.attention(L + ".attention", {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = rows,
                                      .causal = true, .q_ocm = Q + r0 * qkvs, .q_row_stride = qkvs,
                                      .q_head_stride = d.hd * 2, .k_ocm = K, .v_ocm = Vv, .kv_row_stride = qkvs,
-                                     .out_ocm = XN, .out_row_stride = qd, .out_head_stride = d.hd * 2,
-                                     .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = r0});
+                                     .out_ocm = XN, .out_row_stride = qd, .out_head_stride = d.hd * 2, .kv_offset = r0});
       emit_kv_write_wait(b, cfg_);
     } else {
       // After cached tokens: keys and values of slots [0, off + S) from the cache, gk kv heads at a time.
@@ -1500,8 +1498,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         k.attention(A + ".attention", {.q_heads = ng * G, .kv_heads = ng, .head_dim = d.hd, .seq = rows,
                                        .causal = true, .q_ocm = Q + r0 * qkvs + g0 * G * hd2, .q_row_stride = qkvs,
                                        .q_head_stride = hd2, .k_ocm = KC, .v_ocm = VC, .kv_row_stride = ng * hd2,
-                                       .out_ocm = XN + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2,
-                                       .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP), .kv_offset = off + r0});
+                                       .out_ocm = XN + g0 * G * hd2, .out_row_stride = qd, .out_head_stride = hd2, .kv_offset = off + r0});
       }
     }
     if (dchain) k.lrm_end = dsums;

@@ -1327,7 +1327,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           // the output staged head-major in the scratch). The MLP phase over every row finds
           // those rows in its own buffer; row tiles read them from DDR.
           const std::vector<uint32_t> o = phase(p.vqgb());
-          const uint32_t X = o[0], ATT = o[1], RC = o[2], RS = o[3], QB = o[4], Y = o[5], SCR = o[6];
+          const uint32_t X = o[0], ATT = o[1], RC = o[2], RS = o[3], QB = o[4], Y = o[5];
           const uint32_t gq = vgq_heads(d.hv), w2 = gq * hdv2, ys = 3 * w2;
           if (!arrive(B, blk, X)) em.copy(B + ".load", vh, ocm(X), N * d.Dv * 2);
           copy_on(ca, B + ".load_rope", vrope, ocm(RC), N * d.hdv * 4);
@@ -1347,8 +1347,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                            .causal = false, .q_ocm = Y, .q_row_stride = ys, .q_head_stride = hdv2,
                                            .k_ocm = Y + w2, .v_ocm = Y + 2 * w2, .kv_row_stride = ys,
                                            .out_ocm = ATT + g * w2, .out_row_stride = d.Dv * 2,
-                                           .out_head_stride = hdv2, .scratch_ocm = SCR, .scratch_bytes = N * w2,
-                                           .max_groups = gq});
+                                           .out_head_stride = hdv2, .max_groups = gq});
           }
           if (!p.vpm || p.vpt < N) em.copy(B + ".store_attn", {.src = ocm(ATT), .dst = vqkv, .row_bytes = d.Dv * 2,
                                                                .rows = N, .src_stride = d.Dv * 2,
@@ -1794,8 +1793,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                              .k_ocm = own ? BIG + qd + g0 * hd2 : uint32_t(BIG + k0),
                              .v_ocm = own ? BIG + qd + kd + g0 * hd2 : uint32_t(BIG + v0),
                              .kv_row_stride = own ? qkvs : ng * hd2, .out_ocm = X + g0 * G * hd2,
-                             .out_row_stride = qd, .out_head_stride = hd2, .scratch_ocm = uint32_t(BIG + q0),
-                             .scratch_bytes = uint32_t(k0 - q0), .kv_offset = off + a0});
+                             .out_row_stride = qd, .out_head_stride = hd2, .kv_offset = off + a0});
               }
               after_attention(T, a0, n, Hb + (a0 - r0) * d.H * 2, X, BIG, kick);
             },
@@ -1890,7 +1888,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
           if (kv_own) emit_kv_write_wait(b, cfg_);
           if (tail_from(i) == S - 1) {
             const std::vector<uint32_t> o = phase(tail_bufs(tg));
-            const uint32_t AO = o[1], QS = o[p.pm ? 7 : 4];
+            const uint32_t AO = o[1];
             // q, k, v: the q|k|v rows' (row stride qkvs) or q's row and the staged keys and values
             const uint32_t Q = tail_own ? o[0] + (S - 1) * qkvs : o[0], K = tail_own ? o[0] + qd : o[p.pm ? 8 : 5],
                            Vb = tail_own ? o[0] + qd + kd : o[p.pm ? 9 : 6], ks = tail_own ? qkvs : 0;
@@ -1907,8 +1905,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                            .q_ocm = Q + g0 * G * hd2, .q_row_stride = qd, .q_head_stride = hd2,
                            .k_ocm = K + (ks ? g0 * hd2 : 0), .v_ocm = Vb + (ks ? g0 * hd2 : 0),
                            .kv_row_stride = ks ? ks : ng * hd2, .out_ocm = AO + g0 * G * hd2,
-                           .out_row_stride = qd, .out_head_stride = hd2, .scratch_ocm = QS,
-                           .scratch_bytes = ng * G * hd2, .kv_offset = off + S - 1});
+                           .out_row_stride = qd, .out_head_stride = hd2, .kv_offset = off + S - 1});
             }
             const uint32_t res = ah + (S - 1) * d.H * 2;
             if (p.pm) {
@@ -1991,8 +1988,6 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
               at.q_ocm = at.out_ocm = Q0 + g0 * G * hd2;
               at.q_row_stride = at.out_row_stride = qkvs;
               at.q_head_stride = at.out_head_stride = hd2;
-              at.scratch_ocm = u[0];
-              at.scratch_bytes = ng * G * S * hd2;
             }
             if (own) {
               at.k_ocm = u[1] + g0 * hd2;

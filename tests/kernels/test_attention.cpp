@@ -236,7 +236,7 @@ TEST(AttentionDecode, ModelShapeNearTheDdrFloor) {
 struct OcmShape {
   const char* preset;
   uint32_t q_heads, kv_heads, head_dim, seq;
-  bool causal, head_major;  // q/out head-major (direct) or row-major (staged)
+  bool causal, head_major;  // q/out head-major or row-major (both read and written in place)
   float q_std = 1.0f, k_std = 1.5f;  // of the random q and k (scores std ~ q_std * k_std)
   uint32_t kv_offset = 0;            // keys before query row 0 (a prefill chunk after cached tokens)
   uint32_t pe_side = 0;              // pe_rows = pe_cols, with 4 MiB of OCM (0: the preset's)
@@ -282,9 +282,6 @@ OcmRun run_ocm(const OcmShape& s, bool timing_only, uint32_t max_groups = 0) {
   a.kv_row_stride = KV * hd2 + 64;  // strided k/v rows
   a.k_ocm = up64(a.out_ocm + qbytes);
   a.v_ocm = up64(a.k_ocm + NK * a.kv_row_stride);
-  a.scratch_ocm = up64(a.v_ocm + NK * a.kv_row_stride);
-  a.scratch_bytes = uint32_t(cfg.ocm_bytes) - a.scratch_ocm;
-  a.smem = 0;
   a.max_groups = max_groups;
   Builder b;
   // Registers as an earlier kernel may leave them: NaN in every lane of every PE (the
@@ -462,10 +459,8 @@ uint64_t lrm_above_budget_changes(uint32_t budget) {
   a.out_ocm = up64(H * S * hd2);
   a.k_ocm = up64(a.out_ocm + H * S * hd2);
   a.v_ocm = up64(a.k_ocm + S * a.kv_row_stride);
-  a.scratch_ocm = up64(a.v_ocm + S * a.kv_row_stride);
-  a.scratch_bytes = H * S * hd2;
   a.lrm_bytes = budget;
-  const uint32_t sums = up64(a.scratch_ocm + a.scratch_bytes);  // [npe][64 B] after the kernel
+  const uint32_t sums = up64(a.v_ocm + S * a.kv_row_stride);  // [npe][64 B] after the kernel
   Builder b;
   b.li(X{1}, 0x1234567);
   b.op("vsplat", {V{0}, X{1}});
@@ -516,7 +511,7 @@ TEST(AttentionOcm, ModelShapeCycles) {
     double floor = floor_cycles(cfg, cost_attention_ocm(cfg, a));
     std::printf("attention qc-u %s S %u %u/%u x %u (%s): %llu cycles, MAC floor %.0f, ratio %.2f\n",
                 s.causal ? "prefill" : "tower", s.seq, s.q_heads, s.kv_heads, s.head_dim,
-                s.head_major ? "q/out head-major" : "q/out row-major, staged", (unsigned long long)t.cycles, floor,
+                s.head_major ? "q/out head-major" : "q/out row-major", (unsigned long long)t.cycles, floor,
                 double(t.cycles) / floor);
     EXPECT_GT(t.cycles, floor);
   }
