@@ -84,6 +84,30 @@ TEST(Hazards, ArrayReadWhileTheDmaIsStillWriting) {
   EXPECT_NE(hs[0].message.find("dma.wait c0"), std::string::npos);
 }
 
+// A strided array read from a base below 0 (OCM addresses wrap at 32 bits: the OCM attention's
+// and the GEMM's two row sets' bases): PEs 8-11 read [0x1000, 0x2000), which the DMA is still
+// filling. Negative control: the same read after `dma.wait` raises nothing.
+std::vector<Hazard> wrapped_read(bool wait) {
+  const std::string read = R"(
+    li   x9, 8
+    li   x10, 12
+    pset.range p1, x9, x10
+    li   x11, 1024
+    li   x12, -4096
+    oscatter v1, 0(x12), x11 @p1
+    dma.waitall
+    halt
+)";
+  return check_asm(kDescriptors + "    dma.start c0, x0\n" + (wait ? "    dma.wait c0\n" : "") + read);
+}
+
+TEST(Hazards, WrappedBaseReadWhileTheDmaIsStillWriting) {
+  const std::vector<Hazard> hs = wrapped_read(false);
+  ASSERT_EQ(hs.size(), 1u) << all(hs);
+  EXPECT_EQ(hs[0].kind, "read-during-dma");
+  EXPECT_TRUE(wrapped_read(true).empty()) << all(wrapped_read(true));
+}
+
 TEST(Hazards, ReadOfADmaThatFinishedButWasNeverWaitedFor) {
   // 100 iterations of nothing: the DMA has long completed, but nothing synchronised.
   auto hs = check_asm(kDescriptors + R"(
