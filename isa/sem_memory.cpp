@@ -21,9 +21,6 @@ constexpr uint32_t kVecBytes = kLanes * 4;   // a full register: 64 bytes
 constexpr uint32_t kHalfBytes = kLanes * 2;  // 16 fp16: 32 bytes
 
 uint32_t address(const ArchState& s, const Insn& i) { return X(s, i.b) + uint32_t(i.imm); }
-// PE e's address of a strided access: 32-bit arithmetic, as address() (a base below 0 reaches
-// OCM at the PEs whose offset passes it).
-inline uint32_t pe_address(uint32_t base, uint32_t e, uint32_t stride) { return base + e * stride; }
 
 // Copy 16 fp16 into the low halves of 16 lanes (high halves zero) and back.
 inline void halves_to_lanes(const uint8_t* src, uint32_t* lanes) {

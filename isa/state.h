@@ -20,6 +20,11 @@
 namespace gpnpu::isa {
 
 constexpr int kLanes = 16;        // 32-bit lanes per PE vector register
+
+// PE e's address of a strided array access (oscatter, ogather, obcast.g's groups): 32-bit
+// arithmetic, as an instruction's base + immediate (a base below 0 reaches OCM at the PEs whose
+// offset passes it).
+inline uint32_t pe_address(uint32_t base, uint32_t e, uint32_t stride) { return base + e * stride; }
 constexpr int kVregs = 32;
 constexpr int kXregs = 32;
 constexpr int kPregs = 8;

@@ -217,7 +217,6 @@ void HazardChecker::on_issue(const sim::IssueEvent& e) {
   if (s.effect == isa::Effect::mark_begin) marks_.push_back(s.effect_arg);
   said_read_ = said_write_ = said_never_ = false;
   if (op.mem_bytes) {  // an array memory row (INSN_MEM of isa_table.def)
-    // (a PE's address wraps at 32 bits, as the ISA's: isa/sem_memory.cpp, pe_address)
     const uint32_t addr = s.x[in.b] + uint32_t(in.imm);
     const uint32_t bytes = op.mem_bytes;
     const uint8_t* pr = s.predicate(in.p);
@@ -227,13 +226,13 @@ void HazardChecker::on_issue(const sim::IssueEvent& e) {
         const uint32_t stride = s.x[in.c], group = s.x[in.d];
         for (uint32_t pe = 0; group && pe < npe_; ++pe)
           if (pr[pe] && (pe == 0 || pe % group == 0 || !pr[pe - 1]))  // (the first PE of a group it reads for)
-            array_read(e.pc, e.cycle, uint32_t(addr + pe / group * stride), bytes, pe);
+            array_read(e.pc, e.cycle, isa::pe_address(addr, pe / group, stride), bytes, pe);
         break;
       }
       case isa::Unit::ocm_rd: {
         const uint32_t stride = s.x[in.c];
         for (uint32_t pe = 0; pe < npe_; ++pe)
-          if (pr[pe]) array_read(e.pc, e.cycle, uint32_t(addr + pe * stride), bytes, pe);
+          if (pr[pe]) array_read(e.pc, e.cycle, isa::pe_address(addr, pe, stride), bytes, pe);
         break;
       }
       case isa::Unit::ocm_wr: {
@@ -241,7 +240,7 @@ void HazardChecker::on_issue(const sim::IssueEvent& e) {
         const uint32_t writer = uint32_t(writers_.size());
         writers_.push_back(Writer{Writer::by_array, e.pc, e.cycle, 0, false, false});
         for (uint32_t pe = 0; pe < npe_; ++pe)
-          if (pr[pe]) array_write(e.pc, e.cycle, uint32_t(addr + pe * stride), bytes, writer);
+          if (pr[pe]) array_write(e.pc, e.cycle, isa::pe_address(addr, pe, stride), bytes, writer);
         break;
       }
       case isa::Unit::lrm: {
