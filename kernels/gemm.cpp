@@ -163,16 +163,19 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
   const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
   check_dma(cfg, pl, a);
   const bool tail = pl.tail_at(0);
+  if (a.pre_units % pl.channels || a.pre_units >= pl.units)
+    fail("gemm: internal: {} units handed off two calls ahead (of {}, on {} channels)", a.pre_units, pl.units, pl.channels);
   for (uint32_t c = first; c < pl.channels; ++c) {
-    const uint32_t bytes = c == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
-    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(c, tail)), sim::ocm_addr(unit_data(cfg, pl, a, c)), bytes);
+    const uint32_t u = a.pre_units + c;  // (unit u on channel u % C = c)
+    const uint32_t bytes = u == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
+    b.descriptor(a.smem + 64 * c, uint32_t(a.w_ddr + pl.unit_offset(u, tail)), sim::ocm_addr(unit_data(cfg, pl, a, c)), bytes);
     b.li(reg, a.smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, reg});
   }
 }
 }  // namespace
 
-bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved) {
+bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved, uint32_t at) {
   const GemmPlan pa = plan_gemm(cfg, 0, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
   const auto [ap, aq] = lrm_buffers(pa, prev);
   const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
@@ -188,7 +191,10 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   // 2,432 below partial sums at 3,072 on 32x32, had no place without it.)
   const bool last_in_p = pn.tiles % 2 == 1;
   int64_t best = -1;
-  for (uint32_t p : {up64(reserved), up64(last + bsa), top, 0u, up64(bsn + 64)}) {
+  const std::vector<uint32_t> cands = at != kLrmAnywhere ? std::vector<uint32_t>{at}
+                                                         : std::vector<uint32_t>{up64(reserved), up64(last + bsa), top, 0u,
+                                                                                 up64(bsn + 64)};
+  for (uint32_t p : cands) {
     if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
     const std::vector<uint32_t> qs = pn.single ? std::vector<uint32_t>{p}  // (one buffer: one tile)
                                                : std::vector<uint32_t>{0u, up64(p + bsn), top};
@@ -211,7 +217,8 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
     const double rows = double(pm.groups - 1) * pm.rows + pm.slots(pm.last_rows);
     const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
-    const double short_bytes = double(pn.tile_bytes) - last_tile * cfg.ddr_bytes_per_cycle();
+    const double short_bytes =
+        double(pn.tile_bytes) - double(next.pre_units) * pn.code_unit - last_tile * cfg.ddr_bytes_per_cycle();
     if (short_bytes > 0) {
       const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 1;
       const uint32_t tail = std::min(want, max_stream_units(cfg, pn, kMaxRows));
@@ -219,6 +226,41 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     }
   }
   return next.handed_off;
+}
+
+uint32_t gemm_lrm_buffer(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
+  return lrm_buffer(plan_gemm(cfg, 0, n, k, split));
+}
+
+uint32_t gemm_two_ahead(const sim::Config& cfg, const GemmArgs& prev, const GemmArgs& next, GemmArgs& next2,
+                        uint32_t reserved, uint32_t at) {
+  next2.pre_units = 0;
+  if (!next.handed_off || next.handed_units || !prev.m) return 0;
+  const GemmPlan pa = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split),
+                 p2 = plan_gemm(cfg, 0, next2.n, next2.k, next2.split);
+  const uint32_t C = pa.channels;
+  if (pn.tiles != 1 || pn.units % C || pn.channels != C || p2.channels != C || p2.tail_at(0) || C < 2 ||
+      pn.tail_at(0) || p2.unit_pe != pa.unit_pe || two_buffers(cfg, pn, next))
+    return 0;
+  // The DDR time prev's last tile leaves after next's tile 0, in whole rounds of the channels.
+  const double rows = double(pa.groups - 1) * pa.rows + pa.slots(pa.last_rows);
+  const double last_tile = rows * (8.0 / pa.split * pa.blocks) * cfg.occ(isa::Unit::mac16);
+  const double spare = last_tile * cfg.ddr_bytes_per_cycle() - double(pn.tile_bytes) - double(p2.meta_unit);
+  const uint32_t units = spare <= 0 ? 0 : std::min<uint32_t>(uint32_t(spare / p2.code_unit), p2.units - 1) / C * C;
+  if (!units) return 0;
+  next2.pre_units = units;
+  // Its tile 0 (from next, as gemm_handoff places it) beside prev's last tile and next's tile
+  // 0, with the 64 bytes past each that a kernel zeroes at its start: all three are in LRM
+  // during prev.
+  const auto [ap, aq] = lrm_buffers(pa, prev);
+  const uint32_t last = pa.tiles % 2 ? ap : aq;
+  auto disjoint = [](uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a1 <= b0 || b1 <= a0; };
+  if (!gemm_handoff(cfg, next, next2, reserved, at)) return next2.pre_units = 0;
+  const uint64_t n2a = next2.lrm_p, n2b = n2a + lrm_buffer(p2) + 64;
+  if (!disjoint(n2a, n2b, last, last + lrm_buffer(pa) + 64) ||
+      !disjoint(n2a, n2b, next.lrm_p, next.lrm_p + lrm_buffer(pn) + 64))
+    return next2.pre_units = 0;
+  return units;
 }
 
 uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split) {
@@ -596,8 +638,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto start_next = [&](uint32_t c) {
     if (c >= early) return;
     const bool t0 = px.tail_at(0);
-    b.descriptor(a.next->smem + 64 * c, uint32_t(a.next->w_ddr + px.unit_offset(c, t0)),
-                 sim::ocm_addr(unit_data(cfg, px, *a.next, c)), c == 0 ? px.meta_of(t0) + px.code_of(t0) : px.code_of(t0));
+    const uint32_t u = a.next->pre_units + c;
+    b.descriptor(a.next->smem + 64 * c, uint32_t(a.next->w_ddr + px.unit_offset(u, t0)),
+                 sim::ocm_addr(unit_data(cfg, px, *a.next, c)), u == 0 ? px.meta_of(t0) + px.code_of(t0) : px.code_of(t0));
     b.li(xT3, a.next->smem + 64 * c);
     b.op("dma.start", {Chan{uint8_t(c)}, xT3});
   };
@@ -669,7 +712,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // weight is known), then the channel restarts with nx's next unit (tile 0's u + C, or
   // tile 1's u % C).
   const GemmPlan pn = nx ? plan_gemm(cfg, 0, nx->n, nx->k, nx->split) : GemmPlan{};
-  const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;  // the ones this call scatters
+  // The units this call scatters: nx's [nx_from, nx_units), then (two calls ahead) nx2's
+  // [0, n2), numbered on from nx_units.
+  const uint32_t nx_from = nx ? nx->pre_units : 0;
+  const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;
+  const GemmArgs* nx2 = nx && a.next2 && a.next2_units ? a.next2 : nullptr;
+  const GemmPlan pn2 = nx2 ? plan_gemm(cfg, 0, nx2->n, nx2->k, nx2->split) : GemmPlan{};
+  const uint32_t n2 = nx2 ? a.next2_units : 0, nx_total = nx_units + n2;
+  if (nx2 && (pn.tiles != 1 || nx->handed_units || nx_from || pn.units % C || pn.channels != C ||
+              pn2.channels != C || n2 % C || n2 > pn2.units || pn2.tail_at(0) || two_buffers(cfg, pn, *nx) ||
+              !nx2->handed_off || nx2->pre_units != n2))
+    fail("gemm: internal: two calls ahead needs the next call one tile handed off whole, its units and the "
+         "{} units of the one after it whole rounds of the {} channels, that one's tile 0 wide and placed",
+         n2, C);
   const bool nx_two = nx && two_buffers(cfg, pn, *nx);
   // nx's unit w (of its tile 0 or 1) on channel c (two buffers: into w's, from a whole
   // descriptor: the second one's smem may hold another kernel's since).
@@ -737,9 +792,46 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
   };
-  auto fill_next_unit = [&](uint32_t u) {
-    take_next_unit(u, false);
+  // nx2's unit v (two calls ahead): on channel v % C once nx's units there are taken.
+  auto take_next2_unit = [&](uint32_t v, bool in_loop) {
+    const uint32_t base = unit_at(cfg, pn2, *nx2, v), ms = 4 * pn2.blocks / pn2.split;
+    b.op("dma.wait", {Chan{uint8_t(v % C)}});
+    if (v == 0) {
+      b.li(xMsN, ms);
+      for (uint32_t i = 0; i < ceil_div(pn2.blocks, 8); ++i)
+        scatter_to(X{0}, true, base + 32 * i, xMsN, ms, nx2->lrm_p + 32 * i, pn2.split == 2, false, pn2.blocks);
+    }
+    if (!in_loop)
+      scatter_to(X{0}, half_units, base + (v == 0 ? pn2.meta_of(false) : 0), xUnit, UB,
+                 nx2->lrm_p + pn2.meta_lrm + UB * v, false, false, pn2.blocks);
+  };
+  auto start_next2 = [&](uint32_t c, uint32_t v) {
+    if (v < n2)
+      start_at(c, v, uint32_t(nx2->w_ddr + pn2.unit_offset(v, false)),
+               v == 0 ? pn2.meta_of(false) + pn2.code_of(false) : pn2.code_of(false));
+  };
+  // Unit u of those this call scatters: nx's, or nx2's from nx_units on.
+  auto take_any = [&](uint32_t u, bool in_loop) {
+    if (u < nx_units) take_next_unit(u, in_loop);
+    else take_next2_unit(u - nx_units, in_loop);
+  };
+  auto restart_any = [&](uint32_t u) {
+    if (u >= nx_units) return start_next2((u - nx_units) % C, u - nx_units + C);
+    if (nx2 && u + C >= pn.units) return start_next2(u % C, u + C - pn.units);
     restart_next(u);
+  };
+  auto src_any = [&](uint32_t u) -> int64_t {
+    if (u < nx_units) return unit_at(cfg, pn, *nx, u) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
+    const uint32_t v = u - nx_units;
+    return unit_at(cfg, pn2, *nx2, v) + (v == 0 ? pn2.meta_of(false) : 0);
+  };
+  auto dst_any = [&](uint32_t u) -> int64_t {
+    if (u < nx_units) return int64_t(nx->lrm_p) + pn.meta_lrm + int64_t(UB) * u;
+    return int64_t(nx2->lrm_p) + pn2.meta_lrm + int64_t(UB) * (u - nx_units);
+  };
+  auto fill_next_unit = [&](uint32_t u) {
+    take_any(u, false);
+    restart_any(u);
   };
   auto next_fill_tile = [&] {
     b.op("addi", {xD, xD, int64_t(pl.tile_bytes)});
@@ -794,7 +886,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("bne", {xT3, X{0}, skip});
     if (!a.next_started) prefetch_units(b, cfg, *a.next, xT3, early);
     if (nx) {
-      if (pn.split == 2 && S == 1) even_odd();  // nx's meta goes to PE pairs
+      if ((pn.split == 2 || (nx2 && pn2.split == 2)) && S == 1) even_odd();  // nx's meta goes to PE pairs
       b.li(xMsN, 4 * pn.blocks / pn.split);
     }
     b.bind(skip);
@@ -932,9 +1024,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Elsewhere all at the start. The first ones' codes go through the port; the last k
   // (those the loop has iterations for; none where segs has no segment) are scattered in loop
   // segments, those of a unit one after another (segs).
-  // src(u), base + dst0 + 64 u: a unit's code bytes in OCM and its LRM address.
+  // src(u), base + dst(u): a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
-                              int64_t dst0, auto restart_u, const std::vector<uint8_t>& segs) {
+                              auto dst, auto restart_u, const std::vector<uint8_t>& segs) {
     const bool lastr = g + 1 == pl.groups && two_routines;
     const double loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
     // (A narrow next tile's two copies hold a unit's channel through two segments: in the loop
@@ -971,7 +1063,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         started = true;
       }
       restart_u(u);
-      b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
+      b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst(u)}});
     }
     flush();
     if (!started) {
@@ -1023,7 +1115,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U);
-    const auto [n0, n1] = nx ? quota(g, nx_units) : std::pair<uint32_t, uint32_t>{0, 0};
+    auto [n0, n1] = nx ? quota(g, nx_total - nx_from) : std::pair<uint32_t, uint32_t>{0, 0};
+    n0 += nx_from;
+    n1 += nx_from;
     if (g == 0 && (ts0 || ts)) {
       // Tile 0 (x1 = tiles) streams ts0 units, a later full tile ts.
       Label plain = b.label(), gend = b.label(), first = b.label();
@@ -1062,7 +1156,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       auto own = [&](bool next_narrow) {
         group_with_fills(
             g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop, next_narrow); },
-            [&](uint32_t u) { return buf(u) + (u == 0 ? pl.meta_of(false) : 0); }, xFill, pl.meta_lrm,
+            [&](uint32_t u) { return buf(u) + (u == 0 ? pl.meta_of(false) : 0); }, xFill,
+            [&](uint32_t u) { return int64_t(pl.meta_lrm) + int64_t(UB) * u; },
             [&](uint32_t u) { restart_late(u, false, next_narrow); }, own_segs);
       };
       if (tail) {
@@ -1091,13 +1186,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("jal", {X{0}, end});
     b.bind(last);
     if (n1 > n0) {
-      group_with_fills(
-          g, full, n0, n1, [&](uint32_t u, bool in_loop) { take_next_unit(u, in_loop); },
-          [&](uint32_t u) {
-            return unit_at(cfg, pn, *nx, u) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
-          },
-          X{0},
-          int64_t(nx->lrm_p) + pn.meta_lrm, [&](uint32_t u) { restart_next(u); }, nx_segs);
+      group_with_fills(g, full, n0, n1, take_any, src_any, X{0}, dst_any, restart_any, nx_segs);
     } else {
       b.op("jal", {xLink, full});
     }
@@ -1105,7 +1194,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
-    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? (G - 1) * nx_units / G : 0;
+    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? nx_from + (G - 1) * (nx_total - nx_from) / G : 0;
     if (U > u0 && ts) {
       // (streamed in the next tile's group 0, but into the narrow last tile)
       if (tail) {
@@ -1122,10 +1211,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       fill_units(u0, U);
       b.bind(skip);
     }
-    if (nx && nx_units > n0) {
+    if (nx && nx_total > n0) {
       Label skip = b.label();
       b.op("bne", {xFills, X{0}, skip});
-      for (uint32_t u = n0; u < nx_units; ++u) fill_next_unit(u);
+      for (uint32_t u = n0; u < nx_total; ++u) fill_next_unit(u);
       flush();
       b.bind(skip);
     }

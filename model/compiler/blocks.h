@@ -179,7 +179,15 @@ struct KernelCalls {
   // Links g to the GEMM after it (next_g, which g's last tile starts loading), the
   // kernels between them using LRM [0, between).
   void link(GemmArgs& g, uint32_t between) {
-    gemm_handoff(gcfg, g, next_g, between);
+    if (!pre_w.empty() && next_w != pre_w)
+      fail("compiler: internal: '{}' was handed off in part two calls ahead, but the next GEMM is '{}'", pre_w, next_w);
+    const bool pre = !pre_w.empty();
+    next_g.pre_units = pre ? pre_units : 0;
+    gemm_handoff(gcfg, g, next_g, between, next_at);
+    next_at = kernels::kLrmAnywhere;
+    if (pre && (!next_g.handed_off || next_g.lrm_p != pre_lrm_p))
+      fail("compiler: internal: '{}' was placed at LRM {} two calls ahead, now at {}", pre_w, pre_lrm_p, next_g.lrm_p);
+    if (pre) pre_w.clear();
     handed = next_g;
     handed_reserved = between;
     g.next = &next_g;
@@ -220,13 +228,30 @@ struct KernelCalls {
   // between: the LRM the kernels emitted between the two GEMMs use (checked when the
   // GEMM on w is emitted).
   // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
-  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0) {
+  // prefetch2(w, n, k) after prefetch(): the GEMM on w comes after the prefetched one, its first
+  // tile at LRM `at`; the next gemm() call takes part of that tile where it has the DDR time
+  // (kernels::gemm_two_ahead), the call after it the rest.
+  std::string next2_w, pre_w;
+  GemmArgs next2_g;
+  uint32_t next2_between = 0, next2_at = kernels::kLrmAnywhere, pre_units = 0, pre_lrm_p = 0;
+  void prefetch2(const std::string& w, uint32_t n, uint32_t k, uint32_t at, uint32_t between = kLrmShared) {
+    if (f16.on) return;
+    next2_g = base_args(w, first_call_n(w, n, k), k);
+    next2_w = w;
+    next2_between = between;
+    next2_at = at;
+  }
+  // at: its first tile at that LRM offset where the previous GEMM hands it off (kernels::gemm_handoff).
+  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0,
+                uint32_t at = kernels::kLrmAnywhere) {
     if (f16.on) return;
     next_g = base_args(w, first_call_n(w, n, k), k);
     next_g.w_ddr += uint32_t(w_off);
     next_w = w;
     next_between = between;
+    next_at = at;
   }
+  uint32_t next_at = kernels::kLrmAnywhere;
   // Right after a GEMM whose next call (prefetched, of next_m rows) takes no unit of its own
   // (one tile, handed off whole), the call after that (w: n x k) starts its first units
   // (GemmArgs::next_started), where its first tile takes the DDR longer than the next call's
@@ -241,7 +266,8 @@ struct KernelCalls {
     if (window_bytes / cfg.ddr_bytes_per_cycle() >= window) return;
     if (f16.on || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
     if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
-    const GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
+    GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
+    if (w == pre_w) g2.pre_units = pre_units;
     const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
     if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
     emit_gemm_prefetch(b, gcfg, g2);
@@ -327,6 +353,17 @@ struct KernelCalls {
       if (g.prefetched) take_handoff(g, mark);
       prefetched_w = next_w;
       if (!next_w.empty()) link(g, next_between);
+      if (!next_w.empty() && !next2_w.empty()) {
+        next_g.m = g.m;
+        g.next2_units = gemm_two_ahead(gcfg, g, next_g, next2_g, next2_between, next2_at);
+        if (g.next2_units) {
+          g.next2 = &next2_g;
+          pre_w = next2_w;
+          pre_units = g.next2_units;
+          pre_lrm_p = next2_g.lrm_p;
+        }
+      }
+      next2_w.clear();
       g.next_started = !next_w.empty() && next_w == started_w;
       if (!started_w.empty() && !g.next_started)
         fail("compiler: internal: '{}' started before '{}', which is not its next GEMM", started_w, mark);

@@ -1302,7 +1302,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
   };
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = KernelCalls::kLrmShared,
-                      uint64_t w_off = 0) { k.prefetch(w, n, kk, between, w_off); };
+                      uint64_t w_off = 0, uint32_t at = kernels::kLrmAnywhere) { k.prefetch(w, n, kk, between, w_off, at); };
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
@@ -1455,6 +1455,43 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
   const uint32_t dk = down_chunk_k(cw, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
   const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
+  // Two calls ahead (kernels::gemm_two_ahead): where q|k|v's MACs leave the DDR time for
+  // o_proj's weight and more, q|k|v also takes the first units of the gate|up call's first
+  // tile (the DDR idled through its last units before). That needs the four GEMMs of a layer
+  // (one gate|up call of three tiles or more, one down call) at fixed LRM places: down at 0,
+  // q|k|v after it, o_proj at kLrmShared (below q|k|v), gate|up's first tile at the top;
+  // taken where every hand-off of that layout fits (the same kernels::gemm_handoff the calls
+  // run) and q|k|v takes some units.
+  struct LayerLrm {
+    uint32_t down = 0, qkv = 0, o = 0, gu = 0;
+  };
+  const std::optional<LayerLrm> two_ahead = [&]() -> std::optional<LayerLrm> {
+    if (dchain || ncalls != 1 || !S) return std::nullopt;
+    const std::string wq = layer_name(0, "qkv.gemm"), wo = layer_name(0, "o.gemm"), wg = layer_name(0, "gu0.gemm"),
+                      wd = layer_name(0, "down.gemm");
+    if (!ddr_.has(wd)) return std::nullopt;
+    auto lrm = [&](const std::string& w, uint32_t n, uint32_t kk) {
+      return (kernels::gemm_lrm_buffer(gemm_cfg_, n, kk, ddr_.at(w).split) + 64 + 63) / 64 * 64;
+    };
+    const uint32_t R = KernelCalls::kLrmShared, L = gemm_cfg_.lrm_bytes;
+    LayerLrm at;
+    at.qkv = lrm(wd, d.H, d.I);
+    at.o = R;
+    at.gu = (L - lrm(wg, gu_n, d.H)) / 64 * 64;
+    if (at.qkv < R || at.o + lrm(wo, d.H, d.nq * d.hd) > at.qkv) return std::nullopt;
+    auto args = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t m) {
+      GemmArgs g = k.base_args(w, k.first_call_n(w, n, kk), kk);
+      g.m = m;
+      return g;
+    };
+    GemmArgs dn = args(wd, d.H, d.I, S), qkv = args(wq, d.qkv_n, d.H, S), o = args(wo, d.H, d.nq * d.hd, S),
+             gu = args(wg, gu_n, d.H, S), dn2 = dn;
+    if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o) ||
+        !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
+      return std::nullopt;
+    return at;
+  }();
+  const uint32_t anywhere = kernels::kLrmAnywhere;
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     tl.layer = i;
@@ -1469,7 +1506,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     tables_early(ttables(L + "."));
     tl.input_norm(all, H, XN);
-    if (rows) prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd);
+    if (rows) prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->o : anywhere);
+    if (two_ahead && rows == S) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k heads are adjacent in the rows: one rotary call for both; the cache write
@@ -1507,7 +1545,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       }
     }
     if (dchain) k.lrm_end = dsums;
-    prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H);
+    prefetch(layer_name(i, "gu0.gemm"), gu_n, d.H, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->gu : anywhere);
     tl.attn_out(past, XN, TMP, Hr, XN);
     if (i + 1 < tc.num_hidden_layers)
       em.copy_behind(L + ".load_next_norms", ddr_.bus(layer_name(i + 1, "norms")), ocm(VEC),
@@ -1544,7 +1582,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (uint32_t c = 0; !dchain && c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
-      else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0);  // only SiLU gates between
+      else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0, 0, two_ahead ? two_ahead->down : anywhere);  // only SiLU gates between
       // (fused: SiLU x up straight into the activation's rows)
       if (gu_fused)
         tl.gate_up(past, {.call = c, .chunk0 = c * J, .n = gu_n, .x = XN, .y = BIG + c * J * cw * 2, .ys = d.I * 2,
@@ -1572,7 +1610,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // M cycles. With several calls, after the first: here would cost qc-u 0.2%.)
     if (!dchain) {
       if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
-      if (i + 1 < tc.num_hidden_layers) prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H);
+      if (i + 1 < tc.num_hidden_layers)
+        prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->qkv : anywhere);
       tl.down(past, BIG, d.I * 2, TMP, Hr);
     }
     tl.deepstack(past, Hr, TMP);
@@ -1589,9 +1628,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}", tower_note, J,
+  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}{}", tower_note, J,
                          dchain ? fmt::format(", the down in chunks of {} beside them (fp32 partial sums in LRM)", dk) : "",
-                         channels_note);
+                         two_ahead ? ", q|k|v loads gate|up's first units (two calls ahead)" : "", channels_note);
   return out;
 }
 

@@ -698,6 +698,88 @@ TEST(Gemm, NextUnitsStartedBeforeACallOfNoUnits) {
   EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
+// Two calls ahead (GemmArgs::next2, gemm_two_ahead): the first call's MACs leave the DDR time
+// for the second's one tile (handed off whole) and more, so the first also takes the third's
+// first tile-0 units into LRM, on the same channels after the second's; the second takes the
+// rest (GemmArgs::pre_units). 128 GB/s on qc-u's array. Every output matches the chain,
+// timing-only gives the functional cycles, and the three take fewer cycles than with the third's
+// units all taken by the second. Negative control: a value of the third's output corrupted
+// fails the gate.
+ThreeRun run_two_ahead(bool timing_only, bool two) {
+  const sim::Config cfg = sim::Config::make("qc-u", {"ddr_gbps=128"});
+  const Call calls[3] = {{128, 1024, 1024}, {16, 1024, 1024}, {16, 2048, 1024}};
+  uint32_t at = 0;
+  auto take = [&](uint64_t bytes) { const uint32_t r = at; at = align64(at + bytes); return r; };
+  GemmArgs a[3];
+  uint32_t scratch = 0, w = 0x1000;
+  for (int i = 0; i < 3; ++i) {
+    const Call& c = calls[i];
+    a[i].m = c.m, a[i].n = c.n, a[i].k = c.k;
+    a[i].x_ocm = take(uint64_t(c.m) * c.k * 2), a[i].x_stride = 2 * c.k;
+    a[i].y_ocm = take(uint64_t(c.m) * c.n * 2), a[i].y_stride = 2 * c.n;
+    a[i].w_ddr = sim::ddr_addr(w);
+    w += uint32_t(align64(gemm_weight_bytes(cfg, c.n, c.k)));
+    scratch = std::max(scratch, gemm_scratch_bytes(cfg, c.n, c.k));
+  }
+  const uint32_t scratch_ocm = take(scratch);
+  for (GemmArgs& g : a) g.scratch_ocm = scratch_ocm, g.scratch_bytes = scratch;
+  GemmArgs link[2] = {a[1], a[2]};
+  link[0].m = link[1].m = 0;
+  EXPECT_TRUE(gemm_handoff(cfg, a[0], link[0], 0));
+  const uint32_t third_at = 2048;  // (the third's tile 0 beside the first two's, in both runs)
+  if (two) {
+    a[0].next2_units = gemm_two_ahead(cfg, a[0], link[0], link[1], 0, third_at);
+    EXPECT_EQ(a[0].next2_units, 4u);  // (of the third's 8 units a tile: 4 channels)
+    EXPECT_EQ(link[1].pre_units, a[0].next2_units);
+    a[0].next2 = &link[1];
+  } else {
+    EXPECT_TRUE(gemm_handoff(cfg, a[1], link[1], 0, third_at));
+  }
+  EXPECT_EQ(link[1].lrm_p, third_at);
+  for (int i = 0; i < 2; ++i) {
+    a[i].next = &link[i];
+    a[i + 1].prefetched = true;
+    a[i + 1].handed_off = link[i].handed_off, a[i + 1].handed_units = link[i].handed_units;
+    a[i + 1].lrm_p = link[i].lrm_p, a[i + 1].lrm_q = link[i].lrm_q;
+  }
+  Builder b;
+  emit_gemm_w4(b, cfg, a[0]);
+  b.li(X{5}, 3000);  // the work between (the prefill's attention): about 6 K cycles
+  Label again = b.label();
+  b.bind(again);
+  b.op("addi", {X{5}, X{5}, -1});
+  b.op("bne", {X{5}, X{0}, again});
+  emit_gemm_w4(b, cfg, a[1]);
+  emit_gemm_w4(b, cfg, a[2]);
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, timing_only);
+  CallData d[3];
+  for (int i = 0; i < 3 && !timing_only; ++i) d[i] = load_call(p, cfg, a[i], 70 + i);
+  ThreeRun r;
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
+  return r;
+}
+
+TEST(Gemm, TwoCallsAheadTakesTheThirdsFirstUnits) {
+  ThreeRun f = run_two_ahead(false, true);
+  for (int i = 0; i < 3; ++i) {
+    Compare c = compare(f.y[i], f.ref[i]);
+    EXPECT_GE(c.cosine, 0.9999) << "call " << i;
+    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "call " << i;
+  }
+  const ThreeRun t = run_two_ahead(true, true), one = run_two_ahead(true, false);
+  EXPECT_EQ(f.cycles, t.cycles);
+  EXPECT_LT(t.cycles, one.cycles);
+  std::printf("three GEMMs, the third's first units taken two calls ahead: %llu cycles; by the second: %llu\n",
+              (unsigned long long)t.cycles, (unsigned long long)one.cycles);
+  f.y[2][5] = -f.y[2][5] + 1.0f;
+  Compare bad = compare(f.y[2], f.ref[2]);
+  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
+}
+
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
 // inputs, each packed on its own; call 0 writes fp32 partial sums (with the bias), the
 // middle calls add theirs in place, the last adds its own and rounds Y to fp16. The result
