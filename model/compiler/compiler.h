@@ -195,6 +195,8 @@ struct CompileOptions {
   // Test knob: the resident prefill's down chunk packings laid (Compiler::pm_down_) whatever the
   // planning prompt's plan; the down then runs in chunks where the plan allows it.
   bool image_down_chunks = false;
+  // Test knob: the resident prefill's GEMMs never two calls ahead (kernels::gemm_two_ahead).
+  bool image_no_two_ahead = false;
   // Test knob: the resident plan's tower MLP over every row in chunks (its packings laid, the
   // partial sums in LRM where they fit) even where its rows fit one pass or the cost model
   // takes row chunks.

@@ -1466,7 +1466,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     uint32_t down = 0, qkv = 0, o = 0, gu = 0;
   };
   const std::optional<LayerLrm> two_ahead = [&]() -> std::optional<LayerLrm> {
-    if (dchain || ncalls != 1 || !S) return std::nullopt;
+    if (dchain || ncalls != 1 || !S || opt_.image_no_two_ahead) return std::nullopt;
     const std::string wq = layer_name(0, "qkv.gemm"), wo = layer_name(0, "o.gemm"), wg = layer_name(0, "gu0.gemm"),
                       wd = layer_name(0, "down.gemm");
     if (!ddr_.has(wd)) return std::nullopt;

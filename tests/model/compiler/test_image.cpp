@@ -1611,6 +1611,29 @@ TEST(Image, StreamedInPartsOnOneViewWhereFewerBytes) {
   EXPECT_TRUE(Compiler(config_2b(), at32).image_program(ImageShape{}).plan.starts_with("streamed: "));
 }
 
+// Two calls ahead (kernels::gemm_two_ahead): 64x64 at 8 MiB, 128 GB/s, each prefill layer's q|k|v
+// has the DDR time past o_proj's tile for 8 of gate|up's first units, so takes them (the plan says
+// so) and the program runs fewer cycles than without (CompileOptions::image_no_two_ahead:
+// 22,528,845 -> 22,171,891); at 64 GB/s q|k|v has none to spare and the plan does not take it.
+TEST(Image, TwoCallsAheadWhereQkvHasDdrTimeToSpare) {
+  auto compiled = [&](const char* gbps, bool off) {
+    CompileOptions o;
+    o.image_no_two_ahead = off;
+    const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", gbps});
+    Compiler c(config_2b(), cfg, o);
+    const CompiledProgram prog = c.image_program(ImageShape{});
+    return std::pair{prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
+  };
+  const char* kTwo = "q|k|v loads gate|up's first units (two calls ahead)";
+  const auto [plan, cycles] = compiled("ddr_gbps=128", false);
+  const auto [off_plan, off_cycles] = compiled("ddr_gbps=128", true);
+  EXPECT_NE(plan.find(kTwo), std::string::npos) << plan;
+  EXPECT_EQ(off_plan.find(kTwo), std::string::npos) << off_plan;
+  EXPECT_LT(cycles, off_cycles);
+  const sim::Config at64 = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=64"});
+  EXPECT_EQ(Compiler(config_2b(), at64).image_program(ImageShape{}).plan.find(kTwo), std::string::npos);
+}
+
 // The tiny model's program in two parts on one view (forced: CompileOptions::image_parts), 64x64
 // at 512 KiB, 128 GB/s, against the chain; negative control: block 1's fc2 chunk 0 zeroed in DDR
 // fails the gate.
