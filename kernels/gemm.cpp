@@ -164,7 +164,8 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
   check_dma(cfg, pl, a);
   const bool tail = pl.tail_at(0);
   if (a.pre_units % pl.channels || a.pre_units >= pl.units)
-    fail("gemm: internal: {} units handed off two calls ahead (of {}, on {} channels)", a.pre_units, pl.units, pl.channels);
+    fail("gemm: internal: {} units handed off two calls ahead (of {}, on {} channels)", a.pre_units, pl.units,
+         pl.channels);
   for (uint32_t c = first; c < pl.channels; ++c) {
     const uint32_t u = a.pre_units + c;  // (unit u on channel u % C = c)
     const uint32_t bytes = u == 0 ? pl.meta_of(tail) + pl.code_of(tail) : pl.code_of(tail);
@@ -191,9 +192,9 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   // 2,432 below partial sums at 3,072 on 32x32, had no place without it.)
   const bool last_in_p = pn.tiles % 2 == 1;
   int64_t best = -1;
-  const std::vector<uint32_t> cands = at != kLrmAnywhere ? std::vector<uint32_t>{at}
-                                                         : std::vector<uint32_t>{up64(reserved), up64(last + bsa), top, 0u,
-                                                                                 up64(bsn + 64)};
+  const std::vector<uint32_t> cands =
+      at != kLrmAnywhere ? std::vector<uint32_t>{at}
+                         : std::vector<uint32_t>{up64(reserved), up64(last + bsa), top, 0u, up64(bsn + 64)};
   for (uint32_t p : cands) {
     if (p < reserved || p > top || !disjoint(p, p + bsn, last, last + bsa)) continue;
     const std::vector<uint32_t> qs = pn.single ? std::vector<uint32_t>{p}  // (one buffer: one tile)
@@ -236,8 +237,9 @@ uint32_t gemm_two_ahead(const sim::Config& cfg, const GemmArgs& prev, const Gemm
                         uint32_t reserved, uint32_t at) {
   next2.pre_units = 0;
   if (!next.handed_off || next.handed_units || !prev.m) return 0;
-  const GemmPlan pa = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split),
-                 p2 = plan_gemm(cfg, 0, next2.n, next2.k, next2.split);
+  const GemmPlan pa = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
+  const GemmPlan pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
+  const GemmPlan p2 = plan_gemm(cfg, 0, next2.n, next2.k, next2.split);
   const uint32_t C = pa.channels;
   if (pn.tiles != 1 || pn.units % C || pn.channels != C || p2.channels != C || p2.tail_at(0) || C < 2 ||
       pn.tail_at(0) || p2.unit_pe != pa.unit_pe || two_buffers(cfg, pn, next))

@@ -228,6 +228,17 @@ struct KernelCalls {
   // between: the LRM the kernels emitted between the two GEMMs use (checked when the
   // GEMM on w is emitted).
   // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
+  // at: its first tile at that LRM offset where the previous GEMM hands it off (kernels::gemm_handoff).
+  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0,
+                uint32_t at = kernels::kLrmAnywhere) {
+    if (f16.on) return;
+    next_g = base_args(w, first_call_n(w, n, k), k);
+    next_g.w_ddr += uint32_t(w_off);
+    next_w = w;
+    next_between = between;
+    next_at = at;
+  }
+  uint32_t next_at = kernels::kLrmAnywhere;
   // prefetch2(w, n, k) after prefetch(): the GEMM on w comes after the prefetched one, its first
   // tile at LRM `at`; the next gemm() call takes part of that tile where it has the DDR time
   // (kernels::gemm_two_ahead), the call after it the rest.
@@ -241,17 +252,6 @@ struct KernelCalls {
     next2_between = between;
     next2_at = at;
   }
-  // at: its first tile at that LRM offset where the previous GEMM hands it off (kernels::gemm_handoff).
-  void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0,
-                uint32_t at = kernels::kLrmAnywhere) {
-    if (f16.on) return;
-    next_g = base_args(w, first_call_n(w, n, k), k);
-    next_g.w_ddr += uint32_t(w_off);
-    next_w = w;
-    next_between = between;
-    next_at = at;
-  }
-  uint32_t next_at = kernels::kLrmAnywhere;
   // Right after a GEMM whose next call (prefetched, of next_m rows) takes no unit of its own
   // (one tile, handed off whole), the call after that (w: n x k) starts its first units
   // (GemmArgs::next_started), where its first tile takes the DDR longer than the next call's

@@ -1302,7 +1302,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
   };
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = KernelCalls::kLrmShared,
-                      uint64_t w_off = 0, uint32_t at = kernels::kLrmAnywhere) { k.prefetch(w, n, kk, between, w_off, at); };
+                      uint64_t w_off = 0, uint32_t at = kernels::kLrmAnywhere) {
+    k.prefetch(w, n, kk, between, w_off, at);
+  };
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
@@ -1458,8 +1460,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // Two calls ahead (kernels::gemm_two_ahead): where q|k|v's MACs leave the DDR time for
   // o_proj's weight and more, q|k|v also takes the first units of the gate|up call's first
   // tile (the DDR idled through its last units before). That needs the four GEMMs of a layer
-  // (one gate|up call of three tiles or more, one down call) at fixed LRM places: down at 0,
-  // q|k|v after it, o_proj at kLrmShared (below q|k|v), gate|up's first tile at the top;
+  // (one gate|up call, one down call) at fixed LRM places: down at 0 (or just above gate|up's
+  // second buffer, at 0, where its last tile is there), q|k|v after it, o_proj at kLrmShared
+  // (below q|k|v), gate|up's first tile at the top;
   // taken where every hand-off of that layout fits (the same kernels::gemm_handoff the calls
   // run) and q|k|v takes some units.
   struct LayerLrm {
@@ -1475,7 +1478,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     };
     const uint32_t R = KernelCalls::kLrmShared, L = gemm_cfg_.lrm_bytes;
     LayerLrm at;
-    at.qkv = lrm(wd, d.H, d.I);
+    // (gate|up's second buffer goes to 0: where its last tile is there, the down right above it)
+    const bool gu_last_in_q = kernels::plan_gemm(gemm_cfg_, 0, gu_n, d.H, ddr_.at(wg).split).tiles % 2 == 0;
+    at.down = gu_last_in_q ? lrm(wg, gu_n, d.H) : 0;
+    at.qkv = at.down + lrm(wd, d.H, d.I);
     at.o = R;
     at.gu = (L - lrm(wg, gu_n, d.H)) / 64 * 64;
     if (at.qkv < R || at.o + lrm(wo, d.H, d.nq * d.hd) > at.qkv) return std::nullopt;
@@ -1487,7 +1493,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     GemmArgs dn = args(wd, d.H, d.I, S), qkv = args(wq, d.qkv_n, d.H, S), o = args(wo, d.H, d.nq * d.hd, S),
              gu = args(wg, gu_n, d.H, S), dn2 = dn;
     if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o) ||
-        !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
+        !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || (gu_last_in_q && gu.lrm_q != 0) ||
+        !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
       return std::nullopt;
     return at;
   }();
@@ -1506,7 +1513,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     tables_early(ttables(L + "."));
     tl.input_norm(all, H, XN);
-    if (rows) prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->o : anywhere);
+    if (rows)
+      prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0,
+               two_ahead ? two_ahead->o : anywhere);
     if (two_ahead && rows == S) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
@@ -1582,7 +1591,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (uint32_t c = 0; !dchain && c < ncalls; ++c) {
       const std::string C = fmt::format("{}.mlp{}", L, c);
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
-      else prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0, 0, two_ahead ? two_ahead->down : anywhere);  // only SiLU gates between
+      else  // (only SiLU gates between)
+        prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0, 0, two_ahead ? two_ahead->down : anywhere);
       // (fused: SiLU x up straight into the activation's rows)
       if (gu_fused)
         tl.gate_up(past, {.call = c, .chunk0 = c * J, .n = gu_n, .x = XN, .y = BIG + c * J * cw * 2, .ys = d.I * 2,
@@ -1611,7 +1621,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (!dchain) {
       if (i + 1 < tc.num_hidden_layers && ncalls == 1) em.copy_wait();
       if (i + 1 < tc.num_hidden_layers)
-        prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->qkv : anywhere);
+        prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H, KernelCalls::kLrmShared, 0,
+                 two_ahead ? two_ahead->qkv : anywhere);
       tl.down(past, BIG, d.I * 2, TMP, Hr);
     }
     tl.deepstack(past, Hr, TMP);

@@ -365,14 +365,14 @@ TEST(ImageOcm, TinyMatchesTheChainOnEveryOcmPlan) {
   }
 }
 
-// Negative control: the packed weight `tensor` (from byte `from` on) zeroed in DDR must fail the
+// Negative control: the packed weight `tensor` (its bytes [from, to)) zeroed in DDR must fail the
 // logits gate.
 void expect_zeroed_weight_fails(const Compiler& c, const CompiledProgram& prog, const ImageShape& shape,
                                 const QuantBundle* bundle, const std::vector<float>& pixels,
                                 const std::vector<float>& ref, const std::string& tensor, const std::string& what,
-                                uint64_t from = 0) {
+                                uint64_t from = 0, uint64_t to = UINT64_MAX) {
   const DdrTensor& t = c.layout().at(tensor);
-  const std::vector<uint8_t> zeros(t.bytes - from, 0);
+  const std::vector<uint8_t> zeros(std::min(to, t.bytes) - from, 0);
   const ImageRun bad = run_image(c, prog, shape, bundle, pixels, false, 0,
                                  [&](Session& dev) { dev.write_ddr(t.offset + from, zeros.data(), zeros.size()); });
   const double cs = cosine(bad.logits, ref);
@@ -1632,6 +1632,44 @@ TEST(Image, TwoCallsAheadWhereQkvHasDdrTimeToSpare) {
   EXPECT_LT(cycles, off_cycles);
   const sim::Config at64 = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=64"});
   EXPECT_EQ(Compiler(config_2b(), at64).image_program(ImageShape{}).plan.find(kTwo), std::string::npos);
+}
+
+// Two calls ahead against the chain: the tiny tower with a text model of the 2B's layer shapes at
+// half the width (hidden 1024, 8 q and 4 kv heads of 128, MLP 3072; 4 layers), on qc-u's array at
+// 128 GB/s, resident: each layer's q|k|v takes 4 of gate|up's first units into LRM beside o_proj's
+// tile (the layout of compiler_image.cpp: the down at 0, q|k|v above it, o_proj at 1,024, gate|up
+// at the top), o_proj the rest. Logits cosine >= 0.9999, the same top-1, timing-only = functional
+// cycles; negative control: the codes of layer 1's gate|up units 1 to 3 (of those q|k|v takes)
+// zeroed fail the gate.
+ModelConfig config_tiny_mid() {
+  ModelConfig m = config_tiny();
+  m.name = "tiny_mid";
+  m.vision.out_hidden_size = 1024;
+  TextConfig& t = m.text;
+  t.hidden_size = 1024;
+  t.num_attention_heads = 8;
+  t.num_key_value_heads = 4;
+  t.head_dim = 128;
+  t.intermediate_size = 3072;
+  t.num_hidden_layers = 4;
+  t.mrope_section = {24, 20, 20};
+  m.validate("config_tiny_mid");
+  return m;
+}
+TEST(ImageOcm, TwoCallsAheadMatchesTheChain) {
+  static TinyBundle mid("image_" + config_tiny_mid().name, config_tiny_mid());
+  const auto [pixels, ref] = ocm_reference(config_tiny_mid(), *mid.bundle, 41);
+  const sim::Config cfg = sim::Config::make("qc-u", {"ddr_gbps=128"});
+  Compiler c(config_tiny_mid(), cfg, ocm_options());
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_TRUE(prog.plan.starts_with("resident: ")) << prog.plan;
+  EXPECT_NE(prog.plan.find("q|k|v loads gate|up's first units (two calls ahead)"), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, mid.bundle.get(), pixels, ref,
+                       "tiny tower, 1024-wide text, qc-u at 128 GB/s, two calls ahead", false);
+  const kernels::GemmPlan gu = kernels::plan_gemm(cfg, 0, 2 * 3072, 1024);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, mid.bundle.get(), pixels, ref, "L1.gu0.gemm",
+                             "the codes of layer 1's gate|up units 1-3, taken two calls ahead",
+                             gu.unit_offset(1, false), gu.unit_offset(4, false));
 }
 
 // The tiny model's program in two parts on one view (forced: CompileOptions::image_parts), 64x64
