@@ -628,57 +628,83 @@ struct ThreeRun {
   std::vector<float> y[3], ref[3];
   uint64_t cycles = 0;
 };
-ThreeRun run_three(bool timing_only, bool early) {
-  const sim::Config cfg = sim::Config::make("qc-u", {});
-  const Call calls[3] = {{128, 1024, 1024}, {64, 1024, 1024}, {64, 2048, 4096}};
+// Three calls laid out in OCM from 0 (X, Y of each, then their shared DMA scratch) and DDR.
+struct ThreeCalls {
+  GemmArgs a[3];
+};
+ThreeCalls lay_three(const sim::Config& cfg, const Call (&calls)[3]) {
   uint32_t at = 0;
   auto take = [&](uint64_t bytes) { const uint32_t r = at; at = align64(at + bytes); return r; };
-  GemmArgs a[3];
+  ThreeCalls t;
   uint32_t scratch = 0, w = 0x1000;
   for (int i = 0; i < 3; ++i) {
     const Call& c = calls[i];
-    a[i].m = c.m, a[i].n = c.n, a[i].k = c.k;
-    a[i].x_ocm = take(uint64_t(c.m) * c.k * 2), a[i].x_stride = 2 * c.k;
-    a[i].y_ocm = take(uint64_t(c.m) * c.n * 2), a[i].y_stride = 2 * c.n;
-    a[i].w_ddr = sim::ddr_addr(w);
+    GemmArgs& g = t.a[i];
+    g.m = c.m, g.n = c.n, g.k = c.k;
+    g.x_ocm = take(uint64_t(c.m) * c.k * 2), g.x_stride = 2 * c.k;
+    g.y_ocm = take(uint64_t(c.m) * c.n * 2), g.y_stride = 2 * c.n;
+    g.w_ddr = sim::ddr_addr(w);
     w += uint32_t(align64(gemm_weight_bytes(cfg, c.n, c.k)));
     scratch = std::max(scratch, gemm_scratch_bytes(cfg, c.n, c.k));
   }
   const uint32_t scratch_ocm = take(scratch);
-  for (GemmArgs& g : a) g.scratch_ocm = scratch_ocm, g.scratch_bytes = scratch;
-  // As the compiler links them (the next call's rows unknown).
-  GemmArgs link[2] = {a[1], a[2]};
+  for (GemmArgs& g : t.a) g.scratch_ocm = scratch_ocm, g.scratch_bytes = scratch;
+  return t;
+}
+// Call i + 1 runs as linked to call i (link[i]: its next as the compiler links it).
+void take_links(GemmArgs (&a)[3], GemmArgs (&link)[2]) {
   for (int i = 0; i < 2; ++i) {
-    link[i].m = 0;
-    EXPECT_TRUE(gemm_handoff(cfg, a[i], link[i], 0));
     a[i].next = &link[i];
     a[i + 1].prefetched = true;
     a[i + 1].handed_off = link[i].handed_off, a[i + 1].handed_units = link[i].handed_units;
     a[i + 1].lrm_p = link[i].lrm_p, a[i + 1].lrm_q = link[i].lrm_q;
   }
+}
+// The work between two calls (the prefill's attention between q|k|v and o_proj): `iters` scalar
+// steps of 2 cycles.
+void emit_work_between(Builder& b, uint32_t iters) {
+  b.li(X{5}, iters);
+  Label again = b.label();
+  b.bind(again);
+  b.op("addi", {X{5}, X{5}, -1});
+  b.op("bne", {X{5}, X{0}, again});
+}
+// Runs prog (the three calls a) with random inputs from seed on (none timing-only) and reads
+// their outputs and the chain's.
+ThreeRun run_three_calls(const sim::Config& cfg, const GemmArgs (&a)[3], const isa::Program& prog, bool timing_only,
+                         uint32_t seed) {
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, timing_only);
+  CallData d[3];
+  for (int i = 0; i < 3 && !timing_only; ++i) d[i] = load_call(p, cfg, a[i], seed + i);
+  ThreeRun r;
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
+  return r;
+}
+ThreeRun run_three(bool timing_only, bool early) {
+  const sim::Config cfg = sim::Config::make("qc-u", {});
+  const Call calls[3] = {{128, 1024, 1024}, {64, 1024, 1024}, {64, 2048, 4096}};
+  ThreeCalls t = lay_three(cfg, calls);
+  GemmArgs(&a)[3] = t.a;
+  // As the compiler links them (the next call's rows unknown).
+  GemmArgs link[2] = {a[1], a[2]};
+  for (int i = 0; i < 2; ++i) {
+    link[i].m = 0;
+    EXPECT_TRUE(gemm_handoff(cfg, a[i], link[i], 0));
+  }
+  take_links(a, link);
   EXPECT_EQ(plan_gemm(cfg, 0, calls[1].n, calls[1].k).tiles, 1u);
   EXPECT_EQ(a[1].handed_units, 0u);  // (the second call's one tile: handed off whole)
   a[1].next_started = early;
   Builder b;
   emit_gemm_w4(b, cfg, a[0]);
   if (early) emit_gemm_prefetch(b, cfg, link[1]);
-  b.li(X{5}, 6000);  // the work between: about 12 K cycles of scalar steps
-  Label again = b.label();
-  b.bind(again);
-  b.op("addi", {X{5}, X{5}, -1});
-  b.op("bne", {X{5}, X{0}, again});
+  emit_work_between(b, 6000);  // about 12 K cycles
   emit_gemm_w4(b, cfg, a[1]);
   emit_gemm_w4(b, cfg, a[2]);
   b.op("halt");
-  isa::Program prog = b.finish();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, timing_only);
-  CallData d[3];
-  for (int i = 0; i < 3 && !timing_only; ++i) d[i] = load_call(p, cfg, a[i], 60 + i);
-  ThreeRun r;
-  r.cycles = p.run(prog).total[sim::Stat::cycles];
-  for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
-  return r;
+  return run_three_calls(cfg, a, b.finish(), timing_only, 60);
 }
 
 TEST(Gemm, NextUnitsStartedBeforeACallOfNoUnits) {
@@ -708,59 +734,29 @@ TEST(Gemm, NextUnitsStartedBeforeACallOfNoUnits) {
 ThreeRun run_two_ahead(bool timing_only, bool two) {
   const sim::Config cfg = sim::Config::make("qc-u", {"ddr_gbps=128"});
   const Call calls[3] = {{128, 1024, 1024}, {16, 1024, 1024}, {16, 2048, 1024}};
-  uint32_t at = 0;
-  auto take = [&](uint64_t bytes) { const uint32_t r = at; at = align64(at + bytes); return r; };
-  GemmArgs a[3];
-  uint32_t scratch = 0, w = 0x1000;
-  for (int i = 0; i < 3; ++i) {
-    const Call& c = calls[i];
-    a[i].m = c.m, a[i].n = c.n, a[i].k = c.k;
-    a[i].x_ocm = take(uint64_t(c.m) * c.k * 2), a[i].x_stride = 2 * c.k;
-    a[i].y_ocm = take(uint64_t(c.m) * c.n * 2), a[i].y_stride = 2 * c.n;
-    a[i].w_ddr = sim::ddr_addr(w);
-    w += uint32_t(align64(gemm_weight_bytes(cfg, c.n, c.k)));
-    scratch = std::max(scratch, gemm_scratch_bytes(cfg, c.n, c.k));
-  }
-  const uint32_t scratch_ocm = take(scratch);
-  for (GemmArgs& g : a) g.scratch_ocm = scratch_ocm, g.scratch_bytes = scratch;
+  ThreeCalls t = lay_three(cfg, calls);
+  GemmArgs(&a)[3] = t.a;
   GemmArgs link[2] = {a[1], a[2]};
   link[0].m = link[1].m = 0;
   EXPECT_TRUE(gemm_handoff(cfg, a[0], link[0], 0));
   const uint32_t third_at = 2048;  // (the third's tile 0 beside the first two's, in both runs)
   if (two) {
     a[0].next2_units = gemm_two_ahead(cfg, a[0], link[0], link[1], 0, third_at);
-    EXPECT_EQ(a[0].next2_units, 4u);  // (of the third's 8 units a tile: 4 channels)
+    EXPECT_EQ(a[0].next2_units, 4u);  // (half the third's 8 units a tile: 4 channels)
     EXPECT_EQ(link[1].pre_units, a[0].next2_units);
     a[0].next2 = &link[1];
   } else {
     EXPECT_TRUE(gemm_handoff(cfg, a[1], link[1], 0, third_at));
   }
   EXPECT_EQ(link[1].lrm_p, third_at);
-  for (int i = 0; i < 2; ++i) {
-    a[i].next = &link[i];
-    a[i + 1].prefetched = true;
-    a[i + 1].handed_off = link[i].handed_off, a[i + 1].handed_units = link[i].handed_units;
-    a[i + 1].lrm_p = link[i].lrm_p, a[i + 1].lrm_q = link[i].lrm_q;
-  }
+  take_links(a, link);
   Builder b;
   emit_gemm_w4(b, cfg, a[0]);
-  b.li(X{5}, 3000);  // the work between (the prefill's attention): about 6 K cycles
-  Label again = b.label();
-  b.bind(again);
-  b.op("addi", {X{5}, X{5}, -1});
-  b.op("bne", {X{5}, X{0}, again});
+  emit_work_between(b, 3000);  // about 6 K cycles
   emit_gemm_w4(b, cfg, a[1]);
   emit_gemm_w4(b, cfg, a[2]);
   b.op("halt");
-  isa::Program prog = b.finish();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, timing_only);
-  CallData d[3];
-  for (int i = 0; i < 3 && !timing_only; ++i) d[i] = load_call(p, cfg, a[i], 70 + i);
-  ThreeRun r;
-  r.cycles = p.run(prog).total[sim::Stat::cycles];
-  for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
-  return r;
+  return run_three_calls(cfg, a, b.finish(), timing_only, 70);
 }
 
 TEST(Gemm, TwoCallsAheadTakesTheThirdsFirstUnits) {
