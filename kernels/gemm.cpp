@@ -222,7 +222,8 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
         double(pn.tile_bytes) - double(next.pre_units) * pn.code_unit - last_tile * cfg.ddr_bytes_per_cycle();
     if (short_bytes > 0) {
       const uint32_t want = uint32_t(short_bytes / pn.code_unit) + 1;
-      const uint32_t tail = std::min(want, max_stream_units(cfg, pn, kMaxRows));
+      // (prev scatters at least one unit past those handed off two calls ahead)
+      const uint32_t tail = std::min({want, max_stream_units(cfg, pn, kMaxRows), pn.units - next.pre_units - 1});
       if (tail) next.handed_units = pn.units - tail;
     }
   }
@@ -720,6 +721,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // The units this call scatters: nx's [nx_from, nx_units), then (two calls ahead) nx2's
   // [0, n2), numbered on from nx_units.
   const uint32_t nx_from = nx ? nx->pre_units : 0;
+  if (nx && nx_from && nx_from >= (nx->handed_units ? nx->handed_units : pn.units))
+    fail("gemm: internal: the call handed off has units [0, {}) in LRM already, none left for this one", nx_from);
   const uint32_t nx_units = nx && nx->handed_units ? nx->handed_units : pn.units;
   const GemmArgs* nx2 = nx && a.next2 && a.next2_units ? a.next2 : nullptr;
   const GemmPlan pn2 = nx2 ? plan_gemm(cfg, 0, nx2->n, nx2->k, nx2->split) : GemmPlan{};
