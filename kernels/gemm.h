@@ -231,15 +231,6 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t spl
 // One LRM buffer of a call's tiles (meta and codes of a PE's K); a kernel reads and zeroes the
 // 64 bytes past it.
 uint32_t gemm_lrm_buffer(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
-// gemm_handoff's `at`: no fixed place.
-constexpr uint32_t kLrmAnywhere = UINT32_MAX;
-// Two calls ahead (GemmArgs::next2): where prev's last tile leaves the DDR time for next's tile
-// 0 (next: one tile, handed off whole by prev) and more, places next2 as gemm_handoff(next,
-// next2, reserved, at) does, and where that keeps it off prev's last tile and next's tile 0,
-// returns the units of its tile 0 prev takes (whole rounds of the channels; next2.pre_units;
-// 0: none).
-uint32_t gemm_two_ahead(const sim::Config& cfg, const GemmArgs& prev, const GemmArgs& next, GemmArgs& next2,
-                        uint32_t reserved, uint32_t at = kLrmAnywhere);
 GemmPlan plan_gemm(const sim::Config& cfg, uint32_t m, uint32_t n, uint32_t k, uint32_t split = 0);
 uint64_t gemm_weight_bytes(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t split = 0);
 // The least lrm_bytes with which a K-input weight runs at some split on cfg's array: one LRM
@@ -295,8 +286,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
 // loop reads them. qc-u, 2B image program: 99.27 M -> 89.10 M cycles (the norms and OCM
 // attention between two GEMMs held to LRM [0, 1024)).
 // at: next's tile 0 there (kLrmAnywhere: the best candidate), where that fits.
+constexpr uint32_t kLrmAnywhere = UINT32_MAX;
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved,
                   uint32_t at = kLrmAnywhere);
+// Two calls ahead (GemmArgs::next2): where prev's last tile leaves the DDR time for next's tile
+// 0 (next: one tile, handed off whole by prev) and more, places next2 as gemm_handoff(next,
+// next2, reserved, at) does, and where that keeps it off prev's last tile and next's tile 0,
+// returns the units of its tile 0 prev takes (whole rounds of the channels, at most half the
+// tile; next2.pre_units; 0: none).
+uint32_t gemm_two_ahead(const sim::Config& cfg, const GemmArgs& prev, const GemmArgs& next, GemmArgs& next2,
+                        uint32_t reserved, uint32_t at = kLrmAnywhere);
 
 // Seeds a chain's LRM partial sums (GemmArgs::lrm_in, lrm_acc) with fp16 values: rows
 // [row0, row0 + rows) of an [m][n] fp16 matrix at x_ocm (row stride x_stride) become, as
