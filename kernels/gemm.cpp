@@ -124,6 +124,20 @@ uint32_t max_stream_units(const sim::Config& cfg, const GemmPlan& pl, uint32_t r
   }
   return best;
 }
+// The MAC cycles of a call's last tile (plan of its rows): the DDR time its hand-off has.
+double last_tile_mac_cycles(const sim::Config& cfg, const GemmPlan& pm) {
+  const double rows = double(pm.groups - 1) * pm.rows + pm.slots(pm.last_rows);
+  return rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
+}
+// Two calls ahead (gemm_two_ahead, emit_gemm_w4): next (plan pn) one wide tile in whole rounds of
+// the C channels, handed off whole, on one buffer a channel, and the call after it (p2) on the
+// same channels and unit size with a wide tile 0.
+bool two_ahead_shapes(const sim::Config& cfg, const GemmPlan& pn, const GemmPlan& p2, uint32_t C, uint32_t unit_pe,
+                      const GemmArgs& next) {
+  return C >= 2 && next.handed_off && !next.handed_units && pn.tiles == 1 && !pn.tail_at(0) && pn.units % C == 0 &&
+         pn.channels == C && p2.channels == C && !p2.tail_at(0) && p2.unit_pe == unit_pe &&
+         !two_buffers(cfg, pn, next);
+}
 // The epilogue's activation (GemmAct) on v28, a row a lane, in place, predicated by p:
 // act_steps (kernels/elementwise.h), as emit_elementwise runs them, so the same bits. Uses
 // v24-v27, v29, v31 (free after the MAC loop; the next group's prologue reloads them).
@@ -216,8 +230,7 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
     // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
     // time) arrive while next's first row group computes (one unit more: measured best of 0 to 4).
     const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
-    const double rows = double(pm.groups - 1) * pm.rows + pm.slots(pm.last_rows);
-    const double last_tile = rows * (8.0 / pm.split * pm.blocks) * cfg.occ(isa::Unit::mac16);
+    const double last_tile = last_tile_mac_cycles(cfg, pm);
     const double short_bytes =
         double(pn.tile_bytes) - double(next.pre_units) * pn.code_unit - last_tile * cfg.ddr_bytes_per_cycle();
     if (short_bytes > 0) {
@@ -237,18 +250,15 @@ uint32_t gemm_lrm_buffer(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_
 uint32_t gemm_two_ahead(const sim::Config& cfg, const GemmArgs& prev, const GemmArgs& next, GemmArgs& next2,
                         uint32_t reserved, uint32_t at) {
   next2.pre_units = 0;
-  if (!next.handed_off || next.handed_units || !prev.m) return 0;
+  if (!prev.m) return 0;
   const GemmPlan pa = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
   const GemmPlan pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
   const GemmPlan p2 = plan_gemm(cfg, 0, next2.n, next2.k, next2.split);
   const uint32_t C = pa.channels;
-  if (pn.tiles != 1 || pn.units % C || pn.channels != C || p2.channels != C || p2.tail_at(0) || C < 2 ||
-      pn.tail_at(0) || p2.unit_pe != pa.unit_pe || two_buffers(cfg, pn, next))
-    return 0;
+  if (!two_ahead_shapes(cfg, pn, p2, C, pa.unit_pe, next)) return 0;
   // The DDR time prev's last tile leaves after next's tile 0, in whole rounds of the channels.
-  const double rows = double(pa.groups - 1) * pa.rows + pa.slots(pa.last_rows);
-  const double last_tile = rows * (8.0 / pa.split * pa.blocks) * cfg.occ(isa::Unit::mac16);
-  const double spare = last_tile * cfg.ddr_bytes_per_cycle() - double(pn.tile_bytes) - double(p2.meta_unit);
+  const double spare =
+      last_tile_mac_cycles(cfg, pa) * cfg.ddr_bytes_per_cycle() - double(pn.tile_bytes) - double(p2.meta_unit);
   // At most half the tile: the others go through the port between prev's row groups, its loops
   // having no issue room for them (64x64, 8 MiB, 2 channels: 200 GB/s 21,720,479 cycles with the
   // 14 the DDR had time for, 21,456,449 with 8; 128 GB/s, 4 channels: 8 best of 4 to 12).
@@ -727,8 +737,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const GemmArgs* nx2 = nx && a.next2 && a.next2_units ? a.next2 : nullptr;
   const GemmPlan pn2 = nx2 ? plan_gemm(cfg, 0, nx2->n, nx2->k, nx2->split) : GemmPlan{};
   const uint32_t n2 = nx2 ? a.next2_units : 0, nx_total = nx_units + n2;
-  if (nx2 && (pn.tiles != 1 || nx->handed_units || nx_from || pn.units % C || pn.channels != C ||
-              pn2.channels != C || n2 % C || n2 > pn2.units || pn2.tail_at(0) || two_buffers(cfg, pn, *nx) ||
+  if (nx2 && (!two_ahead_shapes(cfg, pn, pn2, C, pl.unit_pe, *nx) || nx_from || n2 % C || n2 > pn2.units ||
               !nx2->handed_off || nx2->pre_units != n2))
     fail("gemm: internal: two calls ahead needs the next call one tile handed off whole, its units and the "
          "{} units of the one after it whole rounds of the {} channels, that one's tile 0 wide and placed",
