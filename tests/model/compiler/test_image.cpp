@@ -1666,6 +1666,14 @@ TEST(ImageOcm, TwoCallsAheadMatchesTheChain) {
   EXPECT_NE(prog.plan.find("q|k|v loads gate|up's first units (two calls ahead)"), std::string::npos) << prog.plan;
   expect_matches_chain(c, prog, kOcmShape, mid.bundle.get(), pixels, ref,
                        "tiny tower, 1024-wide text, qc-u at 128 GB/s, two calls ahead", false);
+  {  // (the cycles without it, for docs/performance.md: the plan's choice is not asserted here)
+    CompileOptions off = ocm_options();
+    off.image_no_two_ahead = true;
+    const Compiler c_off(config_tiny_mid(), cfg, off);
+    std::printf("without two calls ahead: %llu cycles\n",
+                (unsigned long long)run_image(c_off, c_off.image_program(kOcmShape), kOcmShape, nullptr, {}, true)
+                    .stats.total[sim::Stat::cycles]);
+  }
   const kernels::GemmPlan gu = kernels::plan_gemm(cfg, 0, 2 * 3072, 1024);
   expect_zeroed_weight_fails(c, prog, kOcmShape, mid.bundle.get(), pixels, ref, "L1.gu0.gemm",
                              "the codes of layer 1's gate|up units 1-3, taken two calls ahead",
