@@ -182,11 +182,12 @@ struct KernelCalls {
     if (!pre_w.empty() && next_w != pre_w)
       fail("compiler: internal: '{}' was handed off in part two calls ahead, but the next GEMM is '{}'", pre_w, next_w);
     const bool pre = !pre_w.empty();
-    next_g.pre_units = pre ? pre_units : 0;
+    next_g.pre_units = pre ? next2_g.pre_units : 0;
     gemm_handoff(gcfg, g, next_g, between, next_at);
     next_at = kernels::kLrmAnywhere;
-    if (pre && (!next_g.handed_off || next_g.lrm_p != pre_lrm_p))
-      fail("compiler: internal: '{}' was placed at LRM {} two calls ahead, now at {}", pre_w, pre_lrm_p, next_g.lrm_p);
+    if (pre && (!next_g.handed_off || next_g.lrm_p != next2_g.lrm_p))
+      fail("compiler: internal: '{}' was placed at LRM {} two calls ahead, now at {}", pre_w, next2_g.lrm_p,
+           next_g.lrm_p);
     if (pre) pre_w.clear();
     handed = next_g;
     handed_reserved = between;
@@ -242,11 +243,13 @@ struct KernelCalls {
   // prefetch2(w, n, k) after prefetch(): the GEMM on w comes after the prefetched one, its first
   // tile at LRM `at`; the next gemm() call takes part of that tile where it has the DDR time
   // (kernels::gemm_two_ahead), the call after it the rest.
+  // pre_w: the GEMM the last two-ahead call took units of (next2_g: their count and its place).
   std::string next2_w, pre_w;
   GemmArgs next2_g;
-  uint32_t next2_between = 0, next2_at = kernels::kLrmAnywhere, pre_units = 0, pre_lrm_p = 0;
+  uint32_t next2_between = 0, next2_at = kernels::kLrmAnywhere;
   void prefetch2(const std::string& w, uint32_t n, uint32_t k, uint32_t at, uint32_t between = kLrmShared) {
     if (f16.on) return;
+    if (!pre_w.empty()) fail("compiler: internal: '{}' declared while '{}' waits for its hand-off", w, pre_w);
     next2_g = base_args(w, first_call_n(w, n, k), k);
     next2_w = w;
     next2_between = between;
@@ -267,7 +270,7 @@ struct KernelCalls {
     if (f16.on || prefetched_w.empty() || !handed.handed_off || handed.handed_units) return;
     if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
     GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
-    if (w == pre_w) g2.pre_units = pre_units;
+    if (w == pre_w) g2.pre_units = next2_g.pre_units;
     const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
     if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
     emit_gemm_prefetch(b, gcfg, g2);
@@ -359,8 +362,6 @@ struct KernelCalls {
         if (g.next2_units) {
           g.next2 = &next2_g;
           pre_w = next2_w;
-          pre_units = g.next2_units;
-          pre_lrm_p = next2_g.lrm_p;
         }
       }
       next2_w.clear();
