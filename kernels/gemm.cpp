@@ -83,7 +83,10 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 // OCM port: the best of 1, 2, 4 and 8 measured on the 2B image program; 4 where a unit in
 // pieces of 2 takes more iterations than a row group's loop has, or, at split 2, longer than
 // the DDR takes to bring the other channels' units: 64x64, 2 MiB, 128 GB/s 34.13 -> 33.47 M
-// cycles; 4 everywhere at split 2 lost at qc-u, 80.77 -> 80.85 M), pieces per loop
+// cycles; 4 everywhere at split 2 lost at qc-u, 80.77 -> 80.85 M; doubled up to 16 where a unit
+// takes more iterations still: the 2B tower's proj, two row sets at split 2 on 64x64, 16 rows
+// a group, hands its fc1's units off in pieces of 64 PEs; 8 MiB, 128 GB/s, 22.74 -> 22.24 K
+// cycles a block, the pair in Gemm.TwoRowSetsHandOffAWideTileInsideTheLoop), pieces per loop
 // iteration at rr rows (the loop's free issue slots: occ.mac16 per vmac.f16, less the
 // vmac, its broadcast, split 2's shift and the next weights' (a code load and a dequantise
 // an iteration, the block's meta and pointers once a trip of 8 / split iterations: at most 3
@@ -92,15 +95,19 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr);
 uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
   const uint32_t two = std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe),
-                 iters = ceil_div(ceil_div(cfg.npe(), two), std::max(1u, pieces_per_iter(cfg, pl, rr)));
-  const double loop = double(iters) * rr * cfg.occ(isa::Unit::mac16),
+                 per = std::max(1u, pieces_per_iter(cfg, pl, rr)), limit = 8 / pl.split * pl.blocks;
+  auto iters = [&](uint32_t pes) { return ceil_div(ceil_div(cfg.npe(), pes), per); };
+  const double loop = double(iters(two)) * rr * cfg.occ(isa::Unit::mac16),
                ddr = double(pl.channels - 1) * pl.code_unit / cfg.ddr_bytes_per_cycle();
-  return iters <= 8 / pl.split * pl.blocks && (pl.split == 1 || loop <= ddr) ? two : 2 * two;
+  uint32_t pes = iters(two) <= limit && (pl.split == 1 || loop <= ddr) ? two : 2 * two;
+  while (iters(pes) > limit && pes < 8 * two) pes *= 2;
+  return pes;
 }
-// (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, 4 with two
-// row sets.)
+// (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, two row sets
+// too: one grouped broadcast, obcast.g, for both rows. A sub-array whose upper rows would read
+// past the OCM broadcasts them in turn, 4 a slot: its pieces then stretch the loop.)
 uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
-  const uint32_t slot = pl.split == 1 ? 2 : pl.sets == 2 ? 4 : 3;
+  const uint32_t slot = pl.split == 1 ? 2 : 3;
   const int64_t free =
       int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * slot - (pl.split == 1 ? 3 : 4);
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));

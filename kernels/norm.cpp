@@ -33,7 +33,8 @@ V A(int s, int j) { return V{uint8_t(s == 0 ? j : 22 + j)}; }
 
 // Scalar plan: x1 row/tile loop, x2 chunk loop, x5 x chunk, x6 y chunk, x7 w chunk,
 // x15 b chunk, x10 LRM, x8 PE stride of x, x9 PE stride of y, x16 / x17 x / y row
-// base, x20 rows left, x22 npe, x23 scratch, x24 = 4.
+// base, x20 rows left, x22 npe, x23 scratch, x24 = 4; NormArgs::residual: x13 r chunk,
+// x18 r row base.
 
 struct Plan {
   bool split = false;
@@ -120,6 +121,14 @@ void check_args(const sim::Config& cfg, const NormArgs& a, const Plan& p) {
   in_ocm("y", a.y_ocm, p.y_stride, a.rows);
   in_ocm("w", a.w_ocm, 0, 1);
   if (a.kind == NormKind::layer) in_ocm("b", a.b_ocm, 0, 1);
+  if (a.residual) {
+    if (a.dim % kChunk)
+      fail("{} with the residual add: dim = {} must be a multiple of {} (or add with the element-wise kernel first)",
+           name, a.dim, kChunk);
+    if (a.y_ocm == a.x_ocm)
+      fail("{} with the residual add: y (OCM {}) must not be x, which keeps the sum x + r", name, a.y_ocm);
+    in_ocm("r", a.r_ocm, p.x_stride, a.rows);
+  }
   if (p.split) {
     uint32_t need = norm_scratch_bytes(cfg);
     if (a.scratch_bytes < need || uint64_t(a.scratch_ocm) + need > ocm)
@@ -195,6 +204,7 @@ void advance(Builder& b, const Plan& p, int k, bool x, bool y, bool wb, bool lrm
 
 // Resets the pass pointers to the row (tile) base.
 void rewind(Builder& b, const NormArgs& a) {
+  if (a.residual) b.op("add", {X{13}, X{18}, X{0}});
   b.op("add", {X{5}, X{16}, X{0}});
   b.op("add", {X{6}, X{17}, X{0}});
   b.li(X{7}, a.w_ocm);
@@ -259,6 +269,29 @@ void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
   steps(b, p, [&](int k, bool tail) {
     P pr = pred(tail);
     load_x(b, p, k, pr, false);
+    if (a.residual) {
+      // x += r (raw r in W, widened into WL / WH; x into L / H), rounded, back to x
+      for (uint32_t h = 0; h < p.H; ++h)
+        for (int s = 0; s < k; ++s)
+          b.op("oscatter", {W(s), Mem{X{13}, int64_t(p.step) * s + part_off(p, h, p.x_stride)}, X{8}},
+               part_pred(p, h, pr));
+      for (int s = 0; s < k; ++s) {
+        b.op("vunpack.f16", {L(s), R(s), int64_t(0)}, pr);
+        b.op("vunpack.f16", {H(s), R(s), int64_t(1)}, pr);
+        b.op("vunpack.f16", {WL(s), W(s), int64_t(0)}, pr);
+        b.op("vunpack.f16", {WH(s), W(s), int64_t(1)}, pr);
+      }
+      for (int s = 0; s < k; ++s) {
+        b.op("vadd.f32", {L(s), L(s), WL(s)}, pr);
+        b.op("vadd.f32", {H(s), H(s), WH(s)}, pr);
+      }
+      for (int s = 0; s < k; ++s) b.op("vpack.f16", {R(s), L(s), H(s)}, pr);
+      for (int s = 0; s < k; ++s)
+        for (uint32_t h = 0; h < p.H; ++h)
+          b.op("ogather", {R(s), Mem{X{5}, int64_t(p.step) * s + part_off(p, h, p.x_stride)}, X{8}},
+               part_pred(p, h, pr));
+      b.op("addi", {X{13}, X{13}, int64_t(p.step) * k});
+    }
     if (tail) b.op("vand", {R(0), R(0), V{31}}, pr);
     if (p.cache)
       for (int s = 0; s < k; ++s) b.op("vst", {R(s), Mem{X{10}, 64 * s}}, pr);
@@ -366,6 +399,7 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
   const uint32_t npe = cfg.npe();
   b.li(X{16}, a.x_ocm);
   b.li(X{17}, a.y_ocm);
+  if (a.residual) b.li(X{18}, a.r_ocm);
   b.li(X{22}, npe);
   b.li(X{23}, a.scratch_ocm);
   b.li(X{24}, 4);
@@ -391,6 +425,7 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
       emit_row_body(b, a, p);
       b.li(X{21}, p.R * p.x_stride);
       b.op("add", {X{16}, X{16}, X{21}});
+      if (a.residual) b.op("add", {X{18}, X{18}, X{21}});
       b.li(X{21}, p.R * p.y_stride);
       b.op("add", {X{17}, X{17}, X{21}});
       b.op("sub", {X{20}, X{20}, X{22}});
@@ -422,6 +457,7 @@ void emit_plan(Builder& b, const sim::Config& cfg, const NormArgs& a, const Plan
     emit_row_body(b, a, p);
     b.li(X{21}, p.x_stride);
     b.op("add", {X{16}, X{16}, X{21}});
+    if (a.residual) b.op("add", {X{18}, X{18}, X{21}});
     b.li(X{21}, p.y_stride);
     b.op("add", {X{17}, X{17}, X{21}});
   });
@@ -441,12 +477,12 @@ double norm_estimate_cycles(const sim::Config& cfg, const NormArgs& a, NormMappi
   const uint32_t npe = cfg.npe(), nchunks = ceil_div(a.dim, kChunk);
   if (m == NormMapping::split) {
     const uint32_t P = std::min(npe, nchunks), c = ceil_div(nchunks, P);
-    const double per_pass = (ln ? 45 : 27) + (ln ? 3 : 2) * P * 64 / port;
+    const double per_pass = (ln ? 45 : 27) + ((ln ? 3 : 2) + (a.residual ? 2 : 0)) * P * 64 / port;
     return double(a.rows) * ((ln ? 225 : 150) + c * per_pass);
   }
   const uint32_t H = norm_parts(cfg, a, a.x_stride ? a.x_stride : a.dim * 2, a.y_stride ? a.y_stride : a.dim * 2);
   const bool cache = uint64_t(ceil_div(nchunks, H)) * 64 <= lrm_limit(cfg, a);
-  const double reads = cache ? 1 : (ln ? 3 : 2);
+  const double reads = (cache ? 1 : (ln ? 3 : 2)) + (a.residual ? 2 : 0);  // (residual: r in, x out)
   double total = 0;
   for (uint32_t r = 0; r < a.rows; r += npe / H) {
     const uint32_t active = std::min(npe / H, a.rows - r) * H;
@@ -470,7 +506,7 @@ NormMapping norm_pick_mapping(const sim::Config& cfg, const NormArgs& a) {
 
 KernelCost cost_norm(const sim::Config&, const NormArgs& a) {
   KernelCost c;
-  c.ocm_bytes = uint64_t(a.rows) * a.dim * 2 * 2;  // x in, y out
+  c.ocm_bytes = uint64_t(a.rows) * a.dim * 2 * (a.residual ? 4 : 2);  // x in, y out (residual: r in, x out)
   return c;
 }
 

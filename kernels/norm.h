@@ -66,6 +66,12 @@ struct NormArgs {
   uint32_t scratch_ocm = 0, scratch_bytes = 0;  // split mapping: norm_scratch_bytes(cfg) bytes
   NormMapping mapping = NormMapping::automatic;
   uint32_t lrm_bytes = 0;  // LRM [0, lrm_bytes) the kernel may use (0: all of it; the rest stays untouched)
+  // The residual add fused in front (a block's h += y, then h's norm): x += r first, each
+  // element widened to fp32, added and rounded to fp16 once (the element-wise add's bits),
+  // written back to x, and y gets the norm of the new x. r has x's row stride; dim a multiple
+  // of 32; y apart from x. Saves the add's pass over x through the OCM port.
+  bool residual = false;
+  uint32_t r_ocm = 0;
 };
 
 // Per-head RMSNorm in place or out of place: each row is `heads` consecutive vectors of

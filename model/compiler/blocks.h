@@ -628,6 +628,9 @@ inline uint32_t ocm(uint32_t off) { return sim::ocm_addr(off); }
 // between its GEMVs on its one row. What depends on the placement stays with the programs: the
 // attention (its staging), the MLP chunk chains (KernelCalls::chunk_chain), decode's GEMVs.
 
+// (blocks' norms: no residual added first)
+inline constexpr uint32_t kNoResidual = UINT32_MAX;
+
 // A tile of a block's rows [r0, r0 + rows): its steps' marks are `mark`.<step> (the step alone
 // where mark is empty).
 struct Tile {
@@ -704,20 +707,21 @@ struct VisionBlock {
     k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = y,
                              .x_row_stride = 3 * d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
   }
-  // The attention rows a (row stride Dv) through proj into y, added to the residual h, h's
-  // norm2 into x.
+  // The attention rows a (row stride Dv) through proj into y, added to the residual h and h's
+  // norm2 into x in one call (marked attn_residual: NormArgs::residual).
   void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
     proj(t, a, y);
-    residual(t, "attn_residual", h, y);
-    norm2(t, h, x);
+    norm2(t, h, x, y);
   }
   void proj(const Tile& t, uint32_t a, uint32_t y) const {
     k.gemm(t.at("proj"), {.w = vname(block, "proj"), .m = t.rows, .n = d.Dv, .k = d.Dv, .x = a, .xs = d.Dv * 2, .y = y,
                           .ys = d.Dv * 2, .bias = proj_bias()});
   }
-  void norm2(const Tile& t, uint32_t h, uint32_t x) const {
-    k.norm(t.at("norm2"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x,
-                           .w_ocm = n2w(), .b_ocm = n2w() + d.Dv * 2, .eps = eps});
+  // (y: the residual added to h first, kNoResidual: none)
+  void norm2(const Tile& t, uint32_t h, uint32_t x, uint32_t y = kNoResidual) const {
+    k.norm(t.at(y == kNoResidual ? "norm2" : "attn_residual"),
+           {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x, .w_ocm = n2w(),
+            .b_ocm = n2w() + d.Dv * 2, .eps = eps, .residual = y != kNoResidual, .r_ocm = y});
   }
   // fc1 of the normed rows x and its GELU into f ([rows][Iv]); fc2 of f into y.
   void fc1(const Tile& t, uint32_t x, uint32_t f) const {
@@ -852,20 +856,21 @@ struct TextLayer {
                                   .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2,
                                   .max_seq = max_seq, .pos_smem = slot0_smem, .wait = wait});
   }
-  // The attention rows a (row stride qd) through o_proj into y, added to the residual h, h's
-  // post_norm into x.
+  // The attention rows a (row stride qd) through o_proj into y, added to the residual h and h's
+  // post_norm into x in one call (marked attn_residual: NormArgs::residual).
   void attn_out(const Tile& t, uint32_t a, uint32_t y, uint32_t h, uint32_t x) const {
     o_proj(t, a, y);
-    residual(t, "attn_residual", h, y);
-    post_norm(t, h, x);
+    post_norm(t, h, x, y);
   }
   void o_proj(const Tile& t, uint32_t a, uint32_t y) const {
     k.gemm(t.at("o_proj"), {.w = layer_name(layer, "o.gemm"), .m = t.rows, .n = d.H, .k = d.nq * d.hd, .x = a,
                             .xs = qd(), .y = y, .ys = d.H * 2});
   }
-  void post_norm(const Tile& t, uint32_t h, uint32_t x) const {
-    k.norm(t.at("post_norm"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x,
-                               .w_ocm = vec + d.H * 2, .eps = eps});
+  // (y: the residual added to h first, kNoResidual: none)
+  void post_norm(const Tile& t, uint32_t h, uint32_t x, uint32_t y = kNoResidual) const {
+    k.norm(t.at(y == kNoResidual ? "post_norm" : "attn_residual"),
+           {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = x, .w_ocm = vec + d.H * 2,
+            .eps = eps, .residual = y != kNoResidual, .r_ocm = y});
   }
   // Gate|up call `call` (mark mlp<call>) on n columns of the packed chunks from chunk0, of the
   // normed rows x, with SiLU x up into y (row stride ys): KernelCalls::gate_up.

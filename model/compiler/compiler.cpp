@@ -346,8 +346,7 @@ CompiledProgram Compiler::decode_program() const {
     gemv(L + ".o_proj", layer_name(i, "o"), op);
     GemvArgs gu = gemv_args(layer_name(i, "gateup"), 2 * I, H, o.xn, o.gu);
     prefetch(gu);
-    tl.residual(row, "attn_residual", o.h, o.o);
-    tl.post_norm(row, o.h, o.xn);
+    tl.post_norm(row, o.h, o.xn, o.o);
     gemv(L + ".gate_up", layer_name(i, "gateup"), gu);
     // The next layer's norm weights (this layer's are used), or the final norm's.
     if (i + 1 < t.num_hidden_layers) load(layer_name(i + 1, "norms"), layer_name(i + 1, "norms"), o.normw, norms_bytes);

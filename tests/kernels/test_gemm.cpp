@@ -581,6 +581,30 @@ TEST(Gemm, HandoffToTwoRowSets) {
   expect_narrow_handoff({256, 128, 256}, 2, {100}, Call{256, 384, 256}, false);
 }
 
+// A call of two row sets handing off a wide tile (the 2B tower's proj before its fc1 on 64x64 at
+// 8 MiB; here 1,024 GB/s, so that the DDR does not hide the difference): its grouped broadcast
+// leaves a loop issue slot in four, so the next call's units are scattered inside its row
+// groups' MAC loops in pieces of up to 8 x the port's two cycles (kernels/gemm.cpp, piece_pes):
+// 97,592 cycles for the pair, 98,091 through the port between the groups (the kernel before).
+// Both outputs match the chain and timing-only gives the functional cycles.
+TEST(Gemm, TwoRowSetsHandOffAWideTileInsideTheLoop) {
+  const std::vector<std::string> big{"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=1024"};
+  const sim::Config cfg = sim::Config::make("qc-u", big);
+  ASSERT_EQ(plan_gemm(cfg, 256, 1024, 1024).sets, 2u);
+  ASSERT_EQ(plan_gemm(cfg, 256, 4096, 1024).cols, 4096u);  // (one tile on every PE)
+  const Call c1{256, 1024, 1024}, c2{256, 4096, 1024};
+  const PairRun f = run_pair(false, true, c1, c2, true, big), t = run_pair(true, true, c1, c2, true, big);
+  for (auto [y, ref] : {std::pair{&f.y1, &f.ref1}, {&f.y2, &f.ref2}}) {
+    Compare cmp = compare(*y, *ref);
+    EXPECT_GE(cmp.cosine, 0.9999);
+    EXPECT_LE(cmp.max_abs, cmp.max_ref * std::ldexp(1.0, -10) + 1e-6);
+  }
+  EXPECT_EQ(f.cycles, t.cycles);
+  EXPECT_LT(t.cycles, 98091u);
+  std::printf("64x64, 256 rows: proj (two row sets) handing fc1's tile off in its loops, then fc1: %llu cycles\n",
+              (unsigned long long)t.cycles);
+}
+
 // One DMA channel (GemmPlan units even, scratch for two buffers): unit u streams into buffer u % 2
 // and the next unit starts as soon as one has arrived, before its scatter (kernels/gemm.cpp,
 // two_buffers); a call handing off writes the next call's buffer into each descriptor. Pairs as

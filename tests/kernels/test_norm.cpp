@@ -22,10 +22,12 @@ struct NormShape {
   NormMapping mapping;
   bool in_place;
   float mean = 0;           // offset of the inputs (LayerNorm cancellation)
+  bool residual = false;    // NormArgs::residual: x += r first (x then checked bit for bit)
 };
 
 struct NormRun {
   std::vector<float> y, ref;
+  std::vector<float> x_after, x_ref, ref_unadded;  // residual: x in OCM after the run, x + r, the norm of x alone
   uint64_t cycles = 0, cycles_timing = 0;
   bool padding_intact = true;
   NormMapping used = NormMapping::automatic;
@@ -48,6 +50,8 @@ NormRun run_norm(const NormShape& s, uint32_t seed) {
   a.w_ocm = up64(a.y_ocm + s.rows * stride + 64);
   a.b_ocm = up64(a.w_ocm + s.dim * 2 + 64);
   a.scratch_ocm = up64(a.b_ocm + s.dim * 2 + 64);
+  a.residual = s.residual;
+  a.r_ocm = up64(a.scratch_ocm + norm_scratch_bytes(cfg) + 64);
   a.scratch_bytes = norm_scratch_bytes(cfg);
   a.eps = s.kind == NormKind::rms ? 1e-6f : 1e-6f;
   a.mapping = s.mapping;
@@ -58,6 +62,8 @@ NormRun run_norm(const NormShape& s, uint32_t seed) {
   std::vector<float> w = random_vector(s.dim, seed + 1, 0.3f), bias = random_vector(s.dim, seed + 2, 0.2f);
   for (float& v : w) v = round_f16(1.0f + v);
   for (float& v : bias) v = round_f16(v);
+  std::vector<float> res = random_vector(x.size(), seed + 3, 1.0f);
+  for (float& v : res) v = round_f16(v);
 
   Builder b;
   emit_norm(b, cfg, a);
@@ -77,7 +83,34 @@ NormRun run_norm(const NormShape& s, uint32_t seed) {
   }
   write_ocm_f16(a.w_ocm, w);
   write_ocm_f16(a.b_ocm, bias);
+  if (s.residual) {
+    std::vector<uint16_t> rimg(img.size(), kSentinel);
+    for (uint32_t i = 0; i < s.rows; ++i)
+      for (uint32_t j = 0; j < s.dim; ++j) rimg[size_t(i) * (s.dim + s.pad) + j] = f32_to_f16(res[size_t(i) * s.dim + j]);
+    p.ocm().write(a.r_ocm, rimg.data(), rimg.size() * 2);
+  }
   r.cycles = p.run(prog).total[sim::Stat::cycles];
+  auto norm_of = [&](const std::vector<float>& in, std::vector<float>& out) {
+    out.resize(in.size());
+    if (s.kind == NormKind::rms)
+      model::ops::rmsnorm_rows(in, out, int(s.dim), w, a.eps);
+    else
+      model::ops::layernorm_rows(in, out, int(s.dim), w, bias, a.eps);
+  };
+  if (s.residual) {
+    std::vector<uint16_t> xo(img.size());
+    p.ocm().read(a.x_ocm, xo.data(), xo.size() * 2);
+    r.x_after.resize(x.size());
+    for (uint32_t i = 0; i < s.rows; ++i) {
+      for (uint32_t j = 0; j < s.dim; ++j) r.x_after[size_t(i) * s.dim + j] = f16_to_f32(xo[size_t(i) * (s.dim + s.pad) + j]);
+      for (uint32_t j = s.dim; j < s.dim + s.pad; ++j)
+        if (xo[size_t(i) * (s.dim + s.pad) + j] != kSentinel) r.padding_intact = false;
+    }
+    norm_of(x, r.ref_unadded);
+    model::ops::add_inplace(x, res);
+    for (float& v : x) v = round_f16(v);
+    r.x_ref = x;
+  }
 
   std::vector<uint16_t> out(img.size());
   p.ocm().read(a.y_ocm, out.data(), out.size() * 2);
@@ -87,11 +120,7 @@ NormRun run_norm(const NormShape& s, uint32_t seed) {
     for (uint32_t j = s.dim; j < s.dim + s.pad; ++j)
       if (out[size_t(i) * (s.dim + s.pad) + j] != kSentinel) r.padding_intact = false;
   }
-  r.ref.resize(x.size());
-  if (s.kind == NormKind::rms)
-    model::ops::rmsnorm_rows(x, r.ref, int(s.dim), w, a.eps);
-  else
-    model::ops::layernorm_rows(x, r.ref, int(s.dim), w, bias, a.eps);
+  norm_of(x, r.ref);
 
   p.configure(cfg, true);
   r.cycles_timing = p.run(prog).total[sim::Stat::cycles];
@@ -126,8 +155,17 @@ TEST_P(NormShapes, MatchesChainOp) {
   EXPECT_EQ(g.violations, 0u) << "max |y - ref| " << g.max_abs;
   EXPECT_TRUE(r.padding_intact) << "the kernel wrote past a row end";
   EXPECT_EQ(r.cycles, r.cycles_timing) << "timing-only run differs from the functional run";
-  std::printf("%s %s rows %u dim %u (%s): cosine %.7f max_abs %.3g cycles %llu\n", s.preset,
-              s.kind == NormKind::rms ? "rmsnorm" : "layernorm", s.rows, s.dim,
+  if (s.residual) {
+    // x + r bit for bit as the element-wise add rounds it; the norm of x alone must fail the
+    // gate (the add happened before the norm)
+    ASSERT_EQ(r.x_after.size(), r.x_ref.size());
+    size_t off = 0;
+    for (size_t i = 0; i < r.x_ref.size(); ++i) off += r.x_after[i] != r.x_ref[i];
+    EXPECT_EQ(off, 0u) << "x + r differs from the element-wise add";
+    EXPECT_FALSE(passes(gate(r.y, r.ref_unadded)));
+  }
+  std::printf("%s %s%s rows %u dim %u (%s): cosine %.7f max_abs %.3g cycles %llu\n", s.preset,
+              s.kind == NormKind::rms ? "rmsnorm" : "layernorm", s.residual ? " + residual" : "", s.rows, s.dim,
               r.used == NormMapping::split ? "split" : "rows", g.cosine, g.max_abs, (unsigned long long)r.cycles);
 }
 
@@ -151,6 +189,38 @@ INSTANTIATE_TEST_SUITE_P(
                       NormShape{"mini", NormKind::layer, 19, 1100, 0, M::rows, true},
                       NormShape{"mini", NormKind::layer, 2, 4096, 0, M::rows, true},  // no LRM cache
                       NormShape{"qc-u", NormKind::layer, 70, 1024, 0, M::automatic, false}));
+
+// The residual add fused in front (NormArgs::residual): both mappings, parts (128 rows of 2,048
+// on qc-u's 1,024 PEs: 2 parts... and 4 on mini), padding between the rows, LayerNorm.
+INSTANTIATE_TEST_SUITE_P(
+    Residual, NormShapes,
+    ::testing::Values(NormShape{"mini", NormKind::rms, 1, 2048, 0, M::split, false, 0, true},
+                      NormShape{"mini", NormKind::rms, 3, 1024, 16, M::split, false, 0, true},
+                      NormShape{"mini", NormKind::rms, 20, 256, 32, M::rows, false, 0, true},
+                      NormShape{"mini", NormKind::rms, 17, 2240, 0, M::rows, false, 0, true},  // no LRM cache
+                      NormShape{"qc-u", NormKind::rms, 128, 2048, 0, M::automatic, false, 0, true},
+                      NormShape{"mini", NormKind::layer, 19, 1024, 0, M::rows, false, 2.0f, true},
+                      NormShape{"mini", NormKind::layer, 2, 4096, 0, M::rows, false, 0, true}));  // no LRM cache
+
+TEST(Norm, ResidualRejectsPartialChunksAndYOnX) {
+  sim::Config cfg = sim::Config::make("mini", {});
+  NormArgs a{.rows = 2, .dim = 100, .x_ocm = 0, .y_ocm = 4096, .w_ocm = 8192, .residual = true, .r_ocm = 12288};
+  auto message = [&] {
+    Builder b;
+    try {
+      emit_norm(b, cfg, a);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string m = message();
+  EXPECT_NE(m.find("residual add: dim = 100 must be a multiple of 32"), std::string::npos) << m;
+  a.dim = 128;
+  a.y_ocm = 0;
+  m = message();
+  EXPECT_NE(m.find("residual add: y (OCM 0) must not be x"), std::string::npos) << m;
+}
 
 TEST(Norm, NegativeControlCorruptedOutputFailsTheGate) {
   NormRun r = run_norm(NormShape{"mini", NormKind::rms, 5, 96, 0, M::rows, false}, 3);
