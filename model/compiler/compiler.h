@@ -303,6 +303,9 @@ class Compiler {
   // array; without it, more rows than the prefill's where the program in parts is estimated 2%
   // or more faster reading no more weight bytes (0: the prefill's view).
   void settle_tower_view();
+  // The tower's GEMM MACs on the GEMMs' view (a narrow tile's idle PEs counted) over its
+  // weights' DDR time, for the default image program.
+  double tower_mac_per_ddr() const;
   // MAC-heavy: half of the view's rows would take over 1.5 x the weights' DDR time in MACs.
   bool mac_heavy(const sim::Config& view) const;
   // settle_gemm_view keeps every row of a MAC-heavy machine; where that program streams, fewer

@@ -260,11 +260,27 @@ void Compiler::plan_image_ddr() {
   // The resident prefill's down in chunks where its plan takes them (or the knob).
   pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
   if (planned.plan.starts_with("resident")) {
-    // The resident tower's MLP over every row where its chunk packings would take it there.
-    if (!planned.tower_chunk_pes && !pm_down_) return;
+    // The resident tower's MLP over every row where its chunk packings would take it there: on
+    // every PE row where settle_tower_view may move it (a view of fewer rows whose tower is
+    // MAC-bound), as its plan there takes them, so that an auto KV cache leaves them room.
+    uint32_t pes = planned.tower_chunk_pes;
+    if (!opt_.image_gemm_rows && !opt_.image_tower_rows && gemm_cfg_.pe_rows < cfg_.pe_rows &&
+        tower_mac_per_ddr() >= 1.0) {
+      Compiler all = *this;
+      all.tower_rows_ = uint32_t(cfg_.pe_rows);
+      ImageShape vis = planning_shape(opt_);
+      vis.plan_only = true;
+      vis.prefill = vis.head = false;
+      try {
+        const CompiledProgram t = all.vision_part().image_program(vis, nullptr, nullptr);
+        if (t.plan.starts_with("resident")) pes = t.tower_chunk_pes;
+      } catch (const Error&) {
+      }
+    }
+    if (!pes && !pm_down_) return;
     pm_first_ = ddr_.tensors().size();
     pm_tower_only_ = true;
-    pm_npe_ = planned.tower_chunk_pes;
+    pm_npe_ = pes;
     return add_pm_packings();
   }
   for (int b = 0; b < v.depth; ++b)  // the tower's q, k and v weights (Streamed::vqa)
@@ -886,18 +902,51 @@ void Compiler::settle_tower_view() {
   // the parts cost the prefill (64x64, 2 MiB, 32 GB/s, 1.25 x on 32 rows: estimated 2% faster,
   // measured 66.00 -> 68.34 M cycles, the tower unchanged). The bytes: at 1 MiB the tower on 32
   // of 64x64's rows ran 9% faster but read 1.68 x the weights-once bytes, not 1.47.
+  // A resident program (no estimate): the tower on every row wherever its MACs on the view take
+  // longer than its weights' DDR time and both parts stay resident. 2B, 1.11 x on the view (the
+  // tower's GEMMs on half the PEs ran 1.38 x its DDR time): 64x64 at 8 MiB, 32 GB/s (32 rows)
+  // 64.25 -> 62.09 M cycles, 16 GB/s (16 rows) 125.69 -> 122.34 M; 4 MiB 64.21 -> 62.34 M and
+  // 126.11 -> 122.49 M; 32x64 (16 rows) at 16 GB/s, 4 and 8 MiB 2.8% and 2.4% faster.
   if (!opt_.image || opt_.image_gemm_rows || opt_.fp16_channels || gemm_cfg_.pe_rows >= cfg_.pe_rows) return;
-  const Dims d(model_);
-  const ImageShape shape = planning_shape(opt_);
-  double row = 0, bytes = 0;  // (a block's GEMMs: q|k|v, proj, fc1, fc2)
-  for (auto [n, k] : {std::pair{3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv}, {d.Dv, d.Iv}})
-    row += row_macs(gemm_cfg_, n, k), bytes += double(gemm_weight_bytes(cfg_, n, k));
-  if (row * shape.grid_h * shape.grid_w / gemm_cfg_.mac_peak(true) < 1.5 * bytes / cfg_.ddr_bytes_per_cycle()) return;
-  ImageShape s = shape;
+  const double mac_per_ddr = tower_mac_per_ddr();
+  if (mac_per_ddr < 1.0) return;
+  ImageShape s = planning_shape(opt_);
   s.plan_only = true;
   try {
     const CompiledProgram one = image_program(s, nullptr, nullptr);
-    if (!one.plan.starts_with("streamed") || !std::isfinite(one.est_cycles)) return;
+    if (one.plan.starts_with("resident")) {
+      tower_rows_ = uint32_t(cfg_.pe_rows);
+      ImageShape vis = s, rest = s;
+      vis.prefill = vis.head = false;
+      rest.vision = false;
+      if (!vision_part().image_program(vis, nullptr, nullptr).plan.starts_with("resident") ||
+          !image_program(rest, nullptr, nullptr).plan.starts_with("resident")) {
+        tower_rows_ = 0;
+        return;
+      }
+      // The tower's MLP chunk packings as its plan on this view takes them (plan_image_ddr laid
+      // them, if at all, for the one view's plan), where the KV cache still fits. 32x64 at 8 MiB,
+      // 16 GB/s: its MLP over every row in chunks of 1,024 (laid for the one view: 512).
+      if (pm_first_ && !pm_tower_only_) return;
+      const bool fresh = !pm_first_;
+      const uint32_t laid = pm_npe_;
+      if (!fresh) {
+        pm_npe_ = 0;
+        relay_pm_packings();  // (the prefill's down chunks stay)
+      }
+      const uint32_t want = vision_part().image_program(vis, nullptr, nullptr).tower_chunk_pes;
+      if (fresh && !want) return;
+      if (fresh) pm_first_ = ddr_.tensors().size(), pm_tower_only_ = true;
+      pm_npe_ = want;
+      relay_pm_packings();
+      if (ddr_.total() > cfg_.ddr_bytes) {
+        pm_npe_ = fresh ? 0 : laid;
+        relay_pm_packings();
+        if (fresh) pm_first_ = 0, pm_tower_only_ = false;
+      }
+      return;
+    }
+    if (mac_per_ddr < 1.5 || !one.plan.starts_with("streamed") || !std::isfinite(one.est_cycles)) return;
     double best = one.est_cycles;
     uint32_t pick = 0;
     for (uint32_t r = 2 * uint32_t(gemm_cfg_.pe_rows);; r *= 2) {
@@ -911,6 +960,15 @@ void Compiler::settle_tower_view() {
   } catch (const Error&) {
     tower_rows_ = 0;
   }
+}
+
+double Compiler::tower_mac_per_ddr() const {
+  const Dims d(model_);
+  const ImageShape shape = planning_shape(opt_);
+  double row = 0, bytes = 0;  // (a block's GEMMs: q|k|v, proj, fc1, fc2)
+  for (auto [n, k] : {std::pair{3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv}, {d.Dv, d.Iv}})
+    row += row_macs(gemm_cfg_, n, k), bytes += double(gemm_weight_bytes(cfg_, n, k));
+  return row * shape.grid_h * shape.grid_w / gemm_cfg_.mac_peak(true) / (bytes / cfg_.ddr_bytes_per_cycle());
 }
 
 Compiler Compiler::vision_part() const {
@@ -1125,19 +1183,52 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     for (auto [r0, r] : tiles_of(N, rcv_fit)) e += call(r, d.Iv, d.Dv, d.Dv, d.Iv) + call(r, d.Dv, d.Iv, d.Iv, d.Dv);
     return e;
   };
-  // The choices (rcv, pes) in order of preference: one pass, then the chunk widths by
-  // estimate (the wider first at a tie), then the row chunks.
-  std::vector<std::pair<double, uint32_t>> chunked;
+  // Chunks go before the one pass where a finer estimate of the proj and the MLP is 3% or more
+  // lower (kTowerChunksFirst), in the order above: a call's DDR is its tiles after the first and
+  // the next call's first tile (handed off during its last tile), not the next call's whole
+  // weight, and its fixed cycles (kCallCycles, a chunk's GELU call) add to its MACs only (the
+  // DMA streams on across calls). A one-pass fc1 of two tiles streams its second and all of
+  // fc2's tile beside its MACs, and the proj before it hands the first tile off: 32x64 (the
+  // tower on every row), 8 MiB, 32 GB/s, a block 495 K cycles, in chunks of 2,048 474 K (the
+  // whole 64.33 -> 64.06 M); 16 GB/s 122.93 -> 122.81 M; 64x64, 8 MiB, 64 GB/s 33.86 -> 33.71 M;
+  // at 16 and 32 GB/s there 0.19% and 0.05% slower (the estimate's error). At 32x32 the chunks'
+  // 3% is not reached (at 16 GB/s, 1.3% below, they ran 0.36% slower).
+  constexpr double kTowerChunksFirst = 0.97;
+  auto tile0 = [&](uint32_t n, uint32_t kk) {
+    return double(gemm_weight_bytes(cfg_, std::min(n, plan_gemm(gemm_cfg_, 1, n, kk).cols), kk));
+  };
+  // (extra: compute-side cycles beside the MACs, a chunk's GELU call)
+  auto handed = [&](uint32_t r, uint32_t n, uint32_t kk, uint32_t next_n, uint32_t next_k, double extra = 0) {
+    const GemmPlan g = plan_gemm(gemm_cfg_, 1, n, kk);
+    const double ddr = double(gemm_weight_bytes(cfg_, n, kk)) - tile0(n, kk) + tile0(next_n, next_k);
+    return std::max(double(r) * g.tiles * g.cols * kk / peak + kCallCycles + extra, ddr / bw);
+  };
+  // The proj (handing off the MLP's first call's tile) and the MLP, one pass or chunks of cv.
+  const double one_pass = handed(N, d.Dv, d.Dv, d.Iv, d.Dv) + handed(N, d.Iv, d.Dv, d.Dv, d.Iv) +
+                          handed(N, d.Dv, d.Iv, 3 * d.Dv, d.Dv);
+  auto chunks_fine = [&](uint32_t cv) {
+    const double gelu = 4.0 * N * cv / cfg_.ocm_port_bytes;
+    return handed(N, d.Dv, d.Dv, cv, d.Dv) +
+           d.Iv / cv * (handed(N, cv, d.Dv, d.Dv, cv, gelu) + handed(N, d.Dv, cv, cv, d.Dv));
+  };
+  // The choices (rcv, pes) in order of preference: the chunk widths before the one pass (by
+  // estimate), one pass, the other chunk widths by estimate (the wider first at a tie), then the
+  // row chunks.
+  std::vector<std::pair<double, uint32_t>> chunked, before;
   if (vpm_laid || (s.plan_only && pm_allowed()))
     for (uint32_t pes : chunk_pes) {
       const uint32_t cv = width(pes);
       if (!vsums_of(cv)) continue;
-      const double est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv));
-      if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est()))
+      const double est = d.Iv / cv * (call(N, cv, d.Dv, d.Dv, cv) + call(N, d.Dv, cv, cv, d.Dv)),
+                   fine = chunks_fine(cv);
+      if (!opt_.image_tower_chunks && fine < kTowerChunksFirst * one_pass) before.push_back({est, pes});
+      else if (opt_.image_tower_chunks || (rcv_fit < N && est < kTowerChunksMargin * rows_est()))
         chunked.push_back({est, pes});
     }
   std::stable_sort(chunked.begin(), chunked.end(), [](auto& a, auto& b) { return a.first < b.first; });
+  std::stable_sort(before.begin(), before.end(), [](auto& a, auto& b) { return a.first < b.first; });
   std::vector<std::pair<uint32_t, uint32_t>> rcvs;
+  for (auto [est, pes] : before) rcvs.push_back({0, pes});
   if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({N, 0});
   for (auto [est, pes] : chunked) rcvs.push_back({0, pes});
   if (!opt_.image_tower_chunks || chunked.empty()) rcvs.push_back({rcv_fit, 0});
