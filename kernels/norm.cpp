@@ -250,14 +250,15 @@ void reduce(Builder& b, const Plan& p, uint32_t scratch) {
   (void)scratch;
 }
 
-// v30 = 1 / sqrt(v0 / dim + eps)
-void inv_sqrt(Builder& b, const NormArgs& a) {
-  b.op("vsplat.f32", {V{1}, F32{1.0f / float(a.dim)}});
+// inv (v30) = 1 / sqrt(v0 / dim + eps)
+void inv_sqrt(Builder& b, uint32_t dim, float eps, V inv = V{30}) {
+  b.op("vsplat.f32", {V{1}, F32{1.0f / float(dim)}});
   b.op("vmul.f32", {V{0}, V{0}, V{1}});
-  b.op("vsplat.f32", {V{1}, F32{a.eps}});
+  b.op("vsplat.f32", {V{1}, F32{eps}});
   b.op("vadd.f32", {V{0}, V{0}, V{1}});
-  b.op("vrsqrt.f32", {V{30}, V{0}});
+  b.op("vrsqrt.f32", {inv, V{0}});
 }
+void inv_sqrt(Builder& b, const NormArgs& a) { inv_sqrt(b, a.dim, a.eps); }
 
 void emit_row_body(Builder& b, const NormArgs& a, const Plan& p) {
   const bool ln = a.kind == NormKind::layer;
@@ -558,30 +559,9 @@ void emit_head_norm_rows_of_heads(Builder& b, const sim::Config& cfg, const Head
     b.li(X{12}, Hh);
     b.op("mul", {X{12}, X{12}, X{3}});
     b.op("pset.range", {P{2}, X{0}, X{12}});  // the tile's rows x heads
-    zero_accs(b);
-    for (uint32_t c = 0; c < C; ++c) {
-      const int sl = int(c % 2);  // the rows mapping's slot of chunk c
-      b.op("vshr", {T(sl), Xc(c), int64_t(16)}, P{2});
-      b.op("vmac.f16", {A(sl, 0), Xc(c), Xc(c)}, P{2});
-      b.op("vmac.f16", {A(sl, 1), T(sl), T(sl)}, P{2});
-    }
-    Plan p;
-    reduce(b, p, 0);
-    NormArgs n;
-    n.dim = a.head_dim;
-    n.eps = a.eps;
-    inv_sqrt(b, n);
-    for (uint32_t c = 0; c < C; ++c) {
-      b.op("vunpack.f16", {L(0), Xc(c), int64_t(0)}, P{2});
-      b.op("vunpack.f16", {H(0), Xc(c), int64_t(1)}, P{2});
-      b.op("vunpack.f16", {WL(0), Wc(c), int64_t(0)}, P{2});
-      b.op("vunpack.f16", {WH(0), Wc(c), int64_t(1)}, P{2});
-      b.op("vmul.f32", {L(0), L(0), V{30}}, P{2});
-      b.op("vmul.f32", {H(0), H(0), V{30}}, P{2});
-      b.op("vmul.f32", {L(0), L(0), WL(0)}, P{2});
-      b.op("vmul.f32", {H(0), H(0), WH(0)}, P{2});
-      b.op("vpack.f16", {Xc(c), L(0), H(0)}, P{2});
-    }
+    std::vector<V> xs_, ws_;
+    for (uint32_t c = 0; c < C; ++c) xs_.push_back(Xc(c)), ws_.push_back(Wc(c));
+    emit_head_norm_regs(b, xs_, ws_, {V{30}, L(0), H(0), WL(0), WH(0)}, P{2}, a.eps);
     rows(X{8}, ys, "ogather");
     b.op("addi", {X{5}, X{5}, int64_t(TR) * xs});
     b.op("addi", {X{8}, X{8}, int64_t(TR) * ys});
@@ -589,6 +569,30 @@ void emit_head_norm_rows_of_heads(Builder& b, const sim::Config& cfg, const Head
   });
 }
 }  // namespace
+
+void emit_head_norm_regs(Builder& b, const std::vector<V>& x, const std::vector<V>& w, const HeadNormRegs& t, P p,
+                         float eps) {
+  zero_accs(b);
+  for (size_t c = 0; c < x.size(); ++c) {
+    const int sl = int(c % 2);  // the rows mapping's slot of chunk c
+    b.op("vshr", {T(sl), x[c], int64_t(16)}, p);
+    b.op("vmac.f16", {A(sl, 0), x[c], x[c]}, p);
+    b.op("vmac.f16", {A(sl, 1), T(sl), T(sl)}, p);
+  }
+  reduce(b, Plan{}, 0);
+  inv_sqrt(b, uint32_t(x.size()) * kChunk, eps, t.inv);
+  for (size_t c = 0; c < x.size(); ++c) {
+    b.op("vunpack.f16", {t.l, x[c], int64_t(0)}, p);
+    b.op("vunpack.f16", {t.h, x[c], int64_t(1)}, p);
+    b.op("vunpack.f16", {t.wl, w[c], int64_t(0)}, p);
+    b.op("vunpack.f16", {t.wh, w[c], int64_t(1)}, p);
+    b.op("vmul.f32", {t.l, t.l, t.inv}, p);
+    b.op("vmul.f32", {t.h, t.h, t.inv}, p);
+    b.op("vmul.f32", {t.l, t.l, t.wl}, p);
+    b.op("vmul.f32", {t.h, t.h, t.wh}, p);
+    b.op("vpack.f16", {x[c], t.l, t.h}, p);
+  }
+}
 
 void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a) {
   const uint32_t width = a.heads * a.head_dim * 2;

@@ -45,6 +45,7 @@
 // [0, passes*64) (split), OCM scratch 4*16*ceil(P/16) bytes (split; rows in parts: 4 per PE).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kernels/builder.h"
 #include "kernels/cost.h"
@@ -101,5 +102,17 @@ KernelCost cost_head_norm(const sim::Config& cfg, const HeadNormArgs& a);
 // Emit the kernels (no halt). Throw gpnpu::Error if a shape or a buffer does not fit.
 void emit_norm(Builder& b, const sim::Config& cfg, const NormArgs& a);
 void emit_head_norm(Builder& b, const sim::Config& cfg, const HeadNormArgs& a);
+
+// The per-head RMSNorm's arithmetic on registers, written once for emit_head_norm and the
+// rotary's head norm in front (kernels/rope.h, RopeArgs::norm): each PE of predicate p holds one
+// head of head_dim = 32 x.size() values as raw fp16 chunks x[c] and the weight's chunks w[c]; the
+// results, rounded to fp16, replace x[c]. Sums on the MAC array in the rows mapping's order
+// (chunks alternating between two accumulator pairs), fp32 normalisation and scaling. Uses v0,
+// v1 and v20-v23, and t's registers.
+struct HeadNormRegs {
+  V inv, l, h, wl, wh;
+};
+void emit_head_norm_regs(Builder& b, const std::vector<V>& x, const std::vector<V>& w, const HeadNormRegs& t, P p,
+                         float eps);
 
 }  // namespace gpnpu::kernels

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "isa/error.h"
+#include "kernels/norm.h"
 
 namespace gpnpu::kernels {
 
@@ -14,6 +15,7 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   const uint32_t hd2 = hd * 2, C = hd / 16, half = C / 2;  // C 16-dim chunks, C/2 of 32 fp16 (64 B)
   if (a.x_row_stride < H * hd2 || a.out_row_stride < H * hd2)
     fail("rope: row strides {} / {} are smaller than a row of {} heads x {} fp16", a.x_row_stride, a.out_row_stride, H, hd);
+  if (a.norm && !a.tab_f32) fail("rope: the head norm in front (RopeArgs::norm) takes fp32 tables");
   const uint32_t TR = npe / H;  // tiling rule: rows per tile
   const uint32_t tiles = (a.rows + TR - 1) / TR;
   const int64_t tchunk = a.tab_f32 ? 64 : 32;
@@ -30,6 +32,7 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   b.li(X{7}, a.sin_ocm);
   b.li(X{8}, a.out_ocm);
   b.li(X{11}, hd2);
+  if (a.norm) b.li(X{15}, a.norm_w_ocm);
   // Dense rows (row stride = heads x head_dim x 2): the tile's x in one scatter a 32 dims
   // over its PEs (PE e at e x hd2), its output in one gather; fp32 tables: each row's first
   // half of cos/sin to its heads' PEs in one grouped broadcast a 16 dims for the tile (a row
@@ -39,6 +42,13 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     b.li(X{13}, a.tab_row_stride);
     b.li(X{14}, H);
   }
+  // (norm: the tables come after it, into the weights' registers)
+  auto grouped_tables = [&] {
+    for (uint32_t c = 0; c < half; ++c) {
+      b.op("obcast.g", {Cr(c), Mem{X{6}, tchunk * c}, X{13}, X{14}}, P{2});
+      b.op("obcast.g", {Sr(c), Mem{X{7}, tchunk * c}, X{13}, X{14}}, P{2});
+    }
+  };
   b.loop(X{1}, [&] {
     b.op("min", {X{3}, X{2}, X{4}});
     // p2: the tile's rows x heads
@@ -49,11 +59,7 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     // first half of cos/sin; per row where the rows are not dense or the tables fp16 ----
     if (x_dense)
       for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{5}, 64 * j}, X{11}}, P{2});
-    if (grouped)
-      for (uint32_t c = 0; c < half; ++c) {
-        b.op("obcast.g", {Cr(c), Mem{X{6}, tchunk * c}, X{13}, X{14}}, P{2});
-        b.op("obcast.g", {Sr(c), Mem{X{7}, tchunk * c}, X{13}, X{14}}, P{2});
-      }
+    if (grouped && !a.norm) grouped_tables();
     if (!x_dense || !grouped) {
       b.li(X{9}, 0);
       b.li(X{10}, H);
@@ -78,6 +84,18 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
           b.op("addi", {X{18}, X{18}, a.tab_row_stride});
         }
       });
+    }
+    if (a.norm) {
+      // the head norm: the weight's chunks in the cos registers (the tables follow), the
+      // results back in Pk; inv and the temporaries in the rotation's
+      std::vector<V> xs, ws;
+      for (uint32_t j = 0; j < half; ++j) {
+        xs.push_back(Pk(j));
+        ws.push_back(Cr(j));
+        b.op("obcast", {Cr(j), Mem{X{15}, 64 * j}}, P{2});
+      }
+      emit_head_norm_regs(b, xs, ws, {V{24}, V{25}, V{26}, V{27}, V{12}}, P{2}, a.eps);
+      grouped_tables();
     }
     // ---- rotate (fp32) on the loaded PEs only (p2): the others hold other kernels'
     // registers, whose fp16 conversion would be counted (fp16 range) ----
@@ -132,7 +150,7 @@ KernelCost cost_rope(const sim::Config&, const RopeArgs& a) {
   // x in and out (fp16) plus the first half of the row's cos and sin once (broadcast to
   // its heads' PEs).
   c.ocm_bytes = uint64_t(a.rows) * a.head_dim * (a.heads * (2 + 2) + tab);
-  return c;
+  return c;  // (norm: its weights are broadcast, 64 B a chunk a tile, left out as the norm's)
 }
 
 }  // namespace gpnpu::kernels

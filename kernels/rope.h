@@ -46,6 +46,13 @@ struct RopeArgs {
   uint32_t out_ocm = 0, out_row_stride = 0;  // output rows (may equal x)
   uint32_t cos_ocm = 0, sin_ocm = 0, tab_row_stride = 0;
   bool tab_f32 = true;  // tables fp32 (else fp16)
+  // Qwen3's per-head RMSNorm (q_norm / k_norm) in front: each head normed with the head_dim fp16
+  // weights at norm_w_ocm (the head norm's arithmetic, emit_head_norm_regs) and rounded to fp16,
+  // then rotated: the bits of emit_head_norm then emit_rope, with one pass over x through the
+  // OCM port instead of two. fp32 tables only.
+  bool norm = false;
+  uint32_t norm_w_ocm = 0;
+  float eps = 1e-6f;
 };
 
 void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a);

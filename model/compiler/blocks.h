@@ -445,13 +445,6 @@ struct KernelCalls {
     lrm_since = std::max(lrm_since, kLrmShared);
     em.call(mark, "norm", cost_norm(cfg, n), [&] { emit_norm(b, cfg, n); });
   }
-  // In place (y = x).
-  void head_norm(const std::string& mark, HeadNormArgs n) {
-    n.y_ocm = n.x_ocm;
-    n.y_stride = n.x_stride;
-    lrm_since = std::max(lrm_since, kLrmShared);  // LRM [0, head_dim / 32 * 64)
-    em.call(mark, "head_norm", cost_head_norm(cfg, n), [&] { emit_head_norm(b, cfg, n); });
-  }
   void ew(const std::string& mark, const EwArgs& e) {
     em.call(mark, "elementwise", cost_elementwise(cfg, e), [&] { emit_elementwise(b, cfg, e); });
   }
@@ -816,36 +809,25 @@ struct TextLayer {
     k.gemm(t.at("qkv"), {.w = layer_name(layer, "qkv.gemm"), .m = t.rows, .n = d.qkv_n, .k = d.H, .x = x,
                          .xs = d.H * 2, .y = y, .ys = qkvs()});
   }
-  // The per-head norm (weights w: q_norm_w or k_norm_w) of `heads` adjacent heads in each of
-  // `rows` rows at x (row stride xs). (A single row's heads are dense whatever the stride:
-  // kernels::HeadNormArgs.)
-  void head_norm(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t x, uint32_t xs, uint32_t w) const {
-    k.head_norm(mark, {.rows = rows, .heads = heads, .head_dim = d.hd, .x_ocm = x, .x_stride = rows > 1 ? xs : 0,
-                       .w_ocm = w, .eps = eps});
-  }
-  // The rotary of `heads` adjacent heads in each of `rows` rows at x (row stride xs), tables
-  // cos, sin [rows][hd].
-  void rotary(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t x, uint32_t xs, uint32_t cos,
-              uint32_t sin) const {
+  // The per-head norm (weights w: q_norm_w or k_norm_w) and then the rotary of `heads`
+  // adjacent heads in each of `rows` rows at x (row stride xs), tables cos, sin [rows][hd], in
+  // one call (kernels::RopeArgs::norm).
+  void norm_rotary(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t x, uint32_t xs, uint32_t w,
+                   uint32_t cos, uint32_t sin) const {
     k.rope(mark, {.rows = rows, .heads = heads, .head_dim = d.hd, .x_ocm = x, .x_row_stride = xs, .cos_ocm = cos,
-                  .sin_ocm = sin});
+                  .sin_ocm = sin, .norm = true, .norm_w_ocm = w, .eps = eps});
   }
-  void k_norm(const Tile& t, uint32_t qkv) const {
-    head_norm(t.at("k_norm"), t.rows, d.nkv, qkv + qd(), qkvs(), k_norm_w());
-  }
-  void q_norm(const Tile& t, uint32_t qkv) const { head_norm(t.at("q_norm"), t.rows, d.nq, qkv, qkvs(), q_norm_w()); }
-  // The rotary of q, k or both (which: "q", "k", "qk"; q and k heads adjacent) in the q|k|v
-  // rows, tables cos, sin [rows][hd].
-  void rope(const Tile& t, const std::string& which, uint32_t qkv, uint32_t cos, uint32_t sin) const {
-    const bool q = which.starts_with('q'), kk = which.ends_with('k');
-    rotary(t.at(which + "_rope"), t.rows, (q ? d.nq : 0) + (kk ? d.nkv : 0), q ? qkv : qkv + qd(), qkvs(), cos, sin);
+  // q or k ("q", "k") in the q|k|v rows normed (q_norm, k_norm) and rotated: marked q_rope, k_rope.
+  void norm_rope(const Tile& t, const std::string& which, uint32_t qkv, uint32_t cos, uint32_t sin) const {
+    const bool q = which == "q";
+    norm_rotary(t.at(which + "_rope"), t.rows, q ? d.nq : d.nkv, q ? qkv : qkv + qd(), qkvs(), q ? q_norm_w() : k_norm_w(),
+                cos, sin);
   }
   // A group of q or k heads made alone (the streamed plan's q|k|v column groups, Streamed::pqg):
   // the tile's rows of `heads` heads at x (row stride xs), normed (w) and rotated.
   void head_group(const std::string& mark, const Tile& t, uint32_t heads, uint32_t x, uint32_t xs, uint32_t w,
                   uint32_t cos, uint32_t sin) const {
-    head_norm(mark + ".norm", t.rows, heads, x, xs, w);
-    rotary(mark + ".rope", t.rows, heads, x, xs, cos, sin);
+    norm_rotary(mark + ".rope", t.rows, heads, x, xs, w, cos, sin);
   }
   // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the call).
   void kv_write(const Tile& t, uint32_t qkv, bool wait) const {

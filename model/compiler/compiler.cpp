@@ -315,10 +315,8 @@ CompiledProgram Compiler::decode_program() const {
     tl.layer = i;
     tl.input_norm(row, o.h, o.xn);
     gemv(L + ".qkv", layer_name(i, "qkv"), qkv);
-    tl.q_norm(row, o.qkv);
-    tl.k_norm(row, o.qkv);
-    tl.rope(row, "q", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
-    tl.rope(row, "k", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
+    tl.norm_rope(row, "q", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
+    tl.norm_rope(row, "k", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
     tl.kv_write(row, o.qkv, true);
     DecodeAttnArgs at;
     at.q_heads = nq;

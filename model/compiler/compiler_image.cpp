@@ -1610,13 +1610,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (two_ahead && rows == S) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
-    // q and k heads are adjacent in the rows: one rotary call for both; the cache write
-    // (DMA) then overlaps the attention.
-    tl.k_norm(all, BIG);
-    tl.q_norm(all, BIG);
+    // k, then q, normed and rotated (one call each); the cache write (DMA) starts after k's and
+    // overlaps q's and the attention.
     tables_ready(ttables(L + "."));
-    tl.rope(all, "qk", BIG, ROPE, ROPE + S * d.hd * 4);
+    tl.norm_rope(all, "k", BIG, ROPE, ROPE + S * d.hd * 4);
     tl.kv_write(all, BIG, off != 0);
+    tl.norm_rope(all, "q", BIG, ROPE, ROPE + S * d.hd * 4);
     if (!rows) {
       if (!off) emit_kv_write_wait(b, cfg_);
       b.op("mark.end", {Name{L}});

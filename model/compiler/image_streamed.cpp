@@ -1714,14 +1714,12 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         pre_gemm();
         tl.qkv(t, X, QKV);
         if (post_gemm) post_gemm();
-        // Where cos and sin arrive after the GEMM (rope_ready waits for them), q's norm goes
-        // before k's rotary too, while they come. The cache slot of row r0 is slot0 + r0.
-        tl.k_norm(t, QKV);
-        if (rope_ready) tl.q_norm(t, QKV), rope_ready();
-        tl.rope(t, "k", QKV, RC, RS);
+        // k, then q, normed and rotated (rope_ready: cos and sin arrive after the GEMM). The
+        // cache slot of row r0 is slot0 + r0.
+        if (rope_ready) rope_ready();
+        tl.norm_rope(t, "k", QKV, RC, RS);
         tl.kv_write(t, QKV, false);
-        if (!rope_ready) tl.q_norm(t, QKV);
-        tl.rope(t, "q", QKV, RC, RS);
+        tl.norm_rope(t, "q", QKV, RC, RS);
         if (!kv_own) emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into

@@ -5,6 +5,7 @@
 #include "kernels/rope.h"
 
 #include "kernel_harness.h"
+#include "kernels/norm.h"
 #include "model/reference/ops.h"
 #include "sim/run.h"
 
@@ -125,6 +126,95 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeShapes,
                                            RopeShape{"mini", 37, 5, 64, false, true, 8, false},
                                            RopeShape{"qc-u", 128, 16, 128, true, true, 0, true},
                                            RopeShape{"qc-u", 256, 16, 64, false, true, 0, false}));
+
+// The per-head RMSNorm in front (RopeArgs::norm, Qwen3's q_norm / k_norm then the rotary): the
+// same fp16 bits as emit_head_norm then emit_rope, in fewer cycles (one pass over x through the
+// OCM port); against the chain (rmsnorm_heads, then mrope) within the two fp16 roundings.
+// Strided rows (q or k inside the prefill's q|k|v rows, 128 rows of 16 heads of 128 on qc-u, in
+// place) and dense ones (mini, 13 rows of 5 heads of 64). Negative control: the norm's weight
+// read 64 bytes off must change the bits.
+struct NormRopeRun {
+  std::vector<uint16_t> y;
+  std::vector<float> yf, ref;
+  uint64_t cycles = 0;
+};
+NormRopeRun run_norm_rope(const char* preset, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t pad, bool fused,
+                          int64_t w_off = 0) {
+  sim::Config cfg = sim::Config::make(preset, {});
+  const uint32_t width = heads * hd, stride = (width + pad) * 2;
+  RopeArgs a;
+  a.rows = rows, a.heads = heads, a.head_dim = hd;
+  a.x_ocm = a.out_ocm = 0;
+  a.x_row_stride = a.out_row_stride = stride;
+  a.tab_row_stride = hd * 4;
+  a.cos_ocm = up64(rows * stride);
+  a.sin_ocm = up64(a.cos_ocm + rows * a.tab_row_stride);
+  const uint32_t w_ocm = up64(a.sin_ocm + rows * a.tab_row_stride) + 64;
+  a.eps = 1e-6f;
+  std::vector<std::array<int, 3>> pos3(rows);
+  for (uint32_t n = 0; n < rows; ++n) pos3[n] = {int(3 + n / 7), int(5 + n % 7), int(11 + 2 * n)};
+  std::vector<int> section = {24, 20, 20};
+  if (hd != 128) section = {int(hd / 2) - 2 * int(hd / 6), int(hd / 6), int(hd / 6)};
+  std::vector<float> cs, sn;
+  model::ops::rope_tables_mrope(pos3, int(hd), 5e6f, section, cs, sn);
+  std::vector<float> x = random_vector(size_t(rows) * width, 29 + rows, 2.0f), w = random_vector(hd, 31, 0.4f);
+  for (float& v : x) v = round_f16(v);
+  for (float& v : w) v = round_f16(1.0f + v);
+  Builder b;
+  if (fused) {
+    a.norm = true;
+    a.norm_w_ocm = uint32_t(int64_t(w_ocm) + w_off);
+  } else {
+    emit_head_norm(b, cfg, {.rows = rows, .heads = heads, .head_dim = hd, .x_ocm = 0, .x_stride = stride,
+                            .y_ocm = 0, .y_stride = stride, .w_ocm = w_ocm, .eps = a.eps});
+  }
+  emit_rope(b, cfg, a);
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  for (uint32_t n = 0; n < rows; ++n)
+    write_ocm_f16(n * stride, std::vector<float>(x.begin() + n * width, x.begin() + (n + 1) * width));
+  p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
+  p.ocm().write(a.sin_ocm, sn.data(), sn.size() * 4);
+  write_ocm_f16(w_ocm, w);
+  write_ocm_f16(w_ocm + hd * 2, std::vector<float>(hd, 1.0f));  // (what a weight read 64 B on meets)
+  NormRopeRun r;
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  for (uint32_t n = 0; n < rows; ++n) {
+    std::vector<uint16_t> row(width);
+    p.ocm().read(n * stride, row.data(), width * 2);
+    r.y.insert(r.y.end(), row.begin(), row.end());
+    for (uint16_t v : row) r.yf.push_back(f16_to_f32(v));
+  }
+  r.ref = x;
+  model::ops::rmsnorm_heads(r.ref, int(heads), int(hd), w, a.eps);
+  for (float& v : r.ref) v = round_f16(v);
+  model::ops::mrope(r.ref, int(heads), int(hd), pos3, 5e6f, section);
+  return r;
+}
+
+TEST(Rope, HeadNormInFrontGivesTheTwoKernelsBits) {
+  struct Case {
+    const char* preset;
+    uint32_t rows, heads, hd, pad;
+  };
+  for (const Case& k : {Case{"qc-u", 128, 16, 128, 2048}, Case{"mini", 13, 5, 64, 0}}) {
+    const NormRopeRun two = run_norm_rope(k.preset, k.rows, k.heads, k.hd, k.pad, false),
+                      one = run_norm_rope(k.preset, k.rows, k.heads, k.hd, k.pad, true),
+                      off = run_norm_rope(k.preset, k.rows, k.heads, k.hd, k.pad, true, 64);
+    size_t diff = 0, diff_off = 0;
+    for (size_t i = 0; i < two.y.size(); ++i) diff += two.y[i] != one.y[i], diff_off += two.y[i] != off.y[i];
+    EXPECT_EQ(diff, 0u) << k.preset;
+    EXPECT_GT(diff_off, two.y.size() / 2) << "negative control: a weight 64 B off";
+    const Compare c = compare(one.yf, one.ref);
+    EXPECT_GE(c.cosine, 0.9999);
+    EXPECT_LE(c.max_abs, c.max_ref / 256) << "max |y - ref| " << c.max_abs;
+    EXPECT_LT(one.cycles, two.cycles);
+    std::printf("%s, %u rows of %u heads of %u: head norm then rope %llu cycles, in one call %llu\n", k.preset, k.rows,
+                k.heads, k.hd, (unsigned long long)two.cycles, (unsigned long long)one.cycles);
+  }
+}
 
 TEST(Rope, NegativeControlWrongRotateHalfSignFailsTheGate) {
   RopeShape s{"mini", 7, 3, 64, true, true, 0, false};
