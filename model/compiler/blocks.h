@@ -866,21 +866,32 @@ struct TextLayer {
                .x = g.x, .xs = d.H * 2, .y = g.y, .ys = g.ys},
               g.fused);
   }
-  // The activation rows act (row stride as) through down into y, added to the residual h.
-  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h) const {
+  // The activation rows act (row stride as) through down into y, added to the residual h; with
+  // next_x, in one call with the next layer's input norm of h into next_x (its weights at vec by
+  // then; marked mlp_residual: NormArgs::residual).
+  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h, uint32_t next_x = kNoResidual) const {
     k.gemm(t.at("down"), {.w = layer_name(layer, "down.gemm"), .m = t.rows, .n = d.H, .k = d.I, .x = act, .xs = as,
                           .y = y, .ys = d.H * 2});
-    residual(t, "mlp_residual", h, y);
+    if (next_x == kNoResidual) {
+      residual(t, "mlp_residual", h, y);
+      return;
+    }
+    k.norm(t.at("mlp_residual"), {.kind = NormKind::rms, .rows = t.rows, .dim = d.H, .x_ocm = h, .y_ocm = next_x,
+                                  .w_ocm = vec, .eps = eps, .residual = true, .r_ocm = y});
   }
   // h += y (step: attn_residual or mlp_residual).
   void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
     k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.H, .a_ocm = h, .b_ocm = y, .out_ocm = h});
   }
+  // Whether this layer adds DeepStack rows among the tile's (deepstack below).
+  bool has_deepstack(const Tile& t) const {
+    return layer < deepstack_layers && std::min(t.r0 + t.rows, first + ni) > std::max(t.r0, first);
+  }
   // The DeepStack rows of this layer among the tile's rows (residual rows at h) added to them,
   // loaded into scratch.
   void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
-    if (layer >= deepstack_layers || e <= a) return;
+    if (!has_deepstack(t)) return;
     k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2, ocm(scratch),
               (e - a) * w2);
     const uint32_t at = h + (a - t.r0) * w2;

@@ -1590,6 +1590,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return at;
   }();
   const uint32_t anywhere = kernels::kLrmAnywhere;
+  bool normed = false;  // the layer's input norm ran in the layer before's residual call
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);
     tl.layer = i;
@@ -1603,7 +1604,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // GEMM (a wait on channel 0 here would also wait for this layer's q|k|v weights).
     if (i == 0) em.copy(L + ".load_norms", ddr_.bus(layer_name(i, "norms")), ocm(VEC), d.text_vec() * 2);
     tables_early(ttables(L + "."));
-    tl.input_norm(all, H, XN);
+    if (!normed) tl.input_norm(all, H, XN);
+    normed = false;
     if (rows)
       prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0,
                two_ahead ? two_ahead->o : anywhere);
@@ -1716,7 +1718,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (i + 1 < tc.num_hidden_layers)
         prefetch(layer_name(i + 1, "qkv.gemm"), d.qkv_n, d.H, KernelCalls::kLrmShared, 0,
                  two_ahead ? two_ahead->qkv : anywhere);
-      tl.down(past, BIG, d.I * 2, TMP, Hr);
+      // (the next layer's input norm in the residual's call where no DeepStack rows come between)
+      normed = i + 1 < tc.num_hidden_layers && rows == S && !tl.has_deepstack(past);
+      tl.down(past, BIG, d.I * 2, TMP, Hr, normed ? XN : kNoResidual);
     }
     tl.deepstack(past, Hr, TMP);
     b.op("mark.end", {Name{L}});
