@@ -559,9 +559,9 @@ void emit_head_norm_rows_of_heads(Builder& b, const sim::Config& cfg, const Head
     b.li(X{12}, Hh);
     b.op("mul", {X{12}, X{12}, X{3}});
     b.op("pset.range", {P{2}, X{0}, X{12}});  // the tile's rows x heads
-    std::vector<V> xs_, ws_;
-    for (uint32_t c = 0; c < C; ++c) xs_.push_back(Xc(c)), ws_.push_back(Wc(c));
-    emit_head_norm_regs(b, xs_, ws_, {V{30}, L(0), H(0), WL(0), WH(0)}, P{2}, a.eps);
+    std::vector<V> xc, wc;
+    for (uint32_t c = 0; c < C; ++c) xc.push_back(Xc(c)), wc.push_back(Wc(c));
+    emit_head_norm_regs(b, xc, wc, {V{30}, L(0), H(0), WL(0), WH(0)}, P{2}, a.eps);
     rows(X{8}, ys, "ogather");
     b.op("addi", {X{5}, X{5}, int64_t(TR) * xs});
     b.op("addi", {X{8}, X{8}, int64_t(TR) * ys});

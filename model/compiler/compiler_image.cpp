@@ -914,36 +914,14 @@ void Compiler::settle_tower_view() {
   s.plan_only = true;
   try {
     const CompiledProgram one = image_program(s, nullptr, nullptr);
-    if (one.plan.starts_with("resident")) {
+    if (one.plan.starts_with("resident")) {  // (plan_image_ddr laid its MLP chunks for this view)
       tower_rows_ = uint32_t(cfg_.pe_rows);
       ImageShape vis = s, rest = s;
       vis.prefill = vis.head = false;
       rest.vision = false;
       if (!vision_part().image_program(vis, nullptr, nullptr).plan.starts_with("resident") ||
-          !image_program(rest, nullptr, nullptr).plan.starts_with("resident")) {
+          !image_program(rest, nullptr, nullptr).plan.starts_with("resident"))
         tower_rows_ = 0;
-        return;
-      }
-      // The tower's MLP chunk packings as its plan on this view takes them (plan_image_ddr laid
-      // them, if at all, for the one view's plan), where the KV cache still fits. 32x64 at 8 MiB,
-      // 16 GB/s: its MLP over every row in chunks of 1,024 (laid for the one view: 512).
-      if (pm_first_ && !pm_tower_only_) return;
-      const bool fresh = !pm_first_;
-      const uint32_t laid = pm_npe_;
-      if (!fresh) {
-        pm_npe_ = 0;
-        relay_pm_packings();  // (the prefill's down chunks stay)
-      }
-      const uint32_t want = vision_part().image_program(vis, nullptr, nullptr).tower_chunk_pes;
-      if (fresh && !want) return;
-      if (fresh) pm_first_ = ddr_.tensors().size(), pm_tower_only_ = true;
-      pm_npe_ = want;
-      relay_pm_packings();
-      if (ddr_.total() > cfg_.ddr_bytes) {
-        pm_npe_ = fresh ? 0 : laid;
-        relay_pm_packings();
-        if (fresh) pm_first_ = 0, pm_tower_only_ = false;
-      }
       return;
     }
     if (mac_per_ddr < 1.5 || !one.plan.starts_with("streamed") || !std::isfinite(one.est_cycles)) return;

@@ -97,29 +97,27 @@ NormRun run_norm(const NormShape& s, uint32_t seed) {
     else
       model::ops::layernorm_rows(in, out, int(s.dim), w, bias, a.eps);
   };
-  if (s.residual) {
-    std::vector<uint16_t> xo(img.size());
-    p.ocm().read(a.x_ocm, xo.data(), xo.size() * 2);
-    r.x_after.resize(x.size());
+  // The rows at `at` (their padding checked against the sentinel).
+  auto read_rows = [&](uint32_t at) {
+    std::vector<uint16_t> raw(img.size());
+    p.ocm().read(at, raw.data(), raw.size() * 2);
+    std::vector<float> v(x.size());
     for (uint32_t i = 0; i < s.rows; ++i) {
-      for (uint32_t j = 0; j < s.dim; ++j) r.x_after[size_t(i) * s.dim + j] = f16_to_f32(xo[size_t(i) * (s.dim + s.pad) + j]);
+      for (uint32_t j = 0; j < s.dim; ++j) v[size_t(i) * s.dim + j] = f16_to_f32(raw[size_t(i) * (s.dim + s.pad) + j]);
       for (uint32_t j = s.dim; j < s.dim + s.pad; ++j)
-        if (xo[size_t(i) * (s.dim + s.pad) + j] != kSentinel) r.padding_intact = false;
+        if (raw[size_t(i) * (s.dim + s.pad) + j] != kSentinel) r.padding_intact = false;
     }
+    return v;
+  };
+  if (s.residual) {
+    r.x_after = read_rows(a.x_ocm);
     norm_of(x, r.ref_unadded);
     model::ops::add_inplace(x, res);
     for (float& v : x) v = round_f16(v);
     r.x_ref = x;
   }
 
-  std::vector<uint16_t> out(img.size());
-  p.ocm().read(a.y_ocm, out.data(), out.size() * 2);
-  r.y.resize(x.size());
-  for (uint32_t i = 0; i < s.rows; ++i) {
-    for (uint32_t j = 0; j < s.dim; ++j) r.y[size_t(i) * s.dim + j] = f16_to_f32(out[size_t(i) * (s.dim + s.pad) + j]);
-    for (uint32_t j = s.dim; j < s.dim + s.pad; ++j)
-      if (out[size_t(i) * (s.dim + s.pad) + j] != kSentinel) r.padding_intact = false;
-  }
+  r.y = read_rows(a.y_ocm);
   norm_of(x, r.ref);
 
   p.configure(cfg, true);

@@ -1497,16 +1497,19 @@ TEST(ImageOcm, TooSmallOcmNamesTheLeastThatWorks) {
   }
 }
 
+// The 2B's default image program compiled for cfg with opt: its plan and timing-only cycles.
+std::pair<std::string, uint64_t> plan_and_cycles(const sim::Config& cfg, const CompileOptions& opt = {}) {
+  Compiler c(config_2b(), cfg, opt);
+  const CompiledProgram prog = c.image_program(ImageShape{});
+  return {prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
+}
+
 // The resident tower's MLP in chunks before its one pass where the finer estimate (a call's DDR:
 // its tiles after the first and the next call's first tile) is 3% lower: 32x64 at 8 MiB, 32 GB/s,
 // where one pass ran 64.33 M cycles against 4 MiB's chunks' 64.29 M (a monotone violation); now
 // chunks at both, and 8 MiB no slower than 4 MiB. On 64x64 at 128 GB/s one pass stays.
 TEST(Image, TowerChunksBeforeOnePassWhereTheFinerEstimateIsLower) {
-  auto run = [&](const std::vector<std::string>& sets) {
-    Compiler c(config_2b(), sim::Config::make("qc-u", sets));
-    const CompiledProgram prog = c.image_program(ImageShape{});
-    return std::pair{prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
-  };
+  auto run = [&](const std::vector<std::string>& sets) { return plan_and_cycles(sim::Config::make("qc-u", sets)); };
   const auto [p8, c8] = run({"pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=32"});
   const auto [p4, c4] = run({"pe_cols=64", "ocm_bytes=4MiB", "ddr_gbps=32"});
   EXPECT_TRUE(p8.starts_with("resident: tower MLP over every row in chunks of 2048")) << p8;
@@ -1540,9 +1543,7 @@ TEST(Image, GemmViewRuleAndOverride) {
     auto cycles = [&](uint32_t tower_rows) {
       CompileOptions t;
       t.image_tower_rows = tower_rows;
-      Compiler c(config_2b(), at64, t);
-      const CompiledProgram prog = c.image_program(ImageShape{});
-      return run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles];
+      return plan_and_cycles(at64, t).second;
     };
     EXPECT_LT(cycles(0), cycles(48));
   }
@@ -1554,9 +1555,7 @@ TEST(Image, GemmViewRuleAndOverride) {
     auto run = [&](uint32_t tower_rows) {
       CompileOptions t;
       t.image_tower_rows = tower_rows;
-      Compiler c(config_2b(), at32, t);
-      const CompiledProgram prog = c.image_program(ImageShape{});
-      return std::pair{prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
+      return plan_and_cycles(at32, t);
     };
     const auto [plan, cycles] = run(0);
     EXPECT_TRUE(plan.starts_with("tower resident")) << plan;
@@ -1636,9 +1635,7 @@ TEST(Image, StreamedInPartsOnOneViewWhereFewerBytes) {
   auto compiled = [&](uint32_t parts) {
     CompileOptions o;
     o.image_parts = parts;
-    Compiler c(config_2b(), at128, o);
-    const CompiledProgram prog = c.image_program(ImageShape{});
-    return std::pair{prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
+    return plan_and_cycles(at128, o);
   };
   const auto [plan, cycles] = compiled(0);
   EXPECT_TRUE(plan.starts_with("tower streamed: rows per tile 256 (block 0: 128)|256")) << plan;
@@ -1661,10 +1658,7 @@ TEST(Image, TwoCallsAheadWhereQkvHasDdrTimeToSpare) {
   auto compiled = [&](const char* gbps, bool off) {
     CompileOptions o;
     o.image_no_two_ahead = off;
-    const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", gbps});
-    Compiler c(config_2b(), cfg, o);
-    const CompiledProgram prog = c.image_program(ImageShape{});
-    return std::pair{prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
+    return plan_and_cycles(sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", gbps}), o);
   };
   const char* kTwo = "q|k|v loads gate|up's first units (two calls ahead)";
   const auto [plan, cycles] = compiled("ddr_gbps=128", false);
