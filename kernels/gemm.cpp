@@ -795,15 +795,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     pending_dst = dst;
     pending_half = half;
   };
-  auto take_next_unit = [&](uint32_t u, bool in_loop) {
-    const uint32_t c = u % pn.channels, base = unit_at(cfg, pn, *nx, u);
-    b.op("dma.wait", {Chan{uint8_t(c)}});
+  // Unit u of a handed-off tile 0 (plan p of call g; scat scatters it, to the narrow tile's PEs
+  // where it is one): waits for its channel, scatters its meta (unit 0; meta stride in xMsN),
+  // then its codes unless in_loop (its loop segment does).
+  auto take_handed = [&](const GemmPlan& p, const GemmArgs& g, uint32_t u, uint32_t chan, bool narrow, bool in_loop,
+                         auto&& scat) {
+    const uint32_t base = unit_at(cfg, p, g, u);
+    b.op("dma.wait", {Chan{uint8_t(chan)}});
     if (u == 0)
-      for (uint32_t i = 0; i < ceil_div(pn.blocks, 8); ++i)
-        scatter_next(true, base + 32 * i, xMsN, 4 * pn.blocks / pn.split, nx->lrm_p + 32 * i, pn.split == 2);
+      for (uint32_t i = 0; i < ceil_div(p.blocks, 8); ++i)
+        scat(true, base + 32 * i, xMsN, 4 * p.blocks / p.split, g.lrm_p + 32 * i, p.split == 2);
     if (!in_loop)
-      scatter_next(half_units, base + (u == 0 ? pn.meta_of(nx_narrow) : 0), xUnit, UB,
-                   nx->lrm_p + pn.meta_lrm + UB * u, false);
+      scat(half_units, base + (u == 0 ? p.meta_of(narrow) : 0), xUnit, UB, g.lrm_p + p.meta_lrm + UB * u, false);
+  };
+  auto take_next_unit = [&](uint32_t u, bool in_loop) {
+    take_handed(pn, *nx, u, u % pn.channels, nx_narrow, in_loop, scatter_next);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
@@ -816,18 +822,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                v == 0 ? pn.meta_of(n1) + pn.code_of(n1) : pn.code_of(n1));
     }
   };
-  // nx2's unit v (two calls ahead): on channel v % C once nx's units there are taken.
+  // nx2's unit v (two calls ahead): on channel v % C once nx's units there are taken (its tile
+  // 0 wide; its meta stride loaded with its unit 0, after all of nx's).
   auto take_next2_unit = [&](uint32_t v, bool in_loop) {
-    const uint32_t base = unit_at(cfg, pn2, *nx2, v), ms = 4 * pn2.blocks / pn2.split;
-    b.op("dma.wait", {Chan{uint8_t(v % C)}});
-    if (v == 0) {
-      b.li(xMsN, ms);
-      for (uint32_t i = 0; i < ceil_div(pn2.blocks, 8); ++i)
-        scatter_to(X{0}, true, base + 32 * i, xMsN, ms, nx2->lrm_p + 32 * i, pn2.split == 2, false, pn2.blocks);
-    }
-    if (!in_loop)
-      scatter_to(X{0}, half_units, base + (v == 0 ? pn2.meta_of(false) : 0), xUnit, UB,
-                 nx2->lrm_p + pn2.meta_lrm + UB * v, false, false, pn2.blocks);
+    if (v == 0) b.li(xMsN, 4 * pn2.blocks / pn2.split);
+    take_handed(pn2, *nx2, v, v % C, false, in_loop,
+                [&](bool half, int64_t src, X stride, uint32_t sval, int64_t dst, bool pair) {
+                  scatter_to(X{0}, half, src, stride, sval, dst, pair, false, pn2.blocks);
+                });
   };
   auto start_next2 = [&](uint32_t c, uint32_t v) {
     if (v < n2)

@@ -1170,7 +1170,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // tower on every row), 8 MiB, 32 GB/s, a block 495 K cycles, in chunks of 2,048 474 K (the
   // whole 64.33 -> 64.06 M); 16 GB/s 122.93 -> 122.81 M; 64x64, 8 MiB, 64 GB/s 33.86 -> 33.71 M;
   // at 16 and 32 GB/s there 0.19% and 0.05% slower (the estimate's error). At 32x32 the chunks'
-  // 3% is not reached (at 16 GB/s, 1.3% below, they ran 0.36% slower).
+  // 3% is not reached (at 8 MiB, 16 GB/s, 1.3% below, they run 0.36% slower:
+  // Image.TowerChunksBeforeOnePassWhereTheFinerEstimateIsLower).
   constexpr double kTowerChunksFirst = 0.97;
   auto tile0 = [&](uint32_t n, uint32_t kk) {
     return double(gemm_weight_bytes(cfg_, std::min(n, plan_gemm(gemm_cfg_, 1, n, kk).cols), kk));

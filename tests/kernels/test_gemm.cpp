@@ -706,6 +706,19 @@ ThreeRun run_three_calls(const sim::Config& cfg, const GemmArgs (&a)[3], const i
   for (int i = 0; i < 3 && !timing_only; ++i) read_call(a[i], d[i], r.y[i], r.ref[i]);
   return r;
 }
+
+// Every output of f against the chain; then the third's value at `bad` corrupted must fail the
+// gate (the negative control).
+void expect_three_match(ThreeRun f, size_t bad) {
+  for (int i = 0; i < 3; ++i) {
+    Compare c = compare(f.y[i], f.ref[i]);
+    EXPECT_GE(c.cosine, 0.9999) << "call " << i;
+    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "call " << i;
+  }
+  f.y[2][bad] = -f.y[2][bad] + 1.0f;
+  Compare c = compare(f.y[2], f.ref[2]);
+  EXPECT_GT(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6);
+}
 ThreeRun run_three(bool timing_only, bool early) {
   const sim::Config cfg = sim::Config::make("qc-u", {});
   const Call calls[3] = {{128, 1024, 1024}, {64, 1024, 1024}, {64, 2048, 4096}};
@@ -732,20 +745,13 @@ ThreeRun run_three(bool timing_only, bool early) {
 }
 
 TEST(Gemm, NextUnitsStartedBeforeACallOfNoUnits) {
-  ThreeRun f = run_three(false, true);
-  for (int i = 0; i < 3; ++i) {
-    Compare c = compare(f.y[i], f.ref[i]);
-    EXPECT_GE(c.cosine, 0.9999) << "call " << i;
-    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "call " << i;
-  }
+  const ThreeRun f = run_three(false, true);
+  expect_three_match(f, 7);
   const ThreeRun t = run_three(true, true), late = run_three(true, false);
   EXPECT_EQ(f.cycles, t.cycles);
   EXPECT_LT(t.cycles, late.cycles);
   std::printf("three GEMMs, the third's first units started before the second: %llu cycles; by the second: %llu\n",
               (unsigned long long)t.cycles, (unsigned long long)late.cycles);
-  f.y[2][7] = -f.y[2][7] + 1.0f;
-  Compare bad = compare(f.y[2], f.ref[2]);
-  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
 // Two calls ahead (GemmArgs::next2, gemm_two_ahead): the first call's MACs leave the DDR time
@@ -784,20 +790,13 @@ ThreeRun run_two_ahead(bool timing_only, bool two) {
 }
 
 TEST(Gemm, TwoCallsAheadTakesTheThirdsFirstUnits) {
-  ThreeRun f = run_two_ahead(false, true);
-  for (int i = 0; i < 3; ++i) {
-    Compare c = compare(f.y[i], f.ref[i]);
-    EXPECT_GE(c.cosine, 0.9999) << "call " << i;
-    EXPECT_LE(c.max_abs, c.max_ref * std::ldexp(1.0, -10) + 1e-6) << "call " << i;
-  }
+  const ThreeRun f = run_two_ahead(false, true);
+  expect_three_match(f, 5);
   const ThreeRun t = run_two_ahead(true, true), one = run_two_ahead(true, false);
   EXPECT_EQ(f.cycles, t.cycles);
   EXPECT_LT(t.cycles, one.cycles);
   std::printf("three GEMMs, the third's first units taken two calls ahead: %llu cycles; by the second: %llu\n",
               (unsigned long long)t.cycles, (unsigned long long)one.cycles);
-  f.y[2][5] = -f.y[2][5] + 1.0f;
-  Compare bad = compare(f.y[2], f.ref[2]);
-  EXPECT_GT(bad.max_abs, bad.max_ref * std::ldexp(1.0, -10) + 1e-6);
 }
 
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
