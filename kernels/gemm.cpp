@@ -145,6 +145,32 @@ bool two_ahead_shapes(const sim::Config& cfg, const GemmPlan& pn, const GemmPlan
          pn.channels == C && p2.channels == C && !p2.tail_at(0) && p2.unit_pe == unit_pe &&
          !two_buffers(cfg, pn, next);
 }
+// An instruction a row group's MAC loop issues between its vmacs (emit_gemm_w4's body): after
+// the ones before it, and `dist` slots or more after each of `deps` (their latency: a slot is a
+// vmac's occ.mac16 cycles); by_end: its result is read by the next iteration's first vmac.
+struct Extra {
+  std::function<void()> emit;
+  std::vector<std::pair<size_t, uint32_t>> deps;
+  bool by_end = false;
+};
+// The slot of a group's rr (0..rr - 1; rr: after the last) each of `extra` issues in: the
+// first from its earliest where the slot issues fewer than `room` instructions besides its vmac
+// (load[j]: how many slot j issues, counted on), so that none stretches its slot; where none
+// has room, its earliest (a cycle more).
+std::vector<uint32_t> issue_plan(const std::vector<Extra>& extra, uint32_t room, uint32_t* load, uint32_t rr) {
+  std::vector<uint32_t> at(extra.size());
+  for (size_t i = 0; i < extra.size(); ++i) {
+    uint32_t lo = i ? at[i - 1] : 0;
+    for (auto [d, dist] : extra[i].deps) lo = std::max(lo, at[d] + dist);
+    const uint32_t end = extra[i].by_end && rr >= 2 ? rr - 1 : rr;
+    uint32_t j = lo;
+    while (j < end && load[j] >= room) ++j;
+    if (j >= end) j = std::min(lo, rr);
+    at[i] = j;
+    if (j < rr) ++load[j];
+  }
+  return at;
+}
 // The epilogue's activation (GemmAct) on v28, a row a lane, in place, predicated by p:
 // act_steps (kernels/elementwise.h), as emit_elementwise runs them, so the same bits. Uses
 // v24-v27, v29, v31 (free after the MAC loop; the next group's prologue reloads them).
@@ -1314,17 +1340,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     odd_shift(0);
     }
     // A trip: the block's `trip` groups of 16 codes, group u's activations 32 S u bytes on
-    // (x10 moves once a trip), its dequantised weights in v24 + u % 2. The next group's
-    // weights are prepared between the vmacs (codes at x12 + 8 (u + 1); in the last group the
-    // next block's meta at x13 + 4, then x12 and x13 move): one extra per vmac slot when the
-    // group has >= 12 rows, else two.
-    const bool spread = rr >= 12;
-    const uint32_t jdq = spread ? 9 : std::min<uint32_t>(5, rr - 1);
-    // A fill piece per 4 rows (the first per_iter of them): PEs [x9, x24) take their 64
-    // code bytes.
+    // (x10 moves once a trip, in its last group), its dequantised weights in v24 + u % 2. The
+    // next group's weights are prepared between the vmacs (codes at x12 + 8 (u + 1); in the
+    // last group the next block's meta at x13 + 4, then x12 and x13 move), in the issue slots
+    // the slot's broadcasts and fill pieces leave (issue_plan).
+    // Fill pieces (per_iter of them an iteration, each 4 instructions: PEs [x9, x24) take their
+    // 64 code bytes), spread evenly over the trip's free issue slots.
     const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr);
     auto piece_op = [&](uint32_t j) {
-      if (j / 4 >= pieces_here) return;
       switch (j % 4) {
         case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
         case 1: b.op(half_units ? "oscatter.h" : "oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, xUnit}, P{4}); break;
@@ -1332,43 +1355,74 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         default: b.op("addi", {xHi, xHi, int64_t(piece)}); break;
       }
     };
+    // The instructions a slot issues besides its vmac without stretching it (room), and those of
+    // them its broadcasts (and split 2's shifts) take.
+    const uint32_t room = cfg.occ(isa::Unit::mac16) - 1, fixed = pair_rows ? 2 : twin ? 3 : S == 2 ? 2 : 1;
     auto body = [&](bool pieces) {
+      const int64_t step = int64_t(32) * S * trip;  // x10's move a trip
+      std::vector<uint32_t> load(trip * rr, fixed);
+      std::vector<std::vector<Extra>> extras(trip);
+      std::vector<std::vector<uint32_t>> ats(trip);
+      std::vector<size_t> moves(trip, 0);
       for (uint32_t u = 0; u < trip; ++u) {
-        const V w{uint8_t(24 + u % 2)}, wn{uint8_t(24 + (u + 1) % 2)};
-        const int64_t xo = int64_t(u) * 32 * S;
-        std::vector<std::function<void()>> extra = {[&] { b.op("vld", {V{26}, Mem{xC, int64_t(8) * (u + 1)}}); }};
+        const V wn{uint8_t(24 + (u + 1) % 2)};
+        // (slot distances: an LRM load's latency takes 2, the meta's fp32 conversion 2)
+        std::vector<Extra>& extra = extras[u];
+        extra.push_back({[&b, &xC = xC, u] { b.op("vld", {V{26}, Mem{xC, int64_t(8) * (u + 1)}}); }, {}});
+        std::vector<std::pair<size_t, uint32_t>> dq_deps{{0, 2}};
         if (u + 1 == trip) {
-          extra.push_back([&] { b.op("vld.h", {V{27}, Mem{xG, 4}}); });
-          extra.push_back([&] { b.op("vcvt.f32.f16", {V{27}, V{27}}); });
-          extra.push_back([&] { b.op("addi", {xC, xC, int64_t(8) * trip}); });
-          extra.push_back([&] { b.op("addi", {xG, xG, 4}); });
+          extra.push_back({[&] { b.op("vld.h", {V{27}, Mem{xG, 4}}); }, {}});
+          extra.push_back({[&] { b.op("vcvt.f32.f16", {V{27}, V{27}}); }, {{1, 2}}});
+          extra.push_back({[&] { b.op("addi", {xC, xC, int64_t(8) * trip}); }, {}});
+          extra.push_back({[&] { b.op("addi", {xG, xG, 4}); }, {}});
+          dq_deps.push_back({2, 2});
         }
+        // The dequantisation after the codes' load (and the meta's conversion), and (the
+        // trip's last group) x10's move, the broadcasts after it a trip's rows lower.
+        extra.push_back({[&b, wn] { b.op("vdq4.f16", {wn, V{26}, V{27}, int64_t(0)}); }, dq_deps, true});
+        if (u + 1 == trip) {
+          moves[u] = extra.size();
+          extra.push_back({[&] { b.op("addi", {xAct, xAct, step}); }, {}});
+        }
+        ats[u] = issue_plan(extra, room, load.data() + u * rr, rr);
+      }
+      // Piece instruction k at the first slot with room from k / n of the way through the trip.
+      const uint32_t slots = trip * rr, n = pieces ? 4 * pieces_here * trip : 0;
+      std::vector<uint32_t> piece_at(n);
+      for (uint32_t k = 0, j = 0; k < n; ++k) {
+        j = std::max(j, uint32_t(uint64_t(k) * slots / n));
+        while (j + 1 < slots && load[j] >= room) ++j;
+        piece_at[k] = j;
+        ++load[j];
+      }
+      size_t pk = 0;
+      bool moved = false;  // x10 has moved: this trip's rows a step lower
+      for (uint32_t u = 0; u < trip; ++u) {
+        const V w{uint8_t(24 + u % 2)};
+        const int64_t xo = int64_t(u) * 32 * S;
         size_t next = 0;
-        bool dq = false;
         for (uint32_t j = 0; j < rr; ++j) {
           b.op("vmac.f16", {V{uint8_t(j)}, w, xr(j)});
+          const int64_t xj = xo - (moved ? step : 0);
           if (pair_rows) {
-            pair_bcast(j + 3, xo);
+            pair_bcast(j + 3, xj);
             odd_shift(j + 1);
           } else if (twin) {
-            lower_bcast(j + 3, xo);
+            lower_bcast(j + 3, xj);
             odd_shift(j + 1);
-            upper_bcast(j + 6, xo);
+            upper_bcast(j + 6, xj);
           } else {
-            b.op(bcast, {xr(j + 3), Mem{xAct, xo + rowoff(j + 3)}});
+            b.op(bcast, {xr(j + 3), Mem{xAct, xj + rowoff(j + 3)}});
             odd_shift(j + 1);
           }
-          for (int e = 0; e < (spread ? 1 : 2) && next < extra.size(); ++e) extra[next++]();
-          if (pieces) piece_op(j);
-          if (j >= jdq && next == extra.size() && !dq) {
-            b.op("vdq4.f16", {wn, V{26}, V{27}, int64_t(0)});
-            dq = true;
+          for (; pk < n && piece_at[pk] == u * rr + j; ++pk) piece_op(uint32_t(pk));
+          for (; next < extras[u].size() && ats[u][next] == j; ++next) {
+            extras[u][next].emit();
+            if (moves[u] && next == moves[u]) moved = true;
           }
         }
-        while (next < extra.size()) extra[next++]();
-        if (!dq) b.op("vdq4.f16", {wn, V{26}, V{27}, int64_t(0)});
+        for (; next < extras[u].size(); ++next) extras[u][next].emit();
       }
-      b.op("addi", {xAct, xAct, int64_t(32) * S * trip});
     };
     if (part == Part::full) b.li(xCnt, trips(iters));
     if (part == Part::a || part == Part::seg) {
