@@ -1111,8 +1111,10 @@ INSTANTIATE_TEST_SUITE_P(Qcu, GemmPerf,
 // Split 2 on 64x64 (the 2B prefill's MLP chunks at 4 MiB, 128 GB/s: 128 rows, K = 2,048, two
 // tiles): with a 128-block a loop trip the loop leaves issue slots for fill pieces, so tile 1's
 // units are scattered inside tile 0's row groups rather than through the OCM port between them
-// (512 port cycles a unit). Timing only, against max(MAC floor, DDR floor). Measured: 87,861
-// cycles (1.341 x) now, 90,021 (1.374 x) with a group of 16 codes a trip.
+// (512 port cycles a unit). Timing only, against max(MAC floor, DDR floor). Measured: 87,222
+// cycles (1.331 x) now; 87,861 (1.341 x) before the loop's weight preparation went into the
+// slots its broadcasts and pieces leave (issue_plan: at split 2 they met, 2 cycles an
+// iteration); 90,021 (1.374 x) with a group of 16 codes a trip.
 TEST(Gemm, SplitTwoFillsInsideTheLoop) {
   const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=4MiB", "ddr_gbps=128"});
   ASSERT_EQ(plan_gemm(cfg, 128, 4096, 2048, 2).tiles, 2u);
@@ -1123,7 +1125,7 @@ TEST(Gemm, SplitTwoFillsInsideTheLoop) {
   const double ratio = double(second) / floor_cycles(cfg, one.cost);
   std::printf("64x64, split 2, 128 x 2048 -> 4096, a prefetched call: %llu cycles, %.4f x the floor\n",
               (unsigned long long)second, ratio);
-  EXPECT_LE(ratio, 1.36);
+  EXPECT_LE(ratio, 1.335);
 }
 
 }  // namespace
