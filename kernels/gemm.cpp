@@ -223,7 +223,8 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
 }
 }  // namespace
 
-bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved, uint32_t at) {
+bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved, uint32_t at,
+                  bool whole) {
   const GemmPlan pa = plan_gemm(cfg, 0, prev.n, prev.k, prev.split), pn = plan_gemm(cfg, 0, next.n, next.k, next.split);
   const auto [ap, aq] = lrm_buffers(pa, prev);
   const uint32_t last = pa.tiles % 2 ? ap : aq, bsa = lrm_buffer(pa), bsn = lrm_buffer(pn);
@@ -259,7 +260,7 @@ bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, 
   }
   next.handed_off = best >= 0;
   next.handed_units = 0;
-  if (next.handed_off && prev.m && pn.tiles > 1) {
+  if (next.handed_off && prev.m && !whole && (pn.tiles > 1 || (!pn.tail_at(0) && pa.tiles > 1))) {
     // The bytes of next's tile 0 the DDR cannot bring during prev's last tile (its MAC
     // time) arrive while next's first row group computes (one unit more: measured best of 0 to 4).
     const GemmPlan pm = plan_gemm(cfg, prev.m, prev.n, prev.k, prev.split);
@@ -683,7 +684,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // channels this call does not use start at its last tile. Not when nothing is filled
   // (one tile, handed off): then all start at the last tile.
   const GemmPlan px = a.next ? plan_gemm(cfg, 0, a.next->n, a.next->k, a.next->split) : GemmPlan{};
-  const uint32_t early = a.next && !(pl.tiles == 1 && a.handed_off) ? std::min(C, px.channels) : 0;
+  const bool part0 = a.handed_off && a.handed_units && a.handed_units < U;  // tile 0 handed off in part
+  const uint32_t early = a.next && !(pl.tiles == 1 && a.handed_off && !part0) ? std::min(C, px.channels) : 0;
   auto start_next = [&](uint32_t c) {
     if (c >= early) return;
     const bool t0 = px.tail_at(0);
@@ -919,10 +921,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const uint32_t after_last = U - (pl.groups - 1) * U / pl.groups;
   const uint32_t ts = pl.tiles >= 2 && after_last <= smax ? after_last : 0;
   const uint32_t hu = !a.handed_off ? U - (narrow0 ? 0 : smax) : a.handed_units ? a.handed_units : U;
-  if (hu < U && a.handed_off && pl.tiles < 2) fail("gemm: internal: tile 0 handed off in part on a one-tile call");
+  if (hu < U && a.handed_off && pl.tiles < 2 && narrow0)
+    fail("gemm: internal: a narrow tile 0 handed off in part on a one-tile call");
   const uint32_t ts0 = U - hu <= max_stream_units(cfg, pl, rr0) ? U - hu : 0;  // streamed in tile 0
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
+  // One tile handed off in part: a channel whose last unit the previous call took starts the
+  // next call's unit now (the others when their last unit here is taken).
+  if (pl.tiles == 1 && part0)
+    for (uint32_t c = 0; c < early; ++c)
+      if ((U - 1 - c) / C * C + c < hu) start_next(c);
   next_fill_tile();
 
   // ---- tile loop ----

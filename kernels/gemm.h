@@ -285,10 +285,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a);
 // ones inside its first row group's MAC loop (GemmArgs::handed_units), just before its
 // loop reads them. qc-u, 2B image program: 99.27 M -> 89.10 M cycles (the norms and OCM
 // attention between two GEMMs held to LRM [0, 1024)).
+// A next call of one tile after a call of more is handed off in part so too, its last units
+// streamed the same way (64x64, 8 MiB, 128 GB/s: the gate|up call's last tile waited ~8.6 K
+// cycles a layer for the down's 6.3 MB tile; 21.90 -> 21.81 M cycles), unless `whole` (the
+// caller starts the call after next during it: two calls ahead, KernelCalls::start_after_next,
+// which need next to take no unit of its own). Not after a call of one tile: the 4 MiB plan's
+// gate|up calls of one chunk then ran 0.1% ahead of the 8 MiB plan's call of six (64x64, 32 GB/s).
 // at: next's tile 0 there (kLrmAnywhere: the best candidate), where that fits.
 constexpr uint32_t kLrmAnywhere = UINT32_MAX;
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved,
-                  uint32_t at = kLrmAnywhere);
+                  uint32_t at = kLrmAnywhere, bool whole = false);
 // Two calls ahead (GemmArgs::next2): where prev's last tile leaves the DDR time for next's tile
 // 0 (next: one tile, handed off whole by prev) and more, places next2 as gemm_handoff(next,
 // next2, reserved, at) does, and where that keeps it off prev's last tile and next's tile 0,

@@ -183,8 +183,9 @@ struct KernelCalls {
       fail("compiler: internal: '{}' was handed off in part two calls ahead, but the next GEMM is '{}'", pre_w, next_w);
     const bool pre = !pre_w.empty();
     next_g.pre_units = pre ? next2_g.pre_units : 0;
-    gemm_handoff(gcfg, g, next_g, between, next_at);
+    gemm_handoff(gcfg, g, next_g, between, next_at, next_whole);
     next_at = kernels::kLrmAnywhere;
+    next_whole = false;
     if (pre && (!next_g.handed_off || next_g.lrm_p != next2_g.lrm_p))
       fail("compiler: internal: '{}' was placed at LRM {} two calls ahead, now at {}", pre_w, next2_g.lrm_p,
            next_g.lrm_p);
@@ -231,15 +232,17 @@ struct KernelCalls {
   // w_off: the GEMM's weight that many bytes into w's (the tower's v after its q|k).
   // at: its first tile at that LRM offset where the previous GEMM hands it off (kernels::gemm_handoff).
   void prefetch(const std::string& w, uint32_t n, uint32_t k, uint32_t between = kLrmShared, uint64_t w_off = 0,
-                uint32_t at = kernels::kLrmAnywhere) {
+                uint32_t at = kernels::kLrmAnywhere, bool whole = false) {
     if (f16.on) return;
     next_g = base_args(w, first_call_n(w, n, k), k);
     next_g.w_ddr += uint32_t(w_off);
     next_w = w;
     next_between = between;
     next_at = at;
+    next_whole = whole;
   }
   uint32_t next_at = kernels::kLrmAnywhere;
+  bool next_whole = false;  // its tile 0 handed off whole (kernels::gemm_handoff's whole)
   // prefetch2(w, n, k) after prefetch(): the GEMM on w comes after the prefetched one, its first
   // tile at LRM `at`; the next gemm() call takes part of that tile where it has the DDR time
   // (kernels::gemm_two_ahead), the call after it the rest.

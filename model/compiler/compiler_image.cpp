@@ -1372,8 +1372,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (res->rope_tmp && rope_ch != UINT32_MAX) em.wait(rope_ch);
   };
   auto prefetch = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t between = KernelCalls::kLrmShared,
-                      uint64_t w_off = 0, uint32_t at = kernels::kLrmAnywhere) {
-    k.prefetch(w, n, kk, between, w_off, at);
+                      uint64_t w_off = 0, uint32_t at = kernels::kLrmAnywhere, bool whole = false) {
+    k.prefetch(w, n, kk, between, w_off, at, whole);
   };
   // The tower's q|k|v: one call, or q|k then v (tower_qkv_split): its first call's columns.
   const bool qkv_split = tower_qkv_split();
@@ -1417,7 +1417,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       vb.norm1(t, H, XN);
       vb.qkv(t, XN, BIG, [&](int j) {
         if (j == 0 && qkv_split) prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, vb.v_off);
-        else prefetch(vname(blk, "proj"), d.Dv, d.Dv);
+        else prefetch(vname(blk, "proj"), d.Dv, d.Dv, KernelCalls::kLrmShared, 0, kernels::kLrmAnywhere, true);
       });
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
@@ -1562,7 +1562,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     };
     GemmArgs dn = args(wd, d.H, d.I, S), qkv = args(wq, d.qkv_n, d.H, S), o = args(wo, d.H, d.nq * d.hd, S),
              gu = args(wg, gu_n, d.H, S), dn2 = dn;
-    if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o) ||
+    if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o, true) ||
         !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || (gu_last_in_q && gu.lrm_q != 0) ||
         !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
       return std::nullopt;
@@ -1587,7 +1587,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     normed = false;
     if (rows)
       prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0,
-               two_ahead ? two_ahead->o : anywhere);
+               two_ahead ? two_ahead->o : anywhere, true);  // (whole: gate|up's units start during it)
     if (two_ahead && rows == S) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
