@@ -1503,6 +1503,13 @@ std::pair<std::string, uint64_t> plan_and_cycles(const sim::Config& cfg, const C
   const CompiledProgram prog = c.image_program(ImageShape{});
   return {prog.plan, run_image(c, prog, ImageShape{}, nullptr, {}, true).stats.total[sim::Stat::cycles]};
 }
+// The same with one knob of CompileOptions set.
+template <class T>
+std::pair<std::string, uint64_t> plan_and_cycles(const sim::Config& cfg, T CompileOptions::*knob, T value) {
+  CompileOptions opt;
+  opt.*knob = value;
+  return plan_and_cycles(cfg, opt);
+}
 
 // The resident tower's MLP in chunks before its one pass where the finer estimate (a call's DDR:
 // its tiles after the first and the next call's first tile) is 3% lower: 32x64 at 8 MiB, 32 GB/s,
@@ -1552,11 +1559,7 @@ TEST(Image, GemmViewRuleAndOverride) {
   EXPECT_NE(p64.find("GEMMs on 64 (tower and mergers) and 48 (prefill) of the 64 PE rows"), std::string::npos) << p64;
   {
     // (timing-only: the parts against the one view, the tower's rows forced to the prefill's)
-    auto cycles = [&](uint32_t tower_rows) {
-      CompileOptions t;
-      t.image_tower_rows = tower_rows;
-      return plan_and_cycles(at64, t).second;
-    };
+    auto cycles = [&](uint32_t rows) { return plan_and_cycles(at64, &CompileOptions::image_tower_rows, rows).second; };
     EXPECT_LT(cycles(0), cycles(48));
   }
   // A resident program whose view halves (8 MiB, 32 GB/s: 32 rows): its tower on every row (its
@@ -1564,11 +1567,7 @@ TEST(Image, GemmViewRuleAndOverride) {
   // measured 64.25 -> 62.09 M cycles (62.12 M with its MLP in chunks, as the plan now takes it).
   {
     const sim::Config at32 = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=32"});
-    auto run = [&](uint32_t tower_rows) {
-      CompileOptions t;
-      t.image_tower_rows = tower_rows;
-      return plan_and_cycles(at32, t);
-    };
+    auto run = [&](uint32_t rows) { return plan_and_cycles(at32, &CompileOptions::image_tower_rows, rows); };
     const auto [plan, cycles] = run(0);
     EXPECT_TRUE(plan.starts_with("tower resident")) << plan;
     EXPECT_NE(plan.find("; prefill resident"), std::string::npos) << plan;
@@ -1644,11 +1643,7 @@ TEST(Image, MacHeavyStreamedTriesFewerRows) {
 // one program stays.
 TEST(Image, StreamedInPartsOnOneViewWhereFewerBytes) {
   const sim::Config at128 = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=2MiB", "ddr_gbps=128"});
-  auto compiled = [&](uint32_t parts) {
-    CompileOptions o;
-    o.image_parts = parts;
-    return plan_and_cycles(at128, o);
-  };
+  auto compiled = [&](uint32_t parts) { return plan_and_cycles(at128, &CompileOptions::image_parts, parts); };
   const auto [plan, cycles] = compiled(0);
   EXPECT_TRUE(plan.starts_with("tower streamed: rows per tile 256 (block 0: 128)|256")) << plan;
   EXPECT_NE(plan.find("the MLP in chunks of 1024"), std::string::npos) << plan;
@@ -1668,9 +1663,8 @@ TEST(Image, StreamedInPartsOnOneViewWhereFewerBytes) {
 // 22,528,845 -> 22,171,891); at 64 GB/s q|k|v has none to spare and the plan does not take it.
 TEST(Image, TwoCallsAheadWhereQkvHasDdrTimeToSpare) {
   auto compiled = [&](const char* gbps, bool off) {
-    CompileOptions o;
-    o.image_no_two_ahead = off;
-    return plan_and_cycles(sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", gbps}), o);
+    return plan_and_cycles(sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", gbps}),
+                           &CompileOptions::image_no_two_ahead, off);
   };
   const char* kTwo = "q|k|v loads gate|up's first units (two calls ahead)";
   const auto [plan, cycles] = compiled("ddr_gbps=128", false);
