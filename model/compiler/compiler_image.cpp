@@ -257,8 +257,10 @@ void Compiler::plan_image_ddr() {
     return relay(d.I);
   if (gu_cw_ == d.I && narrow < d.I && !whole) return relay(narrow);
   if (!fits) return;
-  // The resident prefill's down in chunks where its plan takes them (or the knob).
-  pm_down_ = opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks);
+  // The resident prefill's down in chunks where its plan takes them (or the knob), where the
+  // gate|up chunks pair up (down_chunk_k; an odd count of them has no such packing).
+  pm_down_ = (opt_.image_down_chunks || (planned.plan.starts_with("resident") && planned.down_chunks)) &&
+             down_chunk_k(gu_chunk(), d.I) != 0;
   if (planned.plan.starts_with("resident")) {
     // The resident tower's MLP over every row where its chunk packings would take it there: on
     // every PE row where settle_tower_view may move it (a view of fewer rows whose tower is

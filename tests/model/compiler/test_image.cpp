@@ -749,6 +749,20 @@ TEST(ImageOcm, TinyDownInChunksBesideTheGateUpCallsMatchesTheChain) {
   }
 }
 
+// The knob where the gate|up chunks do not pair up (the 2B on 64x64 at 8 MiB: three of 2,048):
+// there is no down chunk packing (down_chunk_k is 0), so the down runs whole; it divided by
+// that 0 (SIGFPE) while laying the DDR out.
+TEST(ImageOcm, DownChunksKnobWithAnOddChunkCountKeepsTheDownWhole) {
+  CompileOptions opt;
+  opt.image_down_chunks = true;
+  Compiler c(config_2b(), sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=128"}),
+             opt);
+  const CompiledProgram prog = c.image_program(ImageShape{});
+  EXPECT_EQ(prog.plan.find("the down in chunks"), std::string::npos) << prog.plan;
+  EXPECT_FALSE(c.layout().has("L0.dn0.gemm"));
+  EXPECT_TRUE(c.layout().has("L0.down.gemm"));
+}
+
 // The resident plan's rotary tables loaded a block (layer) at a time into its temporaries
 // instead of their own region (the 2B on 64x64 at 4 MiB: the region's 128 KB let only one
 // GEMM DMA channel fit; 39.84 -> 38.50 M cycles with two), forced by
