@@ -239,22 +239,34 @@ void Compiler::plan_image_ddr() {
   } catch (const Error&) {
     fits = false;  // the default shape does not fit this model's limits
   }
-  // The gate|up chunks as one (gu_cw_ = I) where the resident plan's gate|up call takes every
-  // chunk and would read one chunk of I at another split (the split of the call's columns, not
-  // of a chunk's): the same bytes, the same OCM, whole tiles. Kept where the plan then stays
-  // resident with one call, else laid again as they were. 64x64, 8 MiB, 128 GB/s: chunks of
-  // 1,024 at split 2 in a call of six, 25.69 M cycles; one chunk at split 1, 24.53 M (split 1's
-  // loop scatters the next tile's units inside it: kernels/gemm.cpp).
-  const bool whole = fits && planned.plan.starts_with("resident") && planned.gate_up_whole;
+  // The gate|up chunks as one (gu_cw_ = I) where the plan is resident and one chunk of I would
+  // run at another split than the narrow chunks (the split of the call's columns, not of a
+  // chunk's): the same bytes, whole tiles. Kept where the plan then stays resident with one
+  // call, else laid again as they were. 64x64, 8 MiB, 128 GB/s: chunks of 1,024 at split 2 in a
+  // call of six, 25.69 M cycles; one chunk at split 1, 24.53 M (split 1's loop scatters the next
+  // tile's units inside it: kernels/gemm.cpp). Also where the narrow chunks' plan takes one a
+  // call: at split 1 the SiLU goes into the GEMM's epilogue, which needs no temporaries for the
+  // gate|up rows, so one call of every chunk may fit where calls of one did (64x64, 4 MiB,
+  // 128 GB/s: six calls of 1,024 at split 2 and their SiLU calls, 23.80 M; one call, 23.01 M).
+  const bool resident = fits && planned.plan.starts_with("resident"), whole = resident && planned.gate_up_whole;
   const uint32_t narrow = gate_up_chunk(cfg_, d.I);
   auto relay = [&](uint32_t cw) {
     ddr_.truncate(first);
     gu_cw_ = cw;
     plan_image_ddr();
   };
-  if (!gu_cw_ && whole && !opt_.image_narrow_gate_up && narrow < d.I &&
-      gemm_split(gemm_cfg_, 2 * d.I, d.H) != gemm_split(gemm_cfg_, 2 * narrow, d.H))
-    return relay(d.I);
+  // (On the GEMMs' view; on a machine of more DMA channels than the rule's also on the view the
+  // rule's channels give, which settle_gemm_view may take: 64x64 at 4 MiB, 64 GB/s, 8 channels.)
+  auto splits_differ = [&](const sim::Config& c) {
+    return gemm_split(c, 2 * d.I, d.H) != gemm_split(c, 2 * narrow, d.H);
+  };
+  auto other_split = [&] {
+    if (splits_differ(gemm_cfg_)) return true;
+    sim::Config four = cfg_;
+    four.dma_channels = int(kernels::kGemmRuleChannels);
+    return cfg_.dma_channels > int(kernels::kGemmRuleChannels) && splits_differ(gemm_view(model_, four, opt_));
+  };
+  if (!gu_cw_ && resident && !opt_.image_narrow_gate_up && narrow < d.I && other_split()) return relay(d.I);
   if (gu_cw_ == d.I && narrow < d.I && !whole) return relay(narrow);
   if (!fits) return;
   // The resident prefill's down in chunks where its plan takes them (or the knob), where the
@@ -1114,8 +1126,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * width(pes),
                  uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
     const uint64_t tables = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
-    r.rTMP = std::max({mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd,
-                           uint64_t(S) * 2 * cw * J, uint64_t(S) * d.H}) * 2, gemv_min, rope_tmp ? tables : 0});
+    // The gate|up rows [S][2 cw J] in TMP, but for one fused call of the whole gate|up (its SiLU
+    // output goes straight into BIG). Fused narrow chunks keep the reservation: at 64x64, 4 MiB,
+    // 32 GB/s dropping it let the prefill take six chunks a call (62.14 -> 61.91 M cycles), 5.7 K
+    // under 8 MiB there, whose tower runs on 4 GEMM DMA channels where 4 MiB's runs on 2 (a
+    // monotone violation of the design-space grid; the channel choice is not measured yet).
+    const uint64_t gate_up_rows = gu_fused && cw == d.I ? 0 : uint64_t(S) * 2 * cw * J;
+    r.rTMP = std::max({mx({uint64_t(N) * d.Dv, uint64_t(Nt) * d.H, uint64_t(S) * d.nq * d.hd, gate_up_rows,
+                           uint64_t(S) * d.H}) * 2, gemv_min, rope_tmp ? tables : 0});
     r.rROPE = rope_tmp ? 0 : tables;
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     return r;
