@@ -681,6 +681,16 @@ TEST(ImageOcm, TinySiluInTheGemmEpilogueGivesTheSameLogits) {
   }
 }
 
+// Layer 1's gate|up calls with the SiLU in their epilogue, and the prefill's SiLU calls.
+std::pair<size_t, size_t> fused_gate_ups(const CompiledProgram& prog) {
+  size_t gate_ups = 0, silus = 0;
+  for (const KernelCall& k : prog.calls) {
+    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up_silu");
+    silus += k.mark.starts_with("P") && k.mark.find(".silu_mul") != std::string::npos;
+  }
+  return {gate_ups, silus};
+}
+
 // The SiLU in the gate|up GEMMs of the streamed MLP over every row (its own chunk packings
 // interleaved: Compiler::pm_gate_up_fused; the 2B on 32x64 and 64x64 at 2 MiB and 128 GB/s),
 // forced by the knob on the tiny wider model's phases plan (32x64, 672 KiB, 16 GB/s: the chain's
@@ -697,11 +707,7 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
   const CompiledProgram prog = c.image_program(kOcmShape);
   EXPECT_NE(prog.plan.find("prefill 48|48 (qkv|MLP phases; the attention reads q, k and v in the q|k|v rows; "
                            "the MLP in chunks of"), std::string::npos) << prog.plan;
-  size_t gate_ups = 0, silus = 0;
-  for (const KernelCall& k : prog.calls) {
-    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up_silu");
-    silus += k.mark.starts_with("P") && k.mark.find(".silu_mul") != std::string::npos;
-  }
+  const auto [gate_ups, silus] = fused_gate_ups(prog);
   EXPECT_GT(gate_ups, 0u);
   EXPECT_EQ(silus, 0u);
   expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
@@ -775,11 +781,7 @@ TEST(ImageOcm, GateUpAsOneFusedCallWhereItFitsWithoutTheTemporaries) {
   EXPECT_EQ(prog.plan.find("the down in chunks"), std::string::npos) << prog.plan;
   EXPECT_TRUE(c.layout().has("L0.gu0.gemm"));
   EXPECT_FALSE(c.layout().has("L0.gu1.gemm"));
-  size_t gate_ups = 0, silus = 0;
-  for (const KernelCall& k : prog.calls) {
-    gate_ups += k.mark.starts_with("P1.") && k.mark.ends_with(".gate_up_silu");
-    silus += k.mark.starts_with("P") && k.mark.find(".silu_mul") != std::string::npos;
-  }
+  const auto [gate_ups, silus] = fused_gate_ups(prog);
   EXPECT_EQ(gate_ups, 1u);
   EXPECT_EQ(silus, 0u);
 }
