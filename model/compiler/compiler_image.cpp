@@ -110,6 +110,11 @@ ImageShape planning_shape(const CompileOptions& opt) {
     def.grid_h = def.grid_w = def.grid_h - 2;
   return def;
 }
+// The machine with the DMA channels the GEMM tiling rule counts (kernels::kGemmRuleChannels).
+sim::Config rule_channels(sim::Config c) {
+  c.dma_channels = int(kernels::kGemmRuleChannels);
+  return c;
+}
 }  // namespace
 
 uint32_t Compiler::pm_chunk(uint32_t inter, uint32_t up) const {
@@ -261,10 +266,8 @@ void Compiler::plan_image_ddr() {
     return gemm_split(c, 2 * d.I, d.H) != gemm_split(c, 2 * narrow, d.H);
   };
   auto other_split = [&] {
-    if (splits_differ(gemm_cfg_)) return true;
-    sim::Config four = cfg_;
-    four.dma_channels = int(kernels::kGemmRuleChannels);
-    return cfg_.dma_channels > int(kernels::kGemmRuleChannels) && splits_differ(gemm_view(model_, four, opt_));
+    return splits_differ(gemm_cfg_) || (cfg_.dma_channels > int(kernels::kGemmRuleChannels) &&
+                                        splits_differ(gemm_view(model_, rule_channels(cfg_), opt_)));
   };
   if (!gu_cw_ && resident && !opt_.image_narrow_gate_up && narrow < d.I && other_split()) return relay(d.I);
   if (gu_cw_ == d.I && narrow < d.I && !whole) return relay(narrow);
@@ -655,9 +658,7 @@ void Compiler::settle_gemm_view() {
   // keep 64, 34.73 M; 45x28 at 512 KiB with 7 channels keeps 18 rows (from the rule's 5), not the
   // 11 that 4 channels settle on.
   if (!rows_given && cfg_.dma_channels > int(kernels::kGemmRuleChannels)) {
-    sim::Config four = cfg_;
-    four.dma_channels = int(kernels::kGemmRuleChannels);
-    const auto rows4 = gemm_view(model_, four, opt_).pe_rows;
+    const auto rows4 = gemm_view(model_, rule_channels(cfg_), opt_).pe_rows;
     if (rows4 > rule.pe_rows) {
       sim::Config from = rule;
       from.pe_rows = rows4;
