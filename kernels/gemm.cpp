@@ -924,6 +924,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (hu < U && a.handed_off && pl.tiles < 2 && narrow0)
     fail("gemm: internal: a narrow tile 0 handed off in part on a one-tile call");
   const uint32_t ts0 = U - hu <= max_stream_units(cfg, pl, rr0) ? U - hu : 0;  // streamed in tile 0
+  // Where no tile streams its own units in its group 0 (ts0 = ts = 0), the next tile's are
+  // spread over every row group, group 0 too: each channel restarts a group earlier, and the
+  // last units go in through the loops rather than the port after the last group. The last
+  // tile spreads the next call's units so where the DDR brings them (beside the C already in
+  // the channels) within that tile's MACs; else (a DDR-bound hand-off: the mergers' fc1 before
+  // their fc2 on 64x64, 8 MiB, 128 GB/s, +19 K cycles) they start at group 1 as below. 64x64,
+  // 8 MiB, 128 GB/s: the gate|up call's first group and last tile left the DDR idle, 8.0 and
+  // 4.8 K cycles a layer, while the down's units waited in the channels; 21.81 -> 21.56 M cycles.
+  // Not on more channels than the tiling rule's 4, whose buffers keep the DDR going as it is (8
+  // there: 21.59 M, spread 21.66 M; Image.MoreDmaChannelsTakeNoWorsePlan).
+  const bool spread =
+      pl.tiles >= 2 && !tail && ts0 == 0 && ts == 0 && pl.groups >= 2 && !two && C <= kGemmRuleChannels;
+  const bool spread_nx =
+      spread && nx &&
+      (double(nx_total - nx_from) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() <= last_tile_mac_cycles(cfg, pl);
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
   // One tile handed off in part: a channel whose last unit the previous call took starts the
@@ -981,8 +996,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // Fills inside the row groups' MAC loops. The next tile's units (in the last tile, nx's
   // tile 0) are spread over the G row groups as above: units [(g-1)D/G, gD/G) are taken
   // at the start of group g >= 1, the last ones after the last group (or, stream_units,
-  // inside the next tile's group 0). Of the units a group takes at its start, those its
-  // loop has iterations for have their codes scattered inside it, one loop segment each
+  // inside the next tile's group 0; spread: [gD/G, (g+1)D/G) at every group g, none
+  // after). Of the units a group takes at its start, those its loop has iterations for
+  // have their codes scattered inside it, one loop segment each
   // (routine parts a, seg, then b for the rest of the loop and the epilogue), in pieces
   // of `piece` PEs (pset.range p4 and a predicated oscatter between the broadcasts, in
   // issue slots the loop leaves free), so the port time overlaps the MACs; each unit's
@@ -1053,8 +1069,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.li(xSrc, src + all_segs[sg].off);
     b.op("jal", {xLink, part_label(part, lastr, r, sg)});
   };
-  // Units taken at the start of group g (none at g = 0).
-  auto quota = [&](uint32_t g, uint32_t units) -> std::pair<uint32_t, uint32_t> {
+  // Units taken at the start of group g (none at g = 0; spread: over every group).
+  auto quota = [&](uint32_t g, uint32_t units, bool spread_all) -> std::pair<uint32_t, uint32_t> {
+    if (spread_all) return {g * units / pl.groups, (g + 1) * units / pl.groups};
     if (g == 0) return {0, 0};
     return {(g - 1) * units / pl.groups, g * units / pl.groups};
   };
@@ -1174,8 +1191,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.group_rows() * a.acc_stride});
     if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
-    const auto [u0, u1] = quota(g, U);
-    auto [n0, n1] = nx ? quota(g, nx_total - nx_from) : std::pair<uint32_t, uint32_t>{0, 0};
+    const auto [u0, u1] = quota(g, U, spread);
+    auto [n0, n1] = nx ? quota(g, nx_total - nx_from, spread_nx) : std::pair<uint32_t, uint32_t>{0, 0};
     n0 += nx_from;
     n1 += nx_from;
     if (g == 0 && (ts0 || ts)) {
@@ -1254,7 +1271,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
-    const uint32_t G = pl.groups, u0 = (G - 1) * U / G, n0 = nx ? nx_from + (G - 1) * (nx_total - nx_from) / G : 0;
+    const uint32_t G = pl.groups, u0 = spread ? U : (G - 1) * U / G,
+                   n0 = !nx ? 0 : spread_nx ? nx_total : nx_from + (G - 1) * (nx_total - nx_from) / G;
     if (U > u0 && ts) {
       // (streamed in the next tile's group 0, but into the narrow last tile)
       if (tail) {

@@ -65,8 +65,10 @@
 // next call's unit c starts as soon as this call's last unit on c is scattered. The units
 // of tile t+1 are taken during tile t: units [(g-1)D/G, gD/G) at the start of row group
 // g >= 1, the last ones after the last group or (split 1) inside tile t+1's own first
-// group. A unit taken at a group's start has its codes scattered inside that group's MAC
-// loop when the loop has issue slots for it (split 1): 16-PE pieces (pset.range + a
+// group; where no tile streams its own so, [gD/G, (g+1)D/G) at every group g (and the next
+// call's in the last tile, where the DDR brings them within its MACs). A unit taken at a
+// group's start has its codes scattered inside that group's MAC loop when the loop has
+// issue slots for it (split 1): 16-PE pieces (pset.range + a
 // predicated oscatter) between the broadcasts, one loop segment per unit (two for the next
 // call's narrow tile 0 of two copies, GemmPlan::copies: its PEs, then the upper set's, where
 // the DDR brings each unit within half a row group's loop), so the OCM port time overlaps the

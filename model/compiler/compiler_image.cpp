@@ -1244,7 +1244,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // into TMP a block at a time (no ROPE region) where only that makes it fit. A machine of more
   // channels than kernels::kGemmRuleChannels gives the GEMMs that many where their buffers then
   // fit a plan earlier in the order (64x64 at 8 MiB, 128 GB/s, 6 channels: the gate|up in two
-  // chunks a call, 24.21 M cycles, where 4 channels take one, 22.82 M).
+  // chunks a call, 24.21 M cycles, where 4 channels take one, 22.82 M), and, where the MACs bound
+  // the GEMMs, not for the same plan either: 4 channels' calls spread their units over every row
+  // group (kernels/gemm.cpp) and the DMA keeps ahead of the MACs on them (8 channels, 128 GB/s:
+  // 64x64 at 8 MiB 21.59 -> 21.56 M cycles, 32x64 37.60 -> 37.54 M; where the DDR bounds them,
+  // 64x64 at 16 MiB, 64 GB/s, the 8 run 33.36 M, 4 would run 33.52 M).
+  const GemmLoad load = gemm_load(model_, cfg_);
+  const bool mac_bound = load.macs / gemm_cfg_.mac_peak(true) >= load.ddr_cycles;
   auto buffers = [&](uint32_t ch, bool two) {
     return gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
                                             .channels = ch, .two = two, .cw = cw});
@@ -1270,7 +1276,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       auto fit = first_fit(ch, two, rope_tmp_too);
       if (!fit) continue;
       if (ch > kernels::kGemmRuleChannels)
-        if (auto fewer = first_fit(kernels::kGemmRuleChannels, false, rope_tmp_too); fewer && fewer->first < fit->first)
+        if (auto fewer = first_fit(kernels::kGemmRuleChannels, false, rope_tmp_too);
+            fewer && (fewer->first < fit->first || (fewer->first == fit->first && mac_bound)))
           fit = fewer, ch = kernels::kGemmRuleChannels, two = false;
       res = fit->second;
       gemm_channels = ch;
