@@ -91,9 +91,10 @@ void check_dma(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
 // vmac, its broadcast, split 2's shift and the next weights' (a code load and a dequantise
 // an iteration, the block's meta and pointers once a trip of 8 / split iterations: at most 3
 // at split 1, 4 at split 2), at 4 instructions a piece, at most one per 4 rows), and the
-// iterations one unit (npe x UB bytes) takes (whole trips).
+// iterations one unit (npe x UB bytes) takes (whole trips). mult: pieces that many times
+// wider (emit_gemm_w4: where a row group's loop has no room for its units otherwise).
 uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr);
-uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr, uint32_t mult) {
   const uint32_t two = std::max<uint32_t>(1, 2 * uint32_t(cfg.ocm_port_bytes) / pl.unit_pe),
                  per = std::max(1u, pieces_per_iter(cfg, pl, rr)), limit = 8 / pl.split * pl.blocks;
   auto iters = [&](uint32_t pes) { return ceil_div(ceil_div(cfg.npe(), pes), per); };
@@ -101,7 +102,7 @@ uint32_t piece_pes(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
                ddr = double(pl.channels - 1) * pl.code_unit / cfg.ddr_bytes_per_cycle();
   uint32_t pes = iters(two) <= limit && (pl.split == 1 || loop <= ddr) ? two : 2 * two;
   while (iters(pes) > limit && pes < 8 * two) pes *= 2;
-  return pes;
+  return pes * mult;
 }
 // (A row slot issues its vmac, broadcast and shift: 2 at split 1, 3 at split 2, two row sets
 // too: one grouped broadcast, obcast.g, for both rows. A sub-array whose upper rows would read
@@ -112,9 +113,9 @@ uint32_t pieces_per_iter(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr
       int64_t(cfg.occ(isa::Unit::mac16)) * rr - int64_t(rr) * slot - (pl.split == 1 ? 3 : 4);
   return uint32_t(std::clamp<int64_t>(free / 4, 0, rr / 4));
 }
-uint32_t unit_iters(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr) {
+uint32_t unit_iters(const sim::Config& cfg, const GemmPlan& pl, uint32_t rr, uint32_t mult = 1) {
   const uint32_t trip = 8 / pl.split,
-                 pieces = ceil_div(cfg.npe(), piece_pes(cfg, pl, rr));
+                 pieces = ceil_div(cfg.npe(), piece_pes(cfg, pl, rr, mult));
   return ceil_div(ceil_div(pieces, std::max(1u, pieces_per_iter(cfg, pl, rr))), trip) * trip;
 }
 // The most tile-0 units (the last ones) a call of plan pl can scatter during its first
@@ -1012,10 +1013,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (it % trip) fail("gemm: internal: {} loop iterations are not whole trips of {}", it, trip);
     return it / trip;
   };
-  auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr); };
+  // At split 1, fill pieces twice as wide (the least doubling) where a row group's loop has no
+  // room for its quota of units (the next tile's, or in the last tile the next call's): the
+  // others went through the port between the groups, 512 cycles a unit on 64x64 with the MACs
+  // idle. 64x64, 128 GB/s: the gate|up's last tile taking the down's 22 units, 3 a group where
+  // its loop had room for 2: 4 MiB 22.91 -> 22.68 M cycles, 2 MiB 28.52 -> 28.40 M, 8 MiB
+  // 21.56 -> 21.54 M. (At split 2 too: 8 MiB 21.65 M; every call twice as wide: 21.77 M.)
+  uint32_t mult = 1;
+  const uint32_t quota_max = std::max(ceil_div(U, pl.groups), nx ? ceil_div(nx_total - nx_from, pl.groups) : 0u);
+  while (S == 1 && pieces_per_iter(cfg, pl, pl.rows) >= 2 && mult < 4 &&
+         quota_max * unit_iters(cfg, pl, pl.rows, mult) > 8 * B)
+    mult *= 2;
+  auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr, mult); };
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
-  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr); };
+  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr, mult); };
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, head, mid, b };
   // (seg: the segment a part a / seg scatters, Seg below: 0 every PE, 1 and 2 a narrow next

@@ -827,12 +827,15 @@ TEST(Gemm, TwoCallsAheadTakesTheThirdsFirstUnits) {
 // row group, group 0 too, and its last tile the next call's (kernels/gemm.cpp, spread): the 2B
 // prefill's o_proj, gate|up (three tiles on every PE, its tile 0 handed off whole as the two-ahead
 // chain leaves it) and down on 64x64 at 8 MiB, 128 GB/s, where the gate|up's DDR sat idle through
-// its first groups while the down's units waited at its end. Every output matches the chain,
-// timing-only gives the functional cycles, and the three run faster than with the units taken
-// from group 1 on (410,283 cycles, measured with spread off; 407,804 with it). Negative control
-// as above.
-ThreeRun run_spread(bool timing_only) {
-  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=128"});
+// its first groups while the down's units waited at its end. On 2 DMA channels (the 4 MiB plan's),
+// the gate|up's last tile takes the down's units in pieces twice as wide (mult), 3 a group where
+// its loop had room for 2. Every output matches the chain, timing-only gives the functional
+// cycles, and the three run faster than before either change: on 4 channels 408,083 cycles
+// against 410,283 with the units taken from group 1 on; on 2, 418,140 against 425,665 with
+// pieces of the usual width (both measured with the change off). Negative control as above.
+ThreeRun run_spread(bool timing_only, const char* channels) {
+  const sim::Config cfg =
+      sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=128", channels});
   const Call calls[3] = {{128, 2048, 2048}, {128, 12288, 2048}, {128, 2048, 6144}};
   ThreeCalls t = lay_three(cfg, calls);
   GemmArgs(&a)[3] = t.a;
@@ -851,12 +854,16 @@ ThreeRun run_spread(bool timing_only) {
 }
 
 TEST(Gemm, UnitsSpreadOverEveryGroupKeepTheDdrGoing) {
-  const ThreeRun f = run_spread(false);
-  expect_three_match(f, 9);
-  const ThreeRun t = run_spread(true);
-  EXPECT_EQ(f.cycles, t.cycles);
-  EXPECT_LT(t.cycles, 410283u);
-  std::printf("64x64, 8 MiB, 128 GB/s: o_proj, gate|up (3 tiles), down: %llu cycles\n", (unsigned long long)t.cycles);
+  for (auto [channels, before] : {std::pair{"dma_channels=4", 410283u}, {"dma_channels=2", 425665u}}) {
+    SCOPED_TRACE(channels);
+    const ThreeRun f = run_spread(false, channels);
+    expect_three_match(f, 9);
+    const ThreeRun t = run_spread(true, channels);
+    EXPECT_EQ(f.cycles, t.cycles);
+    EXPECT_LT(t.cycles, before);
+    std::printf("64x64, 8 MiB, 128 GB/s, %s: o_proj, gate|up (3 tiles), down: %llu cycles\n", channels,
+                (unsigned long long)t.cycles);
+  }
 }
 
 // A K split across calls (GemmArgs::acc_in, y_f32): W [n][chunks * kc] in chunks of kc
