@@ -1022,7 +1022,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   uint32_t mult = 1;
   const uint32_t quota_max = std::max(ceil_div(U, pl.groups), nx ? ceil_div(nx_total - nx_from, pl.groups) : 0u);
   while (S == 1 && pieces_per_iter(cfg, pl, pl.rows) >= 2 && mult < 4 &&
-         quota_max * unit_iters(cfg, pl, pl.rows, mult) > 8 * B)
+         quota_max * unit_iters(cfg, pl, pl.rows, mult) > iters)
     mult *= 2;
   auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr, mult); };
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
