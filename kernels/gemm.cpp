@@ -999,10 +999,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // at the start of group g >= 1, the last ones after the last group (or, stream_units,
   // inside the next tile's group 0; spread: [gD/G, (g+1)D/G) at every group g, none
   // after). Of the units a group takes at its start, those its loop has iterations for
-  // have their codes scattered inside it, one loop segment each
-  // (routine parts a, seg, then b for the rest of the loop and the epilogue), in pieces
-  // of `piece` PEs (pset.range p4 and a predicated oscatter between the broadcasts, in
-  // issue slots the loop leaves free), so the port time overlaps the MACs; each unit's
+  // have their codes scattered inside it, one loop segment each (routine parts a, seg,
+  // then b for the rest of the loop and the epilogue), in pieces of `piece` PEs
+  // (pset.range p4 and a predicated oscatter between the broadcasts, in issue slots the
+  // loop leaves free), so the port time overlaps the MACs; each unit's
   // channel restarts as its segment returns. The others (and unit 0's meta) go through
   // the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group

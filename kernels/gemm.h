@@ -68,11 +68,11 @@
 // group; where no tile streams its own so, [gD/G, (g+1)D/G) at every group g (and the next
 // call's in the last tile, where the DDR brings them within its MACs). A unit taken at a
 // group's start has its codes scattered inside that group's MAC loop when the loop has
-// issue slots for it (split 1): 16-PE pieces (pset.range + a
-// predicated oscatter) between the broadcasts, one loop segment per unit (two for the next
-// call's narrow tile 0 of two copies, GemmPlan::copies: its PEs, then the upper set's, where
-// the DDR brings each unit within half a row group's loop), so the OCM port time overlaps the
-// MACs. Tile 0 is loaded before the first row group unless the previous
+// issue slots for it (split 1): 16-PE pieces (pset.range + a predicated oscatter; wider
+// where the group's units need it) between the broadcasts, one loop segment per unit (two
+// for the next call's narrow tile 0 of two copies, GemmPlan::copies: its PEs, then the upper
+// set's, where the DDR brings each unit within half a row group's loop), so the OCM port
+// time overlaps the MACs. Tile 0 is loaded before the first row group unless the previous
 // call handed it off (gemm_handoff: in part when it cannot stream in time, the rest then
 // scattered in this call's first group) or started its first units (GemmArgs::next,
 // emit_gemm_prefetch: prefetched = true). Measured figures: docs/performance.md, issue 13.
