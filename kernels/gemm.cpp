@@ -1283,8 +1283,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
-    const uint32_t G = pl.groups, u0 = spread ? U : (G - 1) * U / G,
-                   n0 = !nx ? 0 : spread_nx ? nx_total : nx_from + (G - 1) * (nx_total - nx_from) / G;
+    const uint32_t u0 = quota(pl.groups - 1, U, spread).second,
+                   n0 = nx ? nx_from + quota(pl.groups - 1, nx_total - nx_from, spread_nx).second : 0;
     if (U > u0 && ts) {
       // (streamed in the next tile's group 0, but into the narrow last tile)
       if (tail) {

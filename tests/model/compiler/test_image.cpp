@@ -718,8 +718,9 @@ TEST(ImageOcm, TinySiluInTheMlpChunkChainMatchesTheChain) {
 
 
 // The resident prefill's down GEMM in chunks beside its gate|up calls (Compiler::down_chunk_k:
-// the 2B on 32x64, where the SiLU is fused and one chunk goes a call; here the tiny model with an MLP of 4,096 (4 chunks of 1,024) at 1 MiB
-// and 1,024 GB/s (MAC-bound), the packings forced by a knob, the SiLU fused by a knob or a call
+// the 2B on 32x64, where the SiLU is fused and one chunk goes a call; here the tiny model with
+// an MLP of 4,096 (4 chunks of 1,024) at 1 MiB and 1,024 GB/s (MAC-bound), the packings forced
+// by a knob, the SiLU fused by a knob or a call
 // after each gate|up call): down chunk c after gate|up calls 2c and 2c + 1, over their SiLU
 // rows, into fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP
 // into the residual stream (no mlp_residual call). Against the chain; negative control: a
