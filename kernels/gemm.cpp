@@ -732,11 +732,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // after it is the last one.
   // Waits for unit u and scatters its meta (unit 0), and its codes unless in_loop (the
   // group's MAC loop scatters them: group_with_fills).
-  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop, bool next_narrow) {
+  auto take_unit = [&](uint32_t u, bool narrow, bool in_loop, bool next_narrow, bool meta_here = true) {
     const uint32_t c = u % C;
     b.op("dma.wait", {Chan{uint8_t(c)}});
     if (two) restart(u, narrow, next_narrow, Restart::own);
-    if (u == 0)
+    if (u == 0 && meta_here)
       for (uint32_t i = 0; i < ceil_div(B, 8); ++i) scatter(true, buf(u) + 32 * i, xMs, 4 * B / S, 32 * i, S == 2, narrow);
     if (!in_loop)
       scatter(half_units, buf(u) + (u == 0 ? pl.meta_of(narrow) : 0), xUnit, UB, pl.meta_lrm + UB * u, false, narrow);
@@ -834,17 +834,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // where it is one): waits for its channel, scatters its meta (unit 0; meta stride in xMsN),
   // then its codes unless in_loop (its loop segment does).
   auto take_handed = [&](const GemmPlan& p, const GemmArgs& g, uint32_t u, uint32_t chan, bool narrow, bool in_loop,
-                         auto&& scat) {
+                         bool meta_here, auto&& scat) {
     const uint32_t base = unit_at(cfg, p, g, u);
     b.op("dma.wait", {Chan{uint8_t(chan)}});
-    if (u == 0)
+    if (u == 0 && meta_here)
       for (uint32_t i = 0; i < ceil_div(p.blocks, 8); ++i)
         scat(true, base + 32 * i, xMsN, 4 * p.blocks / p.split, g.lrm_p + 32 * i, p.split == 2);
     if (!in_loop)
       scat(half_units, base + (u == 0 ? p.meta_of(narrow) : 0), xUnit, UB, g.lrm_p + p.meta_lrm + UB * u, false);
   };
-  auto take_next_unit = [&](uint32_t u, bool in_loop) {
-    take_handed(pn, *nx, u, u % pn.channels, nx_narrow, in_loop, scatter_next);
+  auto take_next_unit = [&](uint32_t u, bool in_loop, bool meta_here) {
+    take_handed(pn, *nx, u, u % pn.channels, nx_narrow, in_loop, meta_here, scatter_next);
   };
   auto restart_next = [&](uint32_t u) {
     const uint32_t c = u % pn.channels, Un = pn.units;
@@ -859,9 +859,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
   // nx2's unit v (two calls ahead): on channel v % C once nx's units there are taken (its tile
   // 0 wide; its meta stride loaded with its unit 0, after all of nx's).
-  auto take_next2_unit = [&](uint32_t v, bool in_loop) {
+  auto take_next2_unit = [&](uint32_t v, bool in_loop, bool meta_here) {
     if (v == 0) b.li(xMsN, 4 * pn2.blocks / pn2.split);
-    take_handed(pn2, *nx2, v, v % C, false, in_loop,
+    take_handed(pn2, *nx2, v, v % C, false, in_loop, meta_here,
                 [&](bool half, int64_t src, X stride, uint32_t sval, int64_t dst, bool pair) {
                   scatter_to(X{0}, half, src, stride, sval, dst, pair, false, pn2.blocks);
                 });
@@ -872,9 +872,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                v == 0 ? pn2.meta_of(false) + pn2.code_of(false) : pn2.code_of(false));
   };
   // Unit u of those this call scatters: nx's, or nx2's from nx_units on.
-  auto take_any = [&](uint32_t u, bool in_loop) {
-    if (u < nx_units) take_next_unit(u, in_loop);
-    else take_next2_unit(u - nx_units, in_loop);
+  auto take_any = [&](uint32_t u, bool in_loop, bool meta_here = true) {
+    if (u < nx_units) take_next_unit(u, in_loop, meta_here);
+    else take_next2_unit(u - nx_units, in_loop, meta_here);
   };
   auto restart_any = [&](uint32_t u) {
     if (u >= nx_units) return start_next2((u - nx_units) % C, u - nx_units + C);
@@ -1009,8 +1009,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // then b for the rest of the loop and the epilogue), in pieces of `piece` PEs
   // (pset.range p4 and a predicated oscatter between the broadcasts, in issue slots the
   // loop leaves free), so the port time overlaps the MACs; each unit's
-  // channel restarts as its segment returns. The others (and unit 0's meta) go through
-  // the port before the group.
+  // channel restarts as its segment returns. The others (and unit 0's meta, unless its own
+  // segments take it: group_with_fills) go through the port before the group.
   const uint32_t iters = 8 / S * B;  // loop iterations of a row group
   // The loop runs a 128-block's trip = 8 / S iterations a pass (one meta load a block); the
   // parts' iteration counts are whole trips.
@@ -1051,19 +1051,50 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // iterations (else, and for a narrow tile of one copy, its units go through the port
   // between the row groups). 64x64, 8 MiB, 128 GB/s: the tower's GEMMs before its N = 1,024
   // ones hand their tiles off so, 24.10 -> 23.94 M cycles.
+  // Segment 3: a 32-byte chunk of unit 0's meta to every PE (stride in x19), in pieces
+  // meta_wide times as wide as the codes' (the same port time a piece).
   struct Seg {
     uint32_t lo, pes;
     int64_t off;
+    bool meta = false;
   };
+  const uint8_t kMetaSeg = 3;
+  // Unit u's meta where its loop segments may take it: ceil(blocks / 8) chunks from OCM src +
+  // 32 i to LRM base + dst + 32 i, PE stride in `stride`; pair (split 2): every PE's piece reads
+  // at its own stride, and the odd PEs then copy their west neighbour's chunk over what they read
+  // (none where a row holds no whole pairs).
+  struct MetaChunks {
+    uint32_t chunks = 0;
+    int64_t src = 0;
+    X base{0};
+    int64_t dst = 0;
+    X stride{0};
+    bool pair = false;
+  };
+  auto meta_chunks = [&](const GemmPlan& p, int64_t src, X base, int64_t dst, X stride) {
+    if (p.split == 2 && !pairs_west) return MetaChunks{};
+    return MetaChunks{ceil_div(p.blocks, 8), src, base, dst, stride, p.split == 2};
+  };
+  auto meta_own = [&](uint32_t u) { return u ? MetaChunks{} : meta_chunks(pl, buf(0), xFill, 0, xMs); };
+  auto meta_any = [&](uint32_t u) {
+    if (u == 0 && !nx_narrow) return meta_chunks(pn, unit_at(cfg, pn, *nx, 0), X{0}, nx->lrm_p, xMsN);
+    if (nx2 && u == nx_units) return meta_chunks(pn2, unit_at(cfg, pn2, *nx2, 0), X{0}, nx2->lrm_p, xMsN);
+    return MetaChunks{};
+  };
+  const uint32_t meta_wide = half_units ? 1 : 2;
+  // (a chunk's port time at least the dozen instructions its segment adds: 256 PEs at 512 B a
+  // cycle; on mini's 16 a 128x2048x2048 call took 1,651 cycles more with them in the loop)
+  const bool meta_worth = uint64_t(npe) * 32 >= 16 * uint64_t(cfg.ocm_port_bytes);
   const std::vector<Seg> all_segs = [&] {
     const uint32_t w = nx_narrow ? pn.tail_cols * pn.split : 0;
-    return std::vector<Seg>{{0, npe, 0}, {0, w, 0}, {H, w, -int64_t(H) * UB}};
+    return std::vector<Seg>{{0, npe, 0}, {0, w, 0}, {H, w, -int64_t(H) * UB}, {0, npe, 0, true}};
   }();
   const std::vector<uint8_t> own_segs{0};
   const std::vector<uint8_t> nx_segs = !nx_narrow ? own_segs : pn.copies == 2 ? std::vector<uint8_t>{1, 2}
                                                                               : std::vector<uint8_t>{};
   // Iterations of a segment; 0 where its pieces do not fill whole trips.
   auto seg_len = [&](uint32_t rr, const Seg& sg) -> uint32_t {
+    if (sg.meta) return unit_iters(cfg, pl, rr, mult * meta_wide);
     if (sg.pes == npe) return seg_iters(rr);
     const uint32_t per = piece_of(rr) * per_iter(rr);
     return per && sg.pes % (per * trip) == 0 ? sg.pes / per : 0;
@@ -1121,7 +1152,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // segments, those of a unit one after another (segs).
   // src(u), base + dst(u): a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
-                              auto dst, auto restart_u, const std::vector<uint8_t>& segs) {
+                              auto dst, auto restart_u, const std::vector<uint8_t>& segs, auto meta_of_unit) {
     const bool lastr = g + 1 == pl.groups && two_routines;
     const double loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
     // (A narrow next tile's two copies hold a unit's channel through two segments: in the loop
@@ -1131,10 +1162,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                    k = two_copies && 2.0 * n * pn.code_of(true) / cfg.ddr_bytes_per_cycle() > loop
                            ? 0
                            : std::min(n, in_loop_max(g, segs)),
-                   ui = u1 - k, rest = iters - k * unit_len(rr_of(g), segs);
+                   ui = u1 - k;
+    uint32_t rest = iters - k * unit_len(rr_of(g), segs);
+    // Unit 0's meta in loop segments too (before its codes'), where that unit's codes are, the
+    // loop has room for all of it and the DMA stays ahead: the group's units' DDR time under its
+    // loop's, and more than 2 channels (its channel restarts only after the meta; on 2 the other
+    // one left the DDR idle: 32x64, 2 MiB, 64 GB/s, the prefill's chunk calls at 1.1 x their DDR
+    // time, 41.48 -> 41.51 M cycles). 64x64, 8 MiB, 128 GB/s: 21.51 -> 21.48 M; qc-u 79.69 -> 79.55 M.
+    MetaChunks mc;
+    uint32_t meta_u = u1;
+    for (uint32_t u = ui; u < u1 && segs == own_segs; ++u)
+      if (meta_of_unit(u).chunks) mc = meta_of_unit(u), meta_u = u;
+    const uint32_t meta_len = seg_len(rr_of(g), all_segs[kMetaSeg]);
     const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle();
+    if (meta_u < u1 && meta_len && mc.chunks * meta_len <= rest && ddr < loop && C > 2 && meta_worth)
+      rest -= mc.chunks * meta_len;
+    else meta_u = u1;
     const uint32_t gap = n > C && 2 * ddr >= loop ? rest / n / trip * trip : 0;
     bool started = false;  // the prologue has run
+    uint32_t nseg = 0;     // (the fill registers in turn)
     auto run = [&](Part part, uint8_t r) {
       b.op("jal", {xLink, part_label(part, lastr, r)});
       started = true;
@@ -1146,13 +1192,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         run(started ? Part::mid : Part::head, 0);
       }
       if (u < ui) {
-        take(u, false);
+        take(u, false, true);
         restart_u(u);
         continue;
       }
-      take(u, true);
+      take(u, true, u != meta_u);
       flush();
-      const uint8_t r = uint8_t((u - ui) % 2);
+      for (uint32_t i = 0; u == meta_u && i < mc.chunks; ++i) {
+        const uint8_t r = uint8_t(nseg++ % 2);
+        b.op("addi", {xT1, mc.stride, 0});
+        run_seg(started ? Part::seg : Part::a, lastr, r, kMetaSeg, mc.src + 32 * i);
+        started = true;
+        if (mc.pair) b.op("vmovn", {V{uint8_t(22 + r)}, V{uint8_t(22 + r)}, Dir{3}}, P{3});
+        b.op("vst.h", {V{uint8_t(22 + r)}, Mem{mc.base, mc.dst + 32 * int64_t(i)}});
+      }
+      const uint8_t r = uint8_t(nseg++ % 2);
       for (uint8_t sg : segs) {
         run_seg(started ? Part::seg : Part::a, lastr, r, sg, src(u));
         started = true;
@@ -1250,10 +1304,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (u1 > u0) {
       auto own = [&](bool next_narrow) {
         group_with_fills(
-            g, full, u0, u1, [&](uint32_t u, bool in_loop) { take_unit(u, false, in_loop, next_narrow); },
+            g, full, u0, u1,
+            [&](uint32_t u, bool in_loop, bool meta_here) { take_unit(u, false, in_loop, next_narrow, meta_here); },
             [&](uint32_t u) { return buf(u) + (u == 0 ? pl.meta_of(false) : 0); }, xFill,
             [&](uint32_t u) { return int64_t(pl.meta_lrm) + int64_t(UB) * u; },
-            [&](uint32_t u) { restart_late(u, false, next_narrow); }, own_segs);
+            [&](uint32_t u) { restart_late(u, false, next_narrow); }, own_segs, meta_own);
       };
       if (tail) {
         // Filling the narrow last tile (x23 = 1): its units go to its PEs only, before the
@@ -1281,7 +1336,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("jal", {X{0}, end});
     b.bind(last);
     if (n1 > n0) {
-      group_with_fills(g, full, n0, n1, take_any, src_any, X{0}, dst_any, restart_any, nx_segs);
+      group_with_fills(g, full, n0, n1, take_any, src_any, X{0}, dst_any, restart_any, nx_segs, meta_any);
     } else {
       b.op("jal", {xLink, full});
     }
@@ -1390,11 +1445,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // the slot's broadcasts and fill pieces leave (issue_plan).
     // Fill pieces (per_iter of them an iteration, each 4 instructions: PEs [x9, x24) take their
     // 64 code bytes), spread evenly over the trip's free issue slots.
-    const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr);
+    const bool meta = sg == kMetaSeg;
+    const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr) * (meta ? meta_wide : 1);
     auto piece_op = [&](uint32_t j) {
       switch (j % 4) {
         case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
-        case 1: b.op(half_units ? "oscatter.h" : "oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, xUnit}, P{4}); break;
+        case 1:
+          if (meta) b.op("oscatter.h", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, xT1}, P{4});
+          else b.op(half_units ? "oscatter.h" : "oscatter", {V{uint8_t(22 + r)}, Mem{xSrc, 0}, xUnit}, P{4});
+          break;
         case 2: b.op("addi", {xLo, xLo, int64_t(piece)}); break;
         default: b.op("addi", {xHi, xHi, int64_t(piece)}); break;
       }
