@@ -584,6 +584,20 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.op("vlaneid", {V{21}});
   b.op("vsplati", {V{20}, int64_t(0)});
   b.op("vcmpeq.i32", {V{21}, V{21}, V{20}});  // lane-0 mask
+  // The accumulators (v0 up) start at v20 (0, or the tile's bias): where a row's gather takes
+  // the port 4 cycles or more (1,024 gathering PEs of a tile at 512 B a cycle), each group's
+  // epilogue sets them for the next group as its gathers take them (the port time hides the
+  // moves); then the call sets them before its first tile, or with a bias each tile after
+  // loading it. Elsewhere, and for partial sums in LRM (the tower's MLP chunks, DDR-bound at
+  // 1 MiB, 16 GB/s: 6.7 K cycles slower so), each group's prologue sets them, where they wait on
+  // its broadcasts anyway (16x16: 0.1% slower with them in the epilogue; the tiny model on qc-u,
+  // 384 columns: 0.2%). 64x64, 8 MiB, 128 GB/s: 21.48 -> 21.47 M cycles; qc-u 79.55 -> 79.49 M.
+  const bool zero_late = uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes) && !lrm_acc;
+  auto zero_all = [&] {
+    if (zero_late)
+      for (uint32_t r = 0; r < pl.rows; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
+  };
+  if (a.bias == GemmBias::none) zero_all();
   // p2 = PEs in even columns (at split 2 they own the first K half and gather), p3 = odd;
   // on a sub-array, of the view's PEs only.
   auto even_odd = [&] {
@@ -992,6 +1006,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("vand", {V{20}, V{20}, V{21}});
     if (S == 2) b.op("vsplati", {V{20}, int64_t(0)}, P{3});
   }
+  if (a.bias != GemmBias::none) zero_all();
   if (twin) {
     // p5 = the lower set's gathering PEs, p7 = the upper set's, p1 = both, p6 = the lower half.
     b.op("por", {P{5}, P{1}, P{1}});
@@ -1432,7 +1447,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       else b.op(bcast, {xr(i), Mem{xAct, rowoff(i)}});
     }
     b.op("vcvt.f32.f16", {V{27}, V{27}});
-    for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
+    if (!zero_late)
+      for (uint32_t r = 0; r < rr; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
     if (twin && !pair_rows)
       for (uint32_t i = 0; i < 3; ++i) lower_bcast(i);
     b.op("vdq4.f16", {V{24}, V{26}, V{27}, int64_t(0)});
@@ -1582,6 +1598,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (2u * r + 1 < real) b.op(op, {v, Mem{base, int64_t(2 * r + 1) * stride - int64_t(H) * sval}, step}, P{7});
     };
     const uint32_t gs = silu ? 1 : y_bytes / S;  // (xGs)
+    auto zero = [&](uint8_t r) {  // (the next group's accumulator)
+      if (zero_late) b.op("vmov", {V{r}, V{20}});
+    };
     auto gather = [&](const char* op, uint8_t r, P p) { rows_op(op, V{r}, xYg, a.y_stride, xGs, gs, r, p); };
     pipeline(lag, [&](auto row) {
       row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
@@ -1631,6 +1650,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
         row(lag, [&](uint8_t r) { gather("ogather.h1", r, P{1}); });
       }
+      row(lag, zero);
     });
     if (act) {
       // The group's rows in v28 as fp32, the activation on them, each row spread back for its
@@ -1644,6 +1664,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
         row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
         row(4, [&](uint8_t r) { gather("ogather.h1", r, pg); });
+        row(4, zero);
       });
     }
     if (lrm_acc) {
@@ -1662,6 +1683,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         });
       }
     }
+    for (uint32_t r = nslots; r < rr; ++r) zero(uint8_t(r));
     b.op("jalr", {X{0}, xLink, 0});
   };
   routine(routine_full, pl.group_rows(), Part::full, 0, 0);
