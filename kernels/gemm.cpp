@@ -1571,12 +1571,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     uint32_t ready = S == 2 && !pair_late ? 6 : 2;  // the row's sum is complete
     if (a.acc_in) ready += 2;
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
-    if (lrm_acc || act) b.op("vlaneid", {V{30}});
+    // (lane ids: an activation's in v26, free once the loop is done, where v30 would wait on the
+    // loop's last look-ahead broadcast into it)
+    const V lane_ids{uint8_t(act ? 26 : 30)};
+    if (lrm_acc || act) b.op("vlaneid", {lane_ids});
     // (lrm_in: only the PEs that hold sums load them; a chain's seeds wrote only theirs)
     if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}}, P{1});
     if (act) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
-      b.op("vsplati", {V{29}, int64_t(1)});
+      b.op("vsplati", {V{27}, int64_t(1)});
     }
     if (lrm_acc) b.op("vsplati", {V{25}, int64_t(1)});  // (the loop's next w: free here)
     // Step s of `depth` stages over the slots: row(back, f) runs f on slot s - back.
@@ -1627,13 +1630,13 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         row(ready, [&](uint8_t r) { b.op("vsel", {V{28}, V{28}, V{r}, count(r)}); });
         return;
       }
-      // An activation: row r's sum into lane r of v28 where lane id - r (v30 - r, counted
-      // down a row at a time by the ones in v29) is 0: at split 1 a row ahead in v16 + r % 4,
+      // An activation: row r's sum into lane r of v28 where lane id - r (v26 - r, counted
+      // down a row at a time by the ones in v27) is 0: at split 1 a row ahead in v16 + r % 4,
       // so no row waits on the count's latency; at split 2 in v31 (v16-v19: the pair sums).
       if (act) {
-        const auto count = [&](uint8_t r) { return r == 0 ? V{30} : V{uint8_t(S == 1 ? 16 + r % 4 : 31)}; };
+        const auto count = [&](uint8_t r) { return r == 0 ? lane_ids : V{uint8_t(S == 1 ? 16 + r % 4 : 31)}; };
         const auto down = [&](uint8_t r) {
-          if (r) b.op("vsub.i32", {count(r), r == 1 ? V{30} : count(r - 1), V{29}});
+          if (r) b.op("vsub.i32", {count(r), r == 1 ? lane_ids : count(r - 1), V{27}});
         };
         row(lag, [&](uint8_t r) {
           if (S == 2) down(r);
