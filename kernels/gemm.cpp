@@ -548,7 +548,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // compute/fill buffer, x6 Y of the tile, x7 bias of the tile, x8 columns left,
   // x9/x24 PE range of a fill piece, x10 X of the row group, x11 Y of the row group,
   // x12/x13 the routine's code and meta pointers, x15 partial-sum scatter stride, x16 loop
-  // count, x17 gather stride, x18 link, x19/x22/x28 temps, x20 64, x21 4P, x23 fills left,
+  // count, x17 gather stride, x18 link, x19/x22/x28 temps (x19 also a meta segment's PE
+  // stride), x20 64, x21 4P, x23 fills left,
   // x25 OCM source of the unit a routine part scatters, x26/x29 partial sums of the tile /
   // of the row group, x27 buffer xor, x30 the meta scatter stride of the call handed off to;
   // two row sets at split 2: x14 X's row stride, x31 H (set at each routine part's entry).
@@ -592,7 +593,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // 1 MiB, 16 GB/s: 6.7 K cycles slower so), each group's prologue sets them, where they wait on
   // its broadcasts anyway (16x16: 0.1% slower with them in the epilogue; the tiny model on qc-u,
   // 384 columns: 0.2%). 64x64, 8 MiB, 128 GB/s: 21.48 -> 21.47 M cycles; qc-u 79.55 -> 79.49 M.
-  const bool zero_late = uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes) && !lrm_acc;
+  const bool zero_late =
+      uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes) && !lrm_acc;
   auto zero_all = [&] {
     if (zero_late)
       for (uint32_t r = 0; r < pl.rows; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
