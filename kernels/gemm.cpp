@@ -153,6 +153,7 @@ struct Extra {
   std::function<void()> emit;
   std::vector<std::pair<size_t, uint32_t>> deps;
   bool by_end = false;
+  uint32_t from = 0;  // (no earlier slot)
 };
 // The slot of a group's rr (0..rr - 1; rr: after the last) each of `extra` issues in: the
 // first from its earliest where the slot issues fewer than `room` instructions besides its vmac
@@ -161,7 +162,7 @@ struct Extra {
 std::vector<uint32_t> issue_plan(const std::vector<Extra>& extra, uint32_t room, uint32_t* load, uint32_t rr) {
   std::vector<uint32_t> at(extra.size());
   for (size_t i = 0; i < extra.size(); ++i) {
-    uint32_t lo = i ? at[i - 1] : 0;
+    uint32_t lo = std::max(i ? at[i - 1] : 0, extra[i].from);
     for (auto [d, dist] : extra[i].deps) lo = std::max(lo, at[d] + dist);
     const uint32_t end = extra[i].by_end && rr >= 2 ? rr - 1 : rr;
     uint32_t j = lo;
@@ -593,8 +594,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // 1 MiB, 16 GB/s: 6.7 K cycles slower so), each group's prologue sets them, where they wait on
   // its broadcasts anyway (16x16: 0.1% slower with them in the epilogue; the tiny model on qc-u,
   // 384 columns: 0.2%). 64x64, 8 MiB, 128 GB/s: 21.48 -> 21.47 M cycles; qc-u 79.55 -> 79.49 M.
-  const bool zero_late =
-      uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes) && !lrm_acc;
+  const bool long_gathers = uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes);
+  const bool zero_late = long_gathers && !lrm_acc;
+  // The rows' lane sums (vredsum) in the free slots of the loop's last trip, run as a copy of
+  // the body of its own (peel), where the epilogue waits on them: an activation collects every
+  // row's sum before it starts (64x64, 8 MiB, 128 GB/s: 21.464 -> 21.460 M cycles), and short
+  // gathers leave the sums' latency exposed (16x16, 4 MiB, 32 GB/s: 275.06 -> 274.78 M). Not
+  // with long gathers and no activation: the gathers bound that epilogue (64x64, 4 MiB, 128 GB/s:
+  // +4.5 K with it).
+  const bool peel_sums = act || !long_gathers;
   auto zero_all = [&] {
     if (zero_late)
       for (uint32_t r = 0; r < pl.rows; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
@@ -1145,6 +1153,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // (the first also runs the prologue; codes from OCM src(u)), then its channel restarts
   // and its fill register goes to LRM base + dst0 + 64 u (its last piece is done by then);
   // part b runs the rest of the loop and the epilogue.
+  // Part b: `count` more trips and the epilogue; where the sums are peeled (peel_sums) and a
+  // trip is left, the last one is its own copy of the body (Part b, segment 1: count - 1 in the
+  // loop) whose free slots take the rows' lane sums.
+  auto run_b = [&](bool lastr, uint32_t count) {
+    const bool peeled = peel_sums && count;
+    b.li(xCnt, count - (peeled ? 1 : 0));
+    b.op("jal", {xLink, part_label(Part::b, lastr, 0, peeled ? 1 : 0)});
+  };
   auto segments = [&](uint32_t g, uint32_t u0, uint32_t u1, auto before, auto src, X base, int64_t dst0,
                       auto restart_u) {
     const bool lastr = g + 1 == pl.groups && two_routines;
@@ -1155,8 +1171,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       restart_u(u);
       b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
-    b.li(xCnt, trips(iters - (u1 - u0) * unit_len(rr_of(g), own_segs)));
-    b.op("jal", {xLink, part_label(Part::b, lastr, 0)});
+    run_b(lastr, trips(iters - (u1 - u0) * unit_len(rr_of(g), own_segs)));
   };
   // Group g taking units [u0, u1). Where they are more than the channels hold at once and
   // the DDR brings them no faster than twice the group's loop runs, they are spread over
@@ -1236,8 +1251,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       b.op("jal", {xLink, full});
       return;
     }
-    b.li(xCnt, trips(rest - (n - 1) * gap));
-    run(Part::b, 0);
+    run_b(lastr, trips(rest - (n - 1) * gap));
   };
   // Group 0 of a tile whose units [u0, U) are on their way: each is scattered into the
   // compute buffer in its own loop segment; the channel then restarts with its next unit
@@ -1412,7 +1426,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // into v22 + r (from OCM x25); head: the prologue and x16 trips; mid: x16 trips; b: x16
   // more trips and the epilogue.
   auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r, uint8_t sg) {
-    const uint32_t rr = pl.slots(real);
+    const uint32_t rr = pl.slots(real), nslots = twin ? (real + 1) / 2 : real;
     // Slot i's X (i >= rr: the next group of codes); two row sets: row 2i (set 0) or 2i + 1.
     auto rowoff = [&](uint32_t i, uint32_t set = 0) -> int64_t {
       const uint32_t r = twin ? 2 * (i % rr) + set : i % rr, grp = i / rr;
@@ -1479,7 +1493,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // The instructions a slot issues besides its vmac without stretching it (room), and those of
     // them its broadcasts (and split 2's shifts) take.
     const uint32_t room = cfg.occ(isa::Unit::mac16) - 1, fixed = pair_rows ? 2 : twin ? 3 : S == 2 ? 2 : 1;
-    auto body = [&](bool pieces) {
+    auto body = [&](bool pieces, bool reduce = false) {
       const int64_t step = int64_t(32) * S * trip;  // x10's move a trip
       std::vector<uint32_t> load(trip * rr, fixed);
       std::vector<std::vector<Extra>> extras(trip);
@@ -1505,6 +1519,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           moves[u] = extra.size();
           extra.push_back({[&] { b.op("addi", {xAct, xAct, step}); }, {}});
         }
+        // (peel: the trip's last group's rows' lane sums, each 2 slots after its last vmac)
+        if (reduce && u + 1 == trip)
+          for (uint32_t r = 0; r < nslots; ++r)
+            extra.push_back({[&b, r] { b.op("vredsum.f32", {V{uint8_t(r)}, V{uint8_t(r)}}); }, {}, false, r + 2});
         ats[u] = issue_plan(extra, room, load.data() + u * rr, rr);
       }
       // Piece instruction k at the first slot with room from k / n of the way through the trip.
@@ -1545,7 +1563,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         for (; next < extras[u].size(); ++next) extras[u][next].emit();
       }
     };
-    if (part == Part::full) b.li(xCnt, trips(iters));
+    const bool peel = peel_sums && (part == Part::full || (part == Part::b && sg == 1));
+    if (part == Part::full) b.li(xCnt, trips(iters) - (peel ? 1 : 0));
     if (part == Part::a || part == Part::seg) {
       // The segment's piece slots past its PEs' pieces (it runs whole trips) come first, below
       // PE 0: empty on any array (a sub-array's machine too).
@@ -1560,6 +1579,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       return;
     }
     b.loop(xCnt, [&] { body(false); });
+    if (peel) body(false, true);
     if (part == Part::head || part == Part::mid) {
       b.op("jalr", {X{0}, xLink, 0});
       return;
@@ -1585,7 +1605,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     if (lrm_acc) b.op("vsplati", {V{25}, int64_t(1)});  // (the loop's next w: free here)
     // Step s of `depth` stages over the slots: row(back, f) runs f on slot s - back.
-    const uint32_t nslots = twin ? (real + 1) / 2 : real;
     auto pipeline = [&](uint32_t depth, auto&& step) {
       for (uint32_t s = 0; s < nslots + depth; ++s)
         step([&](uint32_t back, auto f) {
@@ -1608,7 +1627,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     };
     auto gather = [&](const char* op, uint8_t r, P p) { rows_op(op, V{r}, xYg, a.y_stride, xGs, gs, r, p); };
     pipeline(lag, [&](auto row) {
-      row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
+      if (!peel) row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
       if (S == 2 && !pair_late) {
         row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
         row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
