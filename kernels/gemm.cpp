@@ -594,7 +594,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // 1 MiB, 16 GB/s: 6.7 K cycles slower so), each group's prologue sets them, where they wait on
   // its broadcasts anyway (16x16: 0.1% slower with them in the epilogue; the tiny model on qc-u,
   // 384 columns: 0.2%). 64x64, 8 MiB, 128 GB/s: 21.48 -> 21.47 M cycles; qc-u 79.55 -> 79.49 M.
-  const bool long_gathers = uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes);
+  const bool long_gathers =
+      uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes);
   const bool zero_late = long_gathers && !lrm_acc;
   // The rows' lane sums (vredsum) in the free slots of the loop's last trip, run as a copy of
   // the body of its own (peel), where the epilogue waits on them: an activation collects every
@@ -1062,7 +1063,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, head, mid, b };
   // (seg: the segment a part a / seg scatters, Seg below: 0 every PE, 1 and 2 a narrow next
-  // tile's lower and upper copy)
+  // tile's lower and upper copy, 3 a meta chunk; of part b, 1: its last trip peeled, run_b)
   std::map<std::tuple<Part, bool, uint8_t, uint8_t>, Label> parts;
   auto part_label = [&](Part part, bool lastr, uint8_t r, uint8_t seg = 0) {
     auto [it, fresh] = parts.try_emplace({part, lastr, r, seg}, Label{0});
@@ -1147,7 +1148,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   auto quota = [&](uint32_t g, uint32_t units, bool spread_all) -> std::pair<uint32_t, uint32_t> {
     if (spread_all) return {g * units / pl.groups, (g + 1) * units / pl.groups};
     if (g == 0) return {0, 0};
-    if (g + 1 == pl.groups && getenv("GP_LAST") && (units == nx_total - nx_from ? atoi(getenv("GP_LAST")) & 1 : atoi(getenv("GP_LAST")) & 2)) return {(g - 1) * units / pl.groups, units};
     return {(g - 1) * units / pl.groups, g * units / pl.groups};
   };
   // Group g's routine scattering units [u0, u1) unit by unit: before(u), its segment
@@ -1182,9 +1182,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // there, with the DDR idle behind them (32x32, 2 MiB, 64 GB/s: 85.4 -> 83.1 M cycles).
   // So too for two units or more (within the channels) that take the DDR the loop's time or
   // longer (64x64, 8 MiB, 128 GB/s: 21.460 -> 21.432 M; with the DDR's twice as fast, 4 MiB
-  // gained 0.6% but 2 MiB lost 0.4%). Elsewhere all at the start. The first ones' codes go through the port; the last k
-  // (those the loop has iterations for; none where segs has no segment) are scattered in loop
-  // segments, those of a unit one after another (segs).
+  // gained 0.6% but 2 MiB lost 0.4%). Elsewhere all at the start. The first ones' codes go
+  // through the port; the last k (those the loop has iterations for; none where segs has no
+  // segment) are scattered in loop segments, those of a unit one after another (segs).
   // src(u), base + dst(u): a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
                               auto dst, auto restart_u, const std::vector<uint8_t>& segs, auto meta_of_unit) {

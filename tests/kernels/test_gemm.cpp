@@ -835,7 +835,7 @@ TEST(Gemm, TwoCallsAheadTakesTheThirdsFirstUnits) {
 // faster than before each change: on 4 channels 405,566 cycles against 407,320 with the meta
 // through the port between the row groups (410,283 with the units taken from group 1 on as well);
 // on 2, 417,901 against 425,665 with pieces of the usual width (each measured with the change
-// off; 405,338 and 417,668 since the epilogue changes of the fifty-third stop). Negative control
+// off; 404,314 and 417,668 after the later changes of the fifty-third stop). Negative control
 // as above.
 ThreeRun run_spread(bool timing_only, const char* channels) {
   const sim::Config cfg =
