@@ -535,6 +535,16 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   for (uint32_t r0 = 0; r0 < S; r0 += R)
     for (uint32_t g0 = 0; g0 < KV; g0 += GP) passes.push_back({r0, std::min(R, S - r0), g0, std::min(GP, KV - g0)});
 
+  // Key splits: where a pass takes at most half the PEs (the 2B prefill's 128 rows x 16 heads
+  // on 64x64), each (row, head) gets two PEs side by side, the even one the pass's first half of
+  // the keys and the odd one the second half, each with its own softmax state, merged in the
+  // pass end (the east neighbour's state, rescaled to the pair's max): half the blocks a pass.
+  // Causal passes only, each with an even key count (the second half's masked keys are real
+  // rows then), in rows of whole pairs (even pe_cols).
+  auto pass_keys = [&](const Pass& p) { return a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S); };
+  bool split = a.causal && cfg.pe_cols % 2 == 0 && 2 * GP * G * R <= npe && a.q_row_stride % 2 == 0 && a.out_row_stride % 2 == 0;
+  for (const Pass& p : passes) split = split && pass_keys(p) % 2 == 0 && pass_keys(p) >= 2 * kJ;
+  const uint32_t NS = split ? 2 : 1;
   // q is read and the output written where they are, a sub-group's rows by one strided
   // oscatter / ogather per 64-byte chunk from a base sub R rows' strides below its first
   // row (OCM addresses wrap at 32 bits, so such a base below 0 is fine).
@@ -622,8 +632,13 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     raw = p.kr[p.nkr++ % p.kr.size()];
     odd = p.ks[p.nks++ % p.ks.size()];
     const Mem row{base, int64_t(key) * ks + 64 * c};
-    if (GP > 1) b.op("obcast.g", {raw, row, X{22}, X{23}}, P{7});
-    else b.op("obcast", {raw, row}, P{7});
+    // (split: the even PEs' key from base, the odd PEs' from the second half's base, x24 / x25)
+    const Mem row2{X{uint8_t(base.n == 10 ? 24 : 25)}, int64_t(key) * ks + 64 * c};
+    for (uint32_t s2 = 0; s2 < NS; ++s2) {
+      const P pp = split ? P{uint8_t(4 + s2)} : P{7};
+      if (GP > 1) b.op("obcast.g", {raw, s2 ? row2 : row, X{22}, X{23}}, pp);
+      else b.op("obcast", {raw, s2 ? row2 : row}, pp);
+    }
     b.op("vshr", {odd, raw, int64_t(16)});
   };
   const P mac{7};  // the pass's PEs
@@ -660,6 +675,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       b.op("vsel", {SV_, t, SV_, mk});
     }
     b.op("addi", {X{10}, X{10}, int64_t(kJ) * ks});
+    if (split) b.op("addi", {X{24}, X{24}, int64_t(kJ) * ks});
     if (a.causal) {  // lanes (keys) beyond this PE's row: score -> -big; RV moves to the next block
       b.op("vsplat.f32", {ps.t[0], F32{kNegBig}});
       b.op("vcmplt.i32", {ps.mk[0], RV_, LANE_});
@@ -708,6 +724,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
       }
     }
     b.op("addi", {X{12}, X{12}, int64_t(kJ) * ks});
+    if (split) b.op("addi", {X{25}, X{25}, int64_t(kJ) * ks});
     if (swap)
       for (uint32_t c = 0; c < CH; ++c) {
         b.op("vst", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
@@ -775,11 +792,15 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   };
 
   // ---- prologue: one-hot lane masks in LRM [0, 1024) ----
-  b.li(X{11}, qrs);
-  b.li(X{30}, ors);
+  b.li(X{11}, qrs / NS);  // (split: the even PEs of a pair read and write a row)
+  b.li(X{30}, ors / NS);
   b.op("vlaneid", {LANE_});
-  b.li(X{22}, hd2);    // obcast.g: a group's row from the one before
-  b.li(X{23}, G * R);  // and its PEs
+  b.li(X{22}, hd2);         // obcast.g: a group's row from the one before
+  b.li(X{23}, G * R * NS);  // and its PEs
+  if (split) {  // p2 / p3: the even / odd PEs
+    b.pset_cols_mod(P{2}, 0, 2, X{24}, X{25});
+    b.op("pnot", {P{3}, P{2}});
+  }
   if (lrm_masks)
     for (uint32_t j = 0; j < kJ; ++j) {
       b.op("vsplati", {tmp[0], int64_t(j)});
@@ -790,33 +811,50 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // Pass start (inline): the pass's PEs (p7), bases, q of the pass's rows and heads, the state.
   auto emit_setup = [&](const Pass& p) {
     const uint32_t h0 = p.g0 * G;
-    b.li(X{20}, p.ng * G * R);
+    b.li(X{20}, p.ng * G * R * NS);
     b.op("pset.range", {P{7}, X{0}, X{20}});
+    if (split) {  // p4 / p5: the pass's even / odd PEs, whose keys start at 0 / half (x24, x25)
+      b.op("pand", {P{4}, P{7}, P{2}});
+      b.op("pand", {P{5}, P{7}, P{3}});
+      const int64_t half = pass_keys(p) / 2;
+      b.li(X{24}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2 + half * ks);
+      b.li(X{25}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2 + half * ks);
+    }
     b.li(X{20}, int64_t(qb) + int64_t(p.r0) * qrs + int64_t(h0) * qhs);
     b.li(X{21}, int64_t(ob) + int64_t(p.r0) * ors + int64_t(h0) * ohs);
     b.li(X{10}, int64_t(a.k_ocm) + int64_t(p.g0) * hd2);
     b.li(X{12}, int64_t(a.v_ocm) + int64_t(p.g0) * hd2);
   };
-  // The sub-groups of a pass, each its PEs in p6 (x9, x15 = its PE range).
+  // The sub-groups of a pass, each its PEs in p6 (x9, x15 = its PE range); those that read q
+  // and write the output in p1 (split: the even ones; else p6).
+  const P rw = split ? P{1} : P{6};
   auto per_sub = [&](const Pass& p, const std::function<void(uint32_t)>& body) {
     for (uint32_t sub = 0; sub < p.ng * G; ++sub) {
-      b.li(X{9}, int64_t(sub) * R);
-      b.li(X{15}, int64_t(sub) * R + p.nrows);
+      b.li(X{9}, int64_t(sub) * R * NS);
+      b.li(X{15}, (int64_t(sub) * R + p.nrows) * NS);
       b.op("pset.range", {P{6}, X{9}, X{15}});
+      if (split) b.op("pand", {P{1}, P{6}, P{2}});
       body(sub);
     }
   };
   auto emit_init = [&](const Pass& p) {
     per_sub(p, [&](uint32_t sub) {
       const int64_t off = int64_t(sub) * qhs - int64_t(sub) * R * qrs;
-      for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, P{6});
+      for (uint32_t c = 0; c < CH; ++c) b.op("oscatter", {QR[c], Mem{X{20}, off + 64 * c}, X{11}}, rw);
       if (a.causal) {  // RV = absolute row of the PE
         b.op("vpeid", {RV_}, P{6});
+        if (split) b.op("vshr", {RV_, RV_, int64_t(1)}, P{6});
         b.li(X{13}, int64_t(p.r0 + a.kv_offset) - int64_t(sub) * R);
         b.op("vsplat", {tmp[0], X{13}});
         b.op("vadd.i32", {RV_, RV_, tmp[0]}, P{6});
       }
     });
+    if (split) {  // the odd PEs: q from the west neighbour, rows counted from the second half
+      for (uint32_t c = 0; c < CH; ++c) b.op("vmovn", {QR[c], QR[c], Dir{3}}, P{5});
+      b.li(X{13}, pass_keys(p) / 2);
+      b.op("vsplat", {tmp[0], X{13}});
+      b.op("vsub.i32", {RV_, RV_, tmp[0]}, P{5});
+    }
     for (uint32_t c = 0; c < CH; ++c) {
       b.op("vshr", {QS[c], QR[c], int64_t(16)});
       b.op("vsplati", {AE[c], int64_t(0)});
@@ -839,6 +877,22 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
         b.op("vld", {AE[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c)}});
         b.op("vld", {AO[c], Mem{X{0}, int64_t(kLrmAcc + 128 * c + 64)}});
       }
+    if (split) {  // the pair's states merged into the even PE: m = max, each side scaled by exp(M - m)
+      const V m1 = SV_, t = P16_, a0 = tmp[1], a1 = tmp[2];
+      b.op("vmovn", {m1, M_, Dir{1}});
+      b.op("vmax.f32", {tmp[0], M_, m1});
+      b.op("vsub.f32", {a0, M_, tmp[0]});
+      b.op("vsub.f32", {a1, m1, tmp[0]});
+      b.op("vexp.f32", {a0, a0});
+      b.op("vexp.f32", {a1, a1});
+      auto merge = [&](V r, V other) {
+        b.op("vmovn", {other, r, Dir{1}});
+        b.op("vmul.f32", {r, r, a0});
+        b.op("vmla.f32", {r, other, a1});
+      };
+      merge(L_, m1);
+      for (uint32_t c = 0; c < CH; ++c) merge(AE[c], c % 2 ? m1 : t), merge(AO[c], c % 2 ? t : m1);
+    }
     b.op("vrcp.f32", {tmp[0], L_});
     for (uint32_t c = 0; c < CH; ++c) {
       b.op("vmul.f32", {AE[c], AE[c], tmp[0]});
@@ -850,7 +904,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
     }
     per_sub(p, [&](uint32_t sub) {
       const int64_t off = int64_t(sub) * ohs - int64_t(sub) * R * ors;
-      for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, P{6});
+      for (uint32_t c = 0; c < CH; ++c) b.op("ogather", {AE[c], Mem{X{21}, off + 64 * c}, X{30}}, rw);
     });
   };
   // Passes: the last block routine and end of one pass, the start and first block
@@ -860,8 +914,7 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   for (size_t pi = 0; pi <= passes.size(); ++pi) {
     const bool last = pi == passes.size();
     const Pass* p = last ? nullptr : &passes[pi];
-    const std::vector<std::pair<uint32_t, uint32_t>> calls =
-        p ? pass_calls(a.kv_offset + (a.causal ? std::min(S, p->r0 + p->nrows) : S)) : prev_calls;
+    const std::vector<std::pair<uint32_t, uint32_t>> calls = p ? pass_calls(pass_keys(*p) / NS) : prev_calls;
     const size_t head = p && pipelined ? 1 : 0;
     const uint32_t begin = b.pc();
     if (pi > 0) {

@@ -377,7 +377,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, OcmShapes,
                                            OcmShape{"mini", 4, 2, 128, 37, true, false, 1.0f, 1.5f, 0, 0, 0, 2 * 2 * 256},
                                            // fewer rows a pass, more kv groups (plan_attention_ocm): the
                                            // streamed prefill's call of 4 kv heads at 260 rows (passes of 128)
-                                           OcmShape{"qc-u", 8, 4, 128, 260, true, true}));
+                                           OcmShape{"qc-u", 8, 4, 128, 260, true, true},
+                                           // key splits (a pass on half the PEs or fewer): after cached keys,
+                                           // head-major, one kv group (obcast), a small LRM (parked q)
+                                           OcmShape{"qc-u", 4, 2, 128, 20, true, false, 1.0f, 1.5f, 148, 64},
+                                           OcmShape{"qc-u", 16, 8, 128, 128, true, true, 1.0f, 1.5f, 0, 64},
+                                           OcmShape{"mini", 4, 1, 64, 32, true, false, 1.0f, 1.5f, 0, 16},
+                                           OcmShape{"mini", 4, 2, 128, 30, true, false, 1.0f, 1.5f, 2, 16, 512}));
 
 // The tiling rule: the most rows a pass unless fewer rows with more kv groups take fewer
 // key steps. The model's prefill at 128 rows (causal) takes passes of 64 rows x 8 groups
