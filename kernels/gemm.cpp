@@ -603,7 +603,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // gathers leave the sums' latency exposed (16x16, 4 MiB, 32 GB/s: 275.06 -> 274.78 M). Not
   // with long gathers and no activation: the gathers bound that epilogue (64x64, 4 MiB, 128 GB/s:
   // +4.5 K with it).
-  const bool peel_sums = act || !long_gathers;
+  bool peel_sums = act || !long_gathers;  // (late gathers too, below)
   auto zero_all = [&] {
     if (zero_late)
       for (uint32_t r = 0; r < pl.rows; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
@@ -936,7 +936,36 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // written again because other kernels reuse the smem since. handed_off: tile 0 is in
   // LRM already and tile 1's first units are in flight.)
   const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
-  const bool two_routines = pl.last_rows != pl.group_rows();
+  // Late gathers: a row group's outputs (16 rows, one fp16 a row a PE) wait in LRM at hold_at
+  // while the next group's loop writes them to Y in pieces of gather_pes PEs (2 port cycles
+  // each) in the issue slots its trips leave, rows_per_trip rows a trip (its B trips take the
+  // group's rows), so the port time of the gathers (16 x 16 cycles a group on 64x64) overlaps
+  // the MACs; the tile's last group gathers its own rows. At split 1 on a whole array (no
+  // narrow tile, one row set) with final fp16 outputs, where the gathers are long and LRM has
+  // 128 bytes above every buffer this call and the calls it hands off to fill.
+  const uint32_t gather_pes = uint32_t(cfg.ocm_port_bytes) * (silu ? 2 : 1),
+                 rows_per_trip = pl.rows % B == 0 ? pl.rows / B : 0;
+  const uint32_t hold_at = [&] {  // the lowest 128 bytes (64-aligned) past every such buffer and pad
+    std::vector<std::pair<uint64_t, uint64_t>> used{{lrm_p, lrm_p + BS + 64}, {lrm_q, lrm_q + BS + 64}};
+    for (const auto& [g, p] : {std::pair{nx, &pn}, std::pair{nx2, &pn2}})
+      if (g) {
+        const auto [gp, gq] = lrm_buffers(*p, *g);
+        for (uint64_t at : {gp, gq}) used.push_back({at, at + lrm_buffer(*p) + 64});
+      }
+    for (uint64_t at = 0; at + 128 <= lrm_end; at += 64)
+      if (std::none_of(used.begin(), used.end(), [&](auto u) { return at < u.second && u.first < at + 128; }))
+        return uint32_t(at);
+    return uint32_t(lrm_end);
+  }();
+  const bool defer = S == 1 && !twin && !tail && !lrm_acc && !a.acc_in && !a.y_f32 &&
+                     pl.groups >= 2 && rows_per_trip && long_gathers && (hold_at + 128 <= lrm_end || a.bias == GemmBias::none);
+  const bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself)
+  // Without the LRM room the rows wait in v17 (fp32, lane r), each taken by a one-lane select
+  // (v18: lane id - row, 0 at the row's lane; v20 = 0: no bias) and an integer lane sum of the
+  // bits (every lane then holds the row's; v19 = ones).
+  const bool hold_reg = defer && hold_at + 128 > lrm_end;
+  if (defer && !hold_reg) b.op("vst", {V{26}, Mem{X{0}, int64_t(hold_at + 64)}});  // (zero: the loads read it)
+  peel_sums = peel_sums || defer;
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
@@ -1297,6 +1326,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     segments(0, u0, U, wait, [&](uint32_t u) { return buf(u); }, xCur, int64_t(pl.meta_lrm),
              [&](uint32_t u) { restart_u(u, two ? Restart::next : Restart::both); });
   };
+  // Late gathers: no rows wait at a tile's start (p6 empty; the loop's gathers of group 0 write
+  // nothing).
+  const X xHold{26}, xPend{29}, xGlo{14}, xGhi{15};
+  if (defer) {
+    b.op("pset.range", {P{6}, X{0}, X{0}});
+    b.li(xHold, hold_at);
+    b.op("addi", {xPend, xY, 0});
+    if (hold_reg) b.op("vsplati", {V{17}, int64_t(0)});  // (defined values for the empty gathers)
+  }
   for (uint32_t g = 0; g < pl.groups; ++g) {
     b.li(xAct, int64_t(a.x_ocm) + int64_t(g) * pl.group_rows() * a.x_stride);
     b.op("addi", {xYg, xY, int64_t(g) * pl.group_rows() * a.y_stride});
@@ -1434,7 +1472,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // prologue and seg; seg: a unit segment's trips with per_iter fill pieces each iteration
   // into v22 + r (from OCM x25); head: the prologue and x16 trips; mid: x16 trips; b: x16
   // more trips and the epilogue.
-  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r, uint8_t sg) {
+  auto routine = [&](Label entry, uint32_t real, Part part, uint8_t r, uint8_t sg, bool lastr) {
+    const bool late = defer && !lastr;  // this group's rows wait for the next group's loop
     const uint32_t rr = pl.slots(real), nslots = twin ? (real + 1) / 2 : real;
     // Slot i's X (i >= rr: the next group of codes); two row sets: row 2i (set 0) or 2i + 1.
     auto rowoff = [&](uint32_t i, uint32_t set = 0) -> int64_t {
@@ -1543,7 +1582,39 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         piece_at[k] = j;
         ++load[j];
       }
-      size_t pk = 0;
+      // Late gathers: rows_per_trip of the previous group's rows, each loaded from LRM (its fp16
+      // in lane 0's low half) and written to Y in pieces of gather_pes PEs (p5 = the piece's PEs
+      // that gather, p6: none in a tile's first group), in the slots left after the pieces.
+      std::vector<std::function<void()>> gops;
+      if (defer)
+        for (uint32_t q = 0; q < rows_per_trip; ++q) {
+          const V vt{uint8_t(hold_reg ? 16 : 16 + q % 2)};
+          if (hold_reg) {
+            gops.push_back([&b] { b.op("vsel", {V{16}, V{20}, V{17}, V{18}}); });
+            gops.push_back([&b] { b.op("vredsum.i32", {V{16}, V{16}}); });  // (the bits: -0 stays -0)
+            gops.push_back([&b] { b.op("vpack.f16", {V{16}, V{16}, V{16}}); });
+            gops.push_back([&b] { b.op("vsub.i32", {V{18}, V{18}, V{19}}); });
+          } else {
+            gops.push_back([&b, vt, xHold] { b.op("vld", {vt, Mem{xHold, 0}}); });
+            gops.push_back([&b, xHold] { b.op("addi", {xHold, xHold, 2}); });
+          }
+          for (uint32_t lo = 0; lo < T; lo += gather_pes) {
+            gops.push_back([&b, lo, xGlo] { b.li(xGlo, lo); });
+            gops.push_back([&b, lo, xGhi, &gather_pes] { b.li(xGhi, lo + gather_pes); });
+            gops.push_back([&b, xGlo, xGhi] { b.op("pset.range", {P{5}, xGlo, xGhi}); });
+            gops.push_back([&b] { b.op("pand", {P{5}, P{5}, P{6}}); });
+            gops.push_back([&b, vt, xPend, xGs] { b.op("ogather.h1", {vt, Mem{xPend, 0}, xGs}, P{5}); });
+          }
+          gops.push_back([&b, xPend, &a] { b.op("addi", {xPend, xPend, int64_t(a.y_stride)}); });
+        }
+      std::vector<uint32_t> gather_at(gops.size());
+      for (uint32_t k = 0, j = 0; k < gops.size(); ++k) {
+        j = std::max(j, uint32_t(uint64_t(k) * slots / gops.size()));
+        while (j + 1 < slots && load[j] >= room) ++j;
+        gather_at[k] = j;
+        ++load[j];
+      }
+      size_t pk = 0, gk = 0;
       bool moved = false;  // x10 has moved: this trip's rows a step lower
       for (uint32_t u = 0; u < trip; ++u) {
         const V w{uint8_t(24 + u % 2)};
@@ -1564,6 +1635,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
             odd_shift(j + 1);
           }
           for (; pk < n && piece_at[pk] == u * rr + j; ++pk) piece_op(uint32_t(pk));
+          for (; gk < gops.size() && gather_at[gk] == u * rr + j; ++gk) gops[gk]();
           for (; next < extras[u].size() && ats[u][next] == j; ++next) {
             extras[u][next].emit();
             if (moves[u] && next == moves[u]) moved = true;
@@ -1605,11 +1677,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     const uint32_t lag = lrm_acc ? ready : ready + (a.y_f32 ? 0 : 2);
     // (lane ids: an activation's in v26, free once the loop is done, where v30 would wait on the
     // loop's last look-ahead broadcast into it)
-    const V lane_ids{uint8_t(act ? 26 : 30)};
-    if (lrm_acc || act) b.op("vlaneid", {lane_ids});
+    const bool collect = act || late;  // every row's sum into a lane of v28
+    const V lane_ids{uint8_t(collect ? 26 : 30)};
+    if (lrm_acc || collect) b.op("vlaneid", {lane_ids});
     // (lrm_in: only the PEs that hold sums load them; a chain's seeds wrote only theirs)
     if (a.lrm_in) b.op("vld", {V{29}, Mem{xAg, 0}}, P{1});
-    if (act) {
+    if (collect) {
       b.op("vsplati", {V{28}, int64_t(0)});  // (the lanes of rows past the group's real ones)
       b.op("vsplati", {V{27}, int64_t(1)});
     }
@@ -1664,7 +1737,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       // An activation: row r's sum into lane r of v28 where lane id - r (v26 - r, counted
       // down a row at a time by the ones in v27) is 0: at split 1 a row ahead in v16 + r % 4,
       // so no row waits on the count's latency; at split 2 in v31 (v16-v19: the pair sums).
-      if (act) {
+      if (collect) {
         const auto count = [&](uint8_t r) { return r == 0 ? lane_ids : V{uint8_t(S == 1 ? 16 + r % 4 : 31)}; };
         const auto down = [&](uint8_t r) {
           if (r) b.op("vsub.i32", {count(r), r == 1 ? lane_ids : count(r - 1), V{27}});
@@ -1674,6 +1747,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           b.op("vsel", {V{28}, V{28}, V{r}, count(r)}, P{1});
         });
         if (S == 1) row(lag - 2, down);
+        if (late) row(lag, zero);
         return;
       }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
@@ -1686,14 +1760,30 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       }
       row(lag, zero);
     });
-    if (act) {
+    if (collect) {
       // The group's rows in v28 as fp32, the activation on them, each row spread back for its
-      // gather (silu_pairs: the gate columns' PEs, p4 = p1 & p2, gather).
-      b.op("vpack.f16", {V{24}, V{28}, V{28}}, P{1});  // each lane rounded to fp16 and back
-      b.op("vunpack.f16", {V{28}, V{24}, int64_t(0)}, P{1});
+      // gather (silu_pairs: the gate columns' PEs, p4 = p1 & p2, gather); late: the rows as
+      // fp16 elements 0-15 to LRM for the next group's loop (p6 = the PEs that gather).
       const P pg = silu ? P{4} : P{1};
-      if (silu) b.op("pand", {P{4}, P{1}, P{2}});
-      emit_act(b, a.act, pg);
+      if (act) {
+        b.op("vpack.f16", {V{24}, V{28}, V{28}}, P{1});  // each lane rounded to fp16 and back
+        b.op("vunpack.f16", {V{28}, V{24}, int64_t(0)}, P{1});
+        if (silu) b.op("pand", {P{4}, P{1}, P{2}});
+        emit_act(b, a.act, pg);
+      }
+      if (late && hold_reg) {
+        b.op("vmov", {V{17}, V{28}});
+        b.op("vlaneid", {V{18}});  // (lane_ids: an activation's constants are over them)
+        b.op("vsplati", {V{19}, int64_t(1)});
+        b.op("addi", {xPend, xYg, 0});
+        b.op("por", {P{6}, pg, pg});
+      } else if (late) {
+        b.op("vpack.f16", {V{28}, V{28}, V{28}}, pg);
+        b.op("vst", {V{28}, Mem{X{0}, int64_t(hold_at)}});
+        b.li(xHold, hold_at);
+        b.op("addi", {xPend, xYg, 0});
+        b.op("por", {P{6}, pg, pg});
+      } else
       pipeline(4, [&](auto row) {
         row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
         row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
@@ -1720,11 +1810,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     for (uint32_t r = nslots; r < rr; ++r) zero(uint8_t(r));
     b.op("jalr", {X{0}, xLink, 0});
   };
-  routine(routine_full, pl.group_rows(), Part::full, 0, 0);
-  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0, 0);
+  routine(routine_full, pl.group_rows(), Part::full, 0, 0, !two_routines);
+  if (two_routines) routine(routine_last, pl.last_rows, Part::full, 0, 0, true);
   for (const auto& [key, entry] : parts)
     routine(entry, std::get<1>(key) ? pl.last_rows : pl.group_rows(), std::get<0>(key), std::get<2>(key),
-            std::get<3>(key));
+            std::get<3>(key), std::get<1>(key) || !two_routines);
   b.bind(done);
 }
 

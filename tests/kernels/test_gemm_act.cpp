@@ -25,6 +25,7 @@ struct ActShape {
   GemmAct act;
   bool bias = false;
   std::vector<std::string> sets = {};  // machine keys over the preset
+  bool tight_lrm = false;  // lrm_end right past the two buffers: the late gathers' rows wait in registers
 };
 sim::Config config(const ActShape& s) { return sim::Config::make(s.preset, s.sets); }
 
@@ -67,6 +68,7 @@ ActRun run(const ActShape& s, bool fused, bool interleave, GemmAct act) {
   const uint32_t out_ocm = align64(a.scratch_ocm + a.scratch_bytes);
   a.w_ddr = sim::ddr_addr(0x1000);
   a.act = fused ? act : GemmAct::none;
+  if (s.tight_lrm) a.lrm_end = 2 * gemm_lrm_buffer(cfg, wn, s.k) + 64;
   Builder b;
   emit_gemm_w4(b, cfg, a);
   if (!fused) {
@@ -161,7 +163,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GemmActShapes,
                                            ActShape{"qc-u", 128, 1024, 1024, GemmAct::gelu_tanh},
                                            ActShape{"qc-u", 128, 512, 1024, GemmAct::gelu_tanh},  // (split 2)
                                            ActShape{"qc-u", 128, 2048, 1024, GemmAct::gelu_tanh, false, {"pe_cols=64"}},
-                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::silu_pairs, false, {"pe_cols=64"}}));
+                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::silu_pairs, false, {"pe_cols=64"}},
+                                           // late gathers from registers (no LRM room past the buffers)
+                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::gelu_tanh, false, {"pe_cols=64"}, true},
+                                           ActShape{"qc-u", 128, 2048, 1024, GemmAct::silu_pairs, false, {"pe_cols=64"}, true}));
 
 TEST(GemmAct, NegativeControlsChangeTheOutput) {
   const ActShape silu{"mini", 19, 96, 256, GemmAct::silu_pairs};
