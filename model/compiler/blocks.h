@@ -81,10 +81,14 @@ struct Dims {
 // the streamed tower at 1,200 patches on qc-u (row tiles of 200, the fills spread over the MAC
 // loops) the epilogue cost 243 cycles a row group, not the 124 of gemm_act_cycles; fusing the
 // GELUs there on the estimates alone took 0.64 M cycles more (146.57 -> 147.21 M for the tower).
+// On arrays of more than 1,024 PEs the estimate alone: 64x64 4 MiB 128 GB/s, the tower's fc1
+// chunks and the mergers' fc1 with their GELUs, 22.38 -> 22.29 M cycles (14 points of the
+// design-space grid faster, 8 and 16 MiB at 128 GB/s 1,032 cycles slower).
 constexpr double kActMargin = 2.0;
 inline bool act_fused(const sim::Config& cfg, const sim::Config& gcfg, uint32_t m, uint32_t n, uint32_t k,
                       uint32_t split, GemmAct act, const EwArgs& e) {
-  return kActMargin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
+  const double margin = gcfg.npe() > 1024 ? 1.0 : kActMargin;
+  return margin * gemm_act_cycles(gcfg, m, n, k, split, act) < ew_estimate_cycles(cfg, e, ew_pick_mapping(cfg, e));
 }
 
 
