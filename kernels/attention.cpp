@@ -539,10 +539,12 @@ void emit_attention_ocm(Builder& b, const sim::Config& cfg, const OcmAttnArgs& a
   // on 64x64), each (row, head) gets two PEs side by side, the even one the pass's first half of
   // the keys and the odd one the second half, each with its own softmax state, merged in the
   // pass end (the east neighbour's state, rescaled to the pair's max): half the blocks a pass.
-  // Causal passes only, each with an even key count (the second half's masked keys are real
-  // rows then), in rows of whole pairs (even pe_cols).
+  // Causal passes only (a row whose half holds no key of its own gets exp(-big) = 0 at the
+  // merge), each with an even key count (both halves the same blocks, none past the last key),
+  // in rows of whole pairs (even pe_cols).
   auto pass_keys = [&](const Pass& p) { return a.kv_offset + (a.causal ? std::min(S, p.r0 + p.nrows) : S); };
-  bool split = a.causal && cfg.pe_cols % 2 == 0 && 2 * GP * G * R <= npe && a.q_row_stride % 2 == 0 && a.out_row_stride % 2 == 0;
+  bool split = a.causal && cfg.pe_cols % 2 == 0 && 2 * GP * G * R <= npe && a.q_row_stride % 2 == 0 &&
+               a.out_row_stride % 2 == 0;
   for (const Pass& p : passes) split = split && pass_keys(p) % 2 == 0 && pass_keys(p) >= 2 * kJ;
   const uint32_t NS = split ? 2 : 1;
   // q is read and the output written where they are, a sub-group's rows by one strided

@@ -942,7 +942,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // group's rows), so the port time of the gathers (16 x 16 cycles a group on 64x64) overlaps
   // the MACs; the tile's last group gathers its own rows. At split 1 on a whole array (no
   // narrow tile, one row set) with final fp16 outputs, where the gathers are long and LRM has
-  // 128 bytes above every buffer this call and the calls it hands off to fill.
+  // 128 bytes beside every buffer of this call and of the calls it fills (else, without a bias,
+  // in registers: hold_reg below). Split 2 measured worse (its epilogue is bound by the pair
+  // sums' cross-lane chain, and its loop has one free issue slot a row slot).
   const uint32_t gather_pes = uint32_t(cfg.ocm_port_bytes) * (silu ? 2 : 1),
                  rows_per_trip = pl.rows % B == 0 ? pl.rows / B : 0;
   const uint32_t hold_at = [&] {  // the lowest 128 bytes (64-aligned) past every such buffer and pad
@@ -957,8 +959,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         return uint32_t(at);
     return uint32_t(lrm_end);
   }();
-  const bool defer = S == 1 && !twin && !tail && !lrm_acc && !a.acc_in && !a.y_f32 &&
-                     pl.groups >= 2 && rows_per_trip && long_gathers && (hold_at + 128 <= lrm_end || a.bias == GemmBias::none);
+  const bool defer = S == 1 && !twin && !tail && !lrm_acc && !a.acc_in && !a.y_f32 && pl.groups >= 2 &&
+                     rows_per_trip && long_gathers && (hold_at + 128 <= lrm_end || a.bias == GemmBias::none);
   const bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself)
   // Without the LRM room the rows wait in v17 (fp32, lane r), each taken by a one-lane select
   // (v18: lane id - row, 0 at the row's lane; v20 = 0: no bias) and an integer lane sum of the
@@ -1600,7 +1602,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           }
           for (uint32_t lo = 0; lo < T; lo += gather_pes) {
             gops.push_back([&b, lo, xGlo] { b.li(xGlo, lo); });
-            gops.push_back([&b, lo, xGhi, &gather_pes] { b.li(xGhi, lo + gather_pes); });
+            gops.push_back([&b, lo, xGhi, gather_pes] { b.li(xGhi, lo + gather_pes); });
             gops.push_back([&b, xGlo, xGhi] { b.op("pset.range", {P{5}, xGlo, xGhi}); });
             gops.push_back([&b] { b.op("pand", {P{5}, P{5}, P{6}}); });
             gops.push_back([&b, vt, xPend, xGs] { b.op("ogather.h1", {vt, Mem{xPend, 0}, xGs}, P{5}); });
