@@ -1575,15 +1575,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
             extra.push_back({[&b, r] { b.op("vredsum.f32", {V{uint8_t(r)}, V{uint8_t(r)}}); }, {}, false, r + 2});
         ats[u] = issue_plan(extra, room, load.data() + u * rr, rr);
       }
-      // Piece instruction k at the first slot with room from k / n of the way through the trip.
+      // Instruction k of n at the first slot with room from k / n of the way through the trip.
       const uint32_t slots = trip * rr, n = pieces ? 4 * pieces_here * trip : 0;
-      std::vector<uint32_t> piece_at(n);
-      for (uint32_t k = 0, j = 0; k < n; ++k) {
-        j = std::max(j, uint32_t(uint64_t(k) * slots / n));
-        while (j + 1 < slots && load[j] >= room) ++j;
-        piece_at[k] = j;
-        ++load[j];
-      }
+      auto spread = [&](size_t count) {
+        std::vector<uint32_t> at(count);
+        for (uint32_t k = 0, j = 0; k < count; ++k) {
+          j = std::max(j, uint32_t(uint64_t(k) * slots / count));
+          while (j + 1 < slots && load[j] >= room) ++j;
+          at[k] = j;
+          ++load[j];
+        }
+        return at;
+      };
+      const std::vector<uint32_t> piece_at = spread(n);
       // Late gathers: rows_per_trip of the previous group's rows, each loaded from LRM (its fp16
       // in lane 0's low half) and written to Y in pieces of gather_pes PEs (p5 = the piece's PEs
       // that gather, p6: none in a tile's first group), in the slots left after the pieces.
@@ -1609,13 +1613,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           }
           gops.push_back([&b, xPend, &a] { b.op("addi", {xPend, xPend, int64_t(a.y_stride)}); });
         }
-      std::vector<uint32_t> gather_at(gops.size());
-      for (uint32_t k = 0, j = 0; k < gops.size(); ++k) {
-        j = std::max(j, uint32_t(uint64_t(k) * slots / gops.size()));
-        while (j + 1 < slots && load[j] >= room) ++j;
-        gather_at[k] = j;
-        ++load[j];
-      }
+      const std::vector<uint32_t> gather_at = spread(gops.size());
       size_t pk = 0, gk = 0;
       bool moved = false;  // x10 has moved: this trip's rows a step lower
       for (uint32_t u = 0; u < trip; ++u) {
@@ -1773,16 +1771,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         if (silu) b.op("pand", {P{4}, P{1}, P{2}});
         emit_act(b, a.act, pg);
       }
-      if (late && hold_reg) {
-        b.op("vmov", {V{17}, V{28}});
-        b.op("vlaneid", {V{18}});  // (lane_ids: an activation's constants are over them)
-        b.op("vsplati", {V{19}, int64_t(1)});
-        b.op("addi", {xPend, xYg, 0});
-        b.op("por", {P{6}, pg, pg});
-      } else if (late) {
-        b.op("vpack.f16", {V{28}, V{28}, V{28}}, pg);
-        b.op("vst", {V{28}, Mem{X{0}, int64_t(hold_at)}});
-        b.li(xHold, hold_at);
+      if (late) {
+        if (hold_reg) {
+          b.op("vmov", {V{17}, V{28}});
+          b.op("vlaneid", {V{18}});  // (lane_ids: an activation's constants are over them)
+          b.op("vsplati", {V{19}, int64_t(1)});
+        } else {
+          b.op("vpack.f16", {V{28}, V{28}, V{28}}, pg);
+          b.op("vst", {V{28}, Mem{X{0}, int64_t(hold_at)}});
+          b.li(xHold, hold_at);
+        }
         b.op("addi", {xPend, xYg, 0});
         b.op("por", {P{6}, pg, pg});
       } else
