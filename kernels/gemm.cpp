@@ -597,13 +597,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const bool long_gathers =
       uint64_t(std::min(n_out, silu ? T / 2 : T)) * 2 >= 4 * uint64_t(cfg.ocm_port_bytes);
   const bool zero_late = long_gathers && !lrm_acc;
-  // The rows' lane sums (vredsum) in the free slots of the loop's last trip, run as a copy of
-  // the body of its own (peel), where the epilogue waits on them: an activation collects every
-  // row's sum before it starts (64x64, 8 MiB, 128 GB/s: 21.464 -> 21.460 M cycles), and short
-  // gathers leave the sums' latency exposed (16x16, 4 MiB, 32 GB/s: 275.06 -> 274.78 M). Not
-  // with long gathers and no activation: the gathers bound that epilogue (64x64, 4 MiB, 128 GB/s:
-  // +4.5 K with it).
-  bool peel_sums = act || !long_gathers;  // (late gathers too, below)
   auto zero_all = [&] {
     if (zero_late)
       for (uint32_t r = 0; r < pl.rows; ++r) b.op("vmov", {V{uint8_t(r)}, V{20}});
@@ -925,17 +918,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("xor", {xFill, xFill, xSwap});
   };
 
-  // The look-ahead load at a buffer's end reads 64 bytes past it (the other buffer's
-  // start, or the pad): give them defined contents, so no load reads unwritten LRM.
-  b.op("vsplati", {V{26}, int64_t(0)});
-  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_p + BS)}});
-  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_q + BS)}});
-
-  // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
-  // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
-  // written again because other kernels reuse the smem since. handed_off: tile 0 is in
-  // LRM already and tile 1's first units are in flight.)
-  const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
   // Late gathers: a row group's outputs (16 rows, one fp16 a row a PE) wait in LRM at hold_at
   // while the next group's loop writes them to Y in pieces of gather_pes PEs (2 port cycles
   // each) in the issue slots its trips leave, rows_per_trip rows a trip (its B trips take the
@@ -961,13 +943,30 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   }();
   const bool defer = S == 1 && !twin && !tail && !lrm_acc && !a.acc_in && !a.y_f32 && pl.groups >= 2 &&
                      rows_per_trip && long_gathers && (hold_at + 128 <= lrm_end || a.bias == GemmBias::none);
-  const bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself)
   // Without the LRM room the rows wait in v17 (fp32, lane r), each taken by a one-lane select
   // (v18: lane id - row, 0 at the row's lane; v20 = 0: no bias) and an integer lane sum of the
   // bits (every lane then holds the row's; v19 = ones).
   const bool hold_reg = defer && hold_at + 128 > lrm_end;
-  if (defer && !hold_reg) b.op("vst", {V{26}, Mem{X{0}, int64_t(hold_at + 64)}});  // (zero: the loads read it)
-  peel_sums = peel_sums || defer;
+  // The rows' lane sums (vredsum) in the free slots of the loop's last trip, run as a copy of
+  // the body of its own (peel), where the epilogue waits on them: an activation collects every
+  // row's sum before it starts (64x64, 8 MiB, 128 GB/s: 21.464 -> 21.460 M cycles), and short
+  // gathers leave the sums' latency exposed (16x16, 4 MiB, 32 GB/s: 275.06 -> 274.78 M). Not
+  // with long gathers and no activation: the gathers bound that epilogue (64x64, 4 MiB, 128 GB/s:
+  // +4.5 K with it). Late gathers too: their epilogue ends in one store.
+  const bool peel_sums = act || !long_gathers || defer;
+  // The look-ahead load at a buffer's end reads 64 bytes past it (the other buffer's
+  // start, or the pad): give them defined contents, so no load reads unwritten LRM.
+  b.op("vsplati", {V{26}, int64_t(0)});
+  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_p + BS)}});
+  b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_q + BS)}});
+  if (defer && !hold_reg) b.op("vst", {V{26}, Mem{X{0}, int64_t(hold_at + 64)}});  // (the late gathers' loads read it)
+
+  // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
+  // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
+  // written again because other kernels reuse the smem since. handed_off: tile 0 is in
+  // LRM already and tile 1's first units are in flight.)
+  const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
+  const bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself)
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
