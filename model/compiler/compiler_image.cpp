@@ -1616,7 +1616,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (rows)
       prefetch(layer_name(i, "o.gemm"), d.H, d.nq * d.hd, KernelCalls::kLrmShared, 0,
                two_ahead ? two_ahead->o : anywhere, true);  // (whole: gate|up's units start during it)
-    if (two_ahead && rows == S) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
+    // (In the last layer too, whose o_proj and MLP run on the head's row alone: its q|k|v's DDR
+    // idled 22 K cycles after o_proj's tile there, 64x64, 8 MiB, 128 GB/s.)
+    if (two_ahead && rows) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // k, then q, normed and rotated (one call each); the cache write (DMA) starts after k's and
