@@ -1408,6 +1408,61 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t qkv_n = (qkv_split ? 2 : 3) * d.Dv;
   const float veps = float(vc.layer_norm_eps), teps = float(tc.rms_norm_eps);
 
+  // The prefill's layout, settled before the tower (whose final merger hands layer 0's q|k|v off
+  // where the layers' two-ahead layout puts it); none without a prefill (its shapes are empty).
+  // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
+  const bool pre = s.prefill && S;
+  const uint32_t ncalls = pre ? nchunks / J : 0, gu_n = 2 * cw * J;
+  const double p_attn =
+      pre ? attention_estimate(cfg_, {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true})
+          : 0;
+  // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
+  // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
+  const uint32_t dk = pre ? down_chunk_k(cw, d.I) : 0, dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
+  const bool dchain = pre && down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
+  // Two calls ahead (kernels::gemm_two_ahead): where q|k|v's MACs leave the DDR time for
+  // o_proj's weight and more, q|k|v also takes the first units of the gate|up call's first
+  // tile (the DDR idled through its last units before). That needs the four GEMMs of a layer
+  // (one gate|up call, one down call) at fixed LRM places: down at 0 (or just above gate|up's
+  // second buffer, at 0, where its last tile is there), q|k|v after it, o_proj at kLrmShared
+  // (below q|k|v), gate|up's first tile at the top;
+  // taken where every hand-off of that layout fits (the same kernels::gemm_handoff the calls
+  // run) and q|k|v takes some units.
+  struct LayerLrm {
+    uint32_t down = 0, qkv = 0, o = 0, gu = 0;
+  };
+  const std::optional<LayerLrm> two_ahead = [&]() -> std::optional<LayerLrm> {
+    if (!pre || dchain || ncalls != 1 || opt_.image_no_two_ahead) return std::nullopt;
+    const std::string wq = layer_name(0, "qkv.gemm"), wo = layer_name(0, "o.gemm"), wg = layer_name(0, "gu0.gemm"),
+                      wd = layer_name(0, "down.gemm");
+    if (!ddr_.has(wd)) return std::nullopt;
+    auto lrm = [&](const std::string& w, uint32_t n, uint32_t kk) {
+      return (kernels::gemm_lrm_buffer(gemm_cfg_, n, kk, ddr_.at(w).split) + 64 + 63) / 64 * 64;
+    };
+    const uint32_t R = KernelCalls::kLrmShared, L = gemm_cfg_.lrm_bytes;
+    LayerLrm at;
+    // (gate|up's second buffer goes to 0: where its last tile is there, the down right above it)
+    const bool gu_last_in_q = kernels::plan_gemm(gemm_cfg_, 0, gu_n, d.H, ddr_.at(wg).split).tiles % 2 == 0;
+    at.down = gu_last_in_q ? lrm(wg, gu_n, d.H) : 0;
+    at.qkv = at.down + lrm(wd, d.H, d.I);
+    at.o = R;
+    at.gu = (L - lrm(wg, gu_n, d.H)) / 64 * 64;
+    if (at.qkv < R || at.o + lrm(wo, d.H, d.nq * d.hd) > at.qkv) return std::nullopt;
+    auto args = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t m) {
+      GemmArgs g = k.base_args(w, k.first_call_n(w, n, kk), kk);
+      g.m = m;
+      return g;
+    };
+    GemmArgs dn = args(wd, d.H, d.I, S), qkv = args(wq, d.qkv_n, d.H, S), o = args(wo, d.H, d.nq * d.hd, S),
+             gu = args(wg, gu_n, d.H, S), dn2 = dn;
+    if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o, true) ||
+        !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || (gu_last_in_q && gu.lrm_q != 0) ||
+        !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
+      return std::nullopt;
+    return at;
+  }();
+  const uint32_t anywhere = kernels::kLrmAnywhere;
+
   // ================= vision tower =================
   if (s.vision) {
     b.op("mark.begin", {Name{"vision_tower"}});
@@ -1514,7 +1569,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       m.norm(mt, H, XN);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
       m.fc1(mt, XN, BIG);
-      if (s.prefill) prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H);
+      // (layer 0's q|k|v where the layers' two-ahead layout puts it, as every layer's after it)
+      if (s.prefill)
+        prefetch(layer_name(0, "qkv.gemm"), d.qkv_n, d.H, KernelCalls::kLrmShared, 0, two_ahead ? two_ahead->qkv : anywhere);
       m.fc2(mt, BIG, TMP);
       m.store(mt, TMP);
       b.op("mark.end", {Name{"Mf"}});
@@ -1547,56 +1604,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // the rotary, the cache write and the attention read them there; the attention's
   // head-major staging goes to TMP.
   const uint32_t Q = BIG, K = BIG + qd, Vv = BIG + qd + tl.kd();
-  // Gate|up calls of J packed chunks: [S][2 cw J] in TMP, chunk c' at column 2 cw c'.
-  const uint32_t ncalls = nchunks / J, gu_n = 2 * cw * J;
-  const double p_attn =
-      attention_estimate(cfg_, {.q_heads = d.nq, .kv_heads = d.nkv, .head_dim = d.hd, .seq = S, .causal = true});
-  // The down in chunks beside the gate|up calls (down_chunk_k, their packings laid: plan_image_ddr),
-  // its fp32 partial sums in LRM seeded with the residual, the last rounding residual + MLP into H.
-  const uint32_t dk = down_chunk_k(cw, d.I), dsums = dk ? lrm_sums(gemm_cfg_, S, d.H, dk, gu_n, 0) : 0;
-  const bool dchain = down_chunked(J, dsums) && ddr_.has(layer_name(0, "dn0.gemm"));
-  // Two calls ahead (kernels::gemm_two_ahead): where q|k|v's MACs leave the DDR time for
-  // o_proj's weight and more, q|k|v also takes the first units of the gate|up call's first
-  // tile (the DDR idled through its last units before). That needs the four GEMMs of a layer
-  // (one gate|up call, one down call) at fixed LRM places: down at 0 (or just above gate|up's
-  // second buffer, at 0, where its last tile is there), q|k|v after it, o_proj at kLrmShared
-  // (below q|k|v), gate|up's first tile at the top;
-  // taken where every hand-off of that layout fits (the same kernels::gemm_handoff the calls
-  // run) and q|k|v takes some units.
-  struct LayerLrm {
-    uint32_t down = 0, qkv = 0, o = 0, gu = 0;
-  };
-  const std::optional<LayerLrm> two_ahead = [&]() -> std::optional<LayerLrm> {
-    if (dchain || ncalls != 1 || !S || opt_.image_no_two_ahead) return std::nullopt;
-    const std::string wq = layer_name(0, "qkv.gemm"), wo = layer_name(0, "o.gemm"), wg = layer_name(0, "gu0.gemm"),
-                      wd = layer_name(0, "down.gemm");
-    if (!ddr_.has(wd)) return std::nullopt;
-    auto lrm = [&](const std::string& w, uint32_t n, uint32_t kk) {
-      return (kernels::gemm_lrm_buffer(gemm_cfg_, n, kk, ddr_.at(w).split) + 64 + 63) / 64 * 64;
-    };
-    const uint32_t R = KernelCalls::kLrmShared, L = gemm_cfg_.lrm_bytes;
-    LayerLrm at;
-    // (gate|up's second buffer goes to 0: where its last tile is there, the down right above it)
-    const bool gu_last_in_q = kernels::plan_gemm(gemm_cfg_, 0, gu_n, d.H, ddr_.at(wg).split).tiles % 2 == 0;
-    at.down = gu_last_in_q ? lrm(wg, gu_n, d.H) : 0;
-    at.qkv = at.down + lrm(wd, d.H, d.I);
-    at.o = R;
-    at.gu = (L - lrm(wg, gu_n, d.H)) / 64 * 64;
-    if (at.qkv < R || at.o + lrm(wo, d.H, d.nq * d.hd) > at.qkv) return std::nullopt;
-    auto args = [&](const std::string& w, uint32_t n, uint32_t kk, uint32_t m) {
-      GemmArgs g = k.base_args(w, k.first_call_n(w, n, kk), kk);
-      g.m = m;
-      return g;
-    };
-    GemmArgs dn = args(wd, d.H, d.I, S), qkv = args(wq, d.qkv_n, d.H, S), o = args(wo, d.H, d.nq * d.hd, S),
-             gu = args(wg, gu_n, d.H, S), dn2 = dn;
-    if (!kernels::gemm_handoff(gemm_cfg_, dn, qkv, R, at.qkv) || !kernels::gemm_handoff(gemm_cfg_, qkv, o, R, at.o, true) ||
-        !kernels::gemm_two_ahead(gemm_cfg_, qkv, o, gu, R, at.gu) || (gu_last_in_q && gu.lrm_q != 0) ||
-        !kernels::gemm_handoff(gemm_cfg_, gu, dn2, 0, at.down))
-      return std::nullopt;
-    return at;
-  }();
-  const uint32_t anywhere = kernels::kLrmAnywhere;
   bool normed = false;  // the layer's input norm ran in the layer before's residual call
   for (int i = 0; i < tc.num_hidden_layers; ++i) {
     const std::string L = fmt::format("P{}", i);

@@ -1718,9 +1718,10 @@ TEST(Image, TwoCallsAheadWhereQkvHasDdrTimeToSpare) {
 // half the width (hidden 1024, 8 q and 4 kv heads of 128, MLP 3072; 4 layers), on qc-u's array at
 // 128 GB/s, resident: each layer's q|k|v takes 4 of gate|up's first units into LRM beside o_proj's
 // tile (the layout of compiler_image.cpp: the down at 0, q|k|v above it, o_proj at 1,024, gate|up
-// at the top), o_proj the rest. Logits cosine >= 0.9999, the same top-1, timing-only = functional
-// cycles; negative control: the codes of layer 1's gate|up units 1 to 3 (of those q|k|v takes)
-// zeroed fail the gate.
+// at the top), o_proj the rest; the last layer too (its o_proj and MLP on the head's row alone),
+// and the final merger hands layer 0's q|k|v off at the layout's place. Logits cosine >= 0.9999,
+// the same top-1, timing-only = functional cycles; negative controls: the codes of layer 1's or of
+// the last layer's gate|up units 1 to 3 (of those q|k|v takes) zeroed fail the gate.
 ModelConfig config_tiny_mid() {
   ModelConfig m = config_tiny();
   m.name = "tiny_mid";
@@ -1757,6 +1758,9 @@ TEST(ImageOcm, TwoCallsAheadMatchesTheChain) {
   const kernels::GemmPlan gu = kernels::plan_gemm(cfg, 0, 2 * 3072, 1024);
   expect_zeroed_weight_fails(c, prog, kOcmShape, mid.bundle.get(), pixels, ref, "L1.gu0.gemm",
                              "the codes of layer 1's gate|up units 1-3, taken two calls ahead",
+                             gu.unit_offset(1, false), gu.unit_offset(4, false));
+  expect_zeroed_weight_fails(c, prog, kOcmShape, mid.bundle.get(), pixels, ref, "L3.gu0.gemm",
+                             "the codes of the last layer's gate|up units 1-3, taken two calls ahead",
                              gu.unit_offset(1, false), gu.unit_offset(4, false));
 }
 
