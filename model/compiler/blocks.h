@@ -737,6 +737,12 @@ struct VisionBlock {
   void residual(const Tile& t, const char* step, uint32_t h, uint32_t y) const {
     k.ew(t.at(step), {.op = EwOp::add, .rows = t.rows, .cols = d.Dv, .a_ocm = h, .b_ocm = y, .out_ocm = h});
   }
+  // The MLP residual h += y and the next block's norm1 of h into x in one call (marked
+  // mlp_residual: NormArgs::residual), that norm's weight and bias at n1 ([2][Dv] fp16).
+  void residual_norm1(const Tile& t, uint32_t h, uint32_t y, uint32_t x, uint32_t n1) const {
+    k.norm(t.at("mlp_residual"), {.kind = NormKind::layer, .rows = t.rows, .dim = d.Dv, .x_ocm = h, .y_ocm = x,
+                                  .w_ocm = n1, .b_ocm = n1 + d.Dv * 2, .eps = eps, .residual = true, .r_ocm = y});
+  }
 };
 
 // A patch merger (j: DeepStack tap j, -1 the final merger): its LayerNorm (the final merger's

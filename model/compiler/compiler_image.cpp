@@ -1380,6 +1380,19 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
+  // The next vision block's norm1 weights (w, b), loaded with each block's vectors, where the OCM
+  // has room: that norm then runs in the block's MLP residual call (below).
+  const uint64_t n1_bytes = uint64_t(d.Dv) * 2 * 2;
+  const uint32_t NEXT_N1 = s.vision && a.left() >= detail::OcmAlloc::footprint(n1_bytes)
+                               ? a.take(n1_bytes, "next block's norm1 weights")
+                               : UINT32_MAX;
+  // The vectors of the merger after a block, loaded with the block's own where the OCM has room:
+  // at the merger's start its fc1 units fill the DMA queues, and a load behind them waited 5.3 K
+  // cycles (64x64, 8 MiB, 128 GB/s).
+  const uint64_t mvec_bytes = uint64_t(std::max(d.merger_vec(true), d.merger_vec(false))) * 2;
+  const uint32_t MVEC = s.vision && a.left() >= detail::OcmAlloc::footprint(mvec_bytes)
+                            ? a.take(mvec_bytes, "the next merger's vectors")
+                            : UINT32_MAX;
   k.fuse_gelu = opt_.image_gelu_fused;
   detail::Emitter& em = k.em;
   // Rotary tables cos [rows][hd] then sin into ROPE from src and src + sin_off: waited for
@@ -1490,14 +1503,32 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       prefetch(mname(-1, "fc1"), d.Md, d.Md);
     };
     const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
+    bool vnormed = false;  // the block's norm1 ran in the block before's residual call
     for (int blk = 0; blk < vc.depth; ++blk) {
       const std::string B = fmt::format("V{}", blk);
       const Tile t{.mark = B, .r0 = 0, .rows = N};
       vb.block = blk;
       b.op("mark.begin", {Name{B}});
+      // The next block's norm1 in this block's MLP residual call where no merger comes between
+      // (its weights in NEXT_N1, loaded beside this block's vectors): one pass over h through
+      // the OCM port fewer (64x64, 8 MiB, 128 GB/s: 1.1 K cycles a block).
+      const auto& taps = vc.deepstack_visual_indexes;
+      const bool fuse_n1 = NEXT_N1 != UINT32_MAX && blk + 1 < vc.depth &&
+                           std::find(taps.begin(), taps.end(), blk) == taps.end();
+      if (fuse_n1)
+        em.copy_async(B + ".load_next_norm1", 0, ddr_.bus(vname(blk + 1, "vec")), ocm(NEXT_N1), uint32_t(n1_bytes));
+      // The first merger after this block (DeepStack tap j, or -1: the final merger), if any.
+      const auto tap = std::find(taps.begin(), taps.end(), blk);
+      const std::optional<int> merger_next = tap != taps.end() ? std::optional<int>(int(tap - taps.begin()))
+                                             : blk + 1 == vc.depth ? std::optional<int>(-1)
+                                                                   : std::nullopt;
+      if (MVEC != UINT32_MAX && merger_next)
+        em.copy_async(B + ".load_merger_vectors", 0, ddr_.bus(mname(*merger_next, "vec")), ocm(MVEC),
+                      d.merger_vec(*merger_next >= 0) * 2);
       em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
       tables_early(vtables(B + "."));
-      vb.norm1(t, H, XN);
+      if (!vnormed) vb.norm1(t, H, XN);
+      vnormed = false;
       vb.qkv(t, XN, BIG, [&](int j) {
         if (j == 0 && qkv_split) prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, vb.v_off);
         else prefetch(vname(blk, "proj"), d.Dv, d.Dv, KernelCalls::kLrmShared, 0, kernels::kLrmAnywhere, true);
@@ -1542,16 +1573,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         else prefetch_after_block(blk, 0);
         vb.fc2(c, BIG, TMP + r0 * d.Dv * 2);
       }
-      vb.residual(t, "mlp_residual", H, TMP);
+      if (fuse_n1) vb.residual_norm1(t, H, TMP, XN, NEXT_N1);
+      else vb.residual(t, "mlp_residual", H, TMP);
+      vnormed = fuse_n1;
       b.op("mark.end", {Name{B}});
       // DeepStack tap: the block output through merger j, kept in DDR for the prefill.
-      const auto& taps = vc.deepstack_visual_indexes;
       for (int j = 0; j < int(taps.size()); ++j) {
         if (taps[j] != blk) continue;
-        const Merger m{.k = k, .d = d, .j = j, .vec = VEC, .eps = veps};
+        const bool loaded = MVEC != UINT32_MAX;  // (this block's first merger)
+        const Merger m{.k = k, .d = d, .j = j, .vec = loaded ? MVEC : VEC, .eps = veps};
         const Tile mt{.mark = fmt::format("M{}", j), .r0 = 0, .rows = Nt};
         b.op("mark.begin", {Name{mt.mark}});
-        em.copy(mt.at("load_vectors"), ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
+        if (!loaded) em.copy(mt.at("load_vectors"), ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
         m.norm(mt, H, XN);
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
         m.fc1(mt, XN, BIG);
@@ -1562,10 +1595,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       }
     }
     {
-      const Merger m{.k = k, .d = d, .j = -1, .vec = VEC, .eps = veps};
+      // (loaded with the last block's vectors where that block is no DeepStack tap)
+      const auto& taps = vc.deepstack_visual_indexes;
+      const bool loaded = MVEC != UINT32_MAX && std::find(taps.begin(), taps.end(), vc.depth - 1) == taps.end();
+      const Merger m{.k = k, .d = d, .j = -1, .vec = loaded ? MVEC : VEC, .eps = veps};
       const Tile mt{.mark = "Mf", .r0 = 0, .rows = Nt};
       b.op("mark.begin", {Name{"Mf"}});
-      em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
+      if (!loaded) em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
       m.norm(mt, H, XN);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
       m.fc1(mt, XN, BIG);
