@@ -797,6 +797,13 @@ struct TextLayer {
   uint32_t first = 0, ni = 0, i0 = 0;
   int deepstack_layers = 0;
   uint32_t ids_smem = 0, embed_scratch = 0, slot0_smem = 0, max_seq = 0;
+  // The DeepStack rows kept in OCM by the tower (kKeptNone: read from DDR): act.ds<j>'s at
+  // kept + j * kept_rows * H * 2. image_in_place: the image rows are in the residual rows
+  // already (the final merger wrote them there), no splice.
+  static constexpr uint32_t kKeptNone = UINT32_MAX;
+  uint32_t kept = kKeptNone, kept_rows = 0;
+  bool image_in_place = false;
+  uint32_t kept_at(int j, uint32_t row) const { return kept + (uint32_t(j) * kept_rows + row) * d.H * 2; }
 
   uint32_t qd() const { return d.nq * d.hd * 2; }   // row bytes of q
   uint32_t kd() const { return d.nkv * d.hd * 2; }  // of k (= v)
@@ -811,7 +818,7 @@ struct TextLayer {
         k.embed(t.at(s0 == t.r0 ? "embed" : "embed.after_image"),
                 {.vocab = d.V, .dim = d.H, .rows = s1 - s0, .ids_smem = ids_smem + s0 * 4,
                  .out_ocm = in + (s0 - t.r0) * w2, .scratch_ocm = embed_scratch});
-    if (e > a)
+    if (e > a && !image_in_place)
       k.em.copy(t.at("splice"), k.ddr.bus("act.img") + (a - first + i0) * w2, ocm(in + (a - t.r0) * w2), (e - a) * w2);
   }
   void input_norm(const Tile& t, uint32_t in, uint32_t x) const {
@@ -905,10 +912,14 @@ struct TextLayer {
   void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
     if (!has_deepstack(t)) return;
-    k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2, ocm(scratch),
-              (e - a) * w2);
+    uint32_t rows = scratch;
+    if (kept == kKeptNone)
+      k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
+                ocm(scratch), (e - a) * w2);
+    else
+      rows = kept_at(layer, a - first + i0);
     const uint32_t at = h + (a - t.r0) * w2;
-    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = scratch,
+    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = rows,
                                  .out_ocm = at});
   }
 };
