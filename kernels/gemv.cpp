@@ -180,6 +180,12 @@ struct GemvChunks {
 };
 }  // namespace
 
+uint32_t gemv_chunk_bytes(const sim::Config& cfg, const GemvArgs& a) { return GemvChunks(cfg, a).chunk_bytes; }
+uint32_t gemv_parkable_chunks(const sim::Config& cfg, const GemvArgs& a) {
+  const GemvChunks k(cfg, a);
+  return k.C - k.Ct;
+}
+
 void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   const GemvChunks k(cfg, a);
   uint32_t src = a.w_ddr;
@@ -192,7 +198,18 @@ void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
 }
 
 void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
-  const GemvChunks k(cfg, a);
+  GemvChunks k(cfg, a);
+  // Parked chunks (GemvArgs::park_chunks): the DMA streams the other C, from chunk Pk on.
+  const uint32_t Pk = a.park_chunks;
+  if (Pk) {
+    if (a.prefetched) fail("gemv: parked chunks and a prefetch cannot both start the call");
+    if (Pk > k.C - k.Ct)
+      fail("gemv: {} parked chunks, but the call has only {} full ones (of {} columns x {} blocks)", Pk, k.C - k.Ct,
+           a.n, k.nblk);
+    k.C -= Pk;
+    k.ch = std::min(k.ch, std::max(k.C, 1u));
+    k.two = k.two && k.C > 1;
+  }
   const uint32_t T = k.T, nblk = k.nblk, tail = k.tail, G = k.G, Ct = k.Ct, C = k.C;
   const uint32_t chunk_bytes = k.chunk_bytes, tail_chunk_bytes = k.tail_chunk_bytes, ch = k.ch;
   auto buf = [&](uint32_t c) { return k.buf(a, c); };
@@ -201,8 +218,8 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   // ---- prologue: constants, descriptors, first chunks in flight ----
   // x2 DDR address of the next chunk, x3 chunks left to start, x12 its size, x24 the
   // narrow tile's chunk count (x12 switches when x3 reaches it).
-  b.li(X{1}, C);
-  b.li(X{2}, a.w_ddr);
+  b.li(X{1}, C + Pk);
+  b.li(X{2}, a.w_ddr + Pk * chunk_bytes);
   b.li(X{3}, C);
   b.li(X{4}, 0);
   b.li(X{5}, a.x_ocm);
@@ -251,11 +268,24 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
       b.bind(full);
     }
   };
-  for (uint32_t c = 0; c < ch; ++c) start_chunk(c, !a.prefetched);
+  if (Pk) b.op("dma.waitall");
+  for (uint32_t c = 0; c < ch && C; ++c) start_chunk(c, !a.prefetched);
 
   // ---- main loop: per channel, wait for its chunk, consume it, refill (two buffers on one
   // channel: wait for the chunk, start the next into the other buffer, consume) ----
   Label round = b.label(), done = b.label(), chunk = b.label();
+  if (Pk) {
+    // The parked chunks first, in order (x7 moves on through them; their copies waited for here:
+    // long done where the caller placed them), the channels' first chunks on their way meanwhile.
+    Label parked = b.label();
+    b.li(X{7}, a.park_ocm);
+    b.li(X{25}, Pk);
+    b.bind(parked);
+    b.op("jal", {X{14}, chunk});
+    b.op("addi", {X{1}, X{1}, -1});
+    b.op("addi", {X{25}, X{25}, -1});
+    b.op("bne", {X{25}, X{0}, parked});
+  }
   b.bind(round);
   for (uint32_t c = 0; c < slots; ++c) {
     Label skip = b.label();

@@ -59,6 +59,14 @@ struct GemvArgs {
   uint32_t scratch_bytes = 0;
   uint32_t smem = 0;          // scalar-memory bytes for descriptors (64 per channel)
   bool prefetched = false;    // emit_gemv_prefetch(the same args) ran before: the first chunks are in flight
+  // Parked chunks: the weight's first park_chunks chunks (whole ones, gemv_chunk_bytes each,
+  // none of the narrow tile's) were copied to OCM park_ocm beforehand, as they lie in DDR, by
+  // DMA the caller started on any channels; the kernel waits for every channel (dma.waitall),
+  // starts its channels at the chunk after them and consumes the parked ones meanwhile. An
+  // image program parks the LM head's first chunks where its last layers leave the DDR idle
+  // and OCM free (docs/performance.md, issue 13). The last one's reads go 3 bytes past the
+  // park (as a scratch buffer's past its chunk). Not with prefetched.
+  uint32_t park_ocm = 0, park_chunks = 0;
 };
 
 // Packs a quantised [n][k] weight into the layout above for the machine's tile width.
@@ -78,6 +86,10 @@ inline uint32_t gemv_buffers(uint32_t channels) { return channels == 1 ? 2 : cha
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a);
 // OCM scratch for `buffers` DMA buffers at one block a chunk.
 uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t buffers);
+// Bytes of one of the call's full chunks, and how many of its chunks may be parked (the full
+// ones: all but the narrow tile's): GemvArgs::park_chunks.
+uint32_t gemv_chunk_bytes(const sim::Config& cfg, const GemvArgs& a);
+uint32_t gemv_parkable_chunks(const sim::Config& cfg, const GemvArgs& a);
 
 // macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).
 KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);

@@ -931,12 +931,14 @@ struct Head {
   const Dims& d;
   uint32_t vec = 0;
   float eps = 0;
-  void run(uint32_t x, uint32_t y, uint32_t logits, uint32_t scratch, uint32_t scratch_bytes) const {
+  // (park: the LM head's parked first chunks, kernels::GemvArgs::park_ocm and park_chunks)
+  void run(uint32_t x, uint32_t y, uint32_t logits, uint32_t scratch, uint32_t scratch_bytes,
+           std::pair<uint32_t, uint32_t> park = {}) const {
     k.em.copy("final_norm.load", k.ddr.bus("final_norm"), ocm(vec), d.H * 2);
     k.norm("final_norm", {.kind = NormKind::rms, .rows = 1, .dim = d.H, .x_ocm = x, .y_ocm = y, .w_ocm = vec,
                           .eps = eps});
     k.lm_head("lm_head", {.n = d.V, .k = d.H, .x_ocm = y, .y_ocm = logits, .scratch_ocm = scratch,
-                          .scratch_bytes = scratch_bytes});
+                          .scratch_bytes = scratch_bytes, .park_ocm = park.first, .park_chunks = park.second});
   }
 };
 

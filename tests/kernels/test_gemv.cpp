@@ -18,10 +18,12 @@ struct GemvRun {
 };
 
 // prefetch: emit_gemv_prefetch first, then `between` cycles of other work (a busy loop),
-// then the call with prefetched = true.
+// then the call with prefetched = true (without: the busy loop all the same).
 // scratch_bytes: the DMA buffers' OCM (0: the rest of the OCM).
+// park: the first `park` chunks parked (GemvArgs::park_chunks) at the OCM's end, copied there by
+// DMA on channel 0 before the `between` cycles (park_copy = false: not copied, a negative control).
 GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, bool timing_only, bool prefetch = false,
-                 uint32_t between = 0, uint32_t scratch_bytes = 0) {
+                 uint32_t between = 0, uint32_t scratch_bytes = 0, uint32_t park = 0, bool park_copy = true) {
   GemvRun r;
   std::vector<float> w = random_vector(size_t(n) * k, seed, 0.02f);
   std::vector<float> x = random_vector(k, seed + 1);
@@ -38,6 +40,21 @@ GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, 
   a.w_ddr = sim::ddr_addr(0x1000);
   a.smem = 0;
   Builder b;
+  if (park) {
+    const uint32_t bytes = park * gemv_chunk_bytes(cfg, a);
+    a.scratch_bytes -= (bytes + 64 + 63) / 64 * 64;  // (a chunk's last reads go 3 bytes past it)
+    a.park_ocm = a.scratch_ocm + a.scratch_bytes;
+    a.park_chunks = park;
+    if (park_copy) {
+      b.descriptor(512, a.w_ddr, sim::ocm_addr(a.park_ocm), bytes);
+      b.li(X{1}, 512);
+      b.op("dma.start", {Chan{0}, X{1}});
+    }
+  }
+  if (between && !prefetch) {  // (the prefetch's own below)
+    b.li(X{1}, between);
+    b.loop(X{1}, [&] { b.op("nop"); });
+  }
   if (prefetch) {
     emit_gemv_prefetch(b, cfg, a);
     a.prefetched = true;
@@ -163,6 +180,29 @@ TEST(Gemv, PrefetchedCallGivesTheSameValuesAndStartsSooner) {
 // same order), the prefetched start included; the decode shape within 2% of its DDR floor,
 // where one buffer (the scratch for one block) leaves the DDR idle through every chunk's
 // consumption.
+// Parked chunks (GemvArgs::park_chunks): the same values as the call streaming them all, and
+// the call (after the park's copy and a wait long enough for it) at least each parked chunk's
+// DDR time less the array's faster; negative control: the park left uncopied (zeros in OCM)
+// fails the gate. qc-u at 128 GB/s, with a narrow last tile (2,600 columns) and without.
+TEST(Gemv, ParkedChunksGiveTheSameValuesAndSaveTheirDdrTime) {
+  for (Shape s : {Shape{"qc-u", 2600, 512}, Shape{"qc-u", 4096, 2048}}) {
+    const sim::Config cfg = sim::Config::make(s.preset, {"ddr_gbps=128"});
+    const uint32_t park = 5, between = 40000;
+    const GemvRun plain = run_gemv(cfg, s.n, s.k, 7, false);
+    const GemvRun parked = run_gemv(cfg, s.n, s.k, 7, false, false, between, 0, park);
+    EXPECT_EQ(parked.y, plain.y) << s.n << "x" << s.k;
+    EXPECT_EQ(parked.stats.total[sim::Stat::ddr_bytes_read], plain.stats.total[sim::Stat::ddr_bytes_read]);
+    const GemvRun uncopied = run_gemv(cfg, s.n, s.k, 7, false, false, between, 0, park, false);
+    EXPECT_LT(compare(uncopied.y, uncopied.ref).cosine, 0.9999) << s.n << "x" << s.k;
+    const double chunk_ddr = double(gemv_tile_cols(cfg)) * kGemvColumnBlockBytes / cfg.ddr_bytes_per_cycle();
+    const uint64_t with = run_gemv(cfg, s.n, s.k, 7, true, false, between, 0, park).stats.total[sim::Stat::cycles];
+    const uint64_t without = run_gemv(cfg, s.n, s.k, 7, true, false, between).stats.total[sim::Stat::cycles];
+    EXPECT_LT(double(with), double(without) - 0.3 * park * chunk_ddr) << s.n << "x" << s.k;
+    std::printf("gemv %ux%u, %u chunks parked: %llu cycles, streamed %llu\n", s.n, s.k, park,
+                (unsigned long long)with, (unsigned long long)without);
+  }
+}
+
 TEST(Gemv, OneChannelStreamsIntoTwoBuffers) {
   for (const Shape& s : {Shape{"mini", 37, 384}, Shape{"qc-u", 1500, 256}, Shape{"qc-u", 2048, 2048}}) {
     const sim::Config four = sim::Config::make(s.preset, {}), one = sim::Config::make(s.preset, {"dma_channels=1"});
