@@ -181,9 +181,18 @@ struct GemvChunks {
 }  // namespace
 
 uint32_t gemv_chunk_bytes(const sim::Config& cfg, const GemvArgs& a) { return GemvChunks(cfg, a).chunk_bytes; }
+uint32_t gemv_park_unit(const sim::Config& cfg, const GemvArgs& a) {
+  const GemvChunks k(cfg, a);
+  return k.two ? 0 : k.ch % 2 ? k.ch : k.ch / 2;  // (the parked chunks of a phase-1 iteration)
+}
 uint32_t gemv_parkable_chunks(const sim::Config& cfg, const GemvArgs& a) {
   const GemvChunks k(cfg, a);
-  return k.C - k.Ct;
+  const uint32_t unit = gemv_park_unit(cfg, a);
+  return unit ? (k.C - k.Ct) / 3 / unit * unit : 0;
+}
+bool gemv_park_ok(const sim::Config& cfg, const GemvArgs& a) {
+  const uint32_t unit = gemv_park_unit(cfg, a);
+  return unit && a.park_chunks % unit == 0 && a.park_chunks <= gemv_parkable_chunks(cfg, a);
 }
 
 void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
@@ -199,16 +208,16 @@ void emit_gemv_prefetch(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
 
 void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   GemvChunks k(cfg, a);
-  // Parked chunks (GemvArgs::park_chunks): the DMA streams the other C, from chunk Pk on.
+  // Parked chunks (GemvArgs::park_chunks): chunk 3i + 2 for i < Pk; the DMA streams the other
+  // C (gemv_park_ok).
   const uint32_t Pk = a.park_chunks;
   if (Pk) {
     if (a.prefetched) fail("gemv: parked chunks and a prefetch cannot both start the call");
-    if (Pk > k.C - k.Ct)
-      fail("gemv: {} parked chunks, but the call has only {} full ones (of {} columns x {} blocks)", Pk, k.C - k.Ct,
-           a.n, k.nblk);
+    if (!gemv_park_ok(cfg, a))
+      fail("gemv: {} parked chunks do not fit the call (every third of its {} full chunks, whole phase-1 "
+           "iterations of {} on its {} channels)",
+           Pk, k.C - k.Ct, gemv_park_unit(cfg, a), k.ch);
     k.C -= Pk;
-    k.ch = std::min(k.ch, std::max(k.C, 1u));
-    k.two = k.two && k.C > 1;
   }
   const uint32_t T = k.T, nblk = k.nblk, tail = k.tail, G = k.G, Ct = k.Ct, C = k.C;
   const uint32_t chunk_bytes = k.chunk_bytes, tail_chunk_bytes = k.tail_chunk_bytes, ch = k.ch;
@@ -219,7 +228,11 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   // x2 DDR address of the next chunk, x3 chunks left to start, x12 its size, x24 the
   // narrow tile's chunk count (x12 switches when x3 reaches it).
   b.li(X{1}, C + Pk);
-  b.li(X{2}, a.w_ddr + Pk * chunk_bytes);
+  b.li(X{2}, a.w_ddr);
+  if (Pk) {  // x26: the phase-1 toggle (a chunk after the pair's second is parked), x27 its starts left
+    b.li(X{26}, 0);
+    b.li(X{27}, 2 * Pk);
+  }
   b.li(X{3}, C);
   b.li(X{4}, 0);
   b.li(X{5}, a.x_ocm);
@@ -260,6 +273,16 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
       b.op("dma.start", {Chan{uint8_t(c % ch)}, X{19}});
     }
     b.op("add", {X{2}, X{2}, X{12}});
+    if (Pk) {  // (past a pair's second chunk, over the parked one)
+      Label no = b.label(), flip = b.label();
+      b.op("beq", {X{27}, X{0}, no});
+      b.op("addi", {X{27}, X{27}, -1});
+      b.op("beq", {X{26}, X{0}, flip});
+      b.op("add", {X{2}, X{2}, X{12}});
+      b.bind(flip);
+      b.op("xori", {X{26}, X{26}, 1});
+      b.bind(no);
+    }
     b.op("addi", {X{3}, X{3}, -1});
     if (Ct && C != Ct) {
       Label full = b.label();
@@ -275,16 +298,33 @@ void emit_gemv_w4(Builder& b, const sim::Config& cfg, const GemvArgs& a) {
   // channel: wait for the chunk, start the next into the other buffer, consume) ----
   Label round = b.label(), done = b.label(), chunk = b.label();
   if (Pk) {
-    // The parked chunks first, in order (x7 moves on through them; their copies waited for here:
-    // long done where the caller placed them), the channels' first chunks on their way meanwhile.
-    Label parked = b.label();
-    b.li(X{7}, a.park_ocm);
-    b.li(X{25}, Pk);
-    b.bind(parked);
-    b.op("jal", {X{14}, chunk});
-    b.op("addi", {X{1}, X{1}, -1});
+    // Phase 1: a parked chunk after every two streamed ones (the chunks' order), in the time the
+    // array waits on the DDR for the next; an iteration is two rounds of the channels where they
+    // are odd (x20: the next parked chunk; their copies were waited for above: long done where
+    // the caller placed them).
+    const uint32_t R = ch % 2 ? 2 : 1;
+    Label phase = b.label();
+    b.li(X{20}, a.park_ocm);
+    b.li(X{25}, Pk / (R * ch / 2));
+    b.bind(phase);
+    for (uint32_t i = 0; i < R * slots; ++i) {
+      const uint32_t c = i % slots;
+      Label skip = b.label();
+      b.op("dma.wait", {Chan{uint8_t(c)}});
+      b.li(X{7}, buf(c));
+      b.op("jal", {X{14}, chunk});
+      b.op("addi", {X{1}, X{1}, -1});
+      b.op("beq", {X{3}, X{0}, skip});
+      start_chunk(c);
+      b.bind(skip);
+      if (i % 2 == 0) continue;
+      b.op("add", {X{7}, X{20}, X{0}});
+      b.op("jal", {X{14}, chunk});
+      b.op("add", {X{20}, X{7}, X{0}});
+      b.op("addi", {X{1}, X{1}, -1});
+    }
     b.op("addi", {X{25}, X{25}, -1});
-    b.op("bne", {X{25}, X{0}, parked});
+    b.op("bne", {X{25}, X{0}, phase});
   }
   b.bind(round);
   for (uint32_t c = 0; c < slots; ++c) {

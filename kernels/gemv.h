@@ -59,13 +59,13 @@ struct GemvArgs {
   uint32_t scratch_bytes = 0;
   uint32_t smem = 0;          // scalar-memory bytes for descriptors (64 per channel)
   bool prefetched = false;    // emit_gemv_prefetch(the same args) ran before: the first chunks are in flight
-  // Parked chunks: the weight's first park_chunks chunks (whole ones, gemv_chunk_bytes each,
-  // none of the narrow tile's) were copied to OCM park_ocm beforehand, as they lie in DDR, by
-  // DMA the caller started on any channels; the kernel waits for every channel (dma.waitall),
-  // starts its channels at the chunk after them and consumes the parked ones meanwhile. An
-  // image program parks the LM head's first chunks where its last layers leave the DDR idle
-  // and OCM free (docs/performance.md, issue 13). The last one's reads go 3 bytes past the
-  // park (as a scratch buffer's past its chunk). Not with prefetched.
+  // Parked chunks: chunk 3i + 2 of the weight for i < park_chunks (whole ones, gemv_chunk_bytes
+  // each) was copied to OCM park_ocm + i * gemv_chunk_bytes beforehand by DMA the caller started
+  // on any channels; the kernel waits for every channel (dma.waitall), streams the other chunks
+  // and consumes a parked one after every two streamed ones, in the time it waits on the DDR for
+  // the next. An image program parks the LM head's chunks where its tower leaves the DDR idle and
+  // OCM free (docs/performance.md, issue 13). The last one's reads go 3 bytes past the park (as a
+  // scratch buffer's past its chunk). Not with prefetched; gemv_park_ok.
   uint32_t park_ocm = 0, park_chunks = 0;
 };
 
@@ -86,10 +86,13 @@ inline uint32_t gemv_buffers(uint32_t channels) { return channels == 1 ? 2 : cha
 GemvTiling gemv_tiling(const sim::Config& cfg, const GemvArgs& a);
 // OCM scratch for `buffers` DMA buffers at one block a chunk.
 uint64_t gemv_scratch_bytes(const sim::Config& cfg, uint32_t buffers);
-// Bytes of one of the call's full chunks, and how many of its chunks may be parked (the full
-// ones: all but the narrow tile's): GemvArgs::park_chunks.
+// Bytes of one of the call's full chunks, and how many of its chunks may be parked (every third
+// of its full ones, whole phase-1 iterations): GemvArgs::park_chunks.
 uint32_t gemv_chunk_bytes(const sim::Config& cfg, const GemvArgs& a);
 uint32_t gemv_parkable_chunks(const sim::Config& cfg, const GemvArgs& a);
+// The parked chunks of a phase-1 iteration (a count of them is a multiple; 0: none on one channel).
+uint32_t gemv_park_unit(const sim::Config& cfg, const GemvArgs& a);
+bool gemv_park_ok(const sim::Config& cfg, const GemvArgs& a);  // whole iterations, at most the parkable
 
 // macs = n * k, ddr_bytes = the packed weight (x and y are in OCM).
 KernelCost cost_gemv(const sim::Config& cfg, const GemvArgs& a);

@@ -1425,7 +1425,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (s.vision && vc.depth > 1 && s.prefill && S && s.head && !k.f16.on && !knobs && block_ddr_over_macs() <= 0.5) {
     park_cb = kernels::gemv_chunk_bytes(cfg_, head_g);
     const uint64_t room = a.left() > 128 ? a.left() - 128 : 0;
-    park_chunks = uint32_t(std::min<uint64_t>(kernels::gemv_parkable_chunks(cfg_, head_g), room / park_cb));
+    const uint32_t unit = std::max(1u, kernels::gemv_park_unit(cfg_, head_g));
+    park_chunks = uint32_t(std::min<uint64_t>(kernels::gemv_parkable_chunks(cfg_, head_g), room / park_cb)) / unit * unit;
     if (park_chunks) PARK = a.take(uint64_t(park_chunks) * park_cb, "the LM head's parked chunks");
   }
   const uint32_t park_share = (park_chunks + vc.depth - 2) / (vc.depth - 1 ? vc.depth - 1 : 1);
@@ -1434,9 +1435,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     const uint32_t c0 = uint32_t(i - 1) * park_share, c1 = std::min(park_chunks, c0 + park_share);
     if (i < 1 || c0 >= c1) return;
     const uint32_t ch = uint32_t(k.gcfg.dma_channels), per = (c1 - c0 + ch - 1) / ch;
-    for (uint32_t c = 0, u = c0; u < c1; ++c, u += per)
-      k.em.copy_async(M + ".park_head", c, ddr_.bus("embed") + u * park_cb, ocm(PARK + u * park_cb),
-                      std::min(per, c1 - u) * park_cb);
+    for (uint32_t c = 0, u = c0; u < c1; ++c, u += per)  // (parked chunk u is the weight's 3u + 2)
+      k.em.copy_async(M + ".park_head", c,
+                      {.src = ddr_.bus("embed") + (3 * u + 2) * park_cb, .dst = ocm(PARK + u * park_cb),
+                       .row_bytes = park_cb, .rows = std::min(per, c1 - u), .src_stride = 3 * park_cb,
+                       .dst_stride = park_cb});
   };
   k.fuse_gelu = opt_.image_gelu_fused;
   detail::Emitter& em = k.em;
