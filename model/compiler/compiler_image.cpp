@@ -1407,8 +1407,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // park_chunks): the head reads its weight (163 MB for the 2B) with nothing beside it, DDR-bound,
   // while the tower's blocks leave the DDR idle most of their time (64x64, 8 MiB, 128 GB/s: 6.7
   // MB in 248 K cycles a block). Each block from the second copies an even share before its
-  // rotary (no GEMM unit is queued then), a descriptor on each GEMM channel. A parked chunk saves
-  // its DDR time less the array's, which consumes it before the streamed ones.
+  // rotary (no GEMM unit is queued then), a descriptor on each GEMM channel; the head takes a
+  // parked chunk after every two streamed ones, while it waits on the DDR: each saves its DDR time.
   const kernels::GemvArgs head_g{.n = d.V, .k = d.H, .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)};
   uint32_t park_chunks = 0, PARK = 0, park_cb = 0;
   // Only where a block's weights take the DDR half its MACs' time or less: where it streams them
@@ -1432,8 +1432,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t park_share = (park_chunks + vc.depth - 2) / (vc.depth - 1 ? vc.depth - 1 : 1);
   // Block i's share: chunks [c0, c1) of the park, split over the GEMM channels.
   auto park_piece = [&](const std::string& M, int i) {
+    if (i < 1) return;
     const uint32_t c0 = uint32_t(i - 1) * park_share, c1 = std::min(park_chunks, c0 + park_share);
-    if (i < 1 || c0 >= c1) return;
+    if (c0 >= c1) return;
     const uint32_t ch = uint32_t(k.gcfg.dma_channels), per = (c1 - c0 + ch - 1) / ch;
     for (uint32_t c = 0, u = c0; u < c1; ++c, u += per)  // (parked chunk u is the weight's 3u + 2)
       k.em.copy_async(M + ".park_head", c,
@@ -1833,7 +1834,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       tl.down(past, BIG, d.I * 2, TMP, Hr, normed ? XN : kNoResidual);
     }
     tl.deepstack(past, Hr, TMP);
-
     b.op("mark.end", {Name{L}});
   }
   b.op("mark.end", {Name{"prefill"}});
@@ -1848,9 +1848,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   b.op("halt");
   out.program = b.finish();
   out.logits_ocm = BIG;
-  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}{}", tower_note, J,
+  out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}{}{}", tower_note, J,
                          dchain ? fmt::format(", the down in chunks of {} beside them (fp32 partial sums in LRM)", dk) : "",
-                         two_ahead ? ", q|k|v loads gate|up's first units (two calls ahead)" : "", channels_note);
+                         two_ahead ? ", q|k|v loads gate|up's first units (two calls ahead)" : "", channels_note,
+                         park_chunks ? fmt::format("; LM head: {} chunks parked in free OCM", park_chunks) : "");
   return out;
 }
 
