@@ -1380,29 +1380,28 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       (res->rope_tmp ? "; rotary tables a block at a time in the temporaries" : "");
   k.NSCR = NSCR;
   k.f16 = take_f16(a, cfg_, opt_.fp16_channels, std::max(N, S));
-  // The next vision block's norm1 weights (w, b), loaded with each block's vectors, where the OCM
-  // has room: that norm then runs in the block's MLP residual call (below).
+  // The regions below only where the plan's leave room (none changes the plan): UINT32_MAX where not.
+  auto take_if_room = [&](bool want, uint64_t bytes, const char* what) {
+    return want && a.left() >= detail::OcmAlloc::footprint(bytes) ? a.take(bytes, what) : UINT32_MAX;
+  };
+  // The next vision block's norm1 weights (w, b), loaded with each block's vectors: that norm then
+  // runs in the block's MLP residual call (below).
   const uint64_t n1_bytes = uint64_t(d.Dv) * 2 * 2;
-  const uint32_t NEXT_N1 = s.vision && a.left() >= detail::OcmAlloc::footprint(n1_bytes)
-                               ? a.take(n1_bytes, "next block's norm1 weights")
-                               : UINT32_MAX;
-  // The vectors of the merger after a block, loaded with the block's own where the OCM has room:
-  // at the merger's start its fc1 units fill the DMA queues, and a load behind them waited 5.3 K
-  // cycles (64x64, 8 MiB, 128 GB/s).
+  const uint32_t NEXT_N1 = take_if_room(s.vision, n1_bytes, "next block's norm1 weights");
+  // The vectors of the merger after a block, loaded with the block's own: at the merger's start
+  // its fc1 units fill the DMA queues, and a load behind them waited 5.3 K cycles (64x64, 8 MiB,
+  // 128 GB/s).
   const uint64_t mvec_bytes = uint64_t(std::max(d.merger_vec(true), d.merger_vec(false))) * 2;
-  const uint32_t MVEC = s.vision && a.left() >= detail::OcmAlloc::footprint(mvec_bytes)
-                            ? a.take(mvec_bytes, "the next merger's vectors")
-                            : UINT32_MAX;
-  // The DeepStack mergers' rows kept in OCM from the tower to the prefill where it has room
-  // (TextLayer::kept), and the final merger's written straight into the residual rows of the
-  // image (TextLayer::image_in_place): the prefill adds them from there and splices nothing, and
-  // nothing goes through DDR (act.ds*, act.img are for a conversation's vision run, whose prefill runs
-  // apart). 64x64, 8 MiB, 128 GB/s: 3.6 K cycles a store and a load each.
+  const uint32_t MVEC = take_if_room(s.vision, mvec_bytes, "the next merger's vectors");
+  // The DeepStack mergers' rows kept in OCM from the tower to the prefill (TextLayer::kept), and
+  // the final merger's written straight into the residual rows of the image (TextLayer::
+  // image_in_place): the prefill adds them from there and splices nothing, and nothing goes
+  // through DDR (act.ds*, act.img are for a conversation's vision run, whose prefill runs apart).
+  // 64x64, 8 MiB, 128 GB/s: 3.6 K cycles a store and a load each.
   const uint32_t ntaps = uint32_t(vc.deepstack_visual_indexes.size());
   const uint64_t kept_bytes = uint64_t(ntaps) * Nt * d.H * 2;
   const bool in_place = s.vision && s.prefill && !knobs && ni == Nt && i0 == 0;
-  const bool keep = in_place && a.left() >= detail::OcmAlloc::footprint(kept_bytes);
-  const uint32_t KEPT = keep && ntaps ? a.take(kept_bytes, "the DeepStack rows") : TextLayer::kKeptNone;
+  const uint32_t KEPT = take_if_room(in_place && ntaps, kept_bytes, "the DeepStack rows");  // (or kKeptNone)
   // The LM head's first chunks parked in the OCM the plan leaves free (kernels::GemvArgs::
   // park_chunks): the head reads its weight (163 MB for the 2B) with nothing beside it, DDR-bound,
   // while the tower's blocks leave the DDR idle most of their time (64x64, 8 MiB, 128 GB/s: 6.7
@@ -1639,7 +1638,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
         m.fc1(mt, XN, BIG);
         prefetch_after_block(blk, j + 1);
-        if (keep) {
+        if (KEPT != TextLayer::kKeptNone) {
           m.fc2(mt, BIG, KEPT + uint32_t(j) * Nt * d.H * 2);
         } else {
           m.fc2(mt, BIG, TMP);
