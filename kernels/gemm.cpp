@@ -1782,13 +1782,14 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         }
         b.op("addi", {xPend, xYg, 0});
         b.op("por", {P{6}, pg, pg});
-      } else
-      pipeline(4, [&](auto row) {
-        row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
-        row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
-        row(4, [&](uint8_t r) { gather("ogather.h1", r, pg); });
-        row(4, zero);
-      });
+      } else {
+        pipeline(4, [&](auto row) {
+          row(0, [&](uint8_t r) { b.op("vdup", {V{r}, V{28}, int64_t(r)}); });
+          row(2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, pg); });
+          row(4, [&](uint8_t r) { gather("ogather.h1", r, pg); });
+          row(4, zero);
+        });
+      }
     }
     if (lrm_acc) {
       if (pair_late) {

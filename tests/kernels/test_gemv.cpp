@@ -20,9 +20,9 @@ struct GemvRun {
 // prefetch: emit_gemv_prefetch first, then `between` cycles of other work (a busy loop),
 // then the call with prefetched = true (without: the busy loop all the same).
 // scratch_bytes: the DMA buffers' OCM (0: the rest of the OCM).
-// park: the first `park` chunks parked (GemvArgs::park_chunks) at the OCM's end, copied there by
-// DMA on channel 0 before the `between` cycles (park_copy = false: not copied, a negative control).
-// (GemvArgs::park_chunks: chunk 3i + 2 parked at park_ocm + i chunks.)
+// park: `park` chunks parked (GemvArgs::park_chunks: chunk 3i + 2 at park_ocm + i chunks) at the
+// OCM's end, copied there by one strided DMA on channel 0 before the `between` cycles (park_copy =
+// false: not copied, a negative control).
 GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, bool timing_only, bool prefetch = false,
                  uint32_t between = 0, uint32_t scratch_bytes = 0, uint32_t park = 0, bool park_copy = true) {
   GemvRun r;
@@ -42,12 +42,11 @@ GemvRun run_gemv(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t seed, 
   a.smem = 0;
   Builder b;
   if (park) {
-    const uint32_t bytes = park * gemv_chunk_bytes(cfg, a);
-    a.scratch_bytes -= (bytes + 64 + 63) / 64 * 64;  // (a chunk's last reads go 3 bytes past it)
+    const uint32_t cb = gemv_chunk_bytes(cfg, a);
+    a.scratch_bytes -= (park * cb + 64 + 63) / 64 * 64;  // (a chunk's last reads go 3 bytes past it)
     a.park_ocm = a.scratch_ocm + a.scratch_bytes;
     a.park_chunks = park;
-    if (park_copy) {  // (parked chunk i is the weight's 3i + 2)
-      const uint32_t cb = gemv_chunk_bytes(cfg, a);
+    if (park_copy) {
       b.descriptor(512, a.w_ddr + 2 * cb, sim::ocm_addr(a.park_ocm), cb, park, 3 * cb, cb);
       b.li(X{1}, 512);
       b.op("dma.start", {Chan{0}, X{1}});
