@@ -181,6 +181,7 @@ DecodeLayout decode_layout(const sim::Config& cfg, const DecodeAttnArgs& a) {
 void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
   if (a.kv_heads == 0 || a.head_dim == 0 || a.rows == 0) fail("kv_write: kv_heads, head_dim and rows must be positive");
   if (a.row_stride < a.kv_heads * a.head_dim * 2) fail("kv_write: row stride {} < {} heads x {} fp16", a.row_stride, a.kv_heads, a.head_dim);
+  if (!a.write_k && !a.write_v) fail("kv_write: neither k nor v to write (write_k, write_v)");
   const uint32_t hd2 = a.head_dim * 2;
   // Channels 2 and 3, past the GEMMs' first units on channels 0 and 1 (a dma.wait there would
   // also wait for a cache write still in flight).
@@ -196,10 +197,14 @@ void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a) {
   b.li(X{2}, a.v_cache_ddr);
   b.op("add", {X{2}, X{2}, X{1}});
   b.op("sw", {X{2}, Mem{X{0}, a.smem + 64 + 4}});
-  b.li(X{3}, a.smem);
-  b.op("dma.start", {Chan{chK}, X{3}});
-  b.li(X{3}, a.smem + 64);
-  b.op("dma.start", {Chan{chV}, X{3}});
+  if (a.write_k) {
+    b.li(X{3}, a.smem);
+    b.op("dma.start", {Chan{chK}, X{3}});
+  }
+  if (a.write_v) {
+    b.li(X{3}, a.smem + 64);
+    b.op("dma.start", {Chan{chV}, X{3}});
+  }
   // The decode attention that follows reads the new slot from DDR: finish here.
   if (a.wait) emit_kv_write_wait(b, cfg);
 }
@@ -211,7 +216,7 @@ void emit_kv_write_wait(Builder& b, const sim::Config& cfg) {
 
 KernelCost cost_kv_write(const sim::Config&, const KvWriteArgs& a) {
   KernelCost c;
-  c.ddr_bytes = uint64_t(a.rows) * a.kv_heads * a.head_dim * 2 * 2;
+  c.ddr_bytes = uint64_t(a.rows) * a.kv_heads * a.head_dim * 2 * (int(a.write_k) + int(a.write_v));
   return c;
 }
 

@@ -77,6 +77,8 @@ struct KvWriteArgs {
   // emit_kv_write_wait before anything overwrites the rows or reads the new slots (the
   // prefill's OCM attention reads k and v in OCM, so the write overlaps it).
   bool wait = true;
+  // Which of the two to write (the prefill starts v's write before k's rotary, k's after it).
+  bool write_k = true, write_v = true;
 };
 void emit_kv_write(Builder& b, const sim::Config& cfg, const KvWriteArgs& a);
 void emit_kv_write_wait(Builder& b, const sim::Config& cfg);

@@ -16,6 +16,10 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   if (a.x_row_stride < H * hd2 || a.out_row_stride < H * hd2)
     fail("rope: row strides {} / {} are smaller than a row of {} heads x {} fp16", a.x_row_stride, a.out_row_stride, H, hd);
   if (a.norm && !a.tab_f32) fail("rope: the head norm in front (RopeArgs::norm) takes fp32 tables");
+  const bool two_norms = a.norm && a.norm2_from > 0;
+  if (a.norm2_from && (!a.norm || a.norm2_from >= H))
+    fail("rope: norm2_from {} must name a head below heads {}, with the head norm on (0: one norm for every head)",
+         a.norm2_from, H);
   const uint32_t TR = npe / H;  // tiling rule: rows per tile
   const uint32_t tiles = (a.rows + TR - 1) / TR;
   const int64_t tchunk = a.tab_f32 ? 64 : 32;
@@ -41,6 +45,24 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   if (grouped) {
     b.li(X{13}, a.tab_row_stride);
     b.li(X{14}, H);
+  }
+  // Two norms: v13 = all ones on the PEs of the heads below norm2_from (PE e holds head e mod
+  // H: e - H round((e - (H - 1) / 2) / H) in fp32, exact for any array), once for every tile.
+  if (two_norms) {
+    b.op("vpeid", {V{14}});
+    b.op("vcvt.f32.i32", {V{14}, V{14}});
+    b.op("vsplat.f32", {V{15}, F32{-float(H - 1) / 2}});
+    b.op("vadd.f32", {V{13}, V{14}, V{15}});
+    b.op("vsplat.f32", {V{15}, F32{1.0f / float(H)}});
+    b.op("vmul.f32", {V{13}, V{13}, V{15}});
+    b.op("vcvt.i32.f32", {V{13}, V{13}});
+    b.op("vcvt.f32.i32", {V{13}, V{13}});
+    b.op("vsplat.f32", {V{15}, F32{float(H)}});
+    b.op("vmul.f32", {V{13}, V{13}, V{15}});
+    b.op("vsub.f32", {V{13}, V{14}, V{13}});
+    b.op("vsplat.f32", {V{15}, F32{float(a.norm2_from)}});
+    b.op("vcmplt.f32", {V{13}, V{13}, V{15}});
+    b.li(X{20}, a.norm2_w_ocm);
   }
   // (norm: the tables come after it, into the weights' registers)
   auto grouped_tables = [&] {
@@ -93,6 +115,10 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
         xs.push_back(Pk(j));
         ws.push_back(Cr(j));
         b.op("obcast", {Cr(j), Mem{X{15}, 64 * j}}, P{2});
+        if (two_norms) {  // (the sin registers are free until the tables)
+          b.op("obcast", {Sr(j), Mem{X{20}, 64 * j}}, P{2});
+          b.op("vsel", {Cr(j), Cr(j), Sr(j), V{13}}, P{2});
+        }
       }
       emit_head_norm_regs(b, xs, ws, {V{24}, V{25}, V{26}, V{27}, V{12}}, P{2}, a.eps);
       grouped_tables();

@@ -53,6 +53,10 @@ struct RopeArgs {
   bool norm = false;
   uint32_t norm_w_ocm = 0;
   float eps = 1e-6f;
+  // Two norms in one call (q and k adjacent in the q|k|v rows): heads from norm2_from on are
+  // normed with the weights at norm2_w_ocm (0: every head with norm_w_ocm's). A call's fixed
+  // cost once for both, its rows loop once (64x64: k's own call took 2.6 K cycles a layer).
+  uint32_t norm2_from = 0, norm2_w_ocm = 0;
 };
 
 void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a);

@@ -837,11 +837,12 @@ struct TextLayer {
     k.rope(mark, {.rows = rows, .heads = heads, .head_dim = d.hd, .x_ocm = x, .x_row_stride = xs, .cos_ocm = cos,
                   .sin_ocm = sin, .norm = true, .norm_w_ocm = w, .eps = eps});
   }
-  // q or k ("q", "k") in the q|k|v rows normed (q_norm, k_norm) and rotated: marked q_rope, k_rope.
-  void norm_rope(const Tile& t, const std::string& which, uint32_t qkv, uint32_t cos, uint32_t sin) const {
-    const bool q = which == "q";
-    norm_rotary(t.at(which + "_rope"), t.rows, q ? d.nq : d.nkv, q ? qkv : qkv + qd(), qkvs(), q ? q_norm_w() : k_norm_w(),
-                cos, sin);
+  // q and k (adjacent in the q|k|v rows) normed, each with its norm, and rotated in one call:
+  // marked qk_rope.
+  void qk_norm_rope(const Tile& t, uint32_t qkv, uint32_t cos, uint32_t sin) const {
+    k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = d.nq + d.nkv, .head_dim = d.hd, .x_ocm = qkv,
+                             .x_row_stride = qkvs(), .cos_ocm = cos, .sin_ocm = sin, .norm = true,
+                             .norm_w_ocm = q_norm_w(), .eps = eps, .norm2_from = d.nq, .norm2_w_ocm = k_norm_w()});
   }
   // A group of q or k heads made alone (the streamed plan's q|k|v column groups, Streamed::pqg):
   // the tile's rows of `heads` heads at x (row stride xs), normed (w) and rotated.
@@ -849,14 +850,15 @@ struct TextLayer {
                   uint32_t cos, uint32_t sin) const {
     norm_rotary(mark + ".rope", t.rows, heads, x, xs, w, cos, sin);
   }
-  // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the call).
-  void kv_write(const Tile& t, uint32_t qkv, bool wait) const {
+  // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the
+  // call); or one of them ("k", "v": marked k_write, v_write).
+  void kv_write(const Tile& t, uint32_t qkv, bool wait, const std::string& only = "") const {
     const uint32_t hd2 = d.hd * 2;
-    k.kv_write(t.at("kv_write"), {.kv_heads = d.nkv, .head_dim = d.hd, .rows = t.rows, .k_ocm = qkv + qd(),
-                                  .v_ocm = qkv + qd() + kd(), .row_stride = qkvs(),
-                                  .k_cache_ddr = k.ddr.bus(layer_name(layer, "kcache")) + t.r0 * hd2,
-                                  .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2,
-                                  .max_seq = max_seq, .pos_smem = slot0_smem, .wait = wait});
+    k.kv_write(t.at(only.empty() ? "kv_write" : only + "_write"),
+               {.kv_heads = d.nkv, .head_dim = d.hd, .rows = t.rows, .k_ocm = qkv + qd(), .v_ocm = qkv + qd() + kd(),
+                .row_stride = qkvs(), .k_cache_ddr = k.ddr.bus(layer_name(layer, "kcache")) + t.r0 * hd2,
+                .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2, .max_seq = max_seq,
+                .pos_smem = slot0_smem, .wait = wait, .write_k = only != "v", .write_v = only != "k"});
   }
   // The attention rows a (row stride qd) through o_proj into y, added to the residual h and h's
   // post_norm into x in one call (marked attn_residual: NormArgs::residual).

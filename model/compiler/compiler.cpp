@@ -315,9 +315,9 @@ CompiledProgram Compiler::decode_program() const {
     tl.layer = i;
     tl.input_norm(row, o.h, o.xn);
     gemv(L + ".qkv", layer_name(i, "qkv"), qkv);
-    tl.norm_rope(row, "q", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
-    tl.norm_rope(row, "k", o.qkv, dio_.cos_ocm, dio_.sin_ocm);
-    tl.kv_write(row, o.qkv, true);
+    tl.kv_write(row, o.qkv, false, "v");
+    tl.qk_norm_rope(row, o.qkv, dio_.cos_ocm, dio_.sin_ocm);
+    tl.kv_write(row, o.qkv, true, "k");
     DecodeAttnArgs at;
     at.q_heads = nq;
     at.kv_heads = nkv;

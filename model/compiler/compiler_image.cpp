@@ -1722,12 +1722,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     if (two_ahead && rows) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
-    // k, then q, normed and rotated (one call each); the cache write (DMA) starts after k's and
-    // overlaps q's and the attention.
+    // q and k normed and rotated in one call; the cache write (DMA) of v starts before it, k's
+    // after it, and both overlap the attention.
     tables_ready(ttables(L + "."));
-    tl.norm_rope(all, "k", BIG, ROPE, ROPE + S * d.hd * 4);
-    tl.kv_write(all, BIG, off != 0);
-    tl.norm_rope(all, "q", BIG, ROPE, ROPE + S * d.hd * 4);
+    tl.kv_write(all, BIG, false, "v");
+    tl.qk_norm_rope(all, BIG, ROPE, ROPE + S * d.hd * 4);
+    tl.kv_write(all, BIG, off != 0, "k");
     if (!rows) {
       if (!off) emit_kv_write_wait(b, cfg_);
       b.op("mark.end", {Name{L}});

@@ -1714,12 +1714,13 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
         pre_gemm();
         tl.qkv(t, X, QKV);
         if (post_gemm) post_gemm();
-        // k, then q, normed and rotated (rope_ready: cos and sin arrive after the GEMM). The
-        // cache slot of row r0 is slot0 + r0.
+        // q and k normed and rotated in one call (rope_ready: cos and sin arrive after the
+        // GEMM), v's cache write started before it, k's after. The cache slot of row r0 is
+        // slot0 + r0.
         if (rope_ready) rope_ready();
-        tl.norm_rope(t, "k", QKV, RC, RS);
-        tl.kv_write(t, QKV, false);
-        tl.norm_rope(t, "q", QKV, RC, RS);
+        tl.kv_write(t, QKV, false, "v");
+        tl.qk_norm_rope(t, QKV, RC, RS);
+        tl.kv_write(t, QKV, false, "k");
         if (!kv_own) emit_kv_write_wait(b, cfg_);
       };
       // A tile's rows after the attention (its output in X, row stride qd): the o GEMM into

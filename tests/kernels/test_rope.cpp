@@ -216,6 +216,94 @@ TEST(Rope, HeadNormInFrontGivesTheTwoKernelsBits) {
   }
 }
 
+// Two head norms in one call (RopeArgs::norm2_from: the prefill's q and k, adjacent in the q|k|v
+// rows, each with its weights): the same fp16 bits as a call for q's heads then one for k's, in
+// fewer cycles. 128 rows of 16 + 8 heads of 128 in q|k|v rows on qc-u, 13 rows of 3 + 2 heads of
+// 64 on mini (5 heads a row: a PE's head is its index mod 5). Negative control: k normed with
+// q's weights must change k's bits.
+struct QkRun {
+  std::vector<uint16_t> y;
+  uint64_t cycles = 0;
+};
+QkRun run_qk_norm_rope(const char* preset, uint32_t rows, uint32_t nq, uint32_t nk, uint32_t hd, uint32_t pad,
+                       int mode) {  // 0: two calls, 1: one call, 2: one call with q's weights for k
+  sim::Config cfg = sim::Config::make(preset, {});
+  const uint32_t width = (nq + nk) * hd, stride = (width + pad) * 2;
+  RopeArgs a;
+  a.rows = rows, a.head_dim = hd;
+  a.x_row_stride = a.out_row_stride = stride;
+  a.tab_row_stride = hd * 4;
+  a.cos_ocm = up64(rows * stride);
+  a.sin_ocm = up64(a.cos_ocm + rows * a.tab_row_stride);
+  const uint32_t wq = up64(a.sin_ocm + rows * a.tab_row_stride), wk = wq + up64(hd * 2);
+  a.norm = true;
+  a.eps = 1e-6f;
+  std::vector<std::array<int, 3>> pos3(rows);
+  for (uint32_t n = 0; n < rows; ++n) pos3[n] = {int(2 + n), int(4 + n % 5), int(9 + n)};
+  std::vector<int> section = {24, 20, 20};
+  if (hd != 128) section = {int(hd / 2) - 2 * int(hd / 6), int(hd / 6), int(hd / 6)};
+  std::vector<float> cs, sn;
+  model::ops::rope_tables_mrope(pos3, int(hd), 5e6f, section, cs, sn);
+  std::vector<float> x = random_vector(size_t(rows) * width, 41 + rows, 2.0f);
+  std::vector<float> w1 = random_vector(hd, 43, 0.4f), w2 = random_vector(hd, 47, 0.4f);
+  for (float& v : w1) v = round_f16(1.0f + v);
+  for (float& v : w2) v = round_f16(1.0f + v);
+  Builder b;
+  if (mode == 0) {
+    RopeArgs q = a, k = a;
+    q.heads = nq, q.x_ocm = q.out_ocm = 0, q.norm_w_ocm = wq;
+    k.heads = nk, k.x_ocm = k.out_ocm = nq * hd * 2, k.norm_w_ocm = wk;
+    emit_rope(b, cfg, q);
+    emit_rope(b, cfg, k);
+  } else {
+    a.heads = nq + nk, a.x_ocm = a.out_ocm = 0, a.norm_w_ocm = wq;
+    a.norm2_from = nq, a.norm2_w_ocm = mode == 1 ? wk : wq;
+    emit_rope(b, cfg, a);
+  }
+  b.op("halt");
+  isa::Program prog = b.finish();
+  sim::Platform& p = sim::Platform::get();
+  p.configure(cfg, false);
+  for (uint32_t n = 0; n < rows; ++n)
+    write_ocm_f16(n * stride, std::vector<float>(x.begin() + n * width, x.begin() + (n + 1) * width));
+  p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
+  p.ocm().write(a.sin_ocm, sn.data(), sn.size() * 4);
+  write_ocm_f16(wq, w1);
+  write_ocm_f16(wk, w2);
+  QkRun r;
+  r.cycles = p.run(prog).total[sim::Stat::cycles];
+  for (uint32_t n = 0; n < rows; ++n) {
+    std::vector<uint16_t> row(width);
+    p.ocm().read(n * stride, row.data(), width * 2);
+    r.y.insert(r.y.end(), row.begin(), row.end());
+  }
+  return r;
+}
+
+TEST(Rope, TwoHeadNormsInOneCallGiveTheTwoCallsBits) {
+  struct Case {
+    const char* preset;
+    uint32_t rows, nq, nk, hd, pad;
+  };
+  for (const Case& k : {Case{"qc-u", 128, 16, 8, 128, 1024}, Case{"mini", 13, 3, 2, 64, 0}}) {
+    const QkRun two = run_qk_norm_rope(k.preset, k.rows, k.nq, k.nk, k.hd, k.pad, 0),
+                one = run_qk_norm_rope(k.preset, k.rows, k.nq, k.nk, k.hd, k.pad, 1),
+                bad = run_qk_norm_rope(k.preset, k.rows, k.nq, k.nk, k.hd, k.pad, 2);
+    const uint32_t width = (k.nq + k.nk) * k.hd;
+    size_t diff = 0, diff_q = 0, diff_k = 0;
+    for (size_t i = 0; i < two.y.size(); ++i) {
+      diff += two.y[i] != one.y[i];
+      (i % width < k.nq * k.hd ? diff_q : diff_k) += two.y[i] != bad.y[i];
+    }
+    EXPECT_EQ(diff, 0u) << k.preset;
+    EXPECT_EQ(diff_q, 0u) << "negative control: q's heads keep their weights";
+    EXPECT_GT(diff_k, size_t(k.rows) * k.nk * k.hd / 2) << "negative control: k normed with q's weights";
+    EXPECT_LT(one.cycles, two.cycles);
+    std::printf("%s, %u rows of %u + %u heads of %u: two calls %llu cycles, one %llu\n", k.preset, k.rows, k.nq, k.nk,
+                k.hd, (unsigned long long)two.cycles, (unsigned long long)one.cycles);
+  }
+}
+
 TEST(Rope, NegativeControlWrongRotateHalfSignFailsTheGate) {
   RopeShape s{"mini", 7, 3, 64, true, true, 0, false};
   RopeRun r = run_rope(s, false, /*flip_sin=*/true);
