@@ -652,6 +652,13 @@ struct VisionBlock {
   float eps = 0;
   bool qkv_split = false;
   uint64_t v_off = 0;  // v's weight in the q|k|v packing (split)
+  // Split only: q|k rows dense ([rows][2 Dv], so the rotary loads and stores a tile of rows in
+  // one scatter and gather a 32 dims, not a row at a time), v's rows after them with the same
+  // stride (half of each unused), where the region has room for both.
+  bool qk_dense = false;
+
+  uint32_t qkv_stride() const { return (qk_dense ? 2 : 3) * d.Dv * 2; }  // bytes a row of the q|k|v rows
+  uint32_t v_at(const Tile& t, uint32_t y) const { return qk_dense ? y + t.rows * qkv_stride() : y + 2 * d.Dv * 2; }
 
   uint32_t n1w() const { return vec; }
   uint32_t n2w() const { return vec + 2 * d.Dv * 2; }
@@ -687,10 +694,10 @@ struct VisionBlock {
       return;
     }
     k.gemm(t.at("qk"), {.w = w, .m = t.rows, .n = 2 * d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y,
-                        .ys = 3 * d.Dv * 2, .bias = qkv_bias()});
+                        .ys = qkv_stride(), .bias = qkv_bias()});
     if (before) before(1);
-    k.gemm(t.at("v"), {.w = w, .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = y + 2 * d.Dv * 2,
-                       .ys = 3 * d.Dv * 2, .bias = qkv_bias() + 2 * d.Dv * 2, .w_off = v_off});
+    k.gemm(t.at("v"), {.w = w, .m = t.rows, .n = d.Dv, .k = d.Dv, .x = x, .xs = d.Dv * 2, .y = v_at(t, y),
+                       .ys = qkv_stride(), .bias = qkv_bias() + 2 * d.Dv * 2, .w_off = v_off});
   }
   // Or q, k, v apart (the streamed plan's packings vpm_name(block, j, "qkv"), j = 0, 1, 2): one
   // of them into y ([rows][Dv]), and the rotary of q or k there.
@@ -705,7 +712,7 @@ struct VisionBlock {
   // q and k in the q|k|v rows at y (heads adjacent: one call), tables cos, sin [rows][hdv].
   void qk_rope(const Tile& t, uint32_t y, uint32_t cos, uint32_t sin) const {
     k.rope(t.at("qk_rope"), {.rows = t.rows, .heads = 2 * d.hv, .head_dim = d.hdv, .x_ocm = y,
-                             .x_row_stride = 3 * d.Dv * 2, .cos_ocm = cos, .sin_ocm = sin});
+                             .x_row_stride = qkv_stride(), .cos_ocm = cos, .sin_ocm = sin});
   }
   // The attention rows a (row stride Dv) through proj into y, added to the residual h and h's
   // norm2 into x in one call (marked attn_residual: NormArgs::residual).

@@ -1527,7 +1527,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // ================= vision tower =================
   if (s.vision) {
     b.op("mark.begin", {Name{"vision_tower"}});
-    VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = qkv_split, .v_off = tower_v_offset()};
+    VisionBlock vb{.k = k, .d = d, .vec = VEC, .eps = veps, .qkv_split = qkv_split, .v_off = tower_v_offset(),
+                   .qk_dense = qkv_split && rBIG >= uint64_t(N) * 4 * d.Dv * 2};
     const Tile all{.mark = "V", .r0 = 0, .rows = N};
     vb.load_patches(all, BIG, iio_.patches_ddr);
     em.copy("V.load_vectors", ddr_.bus("V.patch_bias"), ocm(VEC), d.Dv * 2);
@@ -1587,8 +1588,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       park_piece(B, blk);
       vb.qk_rope(t, BIG, ROPE, ROPE + N * d.hdv * 4);
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
-                                     .q_ocm = BIG, .q_row_stride = 3 * d.Dv * 2, .q_head_stride = d.hdv * 2,
-                                     .k_ocm = BIG + d.Dv * 2, .v_ocm = BIG + 2 * d.Dv * 2, .kv_row_stride = 3 * d.Dv * 2,
+                                     .q_ocm = BIG, .q_row_stride = vb.qkv_stride(), .q_head_stride = d.hdv * 2,
+                                     .k_ocm = BIG + d.Dv * 2, .v_ocm = vb.v_at(t, BIG), .kv_row_stride = vb.qkv_stride(),
                                      .out_ocm = XN, .out_row_stride = d.Dv * 2, .out_head_stride = d.hdv * 2});
       if (rcv == 0) {
         // Over every row: per chunk c of cv fc1 columns, fc1 (its bias slice) and GELU into

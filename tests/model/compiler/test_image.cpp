@@ -1927,8 +1927,8 @@ ModelConfig config_tiny_tower() {
 }
 // The tower's q|k|v in two calls (Compiler::tower_qkv_split), on the tiny model with a tower of
 // 256 on qc-u: one call of N = 768 ran at split 1 on 768 of the 1,024 PEs; q|k (512) at split 2
-// fills them and v (256) runs two row sets, both packed back to back under V<b>.qkv. Resident,
-// and streamed (block 0's q|k|v in row tiles, the calls chained automatically). Against the
+// fills them and v (256) runs two row sets, both packed back to back under V<b>.qkv. Resident
+// (its q|k rows dense, VisionBlock::qk_dense, v's rows after them), and streamed (block 0's q|k|v in row tiles, the calls chained automatically). Against the
 // chain; negative control: block 1's v packing (the second call's weight, past q|k's) zeroed.
 ModelConfig config_tiny_tower256() {
   ModelConfig m = config_tiny();
