@@ -1393,6 +1393,22 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // 128 GB/s).
   const uint64_t mvec_bytes = uint64_t(std::max(d.merger_vec(true), d.merger_vec(false))) * 2;
   const uint32_t MVEC = take_if_room(s.vision, mvec_bytes, "the next merger's vectors");
+  // A tower block's weight bytes over the DDR's bandwidth, over its MACs at the array's peak.
+  auto block_ddr_over_macs = [&] {
+    double bytes = 0, macs = 0;
+    for (auto [n, kk] : {std::pair{3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv}, {d.Dv, d.Iv}}) {
+      bytes += double(gemm_weight_bytes(gemm_cfg_, n, kk));
+      macs += double(N) * n * kk;
+    }
+    return bytes / cfg_.ddr_bytes_per_cycle() / (macs / gemm_cfg_.mac_peak(true));
+  };
+  // The next vision block's vectors, loaded during the block before (beside its norm1's) into the
+  // other of two buffers, where the mergers have theirs (MVEC) and a block's weights take the DDR
+  // half its MACs' time or less: a block's own load waited 0.7-1 K cycles (64x64, 8 MiB, 128 GB/s);
+  // closer to its MACs' pace the start waited for channel 0's queue (64x64, 8 MiB, 16 GB/s +0.5%).
+  const bool next_vectors = s.vision && vc.depth > 1 && MVEC != UINT32_MAX && block_ddr_over_macs() <= 0.5;
+  const uint32_t VEC2 = take_if_room(next_vectors, uint64_t(d.vision_vec()) * 2, "the next block's vectors");
+  auto vec_of = [&](int blk) { return VEC2 != UINT32_MAX && blk % 2 ? VEC2 : VEC; };
   // The DeepStack mergers' rows kept in OCM from the tower to the prefill (TextLayer::kept), and
   // the final merger's written straight into the residual rows of the image (TextLayer::
   // image_in_place): the prefill adds them from there and splices nothing, and nothing goes
@@ -1410,17 +1426,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // parked chunk after every two streamed ones, while it waits on the DDR: each saves its DDR time.
   const kernels::GemvArgs head_g{.n = d.V, .k = d.H, .scratch_ocm = TMP, .scratch_bytes = uint32_t(rTMP)};
   uint32_t park_chunks = 0, PARK = 0, park_cb = 0;
-  // Only where a block's weights take the DDR half its MACs' time or less: where it streams them
-  // closer to its MACs' pace the copies delay its own units (64x64, 8 MiB, 64 GB/s, 0.82 x: the
-  // tower 180 K cycles slower for a head 50 K faster).
-  auto block_ddr_over_macs = [&] {
-    double bytes = 0, macs = 0;
-    for (auto [n, kk] : {std::pair{3 * d.Dv, d.Dv}, {d.Dv, d.Dv}, {d.Iv, d.Dv}, {d.Dv, d.Iv}}) {
-      bytes += double(gemm_weight_bytes(gemm_cfg_, n, kk));
-      macs += double(N) * n * kk;
-    }
-    return bytes / cfg_.ddr_bytes_per_cycle() / (macs / gemm_cfg_.mac_peak(true));
-  };
+  // Only where a block's weights take the DDR half its MACs' time or less (block_ddr_over_macs):
+  // where it streams them closer to its MACs' pace the copies delay its own units (64x64, 8 MiB,
+  // 64 GB/s, 0.82 x: the tower 180 K cycles slower for a head 50 K faster).
   if (s.vision && vc.depth > 1 && s.prefill && S && s.head && !k.f16.on && !knobs && block_ddr_over_macs() <= 0.5) {
     park_cb = kernels::gemv_chunk_bytes(cfg_, head_g);
     const uint64_t room = a.left() > 128 ? a.left() - 128 : 0;
@@ -1574,7 +1582,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (MVEC != UINT32_MAX && merger_next)
         em.copy_async(B + ".load_merger_vectors", 0, ddr_.bus(mname(*merger_next, "vec")), ocm(MVEC),
                       d.merger_vec(*merger_next >= 0) * 2);
-      em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(VEC), d.vision_vec() * 2);
+      vb.vec = vec_of(blk);
+      if (VEC2 == UINT32_MAX || blk == 0)
+        em.copy(B + ".load_vectors", ddr_.bus(vname(blk, "vec")), ocm(vb.vec), d.vision_vec() * 2);
+      if (VEC2 != UINT32_MAX && blk + 1 < vc.depth)
+        em.copy_async(B + ".load_next_vectors", 0, ddr_.bus(vname(blk + 1, "vec")), ocm(vec_of(blk + 1)),
+                      d.vision_vec() * 2);
       tables_early(vtables(B + "."));
       if (!vnormed) vb.norm1(t, H, XN);
       vnormed = false;
