@@ -6,7 +6,8 @@
 
 namespace gpnpu::kernels {
 
-uint32_t embed_scratch_bytes(uint32_t dim) { return dim / 128 * kGemvColumnBlockBytes + 8; }
+// Two rows' codes, scales and zeros: a pair of rows is looked up with one wait.
+uint32_t embed_scratch_bytes(uint32_t dim) { return 2 * (dim / 128 * kGemvColumnBlockBytes + 8); }
 
 KernelCost cost_embed(const sim::Config&, const EmbedArgs& a) {
   KernelCost c;
@@ -19,21 +20,25 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   if (a.dim == 0 || a.dim % 128) fail("embed: dim {} must be a positive multiple of 128", a.dim);
   if (a.rows == 0) fail("embed: no rows to look up");
   const uint32_t T = gemv_tile_cols(cfg), npe = cfg.npe(), nblk = a.dim / 128;
-  const uint32_t block_bytes = T * kGemvColumnBlockBytes;
-  const uint32_t codes = a.scratch_ocm, scales = codes + nblk * 64, zeros = scales + nblk * 2;
+  const uint32_t block_bytes = T * kGemvColumnBlockBytes, slot_bytes = embed_scratch_bytes(a.dim) / 2;
+  // Slot s (0, 1) of the scratch: a row's codes, scales, zeros.
+  auto codes = [&](uint32_t s) { return a.scratch_ocm + s * slot_bytes; };
+  auto scales = [&](uint32_t s) { return codes(s) + nblk * 64; };
+  auto zeros = [&](uint32_t s) { return scales(s) + nblk * 2; };
   const uint32_t out_stride = a.out_stride ? a.out_stride : a.dim * 2;
   const uint32_t passes = (nblk + npe - 1) / npe;
-  // Descriptors: codes (64 B x nblk), scales (2 B x nblk), zeros (1 B x nblk), block stride apart.
-  b.descriptor(a.smem, 0, sim::ocm_addr(codes), 64, nblk, block_bytes, 64);
-  b.descriptor(a.smem + 64, 0, sim::ocm_addr(scales), 2, nblk, block_bytes, 2);
-  b.descriptor(a.smem + 128, 0, sim::ocm_addr(zeros), 1, nblk, block_bytes, 1);
+  // Descriptors: codes (64 B x nblk), scales (2 B x nblk), zeros (1 B x nblk), block stride apart;
+  // each row writes its source and its slot's destinations before it starts them (a descriptor is
+  // read when it starts, so the second row of a pair reuses the first's).
+  b.descriptor(a.smem, 0, sim::ocm_addr(codes(0)), 64, nblk, block_bytes, 64);
+  b.descriptor(a.smem + 64, 0, sim::ocm_addr(scales(0)), 2, nblk, block_bytes, 2);
+  b.descriptor(a.smem + 128, 0, sim::ocm_addr(zeros(0)), 1, nblk, block_bytes, 1);
   b.op("vlaneid", {V{31}});
   b.op("vsplati", {V{29}, int64_t(0)});
   b.op("vcmpeq.i32", {V{31}, V{31}, V{29}});  // lane-0 mask
   b.op("vsplati", {V{30}, int64_t(0xff)});
   b.li(X{1}, a.ids_smem);
   b.li(X{2}, a.out_ocm);
-  b.li(X{3}, a.rows);
   b.li(X{4}, T);
   b.li(X{5}, 64);
   b.li(X{6}, 2);
@@ -42,11 +47,14 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   b.li(X{12}, a.smem);
   b.li(X{13}, a.smem + 64);
   b.li(X{14}, a.smem + 128);
-  b.loop(X{3}, [&] {
+  // (channels 0, 1, 2 for slot 0, 3, 0, 1 for slot 1, or fewer: the machine's dma_channels, in turn)
+  const uint32_t nch = uint32_t(std::max<uint64_t>(1, cfg.dma_channels));
+  // Row s of the pair (id at x1 + 4 s) into slot s: its three DMAs started.
+  auto issue = [&](uint32_t s) {
     // Token t is column r = t % T of tile t / T, whose width W is T except for the
     // narrower last tile (gemv.h): codes at tile + r * 64 (block stride W * 67), scales
     // at tile + W * 64 + r * 2, zeros at tile + W * 66 + r.
-    b.op("lw", {X{9}, Mem{X{1}, 0}});
+    b.op("lw", {X{9}, Mem{X{1}, 4 * int64_t(s)}});
     b.op("divu", {X{10}, X{9}, X{4}});
     b.op("remu", {X{11}, X{9}, X{4}});
     b.op("muli", {X{17}, X{10}, T});
@@ -69,29 +77,50 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
     b.op("sw", {X{15}, Mem{X{0}, a.smem + 128}});
     b.op("muli", {X{18}, X{17}, kGemvColumnBlockBytes});
     for (uint32_t d = 0; d < 3; ++d) b.op("sw", {X{18}, Mem{X{0}, a.smem + 64 * d + 16}});  // src stride
-    // (channels 0, 1, 2, or fewer: the machine's dma_channels, in turn)
-    const uint32_t nch = uint32_t(std::max<uint64_t>(1, cfg.dma_channels));
-    for (uint32_t d = 0; d < 3; ++d) b.op("dma.start", {Chan{uint8_t(d % nch)}, X{uint8_t(12 + d)}});
-    b.op("dma.waitall");
-    // PE q (pass p) dequantises block p * npe + q.
+    const uint32_t dst[3] = {codes(s), scales(s), zeros(s)};
+    for (uint32_t d = 0; d < 3 && a.rows >= 2; ++d) {  // (one row: slot 0's, as written above)
+      b.li(X{15}, sim::ocm_addr(dst[d]));
+      b.op("sw", {X{15}, Mem{X{0}, a.smem + 64 * d + 4}});
+    }
+    for (uint32_t d = 0; d < 3; ++d) b.op("dma.start", {Chan{uint8_t((3 * s + d) % nch)}, X{uint8_t(12 + d)}});
+  };
+  // Row s of the pair from slot s to its output row (x2 + s rows): PE q (pass p) dequantises
+  // block p * npe + q.
+  auto dequant = [&](uint32_t s) {
     for (uint32_t p = 0; p < passes; ++p) {
       uint32_t first = p * npe, count = std::min(npe, nblk - first);
       b.li(X{16}, count);
       b.op("pset.range", {P{1}, X{0}, X{16}});
-      b.op("oscatter", {V{0}, Mem{X{0}, codes + first * 64}, X{5}}, P{1});
-      b.op("oscatter.w1", {V{1}, Mem{X{0}, scales + first * 2}, X{6}}, P{1});
-      b.op("oscatter.w1", {V{3}, Mem{X{0}, zeros + first}, X{7}}, P{1});
+      b.op("oscatter", {V{0}, Mem{X{0}, codes(s) + first * 64}, X{5}}, P{1});
+      b.op("oscatter.w1", {V{1}, Mem{X{0}, scales(s) + first * 2}, X{6}}, P{1});
+      b.op("oscatter.w1", {V{3}, Mem{X{0}, zeros(s) + first}, X{7}}, P{1});
       b.op("vcvt.f32.f16", {V{2}, V{1}}, P{1});
       b.op("vand", {V{3}, V{3}, V{30}}, P{1});
       b.op("vcvt.f32.i32", {V{3}, V{3}}, P{1});
       b.op("vsel", {V{4}, V{2}, V{3}, V{31}}, P{1});
       for (int n = 0; n < 8; ++n) b.op("vdq4.f16", {V{uint8_t(8 + n)}, V{0}, V{4}, int64_t(n)}, P{1});
       for (int n = 0; n < 8; ++n)
-        b.op("ogather.h", {V{uint8_t(8 + n)}, Mem{X{2}, int64_t(first) * 256 + 32 * n}, X{8}}, P{1});
+        b.op("ogather.h", {V{uint8_t(8 + n)}, Mem{X{2}, int64_t(s) * out_stride + int64_t(first) * 256 + 32 * n}, X{8}},
+             P{1});
     }
-    b.op("addi", {X{1}, X{1}, 4});
-    b.op("addi", {X{2}, X{2}, out_stride});
-  });
+  };
+  if (a.rows >= 2) {
+    b.li(X{3}, a.rows / 2);
+    b.loop(X{3}, [&] {
+      issue(0);
+      issue(1);
+      b.op("dma.waitall");
+      dequant(0);
+      dequant(1);
+      b.op("addi", {X{1}, X{1}, 8});
+      b.op("addi", {X{2}, X{2}, 2 * int64_t(out_stride)});
+    });
+  }
+  if (a.rows % 2) {
+    issue(0);
+    b.op("dma.waitall");
+    dequant(0);
+  }
 }
 
 }  // namespace gpnpu::kernels

@@ -7,8 +7,9 @@
 // into OCM scratch; then PE b dequantises block b (vdq4.f16) and gathers its 128
 // fp16 to the output row. Token ids come from scalar memory at run time (one word
 // per row), so the same program serves any prompt.
-// Tiling rule: rows are done one at a time; scratch holds one row: 67 * k / 128 + 8
-// bytes; blocks are spread over the PEs, ceil(k / 128 / npe) passes.
+// Tiling rule: rows are done two at a time (both rows' DMAs started, then one wait: a row's
+// lookup is bound by the DMA's latency); scratch holds two rows: 2 * (67 * k / 128 + 8) bytes;
+// blocks are spread over the PEs, ceil(k / 128 / npe) passes.
 #pragma once
 #include <cstdint>
 
