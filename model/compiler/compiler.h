@@ -210,7 +210,8 @@ struct CompileOptions {
   // Test knob: the streamed plan's activations go through DDR (stored, loaded back) where they
   // could park in LRM (kernels/park.h): the residual kept in OCM between layers (stored at a
   // layer's start, loaded for its attention residual) and the prefill's attention output (stored
-  // by the attention calls, loaded for o_proj).
+  // by the attention calls, loaded for o_proj); the resident plan's LM head chunks parked in free
+  // OCM (GemvArgs::park_chunks).
   bool image_no_park = false;
   // Test knob: the streamed plan's MLP chunks as wide as on this many PEs (pm_chunk_width;
   // 0: Compiler::settle_pm_chunks decides).

@@ -1429,25 +1429,42 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // Only where a block's weights take the DDR half its MACs' time or less (block_ddr_over_macs):
   // where it streams them closer to its MACs' pace the copies delay its own units (64x64, 8 MiB,
   // 64 GB/s, 0.82 x: the tower 180 K cycles slower for a head 50 K faster).
-  if (s.vision && vc.depth > 1 && s.prefill && S && s.head && !k.f16.on && !knobs && block_ddr_over_macs() <= 0.5) {
+  if (s.vision && vc.depth > 1 && s.prefill && S && s.head && !k.f16.on && !knobs && !opt_.image_no_park &&
+      block_ddr_over_macs() <= 0.5) {
     park_cb = kernels::gemv_chunk_bytes(cfg_, head_g);
     const uint64_t room = a.left() > 128 ? a.left() - 128 : 0;
     const uint32_t unit = std::max(1u, kernels::gemv_park_unit(cfg_, head_g));
     park_chunks = uint32_t(std::min<uint64_t>(kernels::gemv_parkable_chunks(cfg_, head_g), room / park_cb)) / unit * unit;
     if (park_chunks) PARK = a.take(uint64_t(park_chunks) * park_cb, "the LM head's parked chunks");
   }
+  // The DeepStack rows' region (just below the park) holds kept_park chunks more once the last
+  // DeepStack layer has added its rows: copied in the layers after it, a chunk each (below).
+  uint32_t kept_park = 0;
+  if (park_chunks && KEPT != TextLayer::kKeptNone && PARK == KEPT + detail::OcmAlloc::footprint(kept_bytes) &&
+      int(ntaps) < tc.num_hidden_layers) {
+    const uint32_t unit = std::max(1u, kernels::gemv_park_unit(cfg_, head_g));
+    const uint32_t most = std::min<uint64_t>(detail::OcmAlloc::footprint(kept_bytes) / park_cb,
+                                             kernels::gemv_parkable_chunks(cfg_, head_g) - park_chunks);
+    kept_park = std::min<uint32_t>((park_chunks + most) / unit * unit - park_chunks, tc.num_hidden_layers - ntaps);
+    kept_park = (park_chunks + kept_park) / unit * unit - park_chunks;
+    PARK -= kept_park * park_cb;
+  }
   const uint32_t park_share = (park_chunks + vc.depth - 2) / (vc.depth - 1 ? vc.depth - 1 : 1);
-  // Block i's share: chunks [c0, c1) of the park, split over the GEMM channels.
-  auto park_piece = [&](const std::string& M, int i) {
-    if (i < 1) return;
-    const uint32_t c0 = uint32_t(i - 1) * park_share, c1 = std::min(park_chunks, c0 + park_share);
+  // Parked chunks [c0, c1), split over the GEMM channels (parked chunk u is the weight's 3u + 2).
+  auto park_copy = [&](const std::string& M, uint32_t c0, uint32_t c1) {
     if (c0 >= c1) return;
     const uint32_t ch = uint32_t(k.gcfg.dma_channels), per = (c1 - c0 + ch - 1) / ch;
-    for (uint32_t c = 0, u = c0; u < c1; ++c, u += per)  // (parked chunk u is the weight's 3u + 2)
+    for (uint32_t c = 0, u = c0; u < c1; ++c, u += per)
       k.em.copy_async(M + ".park_head", c,
                       {.src = ddr_.bus("embed") + (3 * u + 2) * park_cb, .dst = ocm(PARK + u * park_cb),
                        .row_bytes = park_cb, .rows = std::min(per, c1 - u), .src_stride = 3 * park_cb,
                        .dst_stride = park_cb});
+  };
+  // Block i's share: the park's chunks from kept_park on.
+  auto park_piece = [&](const std::string& M, int i) {
+    if (i < 1) return;
+    const uint32_t c0 = kept_park + uint32_t(i - 1) * park_share;
+    park_copy(M, c0, std::min(kept_park + park_chunks, c0 + park_share));
   };
   k.fuse_gelu = opt_.image_gelu_fused;
   detail::Emitter& em = k.em;
@@ -1735,6 +1752,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // idled 22 K cycles after o_proj's tile there, 64x64, 8 MiB, 128 GB/s.)
     if (two_ahead && rows) k.prefetch2(layer_name(i, "gu0.gemm"), gu_n, d.H, two_ahead->gu);
     tl.qkv(all, XN, BIG);
+    // A chunk of the park into the DeepStack rows' region, a layer from the first after the
+    // DeepStack ones, after its q|k|v (its units are in the channels then; 64x64, 8 MiB, 128 GB/s:
+    // -8.9 K cycles for the 10 chunks; all in the last layer, whose DDR is busy, -3.1 K; before the
+    // q|k|v, +73 K: the copies delayed its units).
+    if (i >= int(ntaps) && uint32_t(i) - ntaps < kept_park) park_copy(L, uint32_t(i) - ntaps, uint32_t(i) - ntaps + 1);
     if (rows) k.start_after_next(layer_name(i, "gu0.gemm"), gu_n, d.H, rows, p_attn, double(S) * 2 * d.nkv * d.hd * 2);
     // q and k normed and rotated in one call; the cache write (DMA) of v starts before it, k's
     // after it, and both overlap the attention.
@@ -1855,7 +1877,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (s.head) {
   b.op("mark.begin", {Name{"head"}});
   Head{.k = k, .d = d, .vec = VEC, .eps = teps}.run(H + (S - 1) * d.H * 2, XN, BIG, TMP, uint32_t(rTMP),
-                                                    {PARK, park_chunks});
+                                                    {PARK, kept_park + park_chunks});
   b.op("mark.end", {Name{"head"}});
   }
   b.op("halt");
@@ -1864,7 +1886,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   out.plan = fmt::format("resident: {}, gate|up chunks per call {}{}{}{}{}", tower_note, J,
                          dchain ? fmt::format(", the down in chunks of {} beside them (fp32 partial sums in LRM)", dk) : "",
                          two_ahead ? ", q|k|v loads gate|up's first units (two calls ahead)" : "", channels_note,
-                         park_chunks ? fmt::format("; LM head: {} chunks parked in free OCM", park_chunks) : "");
+                         park_chunks ? fmt::format("; LM head: {} chunks parked in free OCM", kept_park + park_chunks) : "");
   return out;
 }
 

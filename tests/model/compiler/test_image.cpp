@@ -1764,6 +1764,44 @@ TEST(ImageOcm, TwoCallsAheadMatchesTheChain) {
                              gu.unit_offset(1, false), gu.unit_offset(4, false));
 }
 
+// The LM head's chunks parked in free OCM (GemvArgs::park_chunks): copied by the tower's blocks,
+// and into the DeepStack rows' region by the layers after the last DeepStack one, a chunk each
+// (16x16 at 1024 GB/s, where a tower block's weights take the DDR a fraction of its MACs' time;
+// 20x20 patches, so that the DeepStack rows' region holds a chunk; 2 MiB, so that the tower's
+// share is 2 chunks). Against the chain, and the same logits bit for bit as the program compiled
+// without the park (CompileOptions::image_no_park). Negative control: the first quarter of the
+// head's weight in DDR zeroed under the parked program makes its logits differ.
+TEST(ImageOcm, TinyLmHeadParkedInFreeOcmMatchesTheChain) {
+  const ImageShape shape{20, 20, 128, 5};
+  const auto [pixels, ref] = ocm_reference(config_tiny(), *tiny_bundle().bundle, 43, shape);
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=16", "pe_cols=16", "ocm_bytes=2MiB", "ddr_gbps=1024"});
+  CompileOptions opt = ocm_options(160);
+  opt.max_patches = 400;
+  Compiler c(config_tiny(), cfg, opt);
+  const CompiledProgram prog = c.image_program(shape);
+  EXPECT_NE(prog.plan.find("LM head: 3 chunks parked in free OCM"), std::string::npos) << prog.plan;
+  const int first_after = int(config_tiny().vision.deepstack_visual_indexes.size());
+  EXPECT_TRUE(has_call(prog, "V1.park_head")) << "the tower's copies";
+  EXPECT_TRUE(has_call(prog, fmt::format("P{}.park_head", first_after))) << "the DeepStack rows' region's copy";
+  expect_matches_chain(c, prog, shape, tiny_bundle().bundle.get(), pixels, ref,
+                       "tiny, 16x16 at 1024 GB/s, the LM head parked", false);
+  CompileOptions off = opt;
+  off.image_no_park = true;
+  const Compiler c_off(config_tiny(), cfg, off);
+  const CompiledProgram unparked = c_off.image_program(shape);
+  EXPECT_EQ(unparked.plan.find("chunks parked"), std::string::npos) << unparked.plan;
+  const ImageRun a = run_image(c, prog, shape, tiny_bundle().bundle.get(), pixels, false);
+  const ImageRun b = run_image(c_off, unparked, shape, tiny_bundle().bundle.get(), pixels, false);
+  EXPECT_EQ(a.logits, b.logits);
+  std::printf("parked %llu cycles, unparked %llu\n", (unsigned long long)a.stats.total[sim::Stat::cycles],
+              (unsigned long long)b.stats.total[sim::Stat::cycles]);
+  const DdrTensor& w = c.layout().at("embed");
+  const std::vector<uint8_t> zeros(w.bytes / 4, 0);
+  const ImageRun bad = run_image(c, prog, shape, tiny_bundle().bundle.get(), pixels, false, 0,
+                                 [&](Session& dev) { dev.write_ddr(w.offset, zeros.data(), zeros.size()); });
+  EXPECT_NE(bad.logits, b.logits) << "negative control: the head's weight zeroed in part";
+}
+
 // The tiny model's program in two parts on one view (forced: CompileOptions::image_parts), 64x64
 // at 512 KiB, 128 GB/s, against the chain; negative control: block 1's fc2 chunk 0 zeroed in DDR
 // fails the gate.
