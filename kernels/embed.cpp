@@ -6,8 +6,8 @@
 
 namespace gpnpu::kernels {
 
-// Two rows' codes, scales and zeros: a pair of rows is looked up with one wait.
-uint32_t embed_scratch_bytes(uint32_t dim) { return 2 * (dim / 128 * kGemvColumnBlockBytes + 8); }
+// Four rows' codes, scales and zeros: two pairs of rows, one dequantised while the other's DMAs run.
+uint32_t embed_scratch_bytes(uint32_t dim) { return 4 * (dim / 128 * kGemvColumnBlockBytes + 8); }
 
 KernelCost cost_embed(const sim::Config&, const EmbedArgs& a) {
   KernelCost c;
@@ -20,8 +20,8 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   if (a.dim == 0 || a.dim % 128) fail("embed: dim {} must be a positive multiple of 128", a.dim);
   if (a.rows == 0) fail("embed: no rows to look up");
   const uint32_t T = gemv_tile_cols(cfg), npe = cfg.npe(), nblk = a.dim / 128;
-  const uint32_t block_bytes = T * kGemvColumnBlockBytes, slot_bytes = embed_scratch_bytes(a.dim) / 2;
-  // Slot s (0, 1) of the scratch: a row's codes, scales, zeros.
+  const uint32_t block_bytes = T * kGemvColumnBlockBytes, slot_bytes = embed_scratch_bytes(a.dim) / 4;
+  // Slot s (0-3) of the scratch: a row's codes, scales, zeros.
   auto codes = [&](uint32_t s) { return a.scratch_ocm + s * slot_bytes; };
   auto scales = [&](uint32_t s) { return codes(s) + nblk * 64; };
   auto zeros = [&](uint32_t s) { return scales(s) + nblk * 2; };
@@ -47,14 +47,15 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   b.li(X{12}, a.smem);
   b.li(X{13}, a.smem + 64);
   b.li(X{14}, a.smem + 128);
-  // (channels 0, 1, 2 for slot 0, 3, 0, 1 for slot 1, or fewer: the machine's dma_channels, in turn)
+  // (slot s on channels 3s, 3s + 1, 3s + 2 mod the machine's dma_channels: a pair's six descriptors
+  // fill 4 channels' queues of 2 at most)
   const uint32_t nch = uint32_t(std::max<uint64_t>(1, cfg.dma_channels));
-  // Row s of the pair (id at x1 + 4 s) into slot s: its three DMAs started.
-  auto issue = [&](uint32_t s) {
+  // The row whose id is at x1 + id_off into slot s: its three DMAs started.
+  auto issue = [&](uint32_t s, int64_t id_off) {
     // Token t is column r = t % T of tile t / T, whose width W is T except for the
     // narrower last tile (gemv.h): codes at tile + r * 64 (block stride W * 67), scales
     // at tile + W * 64 + r * 2, zeros at tile + W * 66 + r.
-    b.op("lw", {X{9}, Mem{X{1}, 4 * int64_t(s)}});
+    b.op("lw", {X{9}, Mem{X{1}, id_off}});
     b.op("divu", {X{10}, X{9}, X{4}});
     b.op("remu", {X{11}, X{9}, X{4}});
     b.op("muli", {X{17}, X{10}, T});
@@ -84,9 +85,8 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
     }
     for (uint32_t d = 0; d < 3; ++d) b.op("dma.start", {Chan{uint8_t((3 * s + d) % nch)}, X{uint8_t(12 + d)}});
   };
-  // Row s of the pair from slot s to its output row (x2 + s rows): PE q (pass p) dequantises
-  // block p * npe + q.
-  auto dequant = [&](uint32_t s) {
+  // Slot s to the output row at x2 + out_off: PE q (pass p) dequantises block p * npe + q.
+  auto dequant = [&](uint32_t s, int64_t out_off) {
     for (uint32_t p = 0; p < passes; ++p) {
       uint32_t first = p * npe, count = std::min(npe, nblk - first);
       b.li(X{16}, count);
@@ -100,26 +100,45 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
       b.op("vsel", {V{4}, V{2}, V{3}, V{31}}, P{1});
       for (int n = 0; n < 8; ++n) b.op("vdq4.f16", {V{uint8_t(8 + n)}, V{0}, V{4}, int64_t(n)}, P{1});
       for (int n = 0; n < 8; ++n)
-        b.op("ogather.h", {V{uint8_t(8 + n)}, Mem{X{2}, int64_t(s) * out_stride + int64_t(first) * 256 + 32 * n}, X{8}},
-             P{1});
+        b.op("ogather.h", {V{uint8_t(8 + n)}, Mem{X{2}, out_off + int64_t(first) * 256 + 32 * n}, X{8}}, P{1});
     }
   };
-  if (a.rows >= 2) {
-    b.li(X{3}, a.rows / 2);
-    b.loop(X{3}, [&] {
-      issue(0);
-      issue(1);
-      b.op("dma.waitall");
-      dequant(0);
-      dequant(1);
-      b.op("addi", {X{1}, X{1}, 8});
-      b.op("addi", {X{2}, X{2}, 2 * int64_t(out_stride)});
-    });
+  // Pairs of rows, software-pipelined: step i starts pair i + 1's DMAs (into the other two slots),
+  // dequantises pair i, then waits; a loop trip runs two steps (slots 0, 1 then 2, 3). An odd last
+  // row alone.
+  const uint32_t pairs = a.rows / 2;
+  const int64_t os = out_stride;
+  auto issue_pair = [&](uint32_t s0, int64_t id_off) {
+    issue(s0, id_off);
+    issue(s0 + 1, id_off + 4);
+  };
+  auto step = [&](uint32_t s0, int64_t i, bool next) {  // pair i (relative to x1, x2) in slots s0, s0 + 1
+    if (next) issue_pair(2 - s0, 8 * (i + 1));
+    dequant(s0, 2 * i * os);
+    dequant(s0 + 1, (2 * i + 1) * os);
+    if (next) b.op("dma.waitall");
+  };
+  if (pairs) {
+    issue_pair(0, 0);
+    b.op("dma.waitall");
+    const uint32_t trips = (pairs - 1) / 2;
+    if (trips) {
+      b.li(X{3}, trips);
+      b.loop(X{3}, [&] {
+        step(0, 0, true);
+        step(2, 1, true);
+        b.op("addi", {X{1}, X{1}, 16});
+        b.op("addi", {X{2}, X{2}, 4 * os});
+      });
+    }
+    for (uint32_t i = 2 * trips; i < pairs; ++i) step(i % 2 ? 2 : 0, i - 2 * trips, i + 1 < pairs);
+    b.op("addi", {X{1}, X{1}, 8 * int64_t(pairs - 2 * trips)});
+    b.op("addi", {X{2}, X{2}, 2 * int64_t(pairs - 2 * trips) * os});
   }
   if (a.rows % 2) {
-    issue(0);
+    issue(0, 0);
     b.op("dma.waitall");
-    dequant(0);
+    dequant(0, 0);
   }
 }
 

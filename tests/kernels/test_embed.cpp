@@ -64,7 +64,12 @@ TEST_P(EmbedShapes, RowsEqualTheDequantisedTable) {
 INSTANTIATE_TEST_SUITE_P(Shapes, EmbedShapes,
                          ::testing::Values(EmbedCase{"mini", 50, 128, {0, 17, 49}},
                                            EmbedCase{"mini", 300, 2304, {299, 3, 16, 15}},
-                                           EmbedCase{"qc-u", 1500, 2048, {1499, 0, 1024, 7}}));
+                                           EmbedCase{"qc-u", 1500, 2048, {1499, 0, 1024, 7}},
+                                           // (pairs of rows in the pipelined loop's trips, the steps
+                                           // after them and an odd last row)
+                                           EmbedCase{"qc-u", 1500, 2048, {5, 1499, 0, 1024, 7, 8, 300, 301, 1200}},
+                                           EmbedCase{"mini", 300, 2304, {299, 3, 16, 15, 100, 200}},
+                                           EmbedCase{"mini", 50, 128, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10}}));
 
 TEST(Embed, NegativeControlWrongRowFails) {
   EmbedCase c{"mini", 50, 128, {17}};
