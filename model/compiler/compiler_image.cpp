@@ -1583,12 +1583,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const Tile t{.mark = B, .r0 = 0, .rows = N};
       vb.block = blk;
       b.op("mark.begin", {Name{B}});
-      // The next block's norm1 in this block's MLP residual call where no merger comes between
-      // (its weights in NEXT_N1, loaded beside this block's vectors): one pass over h through
-      // the OCM port fewer (64x64, 8 MiB, 128 GB/s: 1.1 K cycles a block).
+      // The next block's norm1 in this block's MLP residual call (its weights in NEXT_N1, loaded
+      // beside this block's vectors): one pass over h through the OCM port fewer (64x64, 8 MiB,
+      // 128 GB/s: 1.1 K cycles a block). A DeepStack merger between them reads the same h and
+      // norms it into TMP instead of the normed rows (where TMP holds its rows).
       const auto& taps = vc.deepstack_visual_indexes;
-      const bool fuse_n1 = NEXT_N1 != UINT32_MAX && blk + 1 < vc.depth &&
-                           std::find(taps.begin(), taps.end(), blk) == taps.end();
+      const bool is_tap = std::find(taps.begin(), taps.end(), blk) != taps.end();
+      const bool fuse_n1 = NEXT_N1 != UINT32_MAX && blk + 1 < vc.depth && (!is_tap || rTMP >= uint64_t(Nt) * d.Md * 2);
       if (fuse_n1)
         em.copy_async(B + ".load_next_norm1", 0, ddr_.bus(vname(blk + 1, "vec")), ocm(NEXT_N1), uint32_t(n1_bytes));
       // The first merger after this block (DeepStack tap j, or -1: the final merger), if any.
@@ -1665,9 +1666,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         const Tile mt{.mark = fmt::format("M{}", j), .r0 = 0, .rows = Nt};
         b.op("mark.begin", {Name{mt.mark}});
         if (!loaded) em.copy(mt.at("load_vectors"), ddr_.bus(mname(j, "vec")), ocm(VEC), d.merger_vec(true) * 2);
-        m.norm(mt, H, XN);
+        const uint32_t MX = fuse_n1 ? TMP : XN;  // (the normed rows hold the next block's norm1)
+        m.norm(mt, H, MX);
         prefetch(mname(j, "fc2"), d.H, d.Md, 0);
-        m.fc1(mt, XN, BIG);
+        m.fc1(mt, MX, BIG);
         prefetch_after_block(blk, j + 1);
         if (KEPT != TextLayer::kKeptNone) {
           m.fc2(mt, BIG, KEPT + uint32_t(j) * Nt * d.H * 2);
