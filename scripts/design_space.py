@@ -197,7 +197,7 @@ def write(points, secs, out):
            f"{worst_img['ocm_mib']} MiB, {worst_img['ddr_gbps']:g} GB/s)." if worst_img else "")
         + (f" At ocm >= 2 MiB {sum(p['image_ratio'] > 1.30 for p in big)} points over 1.30 x, "
            f"{sum(p['image_calls_ratio'] > 1.30 for p in big)} of them with calls x over 1.30." if big else "")
-        + (f" Worst DDR/w at 1 MiB {max(p['image_ddr_per_weights'] for p in one):.2f}." if one else "")
+        + (f" Worst DDR/w at 1 MiB {max(p['image_ddr_per_weights'] for p in one):.3f}." if one else "")
         + (f" Slowest compile {max(secs.values()):.2f} s of CPU." if secs else ""),
         "",
         "| pe | OCM MiB | DDR GB/s | image plan | image Mcycles | MAC floor M | weights floor M | image x | calls x "

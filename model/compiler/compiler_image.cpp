@@ -1443,10 +1443,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   if (park_chunks && KEPT != TextLayer::kKeptNone && PARK == KEPT + detail::OcmAlloc::footprint(kept_bytes) &&
       int(ntaps) < tc.num_hidden_layers) {
     const uint32_t unit = std::max(1u, kernels::gemv_park_unit(cfg_, head_g));
-    const uint32_t most = std::min<uint64_t>(detail::OcmAlloc::footprint(kept_bytes) / park_cb,
-                                             kernels::gemv_parkable_chunks(cfg_, head_g) - park_chunks);
-    kept_park = std::min<uint32_t>((park_chunks + most) / unit * unit - park_chunks, tc.num_hidden_layers - ntaps);
-    kept_park = (park_chunks + kept_park) / unit * unit - park_chunks;
+    const uint32_t most = uint32_t(std::min<uint64_t>({detail::OcmAlloc::footprint(kept_bytes) / park_cb,
+                                                       kernels::gemv_parkable_chunks(cfg_, head_g) - park_chunks,
+                                                       tc.num_hidden_layers - ntaps}));
+    kept_park = (park_chunks + most) / unit * unit - park_chunks;
     PARK -= kept_park * park_cb;
   }
   const uint32_t park_share = (park_chunks + vc.depth - 2) / (vc.depth - 1 ? vc.depth - 1 : 1);
