@@ -127,6 +127,60 @@ INSTANTIATE_TEST_SUITE_P(Shapes, RopeShapes,
                                            RopeShape{"qc-u", 128, 16, 128, true, true, 0, true},
                                            RopeShape{"qc-u", 256, 16, 64, false, true, 0, false}));
 
+// The head-norm rotary runs' set-up: rows of `width` fp16 (x, row stride `stride` bytes) at OCM
+// 0, in place, their M-RoPE tables after them (a: rows, head_dim, strides, tables, eps), weights
+// from w_ocm on; run() loads x and the tables, runs b's program and reads the rows back.
+struct NormRopeSetup {
+  uint32_t rows, hd, width, stride, w_ocm;
+  RopeArgs a;
+  std::vector<std::array<int, 3>> pos3;
+  std::vector<int> section;
+  std::vector<float> cs, sn, x;
+  NormRopeSetup(uint32_t rows_, uint32_t hd_, uint32_t width_, uint32_t pad, uint32_t seed)
+      : rows(rows_), hd(hd_), width(width_), stride((width_ + pad) * 2), pos3(rows_) {
+    a.rows = rows, a.head_dim = hd;
+    a.x_ocm = a.out_ocm = 0;
+    a.x_row_stride = a.out_row_stride = stride;
+    a.tab_row_stride = hd * 4;
+    a.cos_ocm = up64(rows * stride);
+    a.sin_ocm = up64(a.cos_ocm + rows * a.tab_row_stride);
+    a.eps = 1e-6f;
+    w_ocm = up64(a.sin_ocm + rows * a.tab_row_stride) + 64;
+    for (uint32_t n = 0; n < rows; ++n) pos3[n] = {int(3 + n / 7), int(5 + n % 7), int(11 + 2 * n)};
+    section = hd == 128 ? std::vector<int>{24, 20, 20}
+                        : std::vector<int>{int(hd / 2) - 2 * int(hd / 6), int(hd / 6), int(hd / 6)};
+    model::ops::rope_tables_mrope(pos3, int(hd), 5e6f, section, cs, sn);
+    x = random_vector(size_t(rows) * width, seed + rows, 2.0f);
+    for (float& v : x) v = round_f16(v);
+  }
+  // Weights of the head norm: 1 + small, rounded to fp16.
+  static std::vector<float> weights(uint32_t hd, uint32_t seed) {
+    std::vector<float> w = random_vector(hd, seed, 0.4f);
+    for (float& v : w) v = round_f16(1.0f + v);
+    return w;
+  }
+  std::vector<uint16_t> run(const char* preset, Builder& b, const std::function<void()>& load_weights,
+                            uint64_t& cycles) const {
+    b.op("halt");
+    isa::Program prog = b.finish();
+    sim::Platform& p = sim::Platform::get();
+    p.configure(sim::Config::make(preset, {}), false);
+    for (uint32_t n = 0; n < rows; ++n)
+      write_ocm_f16(n * stride, std::vector<float>(x.begin() + n * width, x.begin() + (n + 1) * width));
+    p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
+    p.ocm().write(a.sin_ocm, sn.data(), sn.size() * 4);
+    load_weights();
+    cycles = p.run(prog).total[sim::Stat::cycles];
+    std::vector<uint16_t> y;
+    for (uint32_t n = 0; n < rows; ++n) {
+      std::vector<uint16_t> row(width);
+      p.ocm().read(n * stride, row.data(), width * 2);
+      y.insert(y.end(), row.begin(), row.end());
+    }
+    return y;
+  }
+};
+
 // The per-head RMSNorm in front (RopeArgs::norm, Qwen3's q_norm / k_norm then the rotary): the
 // same fp16 bits as emit_head_norm then emit_rope, in fewer cycles (one pass over x through the
 // OCM port); against the chain (rmsnorm_heads, then mrope) within the two fp16 roundings.
@@ -140,57 +194,30 @@ struct NormRopeRun {
 };
 NormRopeRun run_norm_rope(const char* preset, uint32_t rows, uint32_t heads, uint32_t hd, uint32_t pad, bool fused,
                           int64_t w_off = 0) {
-  sim::Config cfg = sim::Config::make(preset, {});
-  const uint32_t width = heads * hd, stride = (width + pad) * 2;
-  RopeArgs a;
-  a.rows = rows, a.heads = heads, a.head_dim = hd;
-  a.x_ocm = a.out_ocm = 0;
-  a.x_row_stride = a.out_row_stride = stride;
-  a.tab_row_stride = hd * 4;
-  a.cos_ocm = up64(rows * stride);
-  a.sin_ocm = up64(a.cos_ocm + rows * a.tab_row_stride);
-  const uint32_t w_ocm = up64(a.sin_ocm + rows * a.tab_row_stride) + 64;
-  a.eps = 1e-6f;
-  std::vector<std::array<int, 3>> pos3(rows);
-  for (uint32_t n = 0; n < rows; ++n) pos3[n] = {int(3 + n / 7), int(5 + n % 7), int(11 + 2 * n)};
-  std::vector<int> section = {24, 20, 20};
-  if (hd != 128) section = {int(hd / 2) - 2 * int(hd / 6), int(hd / 6), int(hd / 6)};
-  std::vector<float> cs, sn;
-  model::ops::rope_tables_mrope(pos3, int(hd), 5e6f, section, cs, sn);
-  std::vector<float> x = random_vector(size_t(rows) * width, 29 + rows, 2.0f), w = random_vector(hd, 31, 0.4f);
-  for (float& v : x) v = round_f16(v);
-  for (float& v : w) v = round_f16(1.0f + v);
+  const sim::Config cfg = sim::Config::make(preset, {});
+  NormRopeSetup st(rows, hd, heads * hd, pad, 29);
+  RopeArgs a = st.a;
+  a.heads = heads;
+  const std::vector<float> w = NormRopeSetup::weights(hd, 31);
   Builder b;
   if (fused) {
     a.norm = true;
-    a.norm_w_ocm = uint32_t(int64_t(w_ocm) + w_off);
+    a.norm_w_ocm = uint32_t(int64_t(st.w_ocm) + w_off);
   } else {
-    emit_head_norm(b, cfg, {.rows = rows, .heads = heads, .head_dim = hd, .x_ocm = 0, .x_stride = stride,
-                            .y_ocm = 0, .y_stride = stride, .w_ocm = w_ocm, .eps = a.eps});
+    emit_head_norm(b, cfg, {.rows = rows, .heads = heads, .head_dim = hd, .x_ocm = 0, .x_stride = st.stride,
+                            .y_ocm = 0, .y_stride = st.stride, .w_ocm = st.w_ocm, .eps = a.eps});
   }
   emit_rope(b, cfg, a);
-  b.op("halt");
-  isa::Program prog = b.finish();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, false);
-  for (uint32_t n = 0; n < rows; ++n)
-    write_ocm_f16(n * stride, std::vector<float>(x.begin() + n * width, x.begin() + (n + 1) * width));
-  p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
-  p.ocm().write(a.sin_ocm, sn.data(), sn.size() * 4);
-  write_ocm_f16(w_ocm, w);
-  write_ocm_f16(w_ocm + hd * 2, std::vector<float>(hd, 1.0f));  // (what a weight read 64 B on meets)
   NormRopeRun r;
-  r.cycles = p.run(prog).total[sim::Stat::cycles];
-  for (uint32_t n = 0; n < rows; ++n) {
-    std::vector<uint16_t> row(width);
-    p.ocm().read(n * stride, row.data(), width * 2);
-    r.y.insert(r.y.end(), row.begin(), row.end());
-    for (uint16_t v : row) r.yf.push_back(f16_to_f32(v));
-  }
-  r.ref = x;
+  r.y = st.run(preset, b, [&] {
+    write_ocm_f16(st.w_ocm, w);
+    write_ocm_f16(st.w_ocm + hd * 2, std::vector<float>(hd, 1.0f));  // (what a weight read 64 B on meets)
+  }, r.cycles);
+  for (uint16_t v : r.y) r.yf.push_back(f16_to_f32(v));
+  r.ref = st.x;
   model::ops::rmsnorm_heads(r.ref, int(heads), int(hd), w, a.eps);
   for (float& v : r.ref) v = round_f16(v);
-  model::ops::mrope(r.ref, int(heads), int(hd), pos3, 5e6f, section);
+  model::ops::mrope(r.ref, int(heads), int(hd), st.pos3, 5e6f, st.section);
   return r;
 }
 
@@ -227,56 +254,29 @@ struct QkRun {
 };
 QkRun run_qk_norm_rope(const char* preset, uint32_t rows, uint32_t nq, uint32_t nk, uint32_t hd, uint32_t pad,
                        int mode) {  // 0: two calls, 1: one call, 2: one call with q's weights for k
-  sim::Config cfg = sim::Config::make(preset, {});
-  const uint32_t width = (nq + nk) * hd, stride = (width + pad) * 2;
-  RopeArgs a;
-  a.rows = rows, a.head_dim = hd;
-  a.x_row_stride = a.out_row_stride = stride;
-  a.tab_row_stride = hd * 4;
-  a.cos_ocm = up64(rows * stride);
-  a.sin_ocm = up64(a.cos_ocm + rows * a.tab_row_stride);
-  const uint32_t wq = up64(a.sin_ocm + rows * a.tab_row_stride), wk = wq + up64(hd * 2);
+  const sim::Config cfg = sim::Config::make(preset, {});
+  const NormRopeSetup st(rows, hd, (nq + nk) * hd, pad, 41);
+  const uint32_t wq = st.w_ocm, wk = wq + up64(hd * 2);
+  const std::vector<float> w1 = NormRopeSetup::weights(hd, 43), w2 = NormRopeSetup::weights(hd, 47);
+  RopeArgs a = st.a;
   a.norm = true;
-  a.eps = 1e-6f;
-  std::vector<std::array<int, 3>> pos3(rows);
-  for (uint32_t n = 0; n < rows; ++n) pos3[n] = {int(2 + n), int(4 + n % 5), int(9 + n)};
-  std::vector<int> section = {24, 20, 20};
-  if (hd != 128) section = {int(hd / 2) - 2 * int(hd / 6), int(hd / 6), int(hd / 6)};
-  std::vector<float> cs, sn;
-  model::ops::rope_tables_mrope(pos3, int(hd), 5e6f, section, cs, sn);
-  std::vector<float> x = random_vector(size_t(rows) * width, 41 + rows, 2.0f);
-  std::vector<float> w1 = random_vector(hd, 43, 0.4f), w2 = random_vector(hd, 47, 0.4f);
-  for (float& v : w1) v = round_f16(1.0f + v);
-  for (float& v : w2) v = round_f16(1.0f + v);
   Builder b;
   if (mode == 0) {
     RopeArgs q = a, k = a;
-    q.heads = nq, q.x_ocm = q.out_ocm = 0, q.norm_w_ocm = wq;
+    q.heads = nq, q.norm_w_ocm = wq;
     k.heads = nk, k.x_ocm = k.out_ocm = nq * hd * 2, k.norm_w_ocm = wk;
     emit_rope(b, cfg, q);
     emit_rope(b, cfg, k);
   } else {
-    a.heads = nq + nk, a.x_ocm = a.out_ocm = 0, a.norm_w_ocm = wq;
+    a.heads = nq + nk, a.norm_w_ocm = wq;
     a.norm2_from = nq, a.norm2_w_ocm = mode == 1 ? wk : wq;
     emit_rope(b, cfg, a);
   }
-  b.op("halt");
-  isa::Program prog = b.finish();
-  sim::Platform& p = sim::Platform::get();
-  p.configure(cfg, false);
-  for (uint32_t n = 0; n < rows; ++n)
-    write_ocm_f16(n * stride, std::vector<float>(x.begin() + n * width, x.begin() + (n + 1) * width));
-  p.ocm().write(a.cos_ocm, cs.data(), cs.size() * 4);
-  p.ocm().write(a.sin_ocm, sn.data(), sn.size() * 4);
-  write_ocm_f16(wq, w1);
-  write_ocm_f16(wk, w2);
   QkRun r;
-  r.cycles = p.run(prog).total[sim::Stat::cycles];
-  for (uint32_t n = 0; n < rows; ++n) {
-    std::vector<uint16_t> row(width);
-    p.ocm().read(n * stride, row.data(), width * 2);
-    r.y.insert(r.y.end(), row.begin(), row.end());
-  }
+  r.y = st.run(preset, b, [&] {
+    write_ocm_f16(wq, w1);
+    write_ocm_f16(wk, w2);
+  }, r.cycles);
   return r;
 }
 
