@@ -28,8 +28,8 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   const uint32_t out_stride = a.out_stride ? a.out_stride : a.dim * 2;
   const uint32_t passes = (nblk + npe - 1) / npe;
   // Descriptors: codes (64 B x nblk), scales (2 B x nblk), zeros (1 B x nblk), block stride apart;
-  // each row writes its source and its slot's destinations before it starts them (a descriptor is
-  // read when it starts, so the second row of a pair reuses the first's).
+  // each row writes its source and its slot's destinations into them before it starts them (a
+  // descriptor is read when it starts, so every row reuses these three).
   b.descriptor(a.smem, 0, sim::ocm_addr(codes(0)), 64, nblk, block_bytes, 64);
   b.descriptor(a.smem + 64, 0, sim::ocm_addr(scales(0)), 2, nblk, block_bytes, 2);
   b.descriptor(a.smem + 128, 0, sim::ocm_addr(zeros(0)), 1, nblk, block_bytes, 1);

@@ -8,8 +8,9 @@
 // fp16 to the output row. Token ids come from scalar memory at run time (one word
 // per row), so the same program serves any prompt.
 // Tiling rule: rows are done two at a time (both rows' DMAs started, then one wait: a row's
-// lookup is bound by the DMA's latency); scratch holds two rows: 2 * (67 * k / 128 + 8) bytes;
-// blocks are spread over the PEs, ceil(k / 128 / npe) passes.
+// lookup is bound by the DMA's latency), the next pair's DMAs running while a pair is
+// dequantised; scratch holds four rows: 4 * (67 * k / 128 + 8) bytes; blocks are spread over
+// the PEs, ceil(k / 128 / npe) passes.
 #pragma once
 #include <cstdint>
 

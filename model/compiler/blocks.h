@@ -857,11 +857,12 @@ struct TextLayer {
                   uint32_t cos, uint32_t sin) const {
     norm_rotary(mark + ".rope", t.rows, heads, x, xs, w, cos, sin);
   }
-  // k and v of the tile's rows to cache slots slot0 + r0 on (wait: the write waited for in the
-  // call); or one of them ("k", "v": marked k_write, v_write).
-  void kv_write(const Tile& t, uint32_t qkv, bool wait, const std::string& only = "") const {
+  // k or v ("k", "v": marked k_write, v_write) of the tile's rows to cache slots slot0 + r0 on
+  // (wait: the writes on the cache's channels waited for in the call; the prefill starts v's before
+  // the rotary, k's after it).
+  void kv_write(const Tile& t, uint32_t qkv, bool wait, const std::string& only) const {
     const uint32_t hd2 = d.hd * 2;
-    k.kv_write(t.at(only.empty() ? "kv_write" : only + "_write"),
+    k.kv_write(t.at(only + "_write"),
                {.kv_heads = d.nkv, .head_dim = d.hd, .rows = t.rows, .k_ocm = qkv + qd(), .v_ocm = qkv + qd() + kd(),
                 .row_stride = qkvs(), .k_cache_ddr = k.ddr.bus(layer_name(layer, "kcache")) + t.r0 * hd2,
                 .v_cache_ddr = k.ddr.bus(layer_name(layer, "vcache")) + t.r0 * hd2, .max_seq = max_seq,
