@@ -1,13 +1,18 @@
 #include "kernels/embed.h"
 
+#include <algorithm>
+
 #include "isa/error.h"
 #include "kernels/gemv.h"
 #include "sim/machine/memory_map.h"
 
 namespace gpnpu::kernels {
 
-// Four rows' codes, scales and zeros: two pairs of rows, one dequantised while the other's DMAs run.
-uint32_t embed_scratch_bytes(uint32_t dim) { return 4 * (dim / 128 * kGemvColumnBlockBytes + 8); }
+// A row's codes, scales and zeros, for up to four rows: two pairs, one dequantised while the other's
+// DMAs run.
+uint32_t embed_scratch_bytes(uint32_t dim, uint32_t rows) {
+  return std::min(rows, 4u) * (dim / 128 * kGemvColumnBlockBytes + 8);
+}
 
 KernelCost cost_embed(const sim::Config&, const EmbedArgs& a) {
   KernelCost c;
@@ -20,7 +25,7 @@ void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a) {
   if (a.dim == 0 || a.dim % 128) fail("embed: dim {} must be a positive multiple of 128", a.dim);
   if (a.rows == 0) fail("embed: no rows to look up");
   const uint32_t T = gemv_tile_cols(cfg), npe = cfg.npe(), nblk = a.dim / 128;
-  const uint32_t block_bytes = T * kGemvColumnBlockBytes, slot_bytes = embed_scratch_bytes(a.dim) / 4;
+  const uint32_t block_bytes = T * kGemvColumnBlockBytes, slot_bytes = embed_scratch_bytes(a.dim, 1);
   // Slot s (0-3) of the scratch: a row's codes, scales, zeros.
   auto codes = [&](uint32_t s) { return a.scratch_ocm + s * slot_bytes; };
   auto scales = [&](uint32_t s) { return codes(s) + nblk * 64; };

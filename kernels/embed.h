@@ -9,7 +9,7 @@
 // per row), so the same program serves any prompt.
 // Tiling rule: rows are done two at a time (both rows' DMAs started, then one wait: a row's
 // lookup is bound by the DMA's latency), the next pair's DMAs running while a pair is
-// dequantised; scratch holds four rows: 4 * (67 * k / 128 + 8) bytes; blocks are spread over
+// dequantised; scratch holds min(rows, 4) rows: 67 * k / 128 + 8 bytes each; blocks are spread over
 // the PEs, ceil(k / 128 / npe) passes.
 #pragma once
 #include <cstdint>
@@ -26,11 +26,11 @@ struct EmbedArgs {
   uint32_t rows = 1;             // tokens looked up
   uint32_t ids_smem = 0;         // scalar-memory address of rows consecutive 32-bit token ids
   uint32_t out_ocm = 0, out_stride = 0;  // fp16 rows (stride 0: dim * 2)
-  uint32_t scratch_ocm = 0;      // embed_scratch_bytes(dim) bytes
+  uint32_t scratch_ocm = 0;      // embed_scratch_bytes(dim, rows) bytes
   uint32_t smem = 0;             // 192 bytes for three descriptors
 };
 
-uint32_t embed_scratch_bytes(uint32_t dim);
+uint32_t embed_scratch_bytes(uint32_t dim, uint32_t rows);
 KernelCost cost_embed(const sim::Config& cfg, const EmbedArgs& a);
 void emit_embed(Builder& b, const sim::Config& cfg, const EmbedArgs& a);
 

@@ -201,7 +201,7 @@ void Compiler::plan_decode_ocm() {
   dio_.sin_ocm = a.take(hd * 4, "rope sin");
   dio_.max_seq = opt_.max_seq;
   docm_.norm_scratch = a.take(norm_scratch_bytes(cfg_), "norm scratch");
-  docm_.embed_scratch = a.take(embed_scratch_bytes(H), "embed scratch");
+  docm_.embed_scratch = a.take(embed_scratch_bytes(H, 1), "embed scratch");
   if (opt_.fp16_channels) {
     docm_.f16xs = a.take(kF16RowBytes, "fp16 channels of x");
     docm_.f16scr = a.take(f16cols_scratch_bytes(cfg_), "fp16 correction buffers");

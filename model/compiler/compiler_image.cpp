@@ -1140,7 +1140,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return r;
   };
   auto fixed_with = [&](uint64_t gemm_bytes) {
-    return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), gemm_bytes}) +
+    return footprint({norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H, S), gemm_bytes}) +
            f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   };
   // The test knobs force the streamed plan; image_prefill only where there is a prefill, and
@@ -1359,7 +1359,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint32_t VEC = a.take(rVEC, "vectors");
   const uint32_t rope_ch = gemm_channels < uint32_t(cfg_.dma_channels) ? uint32_t(cfg_.dma_channels) - 1 : UINT32_MAX;
   const uint32_t NSCR = a.take(norm_scratch_bytes(cfg_), "norm scratch");
-  const uint32_t ESCR = a.take(embed_scratch_bytes(d.H), "embed scratch");
+  const uint32_t ESCR = a.take(embed_scratch_bytes(d.H, S), "embed scratch");
   const uint32_t GEMM = a.take(rGEMM, "GEMM DMA buffers");
   const uint32_t gk = off ? groups_per_call(d.nkv, 0, [&](uint32_t g) { return kv_stage(g) <= a.left(); }) : 0;
   const uint32_t KC = off ? a.take(uint64_t(off + S) * gk * d.hd * 2, "cached keys") : 0;

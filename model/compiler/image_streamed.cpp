@@ -243,7 +243,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
                                              .two = two, .cw = cw, .cp = pm ? pm_chunk(d.I, 2) : 0, .pairs = pm_down(),
                                              .more = chunk_gemms, .whole = whole});
   p.rVEC = std::max<uint64_t>({d.vision_vec() + d.Dv, d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
-  p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H), p.rGEMM}) +
+  p.fixed = sum_fp({p.rVEC, norm_scratch_bytes(cfg_), embed_scratch_bytes(d.H, S), p.rGEMM}) +
             f16_footprint(cfg_, opt_.fp16_channels, std::max(N, S));
   p.W = cfg_.ocm_bytes > p.fixed ? cfg_.ocm_bytes - p.fixed : 0;
   // A row phase's buffers in a copy mode (doubled()).
@@ -852,7 +852,7 @@ CompiledProgram Compiler::image_streamed(const ImageShape& s, kernels::Builder* 
   // Fixed regions, then W from `base`, allocated phase by phase.
   detail::OcmAlloc fa(cfg_.ocm_bytes);
   const uint32_t VEC = fa.take(p.rVEC, "vectors"), NSCR = fa.take(norm_scratch_bytes(cfg_), "norm scratch");
-  const uint32_t ESCR = fa.take(embed_scratch_bytes(d.H), "embed scratch");
+  const uint32_t ESCR = fa.take(embed_scratch_bytes(d.H, S), "embed scratch");
   const uint32_t GEMM = fa.take(p.rGEMM, "GEMM DMA buffers");
   const F16Regions f16 = take_f16(fa, cfg_, opt_.fp16_channels, std::max(N, S));
   const uint64_t base = fa.next();
