@@ -836,14 +836,6 @@ struct TextLayer {
     k.gemm(t.at("qkv"), {.w = layer_name(layer, "qkv.gemm"), .m = t.rows, .n = d.qkv_n, .k = d.H, .x = x,
                          .xs = d.H * 2, .y = y, .ys = qkvs()});
   }
-  // The per-head norm (weights w: q_norm_w or k_norm_w) and then the rotary of `heads`
-  // adjacent heads in each of `rows` rows at x (row stride xs), tables cos, sin [rows][hd], in
-  // one call (kernels::RopeArgs::norm).
-  void norm_rotary(const std::string& mark, uint32_t rows, uint32_t heads, uint32_t x, uint32_t xs, uint32_t w,
-                   uint32_t cos, uint32_t sin) const {
-    k.rope(mark, {.rows = rows, .heads = heads, .head_dim = d.hd, .x_ocm = x, .x_row_stride = xs, .cos_ocm = cos,
-                  .sin_ocm = sin, .norm = true, .norm_w_ocm = w, .eps = eps});
-  }
   // q and k (adjacent in the q|k|v rows) normed, each with its norm, and rotated in one call:
   // marked qk_rope.
   void qk_norm_rope(const Tile& t, uint32_t qkv, uint32_t cos, uint32_t sin) const {
@@ -852,10 +844,12 @@ struct TextLayer {
                              .norm_w_ocm = q_norm_w(), .eps = eps, .norm2_from = d.nq, .norm2_w_ocm = k_norm_w()});
   }
   // A group of q or k heads made alone (the streamed plan's q|k|v column groups, Streamed::pqg):
-  // the tile's rows of `heads` heads at x (row stride xs), normed (w) and rotated.
+  // the tile's rows of `heads` heads at x (row stride xs), normed (weights w: q_norm_w or
+  // k_norm_w) and rotated, tables cos, sin [rows][hd] (kernels::RopeArgs::norm).
   void head_group(const std::string& mark, const Tile& t, uint32_t heads, uint32_t x, uint32_t xs, uint32_t w,
                   uint32_t cos, uint32_t sin) const {
-    norm_rotary(mark + ".rope", t.rows, heads, x, xs, w, cos, sin);
+    k.rope(mark + ".rope", {.rows = t.rows, .heads = heads, .head_dim = d.hd, .x_ocm = x, .x_row_stride = xs,
+                            .cos_ocm = cos, .sin_ocm = sin, .norm = true, .norm_w_ocm = w, .eps = eps});
   }
   // k or v ("k", "v": marked k_write, v_write) of the tile's rows to cache slots slot0 + r0 on
   // (wait: the writes on the cache's channels waited for in the call; the prefill starts v's before
@@ -922,14 +916,14 @@ struct TextLayer {
   void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
     if (!has_deepstack(t)) return;
-    uint32_t rows = scratch;
+    uint32_t src = scratch;  // (the rows added: loaded into scratch, or kept in OCM)
     if (kept == kKeptNone)
       k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
                 ocm(scratch), (e - a) * w2);
     else
-      rows = kept_at(layer, a - first + i0);
+      src = kept_at(layer, a - first + i0);
     const uint32_t at = h + (a - t.r0) * w2;
-    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = rows,
+    k.ew(t.at("deepstack_add"), {.op = EwOp::add, .rows = e - a, .cols = d.H, .a_ocm = at, .b_ocm = src,
                                  .out_ocm = at});
   }
 };
@@ -941,7 +935,7 @@ struct Head {
   const Dims& d;
   uint32_t vec = 0;
   float eps = 0;
-  // (park: the LM head's parked first chunks, kernels::GemvArgs::park_ocm and park_chunks)
+  // (park: the LM head's parked chunks, every third, kernels::GemvArgs::park_ocm and park_chunks)
   void run(uint32_t x, uint32_t y, uint32_t logits, uint32_t scratch, uint32_t scratch_bytes,
            std::pair<uint32_t, uint32_t> park = {}) const {
     k.em.copy("final_norm.load", k.ddr.bus("final_norm"), ocm(vec), d.H * 2);

@@ -1418,7 +1418,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   const uint64_t kept_bytes = uint64_t(ntaps) * Nt * d.H * 2;
   const bool in_place = s.vision && s.prefill && !knobs && ni == Nt && i0 == 0;
   const uint32_t KEPT = take_if_room(in_place && ntaps, kept_bytes, "the DeepStack rows");  // (or kKeptNone)
-  // The LM head's first chunks parked in the OCM the plan leaves free (kernels::GemvArgs::
+  // The LM head's chunks (every third) parked in the OCM the plan leaves free (kernels::GemvArgs::
   // park_chunks): the head reads its weight (163 MB for the 2B) with nothing beside it, DDR-bound,
   // while the tower's blocks leave the DDR idle most of their time (64x64, 8 MiB, 128 GB/s: 6.7
   // MB in 248 K cycles a block). Each block from the second copies an even share before its
