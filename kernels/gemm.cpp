@@ -346,7 +346,9 @@ uint32_t gemm_split(const sim::Config& cfg, uint32_t n, uint32_t k, uint32_t spl
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg) {
   // (Not from cfg.dma_channels: the image compiler may give its GEMMs fewer channels than the
   // machine it packs the weights for, and the packing and the calls must agree.)
-  return cfg.ocm_bytes > (1u << 20) && uint64_t(kGemmRuleChannels) * cfg.npe() * 64 > cfg.ocm_bytes / 4 ? 32 : 64;
+  if (cfg.ocm_bytes <= (1u << 20)) return 64;
+  const uint64_t four = uint64_t(kGemmRuleChannels) * cfg.npe() * 64, quarter = cfg.ocm_bytes / 4;
+  return four > quarter || (four == quarter && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr) ? 32 : 64;
 }
 
 uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k) {

@@ -243,6 +243,14 @@ uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // compiler then keeps the GEMMs on every row, Compiler::gemm_view; at 1 MiB or less it halves
 // their view instead, which leaves the row tiles more room). Four, not cfg.dma_channels: the
 // packing and the calls must agree where the compiler gives its GEMMs fewer channels.
+// Where they would take exactly a quarter, 32 on a DDR of kGemmFastDdr bytes a cycle or more:
+// the image program's GEMMs then run on four channels where 64 leaves room for two (2B image
+// program, 128 GB/s: 64x64 at 4 MiB 22.16 -> 21.80 M cycles, with the rotary tables' wait
+// before the layer's prefetches, compiler_image.cpp; 32x64 at 2 MiB 38.26 -> 37.99 M). On a
+// slower DDR the units of 64 run faster there (64 GB/s: 64x64 at 4 MiB 33.14 M against 33.40
+// M, 32x64 at 2 MiB 41.22 M against 41.42 M, 64x64 at 2 MiB, whose GEMMs' view is 32x64,
+// 36.30 M against 38.32 M).
+constexpr double kGemmFastDdr = 64;
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // The DMA channels whose buffers that rule counts (and Compiler::settle_gemm_view's view on a
 // machine of more channels, where the program is resident on it).

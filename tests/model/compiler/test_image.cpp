@@ -791,7 +791,8 @@ TEST(ImageOcm, GateUpAsOneFusedCallWhereItFitsWithoutTheTemporaries) {
 // instead of their own region (the 2B on 64x64 at 4 MiB: the region's 128 KB let only one
 // GEMM DMA channel fit; 39.84 -> 38.50 M cycles with two), forced by
 // CompileOptions::image_rope_per_block: the tiny wide model at 1 MiB (the tables come in on
-// the channel the GEMMs leave free) and at 8 MiB on 32x64 (on all four: waited). Against the
+// the channel the GEMMs leave free) and at 8 MiB on 32x64 (on the last of the GEMMs' four, waited
+// for before a layer's first prefetch: a wait drains the channel's queue). Against the
 // chain; negative control: the tower's tables zeroed in DDR.
 TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 23);
