@@ -1111,12 +1111,13 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   struct Resident {
     uint32_t rcv = 0, J = 1, pes = 0;  // pes: the tower's MLP chunks' width where rcv = 0
     bool rope_tmp = false;  // the rotary tables loaded into TMP a block (layer) at a time (no ROPE region)
+    bool fc1_span = false;  // the tower's MLP in one pass with fc1's rows on from BIG into TMP (below)
     uint64_t rH, rXN, rBIG, rTMP, rROPE, rVEC;
     uint64_t need() const {
       return footprint({rH, rXN, rBIG, rTMP, rROPE, rVEC});
     }
   };
-  auto resident_plan = [&](uint32_t rcv, uint32_t pes, uint32_t J, bool rope_tmp) {
+  auto resident_plan = [&](uint32_t rcv, uint32_t pes, uint32_t J, bool rope_tmp, bool span) {
     Resident r;
     r.rcv = rcv;
     r.pes = pes;
@@ -1124,8 +1125,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     r.rope_tmp = rope_tmp;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
-    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv ? uint64_t(rcv) * d.Iv : uint64_t(N) * width(pes),
-                 uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
+    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv && !span ? uint64_t(rcv) * d.Iv : 0,
+                 rcv ? 0 : uint64_t(N) * width(pes), uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
     const uint64_t tables = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
     // The gate|up rows [S][2 cw J] in TMP, but for one fused call of the whole gate|up (its SiLU
     // output goes straight into BIG). Fused narrow chunks keep the reservation: at 64x64, 4 MiB,
@@ -1137,6 +1138,14 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                            uint64_t(S) * d.H}) * 2, gemv_min, rope_tmp ? tables : 0});
     r.rROPE = rope_tmp ? 0 : tables;
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
+    // span: the tower's MLP in one pass (rcv = N) with fc1's rows [N][Iv] from BIG on into TMP
+    // right after it (dead from the proj's residual to the block's end; fc2's output then goes
+    // into XN, dead after fc1), where BIG is smaller. Where BIG of N x Iv fits, that comes first
+    // (its q|k rows dense, VisionBlock::qk_dense: 64x64 at 8 MiB, 128 GB/s, +27 K cycles
+    // without). 64x64 at 4 MiB, 128 GB/s: one pass where it took chunks over every row.
+    const uint64_t fc1_rows = uint64_t(N) * d.Iv * 2;
+    r.fc1_span = span && rcv == N && fc1_rows > r.rBIG;
+    if (r.fc1_span) r.rBIG = std::max(r.rBIG, (fc1_rows - std::min(fc1_rows, r.rTMP + 64) + 63) / 64 * 64);
     return r;
   };
   auto fixed_with = [&](uint64_t gemm_bytes) {
@@ -1260,13 +1269,15 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     size_t rank = 0;
     for (auto [rcv, pes] : rcvs)
       for (uint32_t J : js)
-        for (bool rope_tmp : {false, true}) {
-          if (rope_tmp && !rope_tmp_too) break;
-          if (opt_.image_rope_per_block && !rope_tmp) continue;
-          Resident r = resident_plan(rcv, pes, J, rope_tmp);
-          if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) return std::pair{rank, r};
-          ++rank;
-        }
+        for (bool rope_tmp : {false, true})
+          for (bool span : {false, true}) {
+            if (rope_tmp && !rope_tmp_too) break;
+            if (opt_.image_rope_per_block && !rope_tmp) continue;
+            Resident r = resident_plan(rcv, pes, J, rope_tmp, span);
+            if (span && !r.fc1_span) continue;  // (the same plan as without)
+            if (r.need() + fixed + kv_stage(1) <= cfg_.ocm_bytes) return std::pair{rank, r};
+            ++rank;
+          }
     return std::nullopt;
   };
   auto search = [&](bool rope_tmp_too) {
@@ -1344,7 +1355,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   }
   const uint32_t rcv = res->rcv, J = res->J, cv = width(res->pes), vsums = rcv ? 0 : vsums_of(cv);
   const std::string tower_note =
-      rcv ? fmt::format("tower MLP rows per chunk {}", rcv)
+      rcv ? fmt::format("tower MLP rows per chunk {}{}", rcv, res->fc1_span ? " (its fc1 rows on into the temporaries)" : "")
           : fmt::format("tower MLP over every row in chunks of {} (fp32 partial sums in LRM)", cv);
   const uint64_t rH = res->rH, rXN = res->rXN, rBIG = res->rBIG, rTMP = res->rTMP, rROPE = res->rROPE,
                  rVEC = res->rVEC;
@@ -1361,6 +1372,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
   // it, +32 K). 64x64 at 4 MiB, 128 GB/s, 32-byte GEMM units: copied at the rotary (waiting on
   // the queue, 7.9 K cycles a layer) 22.03 M cycles, after the q|k|v 21.97 M, before 21.80 M.
   const uint32_t TMP = a.take(rTMP, "temporaries"), ROPE = res->rope_tmp ? TMP : a.take(rROPE, "rotary tables");
+  // (fc1_span: the tower's fc2 output, fc1's rows [N][Iv] from BIG on into TMP)
+  const uint32_t mlp_out = res->fc1_span ? XN : TMP;
+  if (res->fc1_span && uint64_t(TMP) + rTMP < uint64_t(BIG) + uint64_t(N) * d.Iv * 2)
+    fail("compiler: internal: the tower's fc1 rows ({} bytes from {}) pass the temporaries' end ({})",
+         uint64_t(N) * d.Iv * 2, BIG, uint64_t(TMP) + rTMP);
   const uint32_t VEC = a.take(rVEC, "vectors");
   const uint32_t rope_ch = uint32_t(cfg_.dma_channels) - 1;
   const bool rope_shared = gemm_channels == uint32_t(cfg_.dma_channels);
@@ -1618,9 +1634,11 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (j == 0 && qkv_split) prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, vb.v_off);
         else prefetch(vname(blk, "proj"), d.Dv, d.Dv, KernelCalls::kLrmShared, 0, kernels::kLrmAnywhere, true);
       });
+      // (before the MLP's first units start: behind them on a shared channel it waited 8.8 K
+      // cycles a block, 64x64 at 4 MiB, 128 GB/s; before the q|k|v +32 K)
+      tables_ready();
       if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
       else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
-      tables_ready();
       park_piece(B, blk);
       vb.qk_rope(t, BIG, ROPE, ROPE + N * d.hdv * 4);
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
@@ -1657,10 +1675,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         vb.fc1(c, XN + r0 * d.Dv * 2, BIG);
         if (r0 + rcv < N) prefetch(vname(blk, "fc1"), d.Iv, d.Dv, 0);
         else prefetch_after_block(blk, 0);
-        vb.fc2(c, BIG, TMP + r0 * d.Dv * 2);
+        vb.fc2(c, BIG, mlp_out + r0 * d.Dv * 2);
       }
-      if (fuse_n1) vb.residual_norm1(t, H, TMP, XN, NEXT_N1);
-      else vb.residual(t, "mlp_residual", H, TMP);
+      if (fuse_n1) vb.residual_norm1(t, H, mlp_out, XN, NEXT_N1);
+      else vb.residual(t, "mlp_residual", H, mlp_out);
       vnormed = fuse_n1;
       b.op("mark.end", {Name{B}});
       // DeepStack tap: the block output through merger j, kept in DDR for the prefill.

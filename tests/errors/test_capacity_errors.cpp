@@ -10,11 +10,12 @@
 namespace gpnpu::errors_test {
 namespace {
 
-// 2B on qc-u: 10,795 slots of 123,904 bytes fit beside 1,883,622,144 bytes of weights and buffers;
-// --max-context auto takes 9,932, beside the image program's MLP chunk packings too.
+// 2B on qc-u with 32x64 PEs: 10,795 slots of 123,904 bytes fit beside 1,883,622,144 bytes of
+// weights and buffers; --max-context auto takes 9,932, beside the image program's MLP chunk
+// packings too (qc-u's own tower runs in one pass: no packings, 10,795).
 TEST(CapacityErrors, CompileCachedIsCheckedAgainstTheMaxContext) {
   const std::string dir = scratch_dir("capacity_compile");
-  const std::string c = "compile --out " + dir + "/out --run";
+  const std::string c = "compile --set pe_cols=64 --out " + dir + "/out --run";
   expect_clean_error(run_cli(c + " --cached 0"),
                      {"--cached 0: needs at least 1 token in the KV cache; give 1 to 9932 (--max-context)"});
   expect_clean_error(run_cli(c + " --cached -3"), {"--cached -3: needs at least 1 token in the KV cache"});
@@ -82,12 +83,13 @@ TEST(CapacityErrors, OddPeColsSaysWhyTheLrmNeedDoubles) {
   EXPECT_EQ(run_cli("compile --out " + dir + "/out2 --set pe_cols=33 --set lrm_bytes=3328").exit_code, 0);
 }
 
-// --max-context auto keeps the image program's MLP chunk packings only where they leave
-// the default 4,096 slots: in 1.99 GB of DDR they would leave about 65, without them 858 fit, and
-// `compile` (its default --seq 128) runs with those, saying why the packings are out.
+// --max-context auto keeps the image program's MLP chunk packings (32x64 at qc-u's 4 MiB and 32
+// GB/s) only where they leave the default 4,096 slots: in 1.99 GB of DDR they would leave about
+// 65, without them 858 fit, and `compile` (its default --seq 128) runs with those, saying why the
+// packings are out.
 TEST(CapacityErrors, AutoContextLeavesThePackingsOutWhereTheyLeaveTooFewSlots) {
   const std::string dir = scratch_dir("capacity_auto");
-  const CliResult r = run_cli("compile --out " + dir + "/out --set ddr_bytes=1990000000");
+  const CliResult r = run_cli("compile --out " + dir + "/out --set pe_cols=64 --set ddr_bytes=1990000000");
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("(KV cache of 858 tokens)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("the MLP chunk packings left out so that the KV cache of 858 tokens fits"), std::string::npos)

@@ -1182,12 +1182,15 @@ INSTANTIATE_TEST_SUITE_P(Qcu, GemmPerf,
 // Split 2 on 64x64 (the 2B prefill's MLP chunks at 4 MiB, 128 GB/s: 128 rows, K = 2,048, two
 // tiles): with a 128-block a loop trip the loop leaves issue slots for fill pieces, so tile 1's
 // units are scattered inside tile 0's row groups rather than through the OCM port between them
-// (512 port cycles a unit). Timing only, against max(MAC floor, DDR floor). Measured: 87,222
-// cycles (1.331 x) now; 87,861 (1.341 x) before the loop's weight preparation went into the
-// slots its broadcasts and pieces leave (issue_plan: at split 2 they met, 2 cycles an
-// iteration); 90,021 (1.374 x) with a group of 16 codes a trip.
+// (512 port cycles a unit). Timing only, against max(MAC floor, DDR floor), at 8 MiB, whose units
+// are 64 bytes a PE (at 4 MiB and 128 GB/s they are 32 now, gemm_unit_pe_bytes: 93,399 cycles,
+// 1.425 x). Measured: 86,570 cycles (1.321 x) now; at 4 MiB with 64-byte units 87,222 (1.331
+// x), 87,861 (1.341 x) before the loop's weight preparation went into the slots its broadcasts
+// and pieces leave (issue_plan: at split 2 they met, 2 cycles an iteration); 90,021 (1.374 x)
+// with a group of 16 codes a trip.
 TEST(Gemm, SplitTwoFillsInsideTheLoop) {
-  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=4MiB", "ddr_gbps=128"});
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_rows=64", "pe_cols=64", "ocm_bytes=8MiB", "ddr_gbps=128"});
+  ASSERT_EQ(gemm_unit_pe_bytes(cfg), 64u);
   ASSERT_EQ(plan_gemm(cfg, 128, 4096, 2048, 2).tiles, 2u);
   // The second of two calls (its first units fetched during the first's last tile).
   const GemmRun one = run_gemm(cfg, 128, 4096, 2048, GemmBias::none, 3, true, 2),

@@ -810,6 +810,33 @@ TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
   }
 }
 
+// The tower's MLP in one pass with fc1's rows [N][Iv] run on from the qkv / MLP region into the
+// temporaries after it (Resident::fc1_span; fc2's output in the normed rows): the 2B at qc-u,
+// whose region holds the prefill's 1.5 MB where fc1's rows take 2 MB. The tiny model with a
+// tower MLP of 2,048 (its rows, 576 KiB, above the patches' 432 KiB) at 840 KiB (the tower
+// resident alone, the prefill streamed), 952 KiB (the rotary tables a block at a time in the
+// temporaries too) and 1,112 KiB (resident). Against the chain; negative control: the last
+// quarter of block 1's fc1 (its last columns, whose rows lie in the temporaries) zeroed.
+TEST(ImageOcm, TinyTowerFc1RowsOnIntoTheTemporariesMatchTheChain) {
+  ModelConfig m = config_tiny_wider();
+  m.name = "tiny_fc1";
+  m.vision.intermediate_size = 2048;
+  static TinyBundle tiny("image_" + m.name, m);
+  const auto [pixels, ref] = ocm_reference(m, *tiny.bundle, 29);
+  for (const char* ocm : {"840KiB", "952KiB", "1112KiB"}) {
+    Compiler c(m, sim::Config::make("qc-u", {fmt::format("ocm_bytes={}", ocm)}), ocm_options());
+    const CompiledProgram prog = c.image_program(kOcmShape);
+    EXPECT_NE(prog.plan.find("tower MLP rows per chunk 144 (its fc1 rows on into the temporaries)"), std::string::npos)
+        << prog.plan;
+    expect_matches_chain(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref,
+                         fmt::format("tiny (tower MLP 2048) image program, fc1's rows on into the temporaries, {}", ocm),
+                         false);
+    const uint64_t bytes = c.layout().at("V1.fc1").bytes;
+    expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.fc1",
+                               "last quarter of block 1's fc1", bytes / 4 * 3);
+  }
+}
+
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the
 // 2B at 1 MiB, where the normed rows and the up output of every row fit but not the attention
 // rows and residual too; forced here by CompileOptions::image_part_rows): the tiny wider model
@@ -1398,12 +1425,13 @@ TEST(Image, PrefillChunksOnlyWhereEstimatedFaster) {
   EXPECT_EQ(Compiler(config_2b(), sim::Config::make("qc-u", {}), o).prefill_chunk_rows(0, 1016), 100u);
 }
 
-// The image program's second packings (here the resident tower's MLP chunks, qc-u) are laid
-// beside a KV cache of up to Compiler::max_context(..., packings = true) slots, --max-context
-// auto; a larger cache, up to the most that fit without them, leaves them out (the tower's MLP
-// then runs in row chunks, and the plan says why).
+// The image program's second packings (here the resident tower's MLP chunks, 32x64 at qc-u's 4
+// MiB and 32 GB/s) are laid beside a KV cache of up to Compiler::max_context(..., packings = true)
+// slots, --max-context auto; a larger cache, up to the most that fit without them, leaves them
+// out (the tower's MLP then runs in one pass, and the plan says why). (qc-u's own tower runs in
+// one pass since its fc1 rows may run on into the temporaries: no second packings there.)
 TEST(ImageOcm, FullSizeMlpChunkPackingsGiveWayToALargerKvCache) {
-  const sim::Config cfg = sim::Config::make("qc-u", {});
+  const sim::Config cfg = sim::Config::make("qc-u", {"pe_cols=64"});
   const CompileOptions base;
   const uint32_t packed = Compiler::max_context(config_2b(), cfg, base, true);
   const uint32_t fit = Compiler::max_context(config_2b(), cfg, base);
@@ -1417,10 +1445,11 @@ TEST(ImageOcm, FullSizeMlpChunkPackingsGiveWayToALargerKvCache) {
   };
   const auto [at_packed, plan_packed] = compiled(packed);
   EXPECT_TRUE(at_packed);
-  EXPECT_TRUE(plan_packed.starts_with("resident: tower MLP over every row in chunks of 1024")) << plan_packed;
+  EXPECT_TRUE(plan_packed.starts_with("resident: tower MLP over every row in chunks of 2048")) << plan_packed;
   const auto [past, plan_past] = compiled(packed + 1);
   EXPECT_FALSE(past);
-  EXPECT_TRUE(plan_past.starts_with("resident: tower MLP rows per chunk 128")) << plan_past;
+  EXPECT_TRUE(plan_past.starts_with("resident: tower MLP rows per chunk 256 (its fc1 rows on into the temporaries)"))
+      << plan_past;
   EXPECT_NE(plan_past.find("the MLP chunk packings left out so that the KV cache of 9933 tokens fits"), std::string::npos)
       << plan_past;
   EXPECT_FALSE(compiled(fit).first);
