@@ -22,11 +22,13 @@
 // plus the GEMM DMA buffers. Region sizes are the maxima over both phases.
 //
 // Tiling rules: the tower MLP runs in row chunks of rcv rows (N, or the fewest balanced
-// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space), or
+// chunks of at most 3 Dv / Iv * N rows when its fc1 output must reuse the qkv space; with N,
+// fc1's rows may run on from BIG into TMP, fc2's output then in XN: Resident::fc1_span), or
 // over every row in chunks of fc1's columns with fp32 partial sums in LRM where that is
 // estimated faster than the row chunks (rcv = 0: the chunks read the weights once);
 // the prefill MLP runs in column chunks of the gate|up projection (gate_up_chunk columns of each, packed chunk by chunk in DDR),
 // J chunks per GEMM call, each chunk followed by its SiLU gate.
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -1140,9 +1142,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     r.rVEC = mx({d.vision_vec(), d.merger_vec(true), d.merger_vec(false), d.text_vec()}) * 2;
     // span: the tower's MLP in one pass (rcv = N) with fc1's rows [N][Iv] from BIG on into TMP
     // right after it (dead from the proj's residual to the block's end; fc2's output then goes
-    // into XN, dead after fc1), where BIG is smaller. Where BIG of N x Iv fits, that comes first
-    // (its q|k rows dense, VisionBlock::qk_dense: 64x64 at 8 MiB, 128 GB/s, +27 K cycles
-    // without). 64x64 at 4 MiB, 128 GB/s: one pass where it took chunks over every row.
+    // into XN, dead after fc1), where BIG is smaller (span_order below). 64x64 at 4 MiB, 128
+    // GB/s: one pass where it took chunks over every row.
     const uint64_t fc1_rows = uint64_t(N) * d.Iv * 2;
     r.fc1_span = span && rcv == N && fc1_rows > r.rBIG;
     if (r.fc1_span) r.rBIG = std::max(r.rBIG, (fc1_rows - std::min(fc1_rows, r.rTMP + 64) + 63) / 64 * 64);
@@ -1264,13 +1265,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     return gemm_buffer_bytes(gemm_cfg_, d, {.vision = s.vision || !in_parts(), .text = s.prefill || !in_parts(),
                                             .channels = ch, .two = two, .cw = cw});
   };
+  // The span first (its OCM left to the LM head's park) but where the tower's q|k|v runs in two
+  // calls, whose q|k rows go dense in a region of N x 4 Dv (VisionBlock::qk_dense; 64x64 at 8
+  // MiB, 128 GB/s: span first +27 K cycles). Span first: 22 points 7-134 K cycles faster.
+  const bool span_first = !tower_qkv_split();
+  const std::array<bool, 2> span_order{span_first, !span_first};
   auto first_fit = [&](uint32_t ch, bool two, bool rope_tmp_too) -> std::optional<std::pair<size_t, Resident>> {
     const uint64_t fixed = fixed_with(buffers(ch, two));
     size_t rank = 0;
     for (auto [rcv, pes] : rcvs)
       for (uint32_t J : js)
         for (bool rope_tmp : {false, true})
-          for (bool span : {false, true}) {
+          for (bool span : span_order) {
             if (rope_tmp && !rope_tmp_too) break;
             if (opt_.image_rope_per_block && !rope_tmp) continue;
             Resident r = resident_plan(rcv, pes, J, rope_tmp, span);
