@@ -815,8 +815,9 @@ TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
 // whose region holds the prefill's 1.5 MB where fc1's rows take 2 MB. The tiny model with a
 // tower MLP of 2,048 (its rows, 576 KiB, above the patches' 432 KiB) at 840 KiB (the tower
 // resident alone, the prefill streamed), 952 KiB (the rotary tables a block at a time in the
-// temporaries too) and 1,112 KiB (resident). Against the chain; negative control: the last
-// quarter of block 1's fc1 (its last columns, whose rows lie in the temporaries) zeroed.
+// temporaries too) and 1,112 KiB (resident; also with a mixed-precision bundle). Against the
+// chain; negative controls: the last quarter of block 1's fc1 (its last columns) zeroed; in the
+// mixed run, block 1's fc2.
 TEST(ImageOcm, TinyTowerFc1RowsOnIntoTheTemporariesMatchTheChain) {
   ModelConfig m = config_tiny_wider();
   m.name = "tiny_fc1";
@@ -835,6 +836,22 @@ TEST(ImageOcm, TinyTowerFc1RowsOnIntoTheTemporariesMatchTheChain) {
     expect_zeroed_weight_fails(c, prog, kOcmShape, tiny.bundle.get(), pixels, ref, "V1.fc1",
                                "last quarter of block 1's fc1", bytes / 4 * 3);
   }
+  // Mixed precision (--fp16-channels): fc2's corrections read fc1's rows in both regions (an
+  // outlier input channel of block 1's fc2) and add into the normed rows.
+  QuantOptions qo;
+  qo.fp16_channels = 3;
+  static TinyBundle mixed("image_" + m.name + "_mixed", m, qo,
+                          {{"model.visual.blocks.1.mlp.linear_fc2.weight", -1, 5, 30.0f}});
+  ASSERT_FALSE(mixed.bundle->fp16_tensors().empty());
+  const auto [mpixels, mref] = ocm_reference(m, *mixed.bundle, 29);
+  CompileOptions opt = ocm_options();
+  opt.fp16_channels = true;
+  Compiler c(m, sim::Config::make("qc-u", {"ocm_bytes=1112KiB"}), opt);
+  const CompiledProgram prog = c.image_program(kOcmShape);
+  EXPECT_NE(prog.plan.find("(its fc1 rows on into the temporaries)"), std::string::npos) << prog.plan;
+  expect_matches_chain(c, prog, kOcmShape, mixed.bundle.get(), mpixels, mref,
+                       "tiny (tower MLP 2048), mixed precision, fc1's rows on into the temporaries, 1112 KiB", false);
+  expect_zeroed_weight_fails(c, prog, kOcmShape, mixed.bundle.get(), mpixels, mref, "V1.fc2", "block 1's fc2");
 }
 
 // The MLP over every row with its first and last parts in row tiles (Streamed::ppt, vpt: the

@@ -28,15 +28,18 @@ inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
 struct TinyBundle {
   std::filesystem::path dir;
   std::unique_ptr<QuantBundle> bundle;
-  // tag: the temporary directory's name (one per test binary and model).
-  explicit TinyBundle(const std::string& tag, const ModelConfig& cfg = config_tiny()) {
+  // tag: the temporary directory's name (one per test binary and model). qo, outliers: a
+  // mixed-precision bundle (QuantOptions::fp16_channels) of a checkpoint with planted outliers.
+  explicit TinyBundle(const std::string& tag, const ModelConfig& cfg = config_tiny(), const QuantOptions& qo = {},
+                      std::vector<Outlier> outliers = {}) {
     dir = std::filesystem::temp_directory_path() / ("gpnpu_test_" + tag + "_" + std::to_string(::getpid()));
     std::filesystem::create_directories(dir);
     SyntheticOptions so;
     so.seed = 1;
+    so.outliers = std::move(outliers);
     make_synthetic_checkpoint(cfg, dir.string(), so);
     Checkpoint ck = load_checkpoint(dir.string());
-    write_quant_bundle(ck, cfg, (dir / "w4a16.safetensors").string());
+    write_quant_bundle(ck, cfg, (dir / "w4a16.safetensors").string(), qo);
     bundle = std::make_unique<QuantBundle>((dir / "w4a16.safetensors").string());
   }
   ~TinyBundle() {
