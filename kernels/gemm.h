@@ -247,9 +247,10 @@ uint32_t gemm_lrm_need(const sim::Config& cfg, uint32_t k);
 // the image program's GEMMs then run on four channels where 64 leaves room for two (2B image
 // program, 128 GB/s: 64x64 at 4 MiB 22.16 -> 21.80 M cycles, with the rotary tables' wait
 // before the layer's prefetches, compiler_image.cpp; 32x64 at 2 MiB 38.26 -> 37.99 M). On a
-// slower DDR the units of 64 run faster there (64 GB/s: 64x64 at 4 MiB 33.14 M against 33.40
-// M, 32x64 at 2 MiB 41.22 M against 41.42 M, 64x64 at 2 MiB, whose GEMMs' view is 32x64,
-// 36.30 M against 38.32 M).
+// slower DDR 64: at 2 MiB they run faster (64 GB/s: 32x64 41.22 M against 41.42 M; 64x64, whose
+// GEMMs' view is 32x64, 36.30 M against 38.32 M); at 4 MiB 32 runs faster now (64x64, 64 GB/s
+// 33.02 M against 33.14 M) but ahead of 8 MiB (33.07 M, 64 there): a monotone violation of the
+// design-space grid (docs/performance.md, "Fifty-seventh stop").
 constexpr double kGemmFastDdr = 64;
 uint32_t gemm_unit_pe_bytes(const sim::Config& cfg);
 // The DMA channels whose buffers that rule counts (and Compiler::settle_gemm_view's view on a

@@ -1127,8 +1127,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     r.rope_tmp = rope_tmp;
     r.rH = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H}) * 2;
     r.rXN = mx({uint64_t(N) * d.Dv, uint64_t(S) * d.H, uint64_t(S) * d.nq * d.hd}) * 2;
-    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, rcv && !span ? uint64_t(rcv) * d.Iv : 0,
-                 rcv ? 0 : uint64_t(N) * width(pes), uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
+    // (the tower MLP's up rows: a chunk's over every row, rcv rows of fc1's, or with span none here)
+    const uint64_t up_rows = !rcv ? uint64_t(N) * width(pes) : span ? 0 : uint64_t(rcv) * d.Iv;
+    r.rBIG = mx({uint64_t(N) * 3 * d.Dv, uint64_t(N) * d.pd, up_rows, uint64_t(S) * d.qkv_n, uint64_t(S) * d.I, d.V}) * 2;
     const uint64_t tables = mx({2ull * N * d.hdv, 2ull * S * d.hd}) * 4;
     // The gate|up rows [S][2 cw J] in TMP, but for one fused call of the whole gate|up (its SiLU
     // output goes straight into BIG). Fused narrow chunks keep the reservation: at 64x64, 4 MiB,
