@@ -993,7 +993,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // last units go in through the loops rather than the port after the last group. The last
   // tile spreads the next call's units so where the DDR brings them (beside the C already in
   // the channels) within that tile's MACs; else (a DDR-bound hand-off: the mergers' fc1 before
-  // their fc2 on 64x64, 8 MiB, 128 GB/s, +19 K cycles) they start at group 1 as below. 64x64,
+  // their fc2 on 64x64, 8 MiB, 128 GB/s, +19 K cycles) they start at group 1 as below, unless the
+  // channels' C units arrive within a group's MACs: then the DDR would idle through the rest of
+  // group 0 with the next call's units waiting in full buffers (32-byte units: 64x64, 4 MiB,
+  // 128 GB/s, the gate|up's last tile handing the down off, 5.7 K cycles a layer; 21.50 -> 21.39 M
+  // cycles, 64-byte units at 8 MiB fill theirs in 1.7 groups' time). 64x64,
   // 8 MiB, 128 GB/s: the gate|up call's first group and last tile left the DDR idle, 8.0 and
   // 4.8 K cycles a layer, while the down's units waited in the channels; 21.81 -> 21.56 M cycles.
   // Not on more channels than the tiling rule's 4, whose buffers keep the DDR going as it is (8
@@ -1002,7 +1006,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       pl.tiles >= 2 && !tail && ts0 == 0 && ts == 0 && pl.groups >= 2 && !two && C <= kGemmRuleChannels;
   const bool spread_nx =
       spread && nx &&
-      (double(nx_total - nx_from) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() <= last_tile_mac_cycles(cfg, pl);
+      ((double(nx_total - nx_from) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() <= last_tile_mac_cycles(cfg, pl) ||
+       double(C) * pn.code_unit / cfg.ddr_bytes_per_cycle() < last_tile_mac_cycles(cfg, pl) / pl.groups);
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
   // One tile handed off in part: a channel whose last unit the previous call took starts the
