@@ -713,10 +713,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const GemmPlan px = a.next ? plan_gemm(cfg, 0, a.next->n, a.next->k, a.next->split) : GemmPlan{};
   const bool part0 = a.handed_off && a.handed_units && a.handed_units < U;  // tile 0 handed off in part
   const uint32_t early = a.next && !(pl.tiles == 1 && a.handed_off && !part0) ? std::min(C, px.channels) : 0;
+  // The next call's units staged in a.stage_ocm (GemmArgs::stage_ocm), stage_stride bytes apart
+  // (code units: no pad around them); set below with the spread (none: empty). A channel's units
+  // skip them (its next unit is the next one C on that is not staged).
+  std::vector<uint32_t> stage;
+  uint32_t stage_stride = 0;
+  auto stage_index = [&](uint32_t u) { return uint32_t(std::find(stage.begin(), stage.end(), u) - stage.begin()); };
+  auto staged = [&](uint32_t u) { return stage_index(u) < stage.size(); };
+  auto stage_at = [&](uint32_t u) { return a.stage_ocm + stage_index(u) * stage_stride; };
+  auto unstaged_from = [&](uint32_t u, uint32_t step) {
+    while (staged(u)) u += step;
+    return u;
+  };
   auto start_next = [&](uint32_t c) {
     if (c >= early) return;
     const bool t0 = px.tail_at(0);
-    const uint32_t u = a.next->pre_units + c;
+    const uint32_t u = unstaged_from(a.next->pre_units + c, px.channels);
     b.descriptor(a.next->smem + 64 * c, uint32_t(a.next->w_ddr + px.unit_offset(u, t0)),
                  sim::ocm_addr(unit_data(cfg, px, *a.next, c)), u == 0 ? px.meta_of(t0) + px.code_of(t0) : px.code_of(t0));
     b.li(xT3, a.next->smem + 64 * c);
@@ -854,9 +866,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // where it is one): waits for its channel, scatters its meta (unit 0; meta stride in xMsN),
   // then its codes unless in_loop (its loop segment does).
   auto take_handed = [&](const GemmPlan& p, const GemmArgs& g, uint32_t u, uint32_t chan, bool narrow, bool in_loop,
-                         bool meta_here, auto&& scat) {
-    const uint32_t base = unit_at(cfg, p, g, u);
-    b.op("dma.wait", {Chan{uint8_t(chan)}});
+                         bool meta_here, auto&& scat, int64_t staged_at = -1) {
+    const uint32_t base = staged_at >= 0 ? uint32_t(staged_at) : unit_at(cfg, p, g, u);
+    if (staged_at < 0) b.op("dma.wait", {Chan{uint8_t(chan)}});  // (a staged unit: waited long before)
     if (u == 0 && meta_here)
       for (uint32_t i = 0; i < ceil_div(p.blocks, 8); ++i)
         scat(true, base + 32 * i, xMsN, 4 * p.blocks / p.split, g.lrm_p + 32 * i, p.split == 2);
@@ -864,12 +876,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       scat(half_units, base + (u == 0 ? p.meta_of(narrow) : 0), xUnit, UB, g.lrm_p + p.meta_lrm + UB * u, false);
   };
   auto take_next_unit = [&](uint32_t u, bool in_loop, bool meta_here) {
-    take_handed(pn, *nx, u, u % pn.channels, nx_narrow, in_loop, meta_here, scatter_next);
+    take_handed(pn, *nx, u, u % pn.channels, nx_narrow, in_loop, meta_here, scatter_next,
+                staged(u) ? int64_t(stage_at(u)) : -1);
   };
+  // A channel restarts with its next unit C on, past the staged ones (a whole round of the
+  // channels, so every later unit stays on its channel); a staged unit has no channel.
   auto restart_next = [&](uint32_t u) {
-    const uint32_t c = u % pn.channels, Un = pn.units;
-    if (u + pn.channels < Un) {
-      start_at(c, u + pn.channels, uint32_t(nx->w_ddr + pn.unit_offset(u + pn.channels, nx_narrow)), pn.code_of(nx_narrow));
+    if (staged(u)) return;
+    const uint32_t c = u % pn.channels, Un = pn.units, w = unstaged_from(u + pn.channels, pn.channels);
+    if (w < Un) {
+      start_at(c, w, uint32_t(nx->w_ddr + pn.unit_offset(w, nx_narrow)), pn.code_of(nx_narrow));
     } else if (pn.tiles > 1) {
       const bool n1 = pn.tail_at(1);
       const uint32_t v = u % pn.channels;
@@ -902,6 +918,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     restart_next(u);
   };
   auto src_any = [&](uint32_t u) -> int64_t {
+    if (staged(u)) return stage_at(u);
     if (u < nx_units) return unit_at(cfg, pn, *nx, u) + (u == 0 ? pn.meta_of(nx_narrow) : 0);
     const uint32_t v = u - nx_units;
     return unit_at(cfg, pn2, *nx2, v) + (v == 0 ? pn2.meta_of(false) : 0);
@@ -1191,6 +1208,28 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (g == 0) return {0, 0};
     return {(g - 1) * units / pl.groups, g * units / pl.groups};
   };
+  // Staging (GemmArgs::stage_ocm): where the first tile's groups leave the DDR idle (a group's
+  // units arrive within its MACs) and the last tile's hand-off is DDR-bound, C of nx's code units
+  // (one tile 0 wide, no call two ahead): the last of the last tile's groups g_j, j < C, spread
+  // evenly over its groups that take some, so each leaves the DDR a unit's time to catch up with
+  // the loop's takes (64x64, 4 MiB, 128 GB/s: 21.39 -> 21.25 M cycles; the last C groups' 21.34 M,
+  // the first C's 21.27 M). The first tile's group j starts unit g_j's DMA (below).
+  const uint32_t stage_desc = a.smem + 64 * uint32_t(cfg.dma_channels), nn = nx_total - nx_from;
+  const double unit_ddr = double(pl.code_unit) / cfg.ddr_bytes_per_cycle(),
+               group_macs = last_tile_mac_cycles(cfg, pl) / pl.groups;
+  if (spread && nx && !nx2 && !nx_narrow && !nx_two && C >= 2 && pn.channels == C && pl.groups >= C + 1 &&
+      uint64_t(C) * ((pn.code_of(false) + 63) / 64 * 64) <= a.stage_bytes &&
+      uint64_t(a.stage_ocm) + a.stage_bytes <= cfg.ocm_bytes && stage_desc + 64 <= cfg.smem_bytes &&
+      ceil_div(U, pl.groups) * unit_ddr < group_macs &&
+      (double(nn) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() > last_tile_mac_cycles(cfg, pl)) {
+    const uint32_t g0 = spread_nx ? 0 : 1;  // (the first group that takes some)
+    for (uint32_t j = 0; j < C; ++j) {
+      const auto [q0, q1] = quota(g0 + j * (pl.groups - g0) / C, nn, spread_nx);
+      if (q1 > q0 && nx_from + q1 - 1 >= 1) stage.push_back(nx_from + q1 - 1);  // (unit 0 holds the meta)
+    }
+    if (stage.size() < C) stage.clear();
+    stage_stride = (pn.code_of(false) + 63) / 64 * 64;
+  }
   // Group g's routine scattering units [u0, u1) unit by unit: before(u), its segment
   // (the first also runs the prologue; codes from OCM src(u)), then its channel restarts
   // and its fill register goes to LRM base + dst0 + 64 u (its last piece is done by then);
@@ -1418,6 +1457,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       }
     } else {
       b.op("jal", {xLink, full});
+    }
+    if (g < stage.size()) {
+      // The first tile's group g stages nx's unit stage[g] on the last channel, behind the
+      // group's own unit there (taken last in the next group, by when the DDR has brought both).
+      Label skip = b.label();
+      b.li(xT3, pl.tiles);
+      b.op("bne", {xT, xT3, skip});
+      const uint32_t u = stage[g];
+      b.descriptor(stage_desc, uint32_t(nx->w_ddr + pn.unit_offset(u, false)), sim::ocm_addr(stage_at(u)),
+                   pn.code_of(false));
+      b.li(xT3, stage_desc);
+      b.op("dma.start", {Chan{uint8_t(C - 1)}, xT3});
+      b.bind(skip);
     }
     b.op("jal", {X{0}, end});
     b.bind(last);

@@ -121,6 +121,7 @@ struct GemmOp {
   GemmAcc acc = {};
   GemmAct act = GemmAct::none;
   uint64_t w_off = 0;
+  uint32_t stage_ocm = 0, stage_bytes = 0;  // OCM free until the next GEMM's hand-off (GemmArgs::stage_ocm)
 };
 
 // A GEMM's n output columns in `count` groups run one after the other (KernelCalls::
@@ -342,6 +343,8 @@ struct KernelCalls {
     g.w_ddr += uint32_t(o.w_off);
     g.act = o.act;
     g.m = o.m;  // (gemm_handoff reads it)
+    g.stage_ocm = o.stage_ocm;
+    g.stage_bytes = o.stage_bytes;
     if (f16.on) {
     } else if (record) {
       record->emplace_back(o.w, o.n, o.k, lrm_since, o.w_off);
@@ -883,11 +886,12 @@ struct TextLayer {
   struct GateUp {
     uint32_t call = 0, chunk0 = 0, n = 0, x = 0, y = 0, ys = 0;
     bool fused = false;
+    uint32_t stage_ocm = 0, stage_bytes = 0;  // (GemmOp's)
   };
   void gate_up(const Tile& t, const GateUp& g) const {
     k.gate_up(t.at(fmt::format("mlp{}", g.call)),
               {.w = layer_name(layer, fmt::format("gu{}.gemm", g.chunk0).c_str()), .m = t.rows, .n = g.n, .k = d.H,
-               .x = g.x, .xs = d.H * 2, .y = g.y, .ys = g.ys},
+               .x = g.x, .xs = d.H * 2, .y = g.y, .ys = g.ys, .stage_ocm = g.stage_ocm, .stage_bytes = g.stage_bytes},
               g.fused);
   }
   // The activation rows act (row stride as) through down into y, added to the residual h; with

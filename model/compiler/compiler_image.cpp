@@ -1867,10 +1867,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       if (c + 1 < ncalls) prefetch(layer_name(i, fmt::format("gu{}.gemm", (c + 1) * J).c_str()), gu_n, d.H, 0);
       else  // (only SiLU gates between)
         prefetch(layer_name(i, "down.gemm"), d.H, d.I, 0, 0, two_ahead ? two_ahead->down : anywhere);
-      // (fused: SiLU x up straight into the activation's rows)
+      // (fused: SiLU x up straight into the activation's rows; one call: TMP is free until the
+      // down, which writes it, so the call may stage the down's units there)
       if (gu_fused)
         tl.gate_up(past, {.call = c, .chunk0 = c * J, .n = gu_n, .x = XN, .y = BIG + c * J * cw * 2, .ys = d.I * 2,
-                             .fused = true});
+                          .fused = true, .stage_ocm = ncalls == 1 ? TMP : 0,
+                          .stage_bytes = ncalls == 1 ? uint32_t(rTMP) : 0});
       else
         k.gemm(C + ".gate_up", {.w = layer_name(i, fmt::format("gu{}.gemm", c * J).c_str()), .m = rows, .n = gu_n,
                                 .k = d.H, .x = XN, .xs = d.H * 2, .y = TMP, .ys = gu_n * 2});
