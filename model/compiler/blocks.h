@@ -896,10 +896,13 @@ struct TextLayer {
   }
   // The activation rows act (row stride as) through down into y, added to the residual h; with
   // next_x, in one call with the next layer's input norm of h into next_x (its weights at vec by
-  // then; marked mlp_residual: NormArgs::residual).
-  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h, uint32_t next_x = kNoResidual) const {
+  // then; marked mlp_residual: NormArgs::residual). after_gemm: emitted between the GEMM and the
+  // residual (work that needs the activation rows dead).
+  void down(const Tile& t, uint32_t act, uint32_t as, uint32_t y, uint32_t h, uint32_t next_x = kNoResidual,
+            const std::function<void()>& after_gemm = {}) const {
     k.gemm(t.at("down"), {.w = layer_name(layer, "down.gemm"), .m = t.rows, .n = d.H, .k = d.I, .x = act, .xs = as,
                           .y = y, .ys = d.H * 2});
+    if (after_gemm) after_gemm();
     if (next_x == kNoResidual) {
       residual(t, "mlp_residual", h, y);
       return;

@@ -792,8 +792,9 @@ TEST(ImageOcm, GateUpAsOneFusedCallWhereItFitsWithoutTheTemporaries) {
 // GEMM DMA channel fit; 39.84 -> 38.50 M cycles with two), forced by
 // CompileOptions::image_rope_per_block: the tiny wide model at 1 MiB (the tables come in on
 // the channel the GEMMs leave free) and at 8 MiB on 32x64 (on the last of the GEMMs' four, waited
-// for before a layer's first prefetch: a wait drains the channel's queue). Against the
-// chain; negative control: the tower's tables zeroed in DDR.
+// for before a layer's first prefetch: a wait drains the channel's queue); the prefill's go into
+// the qkv / MLP region past the q|k|v rows at both, loaded right after the layer before's down.
+// Against the chain; negative controls: the tower's tables zeroed in DDR, the prefill's.
 TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
   const auto [pixels, ref] = ocm_reference(config_tiny_wide(), *wide_bundle().bundle, 23);
   for (const auto& sets : {std::vector<std::string>{"ocm_bytes=1MiB"}, {"pe_cols=64", "ocm_bytes=8MiB"}}) {
@@ -802,11 +803,15 @@ TEST(ImageOcm, TinyRotaryTablesPerBlockMatchTheChain) {
     Compiler c(config_tiny_wide(), sim::Config::make("qc-u", sets), opt);
     const CompiledProgram prog = c.image_program(kOcmShape);
     EXPECT_TRUE(prog.plan.starts_with("resident: ")) << prog.plan;
-    EXPECT_NE(prog.plan.find("rotary tables a block at a time in the temporaries"), std::string::npos) << prog.plan;
+    EXPECT_NE(prog.plan.find("rotary tables a block at a time in the temporaries (the prefill's past its q|k|v rows)"),
+              std::string::npos)
+        << prog.plan;
     expect_matches_chain(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref,
                          "tiny (wide) image program, rotary tables a block at a time, " + sets.back(), false);
     expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "const.vrope",
                                "the tower's rotary tables");
+    expect_zeroed_weight_fails(c, prog, kOcmShape, wide_bundle().bundle.get(), pixels, ref, "in.trope",
+                               "the prefill's rotary tables");
   }
 }
 
