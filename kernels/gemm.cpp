@@ -978,7 +978,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   b.op("vsplati", {V{26}, int64_t(0)});
   b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_p + BS)}});
   b.op("vst", {V{26}, Mem{X{0}, int64_t(lrm_q + BS)}});
-  if (defer && !hold_reg) b.op("vst", {V{26}, Mem{X{0}, int64_t(hold_at + 64)}});  // (the late gathers' loads read it)
+  // The late gathers' loads read the rows held at hold_at, in group 0 too (whose gathers write
+  // nothing: p6 empty), and 64 bytes past them.
+  if (defer && !hold_reg)
+    for (int64_t off : {0, 64}) b.op("vst", {V{26}, Mem{X{0}, int64_t(hold_at) + off}});
 
   // ---- prologue: tile 0 streams in and is scattered into LRM buffer 0 ----
   // (prefetched: emit_gemm_prefetch started units 0..C-1 already; the descriptors are
