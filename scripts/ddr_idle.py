@@ -2,12 +2,15 @@
 """Where the DDR port idles: per kernel call of a `gpnpu run --timeline` JSON.
 
     build/gpnpu run D/image.bin --timing-only --timeline T.json --trace-filter mark=P5 -q
-    /usr/bin/python3 scripts/ddr_idle.py T.json [--mark P5]
+    /usr/bin/python3 scripts/ddr_idle.py T.json [--mark P5] [--gaps P5.down [--min-gap 300]]
 
 Prints, for the region named by --mark (default: the longest depth-1 region in the file),
 its cycles, the cycles the DDR port moved data, and then each call inside it (depth 2):
-cycles, DDR busy, DDR idle. The port's transfers are the slices of the track named
-"ddr port", the calls those of the track named "marks" (docs/tracing.md).
+cycles, DDR busy, DDR idle. With --gaps CALL, then the spans of that call (any depth inside the
+region) in which the port moved nothing, of --min-gap cycles or more, as cycles from the call's
+start, and their sum: where a kernel left the DDR idle (a prefetch started too late, buffers full).
+The port's transfers are the slices of the track named "ddr port", the calls those of the track
+named "marks" (docs/tracing.md).
 """
 import argparse
 import bisect
@@ -25,6 +28,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("timeline", help="a gpnpu --timeline JSON")
     ap.add_argument("--mark", help="the region to report (a depth-1 mark, e.g. P5)")
+    ap.add_argument("--gaps", metavar="CALL", help="also list the DDR's idle spans inside this call (e.g. P5.down)")
+    ap.add_argument("--min-gap", type=int, default=300, help="the shortest idle span --gaps lists (cycles; default 300)")
     a = ap.parse_args()
     try:
         with open(a.timeline) as f:
@@ -64,6 +69,27 @@ def main():
         if d == 2 and lo <= b < hi and m.startswith(name + "."):
             db = busy_in(b, b + c)
             print(f"  {m:28s} {c:9d} cycles  DDR busy {db:9d}  idle {c - db:9d}")
+    if not a.gaps:
+        return
+    calls = [m for m in marks if m[3] == a.gaps and lo <= m[0] < hi]
+    if not calls:
+        sys.exit(f"ddr_idle.py: no call named {a.gaps} inside {name} (--gaps takes a mark name, e.g. {name}.down)")
+    b0, c, _, m = calls[0]
+    gaps, t = [], b0  # (t: the end of the port's last transfer seen, from the call's start)
+    for bb, be in busy[max(0, bisect.bisect_right(starts, b0) - 1):]:
+        if bb >= b0 + c:
+            break
+        if bb > t:
+            gaps.append((t, bb))
+        t = max(t, be)
+    if t < b0 + c:
+        gaps.append((t, b0 + c))
+    listed = [(g0, g1) for g0, g1 in gaps if g1 - g0 >= a.min_gap]
+    print(f"{m}: the DDR idle {sum(g1 - g0 for g0, g1 in gaps)} of its {c} cycles; "
+          f"spans of {a.min_gap} cycles or more (from its start):")
+    for g0, g1 in listed:
+        print(f"  {g0 - b0:9d} .. {g1 - b0:9d}  {g1 - g0:9d} cycles")
+    print(f"  listed: {len(listed)} spans, {sum(g1 - g0 for g0, g1 in listed)} cycles")
 
 
 if __name__ == "__main__":
