@@ -1220,7 +1220,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const uint32_t stage_desc = a.smem + 64 * uint32_t(cfg.dma_channels), nn = nx_total - nx_from;
   const double unit_ddr = double(pl.code_unit) / cfg.ddr_bytes_per_cycle(),
                group_macs = last_tile_mac_cycles(cfg, pl) / pl.groups;
+  // (U >= groups: every group of the first tile takes units of its own, so its code, which starts
+  // the staging DMAs, runs the branch below)
   if (spread && nx && !nx2 && !nx_narrow && !nx_two && C >= 2 && pn.channels == C && pl.groups >= C + 1 &&
+      U >= pl.groups &&
       uint64_t(C) * ((pn.code_of(false) + 63) / 64 * 64) <= a.stage_bytes &&
       uint64_t(a.stage_ocm) + a.stage_bytes <= cfg.ocm_bytes && stage_desc + 64 <= cfg.smem_bytes &&
       ceil_div(U, pl.groups) * unit_ddr < group_macs &&
