@@ -1024,10 +1024,13 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // there: 21.59 M, spread 21.66 M; Image.MoreDmaChannelsTakeNoWorsePlan).
   const bool spread =
       pl.tiles >= 2 && !tail && ts0 == 0 && ts == 0 && pl.groups >= 2 && !two && C <= kGemmRuleChannels;
-  const bool spread_nx =
-      spread && nx &&
-      ((double(nx_total - nx_from) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() <= last_tile_mac_cycles(cfg, pl) ||
-       double(C) * pn.code_unit / cfg.ddr_bytes_per_cycle() < last_tile_mac_cycles(cfg, pl) / pl.groups);
+  // (The next call's units past the C in the channels take the DDR longer than the last tile's
+  // MACs; the channels' C units arrive within a group's MACs. Staging reads both, below.)
+  const double last_macs = last_tile_mac_cycles(cfg, pl), group_macs = last_macs / pl.groups;
+  const double unit_ddr = double(pn.code_unit) / cfg.ddr_bytes_per_cycle();
+  const bool handoff_ddr_bound = (double(nx_total - nx_from) - C) * unit_ddr > last_macs,
+             channels_fill_fast = C * unit_ddr < group_macs;
+  const bool spread_nx = spread && nx && (!handoff_ddr_bound || channels_fill_fast);
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
   // One tile handed off in part: a channel whose last unit the previous call took starts the
@@ -1218,23 +1221,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // the loop's takes (64x64, 4 MiB, 128 GB/s: 21.39 -> 21.25 M cycles; the last C groups' 21.34 M,
   // the first C's 21.27 M). The first tile's group j starts unit g_j's DMA (below).
   const uint32_t stage_desc = a.smem + 64 * uint32_t(cfg.dma_channels), nn = nx_total - nx_from;
-  const double unit_ddr = double(pl.code_unit) / cfg.ddr_bytes_per_cycle(),
-               group_macs = last_tile_mac_cycles(cfg, pl) / pl.groups;
+  stage_stride = (pn.code_of(false) + 63) / 64 * 64;
   // (U >= groups: every group of the first tile takes units of its own, so its code, which starts
   // the staging DMAs, runs the branch below)
   if (spread && nx && !nx2 && !nx_narrow && !nx_two && C >= 2 && pn.channels == C && pl.groups >= C + 1 &&
-      U >= pl.groups &&
-      uint64_t(C) * ((pn.code_of(false) + 63) / 64 * 64) <= a.stage_bytes &&
+      U >= pl.groups && uint64_t(C) * stage_stride <= a.stage_bytes &&
       uint64_t(a.stage_ocm) + a.stage_bytes <= cfg.ocm_bytes && stage_desc + 64 <= cfg.smem_bytes &&
-      ceil_div(U, pl.groups) * unit_ddr < group_macs &&
-      (double(nn) - C) * pn.code_unit / cfg.ddr_bytes_per_cycle() > last_tile_mac_cycles(cfg, pl)) {
+      ceil_div(U, pl.groups) * double(pl.code_unit) / cfg.ddr_bytes_per_cycle() < group_macs && handoff_ddr_bound) {
     const uint32_t g0 = spread_nx ? 0 : 1;  // (the first group that takes some)
     for (uint32_t j = 0; j < C; ++j) {
       const auto [q0, q1] = quota(g0 + j * (pl.groups - g0) / C, nn, spread_nx);
       if (q1 > q0 && nx_from + q1 - 1 >= 1) stage.push_back(nx_from + q1 - 1);  // (unit 0 holds the meta)
     }
     if (stage.size() < C) stage.clear();
-    stage_stride = (pn.code_of(false) + 63) / 64 * 64;
   }
   // Group g's routine scattering units [u0, u1) unit by unit: before(u), its segment
   // (the first also runs the prologue; codes from OCM src(u)), then its channel restarts

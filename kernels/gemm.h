@@ -162,12 +162,13 @@ struct GemmArgs {
   uint32_t next2_units = 0;
   uint32_t pre_units = 0;
   // OCM that nothing else touches from this call's start until the next call has taken its
-  // tile 0 (0 bytes: none). Where it holds C code buffers and the call spreads its units over
-  // its row groups (several tiles, C channels), the last C units it hands the next call off are
-  // staged there during its first C row groups, one a group on the last channel while the DDR
-  // would idle (the group's units arrive within its MACs), instead of streaming through the
-  // channels in its last tile, where the hand-off is DDR-bound (64x64, 4 MiB, 128 GB/s: the
-  // prefill's gate|up handing the down off in the temporaries).
+  // tile 0 (0 bytes: none). Where it holds C code units and the call spreads its units over its
+  // row groups (several tiles, C channels), C of the units it hands the next call off (each the
+  // last its last tile's group takes, of groups spread over that tile) are staged there during
+  // its first C row groups, one a group on the last channel while the DDR would idle (the group's
+  // units arrive within its MACs), instead of streaming through the channels in its last tile,
+  // where the hand-off is DDR-bound (64x64, 4 MiB, 128 GB/s: the prefill's gate|up handing the
+  // down off in the temporaries).
   uint32_t stage_ocm = 0, stage_bytes = 0;
   // Partial sums (a K split across calls, e.g. a layer's MLP in chunks of its inner
   // dimension): acc_in adds fp32 partial sums [m][n] at acc_ocm (row stride acc_stride >= 4n)
