@@ -1592,6 +1592,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // 64 code bytes), spread evenly over the trip's free issue slots.
     const bool meta = sg == kMetaSeg;
     const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr) * (meta ? meta_wide : 1);
+    const bool long_piece = uint64_t(piece) * (meta || half_units ? 32 : 64) > 2 * uint64_t(cfg.ocm_port_bytes);
     auto piece_op = [&](uint32_t j) {
       switch (j % 4) {
         case 0: b.op("pset.range", {P{4}, xLo, xHi}); break;
@@ -1686,8 +1687,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         for (uint32_t j = 0; j < rr; ++j) {
           b.op("vmac.f16", {V{uint8_t(j)}, w, xr(j)});
           const int64_t xj = xo - (moved ? step : 0);
+          // A fill piece's scatter that takes the port longer than the slot leaves it after the
+          // broadcast (more than 2 cycles: 64 PEs of 32-byte units), issued right after the
+          // broadcast (before split 2's shift, a cycle later then) where its pset.range went in an
+          // earlier slot: the next slot's broadcast waits for it a cycle less.
+          auto pieces_here_now = [&] {
+            if (pk < n && pk % 4 == 1 && piece_at[pk] == u * rr + j && long_piece) piece_op(uint32_t(pk++));
+          };
           if (pair_rows) {
             pair_bcast(j + 3, xj);
+            pieces_here_now();
             odd_shift(j + 1);
           } else if (twin) {
             lower_bcast(j + 3, xj);
@@ -1695,6 +1704,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
             upper_bcast(j + 6, xj);
           } else {
             b.op(bcast, {xr(j + 3), Mem{xAct, xj + rowoff(j + 3)}});
+            pieces_here_now();
             odd_shift(j + 1);
           }
           for (; pk < n && piece_at[pk] == u * rr + j; ++pk) piece_op(uint32_t(pk));
