@@ -42,6 +42,8 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
   // half of cos/sin to its heads' PEs in one grouped broadcast a 16 dims for the tile (a row
   // of the table a group of H PEs, x13 = the table's row stride, x14 = H).
   const bool x_dense = a.x_row_stride == H * hd2, out_dense = a.out_row_stride == H * hd2, grouped = a.tab_f32;
+  // Strided rows go in pairs where a tile may have two (below); a row at a time for one.
+  const bool pairs = std::min(a.rows, TR) >= 2;
   if (grouped) {
     b.li(X{13}, a.tab_row_stride);
     b.li(X{14}, H);
@@ -82,7 +84,38 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     if (x_dense)
       for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{5}, 64 * j}, X{11}}, P{2});
     if (grouped && !a.norm) grouped_tables();
-    if (!x_dense || !grouped) {
+    if (!x_dense && grouped && pairs) {
+      // Strided rows, fp32 tables: a row's scatters each, the rows in pairs, the odd row's into
+      // Alt (v20..: a scatter into a register waits for the last one into it, 8 cycles past its
+      // port time, which a row's two scatters of 64 PEs on 64x64 do not cover), moved into Pk
+      // on the odd rows' PEs (p4) after the loop; x16 moves a pair at a time.
+      const int64_t rs = int64_t(a.x_row_stride) - int64_t(H) * hd2;
+      auto Alt = [](uint32_t j) { return V{uint8_t(20 + j)}; };
+      b.li(X{9}, 0);
+      b.li(X{10}, H);
+      b.op("addi", {X{16}, X{5}, 0});
+      b.op("pset.range", {P{4}, X{0}, X{0}});
+      b.op("srli", {X{21}, X{3}, 1});
+      b.op("andi", {X{22}, X{3}, 1});
+      b.loop(X{21}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        b.op("oscatter", {Pk(0), Mem{X{16}, 0}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        b.op("pset.range", {P{3}, X{9}, X{10}});
+        for (uint32_t j = 1; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
+        b.op("por", {P{4}, P{4}, P{3}});
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Alt(j), Mem{X{16}, rs + 64 * j}, X{11}}, P{3});
+        b.op("addi", {X{16}, X{16}, 2 * rs});
+      });
+      b.loop(X{22}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
+      });
+      for (uint32_t j = 0; j < half; ++j) b.op("vmov", {Pk(j), Alt(j)}, P{4});
+    } else if (!x_dense || !grouped) {
       b.li(X{9}, 0);
       b.li(X{10}, H);
       b.op("addi", {X{16}, X{5}, 0});
@@ -150,6 +183,31 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     // ---- store the tile ----
     if (out_dense) {
       for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{8}, 64 * j}, X{11}}, P{2});
+    } else if (pairs) {
+      // A row's gathers each, the rows in pairs (the odd row's predicate p3 set while the even
+      // row's gathers take the port), x19 moving a pair at a time.
+      const int64_t rs = int64_t(a.out_row_stride) - int64_t(H) * hd2;
+      b.li(X{9}, 0);
+      b.li(X{10}, H);
+      b.op("addi", {X{19}, X{8}, 0});
+      b.op("srli", {X{21}, X{3}, 1});
+      b.op("andi", {X{22}, X{3}, 1});
+      b.loop(X{21}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        b.op("ogather", {Pk(0), Mem{X{19}, 0}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        b.op("pset.range", {P{3}, X{9}, X{10}});
+        for (uint32_t j = 1; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
+        b.op("addi", {X{9}, X{9}, H});
+        b.op("addi", {X{10}, X{10}, H});
+        for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, rs + 64 * j}, X{11}}, P{3});
+        b.op("addi", {X{19}, X{19}, 2 * rs});
+      });
+      b.loop(X{22}, [&] {
+        b.op("pset.range", {P{1}, X{9}, X{10}});
+        for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
+      });
     } else {
       b.li(X{9}, 0);
       b.li(X{10}, H);
