@@ -223,6 +223,17 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
     b.op("dma.start", {Chan{uint8_t(c)}, reg});
   }
 }
+// The OCM scratch between channel 0's buffer and the others' (emit_gemm_prefetch_staged): its
+// start and the code units it holds, 64-byte aligned apart (a code unit's scatter reads only its
+// own bytes).
+std::pair<uint32_t, uint32_t> prestage_room(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
+  const uint32_t lo = (a.scratch_ocm + unit_buffer(pl, 0) + 63) / 64 * 64,
+                 hi = a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1),
+                 stride = (pl.code_of(false) + 63) / 64 * 64;
+  if (cfg.dma_channels < 2 || pl.channels < 2 || pl.tail_at(0) || hi < lo) return {lo, 0};
+  return {lo, (hi - lo) / stride};
+}
+
 }  // namespace
 
 bool gemm_handoff(const sim::Config& cfg, const GemmArgs& prev, GemmArgs& next, uint32_t reserved, uint32_t at,
@@ -720,7 +731,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   uint32_t stage_stride = 0;
   auto stage_index = [&](uint32_t u) { return uint32_t(std::find(stage.begin(), stage.end(), u) - stage.begin()); };
   auto staged = [&](uint32_t u) { return stage_index(u) < stage.size(); };
-  auto stage_at = [&](uint32_t u) { return a.stage_ocm + stage_index(u) * stage_stride; };
+  uint32_t stage_ocm = a.stage_ocm;
+  auto stage_at = [&](uint32_t u) { return stage_ocm + stage_index(u) * stage_stride; };
   auto unstaged_from = [&](uint32_t u, uint32_t step) {
     while (staged(u)) u += step;
     return u;
@@ -1235,6 +1247,17 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     if (stage.size() < C) stage.clear();
   }
+  // Units staged before this call (GemmArgs::prestaged): nx's [C, C + prestaged), its channels' C.
+  if (a.prestaged) {
+    const auto [at, fit] = nx ? prestage_room(cfg, pn, *nx) : std::pair<uint32_t, uint32_t>{0, 0};
+    if (!nx || !a.next_started || nx2 || nx_narrow || nx_two || nx_from || !stage.empty() || fit < a.prestaged ||
+        pn.channels + a.prestaged > nx_units)
+      fail("gemm: internal: {} units of the next call staged before this one, which hands off {} of its units [{}, {}) "
+           "(staging needs its first units started, its tile 0 wide, room for them)",
+           a.prestaged, nx ? nx_units - nx_from : 0, nx_from, nx_units);
+    stage_ocm = at;
+    for (uint32_t i = 0; i < a.prestaged; ++i) stage.push_back(pn.channels + i);
+  }
   // Group g's routine scattering units [u0, u1) unit by unit: before(u), its segment
   // (the first also runs the prologue; codes from OCM src(u)), then its channel restarts
   // and its fill register goes to LRM base + dst0 + 64 u (its last piece is done by then);
@@ -1463,7 +1486,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     } else {
       b.op("jal", {xLink, full});
     }
-    if (g < stage.size()) {
+    if (g < stage.size() && !a.prestaged) {
       // The first tile's group g stages nx's unit stage[g] on the last channel, behind the
       // group's own unit there (taken last in the next group, by when the DDR has brought both).
       Label skip = b.label();
@@ -1957,5 +1980,24 @@ void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& 
 }
 
 void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a) { prefetch_units(b, cfg, a, X{1}); }
+
+uint32_t emit_gemm_prefetch_staged(Builder& b, const sim::Config& cfg, const GemmArgs& a, uint32_t max_units) {
+  prefetch_units(b, cfg, a, X{1});
+  const GemmPlan pl = plan_gemm(cfg, 0, a.n, a.k, a.split);
+  // (their descriptor in the slot past the channels': a channel's own keeps its buffer, which the
+  // hand-off's restarts reuse)
+  const uint32_t desc = a.smem + 64 * uint32_t(cfg.dma_channels);
+  if (a.pre_units || desc + 64 > cfg.smem_bytes) return 0;
+  const auto [at, fit] = prestage_room(cfg, pl, a);
+  const uint32_t C = pl.channels, n = std::min({fit, max_units, pl.units > C ? pl.units - C : 0u}),
+                 stride = (pl.code_of(false) + 63) / 64 * 64;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t u = C + i;
+    b.descriptor(desc, uint32_t(a.w_ddr + pl.unit_offset(u, false)), sim::ocm_addr(at + i * stride), pl.code_of(false));
+    b.li(X{1}, desc);
+    b.op("dma.start", {Chan{uint8_t(u % C)}, X{1}});
+  }
+  return n;
+}
 
 }  // namespace gpnpu::kernels

@@ -154,6 +154,11 @@ struct GemmArgs {
   // ran before this call, after the call before it; this call takes no unit of its own: one
   // tile, handed off whole), so its last tile does not start them.
   bool next_started = false;
+  // prestaged (with next_started): next's tile-0 code units [C, C + prestaged) (C its channels) are
+  // in the free middle of its OCM scratch already (emit_gemm_prefetch_staged), each queued on
+  // channel u % C behind next's unit there: this call's hand-off takes them from there, after
+  // that unit's wait, and restarts no channel with them.
+  uint32_t prestaged = 0;
   // Two calls ahead: next is one tile handed off whole and next2 (the call after it, placed by
   // gemm_handoff(*next, *next2)) takes its tile-0 units [0, next2_units) from this call too,
   // after next's, on the same channels (next2_units a multiple of the channels); the call
@@ -353,5 +358,12 @@ void emit_gemm_lrm_seed(Builder& b, const sim::Config& cfg, const GemmSeedArgs& 
 // channel: their descriptors queue behind the prefetch, and a dma.wait on channel c < C
 // also waits for it). Uses the same fields of a as emit_gemm_w4 (m may be 0).
 void emit_gemm_prefetch(Builder& b, const sim::Config& cfg, const GemmArgs& a);
+// emit_gemm_prefetch, then up to max_units more of tile 0's code units (C on, where no unit was
+// handed off two calls ahead and the tile is not narrow) into the OCM scratch between channel 0's
+// buffer and the others' (free where unit 0's buffer is smaller than the scratch's largest), each
+// on channel u % C behind its first unit. Returns their count: the call handing a off then sets
+// GemmArgs::prestaged to it. (Where the kernels between the prefetch and that call leave the DDR
+// time: the units need not stream during that call's last tile.)
+uint32_t emit_gemm_prefetch_staged(Builder& b, const sim::Config& cfg, const GemmArgs& a, uint32_t max_units);
 
 }  // namespace gpnpu::kernels

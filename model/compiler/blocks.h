@@ -279,11 +279,17 @@ struct KernelCalls {
     if (plan_gemm(gcfg, 0, handed.n, handed.k, handed.split).tiles != 1) return;
     GemmArgs g2 = base_args(w, first_call_n(w, n, k), k);
     if (w == pre_w) g2.pre_units = next2_g.pre_units;
-    const double first_tile = double(plan_gemm(gcfg, 0, n, k, g2.split).tile_bytes) / cfg.ddr_bytes_per_cycle();
+    const kernels::GemmPlan p2 = plan_gemm(gcfg, 0, n, k, g2.split);
+    const double first_tile = double(p2.tile_bytes) / cfg.ddr_bytes_per_cycle();
     if (first_tile <= double(next_m) * handed.n * handed.k / gcfg.mac_peak(true)) return;
-    emit_gemm_prefetch(b, gcfg, g2);
+    // Beside its first units, as many more as the window leaves the DDR time for, where the
+    // scratch has room (kernels::emit_gemm_prefetch_staged; the next call takes them).
+    const double spare = window * cfg.ddr_bytes_per_cycle() - window_bytes - double(p2.meta_unit) -
+                         double(p2.channels) * p2.code_unit;
+    started_staged = emit_gemm_prefetch_staged(b, gcfg, g2, spare > 0 ? uint32_t(spare / p2.code_unit) : 0u);
     started_w = w;
   }
+  uint32_t started_staged = 0;  // (the units start_after_next staged)
   // A weight whose two LRM buffers do not fit (kernels::GemmPlan::single) runs a tile a call:
   // the calls over its tiles (o's columns from tile t on, and their bias, outputs and partial sums;
   // mark.col<t>), each prefetching the next. first_call_n: the columns of the first call on w.
@@ -378,6 +384,8 @@ struct KernelCalls {
       g.next_started = !next_w.empty() && next_w == started_w;
       if (!started_w.empty() && !g.next_started)
         fail("compiler: internal: '{}' started before '{}', which is not its next GEMM", started_w, mark);
+      g.prestaged = g.next_started ? started_staged : 0;
+      started_staged = 0;
       started_w.clear();
       next_w.clear();
     }

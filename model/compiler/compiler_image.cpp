@@ -1654,8 +1654,10 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       // (before the MLP's first units start: behind them on a shared channel it waited 8.8 K
       // cycles a block, 64x64 at 4 MiB, 128 GB/s; before the q|k|v +32 K)
       tables_ready();
-      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_attn);
-      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_attn);
+      // (the window: the rotary, its q and k rows in and out through the OCM port, and the attention)
+      const double v_window = v_attn + 4.0 * N * d.Dv * 2 / cfg_.ocm_port_bytes;
+      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_window);
+      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_window);
       park_piece(B, blk);
       vb.qk_rope(t, BIG, ROPE, ROPE + N * d.hdv * 4);
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
