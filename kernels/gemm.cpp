@@ -1034,14 +1034,19 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // 4.8 K cycles a layer, while the down's units waited in the channels; 21.81 -> 21.56 M cycles.
   // Not on more channels than the tiling rule's 4, whose buffers keep the DDR going as it is (8
   // there: 21.59 M, spread 21.66 M; Image.MoreDmaChannelsTakeNoWorsePlan).
-  const bool spread =
-      pl.tiles >= 2 && !tail && ts0 == 0 && ts == 0 && pl.groups >= 2 && !two && C <= kGemmRuleChannels;
   // (The next call's units past the C in the channels take the DDR longer than the last tile's
   // MACs; the channels' C units arrive within a group's MACs. Staging reads both, below.)
   const double last_macs = last_tile_mac_cycles(cfg, pl), group_macs = last_macs / pl.groups;
   const double unit_ddr = double(pn.code_unit) / cfg.ddr_bytes_per_cycle();
   const bool handoff_ddr_bound = (double(nx_total - nx_from) - C) * unit_ddr > last_macs,
              channels_fill_fast = C * unit_ddr < group_macs;
+  // A call of one tile spreads too where the next call's first units are in the channels at its
+  // start (GemmArgs::next_started), its hand-off is not DDR-bound and the DDR fast (kGemmFastDdr):
+  // from group 1 on, the DDR idled through group 0 with them in full buffers (the prefill's o_proj
+  // handing the gate|up off, 64x64 at 4 MiB, 128 GB/s: -0.8 K cycles a layer). On a slower DDR
+  // it waited for them instead (32x64 at 4 MiB, 16 and 32 GB/s: +0.02% and +0.03%).
+  const bool spread = (pl.tiles >= 2 || (a.next_started && !handoff_ddr_bound && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr)) && !tail && ts0 == 0 && ts == 0 &&
+                      pl.groups >= 2 && !two && C <= kGemmRuleChannels;
   const bool spread_nx = spread && nx && (!handoff_ddr_bound || channels_fill_fast);
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
