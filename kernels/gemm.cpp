@@ -1810,12 +1810,22 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (zero_late) b.op("vmov", {V{r}, V{20}});
     };
     auto gather = [&](const char* op, uint8_t r, P p) { rows_op(op, V{r}, xYg, a.y_stride, xGs, gs, r, p); };
-    pipeline(lag, [&](auto row) {
+    // Two row sets' plain outputs: each step's two gathers (a row's lower set first in it, the row
+    // before's upper set after the step's lane sum and pair move) with instructions between them,
+    // which issue while the first takes the port (back to back, the second waited for it: 11
+    // cycles a row on 64x64, 8 so).
+    const bool split_sets = twin && !lrm_acc && !collect;
+    const char* gop = a.y_f32 ? "ogather.w1" : "ogather.h1";
+    auto upper_gather = [&](uint8_t r) {
+      if (2u * r + 1 < real) b.op(gop, {V{r}, Mem{xYg, int64_t(2 * r + 1) * a.y_stride - int64_t(H) * gs}, xGs}, P{7});
+      zero(r);
+    };
+    pipeline(lag + (split_sets ? 1 : 0), [&](auto row) {
+      if (split_sets) row(lag, [&](uint8_t r) { b.op(gop, {V{r}, Mem{xYg, int64_t(2 * r) * a.y_stride}, xGs}, P{5}); });
       if (!peel) row(0, [&](uint8_t r) { b.op("vredsum.f32", {V{r}, V{r}}); });
-      if (S == 2 && !pair_late) {
-        row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
-        row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
-      }
+      if (S == 2 && !pair_late) row(2, [&](uint8_t r) { b.op("vmovn", {V{uint8_t(16 + r % 4)}, V{r}, Dir{1}}); });
+      if (split_sets) row(lag + 1, upper_gather);
+      if (S == 2 && !pair_late) row(4, [&](uint8_t r) { b.op("vadd.f32", {V{r}, V{r}, V{uint8_t(16 + r % 4)}}); });
       if (a.acc_in) {
         row(ready - 4, [&](uint8_t r) {
           rows_op("oscatter.w1", V{uint8_t(28 + r % 4)}, xAg, a.acc_stride, xAs, 4 / S, r, P{1});
@@ -1853,13 +1863,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       }
       // Only the gathering PEs (p1) pack: the others hold columns past the matrix (the
       // narrow last tile), whose sums are junk and must not reach the fp16 range tracking.
-      if (a.y_f32) {
-        row(lag, [&](uint8_t r) { gather("ogather.w1", r, P{1}); });
-      } else {
-        row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
-        row(lag, [&](uint8_t r) { gather("ogather.h1", r, P{1}); });
+      if (!a.y_f32) row(lag - 2, [&](uint8_t r) { b.op("vpack.f16", {V{r}, V{r}, V{r}}, P{1}); });
+      if (!split_sets) {
+        row(lag, [&](uint8_t r) { gather(gop, r, P{1}); });
+        row(lag, zero);
       }
-      row(lag, zero);
     });
     if (collect) {
       // The group's rows in v28 as fp32, the activation on them, each row spread back for its
