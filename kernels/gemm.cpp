@@ -1045,8 +1045,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // from group 1 on, the DDR idled through group 0 with them in full buffers (the prefill's o_proj
   // handing the gate|up off, 64x64 at 4 MiB, 128 GB/s: -0.8 K cycles a layer). On a slower DDR
   // it waited for them instead (32x64 at 4 MiB, 16 and 32 GB/s: +0.02% and +0.03%).
-  const bool spread = (pl.tiles >= 2 || (a.next_started && !handoff_ddr_bound && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr)) && !tail && ts0 == 0 && ts == 0 &&
-                      pl.groups >= 2 && !two && C <= kGemmRuleChannels;
+  const bool one_tile_started =
+      a.next_started && !handoff_ddr_bound && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr;
+  const bool spread = (pl.tiles >= 2 || one_tile_started) && !tail && ts0 == 0 && ts == 0 && pl.groups >= 2 && !two &&
+                      C <= kGemmRuleChannels;
   const bool spread_nx = spread && nx && (!handoff_ddr_bound || channels_fill_fast);
   for (uint32_t u = a.handed_off ? hu : 0; u < U - ts0; ++u) fill_unit(u, narrow0, narrow1);
   flush();
