@@ -1714,6 +1714,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
         const V w{uint8_t(24 + u % 2)};
         const int64_t xo = int64_t(u) * 32 * S;
         size_t next = 0;
+        bool hoisted = false;  // (this slot's broadcast went out in the slot before)
         for (uint32_t j = 0; j < rr; ++j) {
           b.op("vmac.f16", {V{uint8_t(j)}, w, xr(j)});
           const int64_t xj = xo - (moved ? step : 0);
@@ -1732,6 +1733,20 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
             lower_bcast(j + 3, xj);
             odd_shift(j + 1);
             upper_bcast(j + 6, xj);
+          } else if (S == 1) {
+            // At split 1 a long piece's slot also takes the next slot's broadcast, ahead of the
+            // piece (its register was read by this slot's vmac), where the piece's scatter is the
+            // slot's only instruction besides them: the port then has that slot's spare cycles and
+            // the next one's for the scatter, and no broadcast waits for it.
+            const uint32_t slot = u * rr + j;
+            const bool alone = (pk + 1 >= n || piece_at[pk + 1] != slot) &&
+                               (gk >= gops.size() || gather_at[gk] != slot) &&
+                               (next >= extras[u].size() || ats[u][next] != j);
+            const bool hoist = long_piece && j + 1 < rr && pk < n && pk % 4 == 1 && piece_at[pk] == slot && alone;
+            if (!hoisted) b.op(bcast, {xr(j + 3), Mem{xAct, xj + rowoff(j + 3)}});
+            hoisted = hoist;
+            if (hoist) b.op(bcast, {xr(j + 4), Mem{xAct, xj + rowoff(j + 4)}});
+            pieces_here_now();
           } else {
             b.op(bcast, {xr(j + 3), Mem{xAct, xj + rowoff(j + 3)}});
             pieces_here_now();
