@@ -1,6 +1,7 @@
 #include "kernels/rope.h"
 
 #include <cmath>
+#include <functional>
 
 #include "isa/error.h"
 #include "kernels/norm.h"
@@ -73,6 +74,36 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
       b.op("obcast.g", {Sr(c), Mem{X{7}, tchunk * c}, X{13}, X{14}}, P{2});
     }
   };
+  // A tile's strided rows (x3 of them) in pairs, a row's PEs [x9, x10): per pair `op` (a scatter
+  // into Pk or a gather from it) of row 2i's chunks on p1, then row 2i + 1's on p3 (its predicate
+  // set while the first row's take the port), into odd(j) where given (the odd rows' PEs then
+  // collected in p4); `base` from `from` on, a row `rs` bytes on, moving a pair at a time; the
+  // tile's last row alone where their count is odd.
+  auto row_pairs = [&](const char* op, X base, X from, int64_t rs, const std::function<V(uint32_t)>& odd) {
+    b.li(X{9}, 0);
+    b.li(X{10}, H);
+    b.op("addi", {base, from, 0});
+    if (odd) b.op("pset.range", {P{4}, X{0}, X{0}});
+    b.op("srli", {X{21}, X{3}, 1});
+    b.op("andi", {X{22}, X{3}, 1});
+    b.loop(X{21}, [&] {
+      b.op("pset.range", {P{1}, X{9}, X{10}});
+      b.op(op, {Pk(0), Mem{base, 0}, X{11}}, P{1});
+      b.op("addi", {X{9}, X{9}, H});
+      b.op("addi", {X{10}, X{10}, H});
+      b.op("pset.range", {P{3}, X{9}, X{10}});
+      for (uint32_t j = 1; j < half; ++j) b.op(op, {Pk(j), Mem{base, 64 * j}, X{11}}, P{1});
+      if (odd) b.op("por", {P{4}, P{4}, P{3}});
+      b.op("addi", {X{9}, X{9}, H});
+      b.op("addi", {X{10}, X{10}, H});
+      for (uint32_t j = 0; j < half; ++j) b.op(op, {odd ? odd(j) : Pk(j), Mem{base, rs + 64 * j}, X{11}}, P{3});
+      b.op("addi", {base, base, 2 * rs});
+    });
+    b.loop(X{22}, [&] {
+      b.op("pset.range", {P{1}, X{9}, X{10}});
+      for (uint32_t j = 0; j < half; ++j) b.op(op, {Pk(j), Mem{base, 64 * j}, X{11}}, P{1});
+    });
+  };
   b.loop(X{1}, [&] {
     b.op("min", {X{3}, X{2}, X{4}});
     // p2: the tile's rows x heads
@@ -85,35 +116,11 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
       for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{5}, 64 * j}, X{11}}, P{2});
     if (grouped && !a.norm) grouped_tables();
     if (!x_dense && grouped && pairs) {
-      // Strided rows, fp32 tables: a row's scatters each, the rows in pairs, the odd row's into
-      // Alt (v20..: a scatter into a register waits for the last one into it, 8 cycles past its
-      // port time, which a row's two scatters of 64 PEs on 64x64 do not cover), moved into Pk
-      // on the odd rows' PEs (p4) after the loop; x16 moves a pair at a time.
-      const int64_t rs = int64_t(a.x_row_stride) - int64_t(H) * hd2;
+      // Strided rows, fp32 tables: the odd rows' scatters into Alt (v20..: a scatter into a
+      // register waits for the last one into it, 8 cycles past its port time, which a row's two
+      // scatters of 64 PEs on 64x64 do not cover), moved into Pk on their PEs (p4) after the loop.
       auto Alt = [](uint32_t j) { return V{uint8_t(20 + j)}; };
-      b.li(X{9}, 0);
-      b.li(X{10}, H);
-      b.op("addi", {X{16}, X{5}, 0});
-      b.op("pset.range", {P{4}, X{0}, X{0}});
-      b.op("srli", {X{21}, X{3}, 1});
-      b.op("andi", {X{22}, X{3}, 1});
-      b.loop(X{21}, [&] {
-        b.op("pset.range", {P{1}, X{9}, X{10}});
-        b.op("oscatter", {Pk(0), Mem{X{16}, 0}, X{11}}, P{1});
-        b.op("addi", {X{9}, X{9}, H});
-        b.op("addi", {X{10}, X{10}, H});
-        b.op("pset.range", {P{3}, X{9}, X{10}});
-        for (uint32_t j = 1; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
-        b.op("por", {P{4}, P{4}, P{3}});
-        b.op("addi", {X{9}, X{9}, H});
-        b.op("addi", {X{10}, X{10}, H});
-        for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Alt(j), Mem{X{16}, rs + 64 * j}, X{11}}, P{3});
-        b.op("addi", {X{16}, X{16}, 2 * rs});
-      });
-      b.loop(X{22}, [&] {
-        b.op("pset.range", {P{1}, X{9}, X{10}});
-        for (uint32_t j = 0; j < half; ++j) b.op("oscatter", {Pk(j), Mem{X{16}, 64 * j}, X{11}}, P{1});
-      });
+      row_pairs("oscatter", X{16}, X{5}, int64_t(a.x_row_stride) - int64_t(H) * hd2, Alt);
       for (uint32_t j = 0; j < half; ++j) b.op("vmov", {Pk(j), Alt(j)}, P{4});
     } else if (!x_dense || !grouped) {
       b.li(X{9}, 0);
@@ -184,30 +191,7 @@ void emit_rope(Builder& b, const sim::Config& cfg, const RopeArgs& a) {
     if (out_dense) {
       for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{8}, 64 * j}, X{11}}, P{2});
     } else if (pairs) {
-      // A row's gathers each, the rows in pairs (the odd row's predicate p3 set while the even
-      // row's gathers take the port), x19 moving a pair at a time.
-      const int64_t rs = int64_t(a.out_row_stride) - int64_t(H) * hd2;
-      b.li(X{9}, 0);
-      b.li(X{10}, H);
-      b.op("addi", {X{19}, X{8}, 0});
-      b.op("srli", {X{21}, X{3}, 1});
-      b.op("andi", {X{22}, X{3}, 1});
-      b.loop(X{21}, [&] {
-        b.op("pset.range", {P{1}, X{9}, X{10}});
-        b.op("ogather", {Pk(0), Mem{X{19}, 0}, X{11}}, P{1});
-        b.op("addi", {X{9}, X{9}, H});
-        b.op("addi", {X{10}, X{10}, H});
-        b.op("pset.range", {P{3}, X{9}, X{10}});
-        for (uint32_t j = 1; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
-        b.op("addi", {X{9}, X{9}, H});
-        b.op("addi", {X{10}, X{10}, H});
-        for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, rs + 64 * j}, X{11}}, P{3});
-        b.op("addi", {X{19}, X{19}, 2 * rs});
-      });
-      b.loop(X{22}, [&] {
-        b.op("pset.range", {P{1}, X{9}, X{10}});
-        for (uint32_t j = 0; j < half; ++j) b.op("ogather", {Pk(j), Mem{X{19}, 64 * j}, X{11}}, P{1});
-      });
+      row_pairs("ogather", X{19}, X{8}, int64_t(a.out_row_stride) - int64_t(H) * hd2, {});
     } else {
       b.li(X{9}, 0);
       b.li(X{10}, H);
