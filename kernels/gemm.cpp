@@ -32,6 +32,9 @@ uint32_t unit_buffer(const GemmPlan& pl, uint32_t c) {
   const bool narrow = c == 0 && pl.tiles == 1 && pl.tail_cols;
   return (kUnitPad + (c == 0 ? pl.meta_of(narrow) : 0) + pl.code_of(narrow) + 32 + 63) / 64 * 64;
 }
+// Staged code units (GemmArgs::stage_ocm, prestaged) lie this far apart in OCM: no pad around
+// them (a code unit's scatter reads only its own bytes).
+uint32_t staged_stride(const GemmPlan& pl) { return (pl.code_of(false) + 63) / 64 * 64; }
 // The channels' buffers sit where they sit in every call on the machine and scratch
 // region, so a call can start the next call's unit c on channel c as soon as its own
 // last unit there is consumed: channel 0 (the meta unit, whose size differs between
@@ -224,14 +227,12 @@ void prefetch_units(Builder& b, const sim::Config& cfg, const GemmArgs& a, X reg
   }
 }
 // The OCM scratch between channel 0's buffer and the others' (emit_gemm_prefetch_staged): its
-// start and the code units it holds, 64-byte aligned apart (a code unit's scatter reads only its
-// own bytes).
+// start and the code units it holds, staged_stride apart.
 std::pair<uint32_t, uint32_t> prestage_room(const sim::Config& cfg, const GemmPlan& pl, const GemmArgs& a) {
   const uint32_t lo = (a.scratch_ocm + unit_buffer(pl, 0) + 63) / 64 * 64,
-                 hi = a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1),
-                 stride = (pl.code_of(false) + 63) / 64 * 64;
+                 hi = a.scratch_ocm + a.scratch_bytes / 64 * 64 - uint32_t(cfg.dma_channels - 1) * unit_buffer(pl, 1);
   if (cfg.dma_channels < 2 || pl.channels < 2 || pl.tail_at(0) || hi < lo) return {lo, 0};
-  return {lo, (hi - lo) / stride};
+  return {lo, (hi - lo) / staged_stride(pl)};
 }
 
 }  // namespace
@@ -1240,7 +1241,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // the loop's takes (64x64, 4 MiB, 128 GB/s: 21.39 -> 21.25 M cycles; the last C groups' 21.34 M,
   // the first C's 21.27 M). The first tile's group j starts unit g_j's DMA (below).
   const uint32_t stage_desc = a.smem + 64 * uint32_t(cfg.dma_channels), nn = nx_total - nx_from;
-  stage_stride = (pn.code_of(false) + 63) / 64 * 64;
+  stage_stride = staged_stride(pn);
   // (U >= groups: every group of the first tile takes units of its own, so its code, which starts
   // the staging DMAs, runs the branch below)
   if (spread && nx && !nx2 && !nx_narrow && !nx_two && C >= 2 && pn.channels == C && pl.groups >= C + 1 &&
@@ -1722,8 +1723,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
           // broadcast (more than 2 cycles: 64 PEs of 32-byte units), issued right after the
           // broadcast (before split 2's shift, a cycle later then) where its pset.range went in an
           // earlier slot: the next slot's broadcast waits for it a cycle less.
+          const uint32_t slot = u * rr + j;
+          const bool long_scatter = long_piece && pk < n && pk % 4 == 1 && piece_at[pk] == slot;
           auto pieces_here_now = [&] {
-            if (pk < n && pk % 4 == 1 && piece_at[pk] == u * rr + j && long_piece) piece_op(uint32_t(pk++));
+            if (long_scatter) piece_op(uint32_t(pk++));
           };
           if (pair_rows) {
             pair_bcast(j + 3, xj);
@@ -1738,11 +1741,10 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
             // piece (its register was read by this slot's vmac), where the piece's scatter is the
             // slot's only instruction besides them: the port then has that slot's spare cycles and
             // the next one's for the scatter, and no broadcast waits for it.
-            const uint32_t slot = u * rr + j;
             const bool alone = (pk + 1 >= n || piece_at[pk + 1] != slot) &&
                                (gk >= gops.size() || gather_at[gk] != slot) &&
                                (next >= extras[u].size() || ats[u][next] != j);
-            const bool hoist = long_piece && j + 1 < rr && pk < n && pk % 4 == 1 && piece_at[pk] == slot && alone;
+            const bool hoist = long_scatter && j + 1 < rr && alone;
             if (!hoisted) b.op(bcast, {xr(j + 3), Mem{xAct, xj + rowoff(j + 3)}});
             hoisted = hoist;
             if (hoist) b.op(bcast, {xr(j + 4), Mem{xAct, xj + rowoff(j + 4)}});
@@ -2020,7 +2022,7 @@ uint32_t emit_gemm_prefetch_staged(Builder& b, const sim::Config& cfg, const Gem
   if (a.pre_units || desc + 64 > cfg.smem_bytes) return 0;
   const auto [at, fit] = prestage_room(cfg, pl, a);
   const uint32_t C = pl.channels, n = std::min({fit, max_units, pl.units > C ? pl.units - C : 0u}),
-                 stride = (pl.code_of(false) + 63) / 64 * 64;
+                 stride = staged_stride(pl);
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t u = C + i;
     b.descriptor(desc, uint32_t(a.w_ddr + pl.unit_offset(u, false)), sim::ocm_addr(at + i * stride), pl.code_of(false));
