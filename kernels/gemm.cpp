@@ -674,10 +674,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("pset.range", {P{4}, xT1, xT3});
   };
   // The upper row set's copy of a scatter to PEs [0, pes) (two row sets): to [H, H + pes), a
-  // base H strides (sval bytes) lower; pair: the even and the odd PEs in turn, as below. Uses p4.
+  // base H strides (sval bytes) lower; pair: the even and the odd PEs in turn, as below (even:
+  // the even ones only). Uses p4.
   auto scatter_upper = [&](uint8_t r, bool half, int64_t src, X stride, uint32_t sval, bool pair, uint32_t pes,
-                           uint32_t nblk) {
-    for (uint8_t parity = pair ? 2 : 0; parity <= (pair ? 3 : 0); ++parity) {  // (p2 even, p3 odd)
+                           uint32_t nblk, bool even = false) {
+    for (uint8_t parity = pair ? 2 : 0; parity <= (pair && !even ? 3 : pair ? 2 : 0); ++parity) {  // (p2 even, p3 odd)
       upper_p4(pes);
       if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
       const int64_t from = src - (parity == 3 ? 2 * int64_t(nblk) : 0) - int64_t(H) * sval;
@@ -862,13 +863,16 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
       b.op(half ? "oscatter.h" : "oscatter", {V{r}, Mem{X{0}, from}, stride}, P{4});
     };
+    // (pairs_west: the odd PEs of both copies copy their west neighbour's, as scatter_to does)
+    const bool west = pair && pairs_west;
     if (pair) {
       to_pes(src, 2);
-      to_pes(src - 2 * int64_t(pn.blocks), 3);
+      if (!west) to_pes(src - 2 * int64_t(pn.blocks), 3);
     } else {
       to_pes(src, 0);
     }
-    if (pn.copies == 2) scatter_upper(r, half, src, stride, sval, pair, pn.tail_cols * pn.split, pn.blocks);
+    if (pn.copies == 2) scatter_upper(r, half, src, stride, sval, pair, pn.tail_cols * pn.split, pn.blocks, west);
+    if (west) b.op("vmovn", {V{r}, V{r}, Dir{3}}, P{3});
     flush();
     pending = r;
     pending_base = X{0};
