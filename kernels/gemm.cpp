@@ -1140,6 +1140,15 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   while (S == 1 && pieces_per_iter(cfg, pl, pl.rows) >= 2 && mult < 4 &&
          quota_max * unit_iters(cfg, pl, pl.rows, mult) > iters)
     mult *= 2;
+  // At split 2 (one row set) twice as wide where the loop has room for half the quota or less and
+  // the DDR is fast (kGemmFastDdr) (64x64, 4 MiB, 128 GB/s: the prefill's o_proj handing the
+  // gate|up's units off, 2 a group, one through the port, -0.86 K cycles a layer; the mergers'
+  // fc1). Not where most of the quota fits (the down, 4 of 5 a group: +35 K cycles, its wide pieces
+  // stall the broadcasts), with two row sets (the tower's proj +13 K, fc2 +2.4 K) or on a slower
+  // DDR (32x64 at 64 GB/s +0.02%).
+  if (S == 2 && !twin && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
+      quota_max * unit_iters(cfg, pl, pl.rows) > iters && 2 * (iters / unit_iters(cfg, pl, pl.rows)) <= quota_max)
+    mult = 2;
   auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr, mult); };
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
