@@ -927,12 +927,21 @@ struct TextLayer {
     return layer < deepstack_layers && std::min(t.r0 + t.rows, first + ni) > std::max(t.r0, first);
   }
   // The DeepStack rows of this layer among the tile's rows (residual rows at h) added to them,
-  // loaded into scratch.
-  void deepstack(const Tile& t, uint32_t h, uint32_t scratch) const {
+  // loaded into scratch; with chan, deepstack_start started that load on the DMA channel chan
+  // (only the wait here).
+  void deepstack_start(const Tile& t, uint32_t scratch, uint32_t chan) const {
+    const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
+    if (!has_deepstack(t) || kept != kKeptNone) return;
+    k.em.copy_async(t.at("load_deepstack"), chan, k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
+                    ocm(scratch), (e - a) * w2);
+  }
+  void deepstack(const Tile& t, uint32_t h, uint32_t scratch, uint32_t chan = UINT32_MAX) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
     if (!has_deepstack(t)) return;
     uint32_t src = scratch;  // (the rows added: loaded into scratch, or kept in OCM)
-    if (kept == kKeptNone)
+    if (kept == kKeptNone && chan != UINT32_MAX)
+      k.em.wait(chan);
+    else if (kept == kKeptNone)
       k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
                 ocm(scratch), (e - a) * w2);
     else

@@ -1781,6 +1781,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     tl.layer = i;
     b.op("mark.begin", {Name{L}});
     // Rows [r0, S) past the KV write (read_from): the tile `past`, residual rows at Hr.
+    bool early_ds = false;
     const uint32_t r0 = read_from(s, S, i, tc.num_hidden_layers), rows = S - r0;
     const uint32_t Hr = H + r0 * d.H * 2;
     const Tile all{.mark = L, .r0 = 0, .rows = S}, past{.mark = L, .r0 = r0, .rows = rows};
@@ -1921,9 +1922,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
                  two_ahead ? two_ahead->qkv : anywhere);
       // (the next layer's input norm in the residual's call where no DeepStack rows come between)
       normed = i + 1 < tc.num_hidden_layers && rows == S && !tl.has_deepstack(past);
-      tl.down(past, BIG, d.I * 2, TMP, Hr, normed ? XN : kNoResidual, next_tables);
+      // A layer adding DeepStack rows loads them into the normed rows (dead since the gate|up, its
+      // input norm not fused then) as soon as the down's MACs are done, ahead of the next tables,
+      // so the load runs beside the residual (64x64, 4 MiB, 128 GB/s: 3.6 -> 0.9 K cycles a layer).
+      early_ds = !normed;
+      tl.down(past, BIG, d.I * 2, TMP, Hr, normed ? XN : kNoResidual, [&] {
+        if (early_ds) tl.deepstack_start(past, XN, 0);
+        next_tables();
+      });
     }
-    tl.deepstack(past, Hr, TMP);
+    if (early_ds) tl.deepstack(past, Hr, XN, 0);
+    else tl.deepstack(past, Hr, TMP);
+    early_ds = false;
     b.op("mark.end", {Name{L}});
   }
   b.op("mark.end", {Name{"prefill"}});
