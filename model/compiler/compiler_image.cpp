@@ -1616,6 +1616,20 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     };
     const double v_attn = attention_estimate(cfg_, {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N});
     bool vnormed = false;  // the block's norm1 ran in the block before's residual call
+    // A DeepStack merger's rows to store (act.ds<j>) from OCM at `at`, and whether that store is
+    // in flight (on channel 0, waited for before the temporaries are written again). Stored
+    // after the next block's q|k|v, where the DDR brings fc1's first units, not after the merger,
+    // where it took the DDR from the q|k's hand-off of v (64x64, 4 MiB, 128 GB/s: each store
+    // 3.6 K cycles, the proj's hand-off 2.6 K longer for it; qc-u 79.165 -> 79.103 M), where a
+    // block's weights take the DDR half its MACs' time or less (block_ddr_over_macs: closer to
+    // their pace the store delayed them more, 32x64 at 4 MiB, 32 GB/s +0.03%).
+    const bool ds_late = block_ddr_over_macs() <= 0.5;
+    struct DsStore {
+      uint32_t at = 0;
+      int j = 0;
+    };
+    std::optional<DsStore> ds_store;
+    bool ds_store_pending = false;
     for (int blk = 0; blk < vc.depth; ++blk) {
       const std::string B = fmt::format("V{}", blk);
       const Tile t{.mark = B, .r0 = 0, .rows = N};
@@ -1651,13 +1665,21 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         if (j == 0 && qkv_split) prefetch(vname(blk, "qkv"), d.Dv, d.Dv, 0, vb.v_off);
         else prefetch(vname(blk, "proj"), d.Dv, d.Dv, KernelCalls::kLrmShared, 0, kernels::kLrmAnywhere, true);
       });
+      double ds_bytes = 0;
+      if (ds_store) {
+        em.copy_async(fmt::format("{}.store_ds{}", B, ds_store->j), 0, ocm(ds_store->at),
+                      ddr_.bus(fmt::format("act.ds{}", ds_store->j)), Nt * d.H * 2);
+        ds_bytes = double(Nt) * d.H * 2;
+        ds_store.reset();
+        ds_store_pending = true;
+      }
       // (before the MLP's first units start: behind them on a shared channel it waited 8.8 K
       // cycles a block, 64x64 at 4 MiB, 128 GB/s; before the q|k|v +32 K)
       tables_ready();
       // (the window: the rotary, its q and k rows in and out through the OCM port, and the attention)
       const double v_window = v_attn + 4.0 * N * d.Dv * 2 / cfg_.ocm_port_bytes;
-      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_window);
-      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_window);
+      if (rcv == 0) k.start_after_next(vpm_name(blk, 0, "fc1"), cv, d.Dv, N, v_window, ds_bytes);
+      else k.start_after_next(vname(blk, "fc1"), d.Iv, d.Dv, N, v_window, ds_bytes);
       park_piece(B, blk);
       vb.qk_rope(t, BIG, ROPE, ROPE + N * d.hdv * 4);
       k.attention(B + ".attention", {.q_heads = d.hv, .kv_heads = d.hv, .head_dim = d.hdv, .seq = N, .causal = false,
@@ -1673,6 +1695,8 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       } else {
         prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
       }
+      if (ds_store_pending) em.wait(0);
+      ds_store_pending = false;
       vb.attn_out(t, XN, TMP, H, XN);
       if (rcv == 0) {
         const uint32_t chunks = d.Iv / cv;
@@ -1715,6 +1739,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
         prefetch_after_block(blk, j + 1);
         if (KEPT != TextLayer::kKeptNone) {
           m.fc2(mt, BIG, KEPT + uint32_t(j) * Nt * d.H * 2);
+        } else if (ds_late && rTMP >= uint64_t(Nt) * d.H * 2 + (res->rope_tmp ? 2ull * N * d.hdv * 4 : 0)) {
+          // The merged rows at the temporaries' end, past the next block's rotary tables: stored
+          // during its q|k rotary and attention (below), waited for before its proj writes there.
+          const uint32_t at = TMP + uint32_t(rTMP - uint64_t(Nt) * d.H * 2) / 64 * 64;
+          m.fc2(mt, BIG, at);
+          ds_store = DsStore{at, j};
         } else {
           m.fc2(mt, BIG, TMP);
           m.store(mt, TMP);
@@ -1729,6 +1759,12 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const Merger m{.k = k, .d = d, .j = -1, .vec = loaded ? MVEC : VEC, .eps = veps};
       const Tile mt{.mark = "Mf", .r0 = 0, .rows = Nt};
       b.op("mark.begin", {Name{"Mf"}});
+      if (ds_store_pending) em.wait(0);
+      ds_store_pending = false;
+      if (ds_store)  // (the last block's merger)
+        em.copy(fmt::format("Mf.store_ds{}", ds_store->j), ocm(ds_store->at), ddr_.bus(fmt::format("act.ds{}", ds_store->j)),
+                Nt * d.H * 2);
+      ds_store.reset();
       if (!loaded) em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
       m.norm(mt, H, XN);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
