@@ -1005,7 +1005,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // written again because other kernels reuse the smem since. handed_off: tile 0 is in
   // LRM already and tile 1's first units are in flight.)
   const bool narrow0 = pl.tail_at(0), narrow1 = pl.tail_at(1);
-  const bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself)
+  bool two_routines = pl.last_rows != pl.group_rows() || defer;  // (defer: the last group gathers itself; wide_last)
   for (uint32_t c = 0; c < C; ++c) {
     b.descriptor(desc(c), 0, sim::ocm_addr(buf(c)), 0);
     if (!a.prefetched && !a.handed_off) start_unit(c, xD, pl.unit_offset(c, narrow0), c, narrow0);
@@ -1149,10 +1149,25 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (S == 2 && !twin && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
       quota_max * unit_iters(cfg, pl, pl.rows) > iters && 2 * (iters / unit_iters(cfg, pl, pl.rows)) <= quota_max)
     mult = 2;
-  auto piece_of = [&](uint32_t rr) { return piece_pes(cfg, pl, rr, mult); };
+  // One tile at split 2 handing the next call off, whose last units would go through the port
+  // after its last group with the MACs idle: that group's routines take pieces twice as wide and
+  // every unit left (its loop has the room), where the DDR is fast (kGemmFastDdr) and brings the
+  // next call's units within 3/4 of the call's MACs (64x64, 4 MiB, 128 GB/s: the prefill's down
+  // handing q|k|v off, 0.58 of them, -0.4 K cycles a layer; at 2 MiB the chunk calls, 0.9, waited
+  // for the last units inside the loop: +0.32%).
+  const uint32_t nx_n = nx ? nx_total - nx_from : 0, nx_after = nx_n - (pl.groups - 1) * nx_n / std::max(1u, pl.groups),
+                 nx_last = pl.groups >= 2 ? (pl.groups - 1) * nx_n / pl.groups - (pl.groups - 2) * nx_n / pl.groups : 0;
+  const bool wide_last = S == 2 && !twin && pl.tiles == 1 && nx && !nx_narrow && !nx2 && !spread_nx &&
+                         pl.groups >= 2 && nx_after > 0 && mult == 1 && a.stage_bytes == 0 && !a.prestaged &&
+                         cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
+                         (nx_last + nx_after) * unit_iters(cfg, pl, pl.rows, 2) <= iters &&
+                         nx_n * unit_ddr <= 0.75 * last_macs;
+  if (wide_last) two_routines = true;
+  auto mult_of = [&](bool lastr) { return lastr && wide_last ? 2 * mult : mult; };
+  auto piece_of = [&](uint32_t rr, bool lastr = false) { return piece_pes(cfg, pl, rr, mult_of(lastr)); };
   auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
-  auto seg_iters = [&](uint32_t rr) { return unit_iters(cfg, pl, rr, mult); };
+  auto seg_iters = [&](uint32_t rr, bool lastr = false) { return unit_iters(cfg, pl, rr, mult_of(lastr)); };
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
   enum class Part { full, a, seg, head, mid, b };
   // (seg: the segment a part a / seg scatters, Seg below: 0 every PE, 1 and 2 a narrow next
@@ -1212,28 +1227,29 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   const std::vector<uint8_t> nx_segs = !nx_narrow ? own_segs : pn.copies == 2 ? std::vector<uint8_t>{1, 2}
                                                                               : std::vector<uint8_t>{};
   // Iterations of a segment; 0 where its pieces do not fill whole trips.
-  auto seg_len = [&](uint32_t rr, const Seg& sg) -> uint32_t {
-    if (sg.meta) return unit_iters(cfg, pl, rr, mult * meta_wide);
-    if (sg.pes == npe) return seg_iters(rr);
+  auto seg_len = [&](uint32_t rr, const Seg& sg, bool lastr = false) -> uint32_t {
+    if (sg.meta) return unit_iters(cfg, pl, rr, mult_of(lastr) * meta_wide);
+    if (sg.pes == npe) return seg_iters(rr, lastr);
     // (a part-trip segment runs whole trips: its spare pieces below PE 0, or, for the upper
     // copy ending at the last PE, past it; not on a sub-array, whose machine has PEs there)
-    const uint32_t per = piece_of(rr) * per_iter(rr);
+    const uint32_t per = piece_of(rr, lastr) * per_iter(rr);
     if (per && (sg.lo == 0 || (sg.lo + sg.pes == npe && !a.sub_array)))
       return ceil_div(ceil_div(sg.pes, per), trip) * trip;
     return per && sg.pes % (per * trip) == 0 ? sg.pes / per : 0;
   };
-  auto unit_len = [&](uint32_t rr, const std::vector<uint8_t>& segs) {
+  auto unit_len = [&](uint32_t rr, const std::vector<uint8_t>& segs, bool lastr = false) {
     uint32_t n = 0;
     for (uint8_t sg : segs) {
-      if (!seg_len(rr, all_segs[sg])) return 0u;
-      n += seg_len(rr, all_segs[sg]);
+      if (!seg_len(rr, all_segs[sg], lastr)) return 0u;
+      n += seg_len(rr, all_segs[sg], lastr);
     }
     return n;
   };
+  auto last_of = [&](uint32_t g) { return g + 1 == pl.groups && two_routines; };
   // (one piece an iteration takes so long that the channel's restart after the unit comes too
   // late: the DMA falls behind; measured at split 2 before the loop took a block a trip)
   auto in_loop_max = [&](uint32_t g, const std::vector<uint8_t>& segs) {
-    const uint32_t len = unit_len(rr_of(g), segs);
+    const uint32_t len = unit_len(rr_of(g), segs, last_of(g));
     return per_iter(rr_of(g)) >= 2 && len ? iters / len : 0u;
   };
   // One segment of a routine's loop (part a: after the prologue; seg), fill register v22 + r.
@@ -1246,6 +1262,11 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (spread_all) return {g * units / pl.groups, (g + 1) * units / pl.groups};
     if (g == 0) return {0, 0};
     return {(g - 1) * units / pl.groups, g * units / pl.groups};
+  };
+  // (wide_last: the last group takes every unit left)
+  auto nx_quota = [&](uint32_t g, uint32_t units, bool spread_all) -> std::pair<uint32_t, uint32_t> {
+    const auto q = quota(g, units, spread_all);
+    return wide_last && g + 1 == pl.groups ? std::pair{q.first, units} : q;
   };
   // Staging (GemmArgs::stage_ocm): where the first tile's groups leave the DDR idle (a group's
   // units arrive within its MACs) and the last tile's hand-off is DDR-bound, C of nx's code units
@@ -1301,7 +1322,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       restart_u(u);
       b.op(half_units ? "vst.h" : "vst", {V{uint8_t(22 + r)}, Mem{base, dst0 + int64_t(UB) * u}});
     }
-    run_b(lastr, trips(iters - (u1 - u0) * unit_len(rr_of(g), own_segs)));
+    run_b(lastr, trips(iters - (u1 - u0) * unit_len(rr_of(g), own_segs, lastr)));
   };
   // Group g taking units [u0, u1). Where they are more than the channels hold at once and
   // the DDR brings them no faster than twice the group's loop runs, they are spread over
@@ -1329,7 +1350,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
                            ? 0
                            : std::min(n, in_loop_max(g, segs)),
                    ui = u1 - k;
-    uint32_t rest = iters - k * unit_len(rr_of(g), segs);
+    uint32_t rest = iters - k * unit_len(rr_of(g), segs, lastr);
     // Unit 0's meta in loop segments too (before its codes'), where that unit's codes are, the
     // loop has room for all of it and the DMA stays ahead: the group's units' DDR time under its
     // loop's, and more than 2 channels (its channel restarts only after the meta; on 2 the other
@@ -1339,7 +1360,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     uint32_t meta_u = u1;
     for (uint32_t u = ui; u < u1 && segs == own_segs; ++u)
       if (meta_of_unit(u).chunks) mc = meta_of_unit(u), meta_u = u;
-    const uint32_t meta_len = seg_len(rr_of(g), all_segs[kMetaSeg]);
+    const uint32_t meta_len = seg_len(rr_of(g), all_segs[kMetaSeg], lastr);
     const double ddr = double(n) * pl.code_unit / cfg.ddr_bytes_per_cycle();
     if (meta_u < u1 && meta_len && mc.chunks * meta_len <= rest && ddr < loop && C > 2 && meta_worth)
       rest -= mc.chunks * meta_len;
@@ -1447,7 +1468,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
     const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U, spread);
-    auto [n0, n1] = nx ? quota(g, nx_total - nx_from, spread_nx) : std::pair<uint32_t, uint32_t>{0, 0};
+    auto [n0, n1] = nx ? nx_quota(g, nx_total - nx_from, spread_nx) : std::pair<uint32_t, uint32_t>{0, 0};
     n0 += nx_from;
     n1 += nx_from;
     if (g == 0 && (ts0 || ts)) {
@@ -1541,7 +1562,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   {
     // After the last group: the next tile's last units, or (last tile) nx's last ones.
     const uint32_t u0 = quota(pl.groups - 1, U, spread).second,
-                   n0 = nx ? nx_from + quota(pl.groups - 1, nx_total - nx_from, spread_nx).second : 0;
+                   n0 = nx ? nx_from + nx_quota(pl.groups - 1, nx_total - nx_from, spread_nx).second : 0;
     if (U > u0 && ts) {
       // (streamed in the next tile's group 0, but into the narrow last tile)
       if (tail) {
@@ -1644,7 +1665,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     // Fill pieces (per_iter of them an iteration, each 4 instructions: PEs [x9, x24) take their
     // 64 code bytes), spread evenly over the trip's free issue slots.
     const bool meta = sg == kMetaSeg;
-    const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr) * (meta ? meta_wide : 1);
+    const uint32_t pieces_here = per_iter(rr), piece = piece_of(rr, lastr) * (meta ? meta_wide : 1);
     const bool long_piece = uint64_t(piece) * (meta || half_units ? 32 : 64) > 2 * uint64_t(cfg.ocm_port_bytes);
     auto piece_op = [&](uint32_t j) {
       switch (j % 4) {
@@ -1792,12 +1813,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
       // The segment's piece slots past its PEs' pieces (it runs whole trips) come first, below
       // PE 0: empty on any array (a sub-array's machine too).
       const Seg& sgm = all_segs[sg];
-      const int64_t spare = int64_t(seg_len(rr, sgm)) * per_iter(rr) - ceil_div(sgm.pes, piece),
+      const int64_t spare = int64_t(seg_len(rr, sgm, lastr)) * per_iter(rr) - ceil_div(sgm.pes, piece),
                     lo = sgm.lo && sgm.lo + sgm.pes == npe ? int64_t(sgm.lo)
                                                            : int64_t(sgm.lo) - std::max<int64_t>(0, spare) * piece;
       b.li(xLo, lo);
       b.li(xHi, lo + piece);
-      b.li(xCnt, trips(seg_len(rr, sgm)));
+      b.li(xCnt, trips(seg_len(rr, sgm, lastr)));
       b.loop(xCnt, [&] { body(true); });
       b.op("jalr", {X{0}, xLink, 0});
       return;
