@@ -1149,19 +1149,21 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (S == 2 && !twin && cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
       quota_max * unit_iters(cfg, pl, pl.rows) > iters && 2 * (iters / unit_iters(cfg, pl, pl.rows)) <= quota_max)
     mult = 2;
-  // One tile at split 2 handing the next call off, whose last units would go through the port
-  // after its last group with the MACs idle: that group's routines take pieces twice as wide and
-  // every unit left (its loop has the room), where the DDR is fast (kGemmFastDdr) and brings the
-  // next call's units within 3/4 of the call's MACs (64x64, 4 MiB, 128 GB/s: the prefill's down
-  // handing q|k|v off, 0.58 of them, -0.4 K cycles a layer; at 2 MiB the chunk calls, 0.9, waited
-  // for the last units inside the loop: +0.32%).
+  // A call of one tile handing the next call off, whose last units would go through the port
+  // after its last group with the MACs idle (and arrive late there): that group's routines take
+  // pieces twice as wide and every unit left (its loop has the room), where the DDR is fast
+  // (kGemmFastDdr) and brings the next call's units within 3/4 of the call's MACs at split 2, 7/8
+  // at split 1, whose loop has the more issue slots and port time (64x64, 4 MiB, 128 GB/s: the
+  // prefill's down handing q|k|v off, 0.57 of them, -0.4 K cycles a layer; its q|k|v handing
+  // o_proj and the gate|up's first units off, 0.85, -0.39 K; at 2 MiB the gate|up chunk calls at
+  // split 2, 0.85, waited for the last units inside the loop: +0.32%).
   const uint32_t nx_n = nx ? nx_total - nx_from : 0, nx_after = nx_n - (pl.groups - 1) * nx_n / std::max(1u, pl.groups),
                  nx_last = pl.groups >= 2 ? (pl.groups - 1) * nx_n / pl.groups - (pl.groups - 2) * nx_n / pl.groups : 0;
-  const bool wide_last = S == 2 && !twin && pl.tiles == 1 && nx && !nx_narrow && !nx2 && !spread_nx &&
+  const bool wide_last = !twin && pl.tiles == 1 && nx && !nx_narrow && !spread_nx &&
                          pl.groups >= 2 && nx_after > 0 && mult == 1 && a.stage_bytes == 0 && !a.prestaged &&
                          cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
                          (nx_last + nx_after) * unit_iters(cfg, pl, pl.rows, 2) <= iters &&
-                         nx_n * unit_ddr <= 0.75 * last_macs;
+                         (S == 1 ? 8 : 4) * nx_n * unit_ddr <= (S == 1 ? 7 : 3) * last_macs;
   if (wide_last) two_routines = true;
   auto mult_of = [&](bool lastr) { return lastr && wide_last ? 2 * mult : mult; };
   auto piece_of = [&](uint32_t rr, bool lastr = false) { return piece_pes(cfg, pl, rr, mult_of(lastr)); };
