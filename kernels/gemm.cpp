@@ -1155,11 +1155,12 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // (kGemmFastDdr) and brings the next call's units within 3/4 of the call's MACs at split 2, 7/8
   // at split 1, whose loop has the more issue slots and port time (64x64, 4 MiB, 128 GB/s: the
   // prefill's down handing q|k|v off, 0.57 of them, -0.4 K cycles a layer; its q|k|v handing
-  // o_proj and the gate|up's first units off, 0.85, -0.39 K; at 2 MiB the gate|up chunk calls at
-  // split 2, 0.85, waited for the last units inside the loop: +0.32%).
+  // o_proj and the gate|up's first units off, 0.85, -0.39 K; the tower's fc2, two row sets, -0.1 K a
+  // block; at 2 MiB the gate|up chunk calls at split 2, 0.85, waited for the last units inside the
+  // loop: +0.32%).
   const uint32_t nx_n = nx ? nx_total - nx_from : 0, nx_after = nx_n - (pl.groups - 1) * nx_n / std::max(1u, pl.groups),
                  nx_last = pl.groups >= 2 ? (pl.groups - 1) * nx_n / pl.groups - (pl.groups - 2) * nx_n / pl.groups : 0;
-  const bool wide_last = !twin && pl.tiles == 1 && nx && !nx_narrow && !spread_nx &&
+  const bool wide_last = pl.tiles == 1 && nx && !nx_narrow && !spread_nx &&
                          pl.groups >= 2 && nx_after > 0 && mult == 1 && a.stage_bytes == 0 && !a.prestaged &&
                          cfg.ddr_bytes_per_cycle() >= kGemmFastDdr && pieces_per_iter(cfg, pl, pl.rows) >= 2 &&
                          (nx_last + nx_after) * unit_iters(cfg, pl, pl.rows, 2) <= iters &&
