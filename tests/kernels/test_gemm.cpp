@@ -800,6 +800,9 @@ ThreeRun run_prestaged(bool timing_only, bool stage) {
   EXPECT_TRUE(gemm_handoff(cfg, a[0], link[0], 0, kLrmAnywhere, true));
   a[1].lrm_p = link[0].lrm_p, a[1].lrm_q = link[0].lrm_q;  // (fc1's tile 0 placed beside the proj's)
   EXPECT_TRUE(gemm_handoff(cfg, a[1], link[1], 0));
+  // (the proj, two row sets at split 2, leaves fc1 the last round of its channels: fc1 takes
+  // them before its first group)
+  EXPECT_EQ(link[1].handed_units, p2.units - p2.channels);
   take_links(a, link);
   EXPECT_EQ(a[1].handed_units, 0u);  // (the proj's one tile: handed off whole)
   a[1].next_started = true;
