@@ -1178,7 +1178,9 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   if (wide_last) two_routines = true;
   auto mult_of = [&](bool lastr) { return lastr && wide_last ? 2 * mult : mult; };
   auto piece_of = [&](uint32_t rr, bool lastr = false) { return piece_pes(cfg, pl, rr, mult_of(lastr)); };
-  auto rr_of = [&](uint32_t g) { return (g + 1 == pl.groups && two_routines) ? pl.slots(pl.last_rows) : pl.rows; };
+  // Whether group g runs the last group's routines, and its row slots.
+  auto last_of = [&](uint32_t g) { return g + 1 == pl.groups && two_routines; };
+  auto rr_of = [&](uint32_t g) { return last_of(g) ? pl.slots(pl.last_rows) : pl.rows; };
   auto per_iter = [&](uint32_t rr) { return pieces_per_iter(cfg, pl, rr); };
   auto seg_iters = [&](uint32_t rr, bool lastr = false) { return unit_iters(cfg, pl, rr, mult_of(lastr)); };
   // The routine parts the groups call: (part, last routine, fill register) -> entry.
@@ -1258,7 +1260,6 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     }
     return n;
   };
-  auto last_of = [&](uint32_t g) { return g + 1 == pl.groups && two_routines; };
   // (one piece an iteration takes so long that the channel's restart after the unit comes too
   // late: the DMA falls behind; measured at split 2 before the loop took a block a trip)
   auto in_loop_max = [&](uint32_t g, const std::vector<uint8_t>& segs) {
@@ -1327,7 +1328,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   };
   auto segments = [&](uint32_t g, uint32_t u0, uint32_t u1, auto before, auto src, X base, int64_t dst0,
                       auto restart_u) {
-    const bool lastr = g + 1 == pl.groups && two_routines;
+    const bool lastr = last_of(g);
     for (uint32_t u = u0; u < u1; ++u) {
       const uint8_t r = uint8_t((u - u0) % 2);
       before(u);
@@ -1351,7 +1352,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // src(u), base + dst(u): a unit's code bytes in OCM and its LRM address.
   auto group_with_fills = [&](uint32_t g, Label full, uint32_t u0, uint32_t u1, auto take, auto src, X base,
                               auto dst, auto restart_u, const std::vector<uint8_t>& segs, auto meta_of_unit) {
-    const bool lastr = g + 1 == pl.groups && two_routines;
+    const bool lastr = last_of(g);
     const double loop = double(iters) * rr_of(g) * cfg.occ(isa::Unit::mac16);
     // (A narrow next tile's two copies hold a unit's channel through two segments: in the loop
     // only where its units stream in within it. Within half of it, when such segments had to be
@@ -1479,7 +1480,7 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
     b.op("addi", {xYg, xY, int64_t(g) * pl.group_rows() * a.y_stride});
     if (a.acc_in) b.op("addi", {xAg, xA, int64_t(g) * pl.group_rows() * a.acc_stride});
     if (lrm_acc) b.op("addi", {xAg, xA, int64_t(g) * 64});
-    const Label full = (g + 1 == pl.groups && two_routines) ? routine_last : routine_full;
+    const Label full = last_of(g) ? routine_last : routine_full;
     const auto [u0, u1] = quota(g, U, spread);
     auto [n0, n1] = nx ? nx_quota(g, nx_total - nx_from, spread_nx) : std::pair<uint32_t, uint32_t>{0, 0};
     n0 += nx_from;
