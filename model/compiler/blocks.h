@@ -790,9 +790,13 @@ struct Merger {
     k.gemm(t.at("fc2"), {.w = mname(j, "fc2"), .m = t.rows, .n = d.H, .k = d.Md, .x = f, .xs = d.Md * 2, .y = y,
                          .ys = d.H * 2, .bias = fc2_bias()});
   }
-  void store(const Tile& t, uint32_t y) const {
+  // (chan: started on that DMA channel under `mark`, not waited for; the caller waits before y is
+  // written again)
+  void store(const Tile& t, uint32_t y, uint32_t chan = UINT32_MAX, const std::string& mark = {}) const {
     const std::string to = j < 0 ? std::string("act.img") : fmt::format("act.ds{}", j);
-    k.em.copy(t.at("store"), ocm(y), k.ddr.bus(to) + t.r0 * d.H * 2, t.rows * d.H * 2);
+    const uint32_t dst = k.ddr.bus(to) + t.r0 * d.H * 2, bytes = t.rows * d.H * 2;
+    if (chan == UINT32_MAX) k.em.copy(mark.empty() ? t.at("store") : mark, ocm(y), dst, bytes);
+    else k.em.copy_async(mark, chan, ocm(y), dst, bytes);
   }
 };
 
@@ -929,11 +933,15 @@ struct TextLayer {
   // The DeepStack rows of this layer among the tile's rows (residual rows at h) added to them,
   // loaded into scratch; with chan, deepstack_start started that load on the DMA channel chan
   // (only the wait here).
-  void deepstack_start(const Tile& t, uint32_t scratch, uint32_t chan) const {
+  // (the load of those rows from act.ds<layer> into scratch, started on chan, or waited for)
+  void load_deepstack(const Tile& t, uint32_t scratch, uint32_t chan) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
-    if (!has_deepstack(t) || kept != kKeptNone) return;
-    k.em.copy_async(t.at("load_deepstack"), chan, k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
-                    ocm(scratch), (e - a) * w2);
+    const uint32_t src = k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2;
+    if (chan == UINT32_MAX) k.em.copy(t.at("load_deepstack"), src, ocm(scratch), (e - a) * w2);
+    else k.em.copy_async(t.at("load_deepstack"), chan, src, ocm(scratch), (e - a) * w2);
+  }
+  void deepstack_start(const Tile& t, uint32_t scratch, uint32_t chan) const {
+    if (has_deepstack(t) && kept == kKeptNone) load_deepstack(t, scratch, chan);
   }
   void deepstack(const Tile& t, uint32_t h, uint32_t scratch, uint32_t chan = UINT32_MAX) const {
     const uint32_t w2 = d.H * 2, a = std::max(t.r0, first), e = std::min(t.r0 + t.rows, first + ni);
@@ -942,8 +950,7 @@ struct TextLayer {
     if (kept == kKeptNone && chan != UINT32_MAX)
       k.em.wait(chan);
     else if (kept == kKeptNone)
-      k.em.copy(t.at("load_deepstack"), k.ddr.bus(fmt::format("act.ds{}", layer)) + (a - first + i0) * w2,
-                ocm(scratch), (e - a) * w2);
+      load_deepstack(t, scratch, UINT32_MAX);
     else
       src = kept_at(layer, a - first + i0);
     const uint32_t at = h + (a - t.r0) * w2;

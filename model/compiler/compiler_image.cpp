@@ -1633,11 +1633,18 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     // their pace the store delayed them more, 32x64 at 4 MiB, 32 GB/s +0.03%).
     const bool ds_late = block_ddr_over_macs() <= 0.5;
     struct DsStore {
+      Merger m;
+      Tile t;
       uint32_t at = 0;
-      int j = 0;
+      bool started = false;
     };
     std::optional<DsStore> ds_store;
-    bool ds_store_pending = false;
+    // (waits for the store where started, else stores the rows here, waited for)
+    auto ds_store_done = [&](const std::string& M) {
+      if (ds_store && ds_store->started) em.wait(0);
+      else if (ds_store) ds_store->m.store(ds_store->t, ds_store->at, UINT32_MAX, fmt::format("{}.store_ds{}", M, ds_store->m.j));
+      ds_store.reset();
+    };
     for (int blk = 0; blk < vc.depth; ++blk) {
       const std::string B = fmt::format("V{}", blk);
       const Tile t{.mark = B, .r0 = 0, .rows = N};
@@ -1675,11 +1682,9 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       });
       double ds_bytes = 0;
       if (ds_store) {
-        em.copy_async(fmt::format("{}.store_ds{}", B, ds_store->j), 0, ocm(ds_store->at),
-                      ddr_.bus(fmt::format("act.ds{}", ds_store->j)), Nt * d.H * 2);
+        ds_store->m.store(ds_store->t, ds_store->at, 0, fmt::format("{}.store_ds{}", B, ds_store->m.j));
         ds_bytes = double(Nt) * d.H * 2;
-        ds_store.reset();
-        ds_store_pending = true;
+        ds_store->started = true;
       }
       // (before the MLP's first units start: behind them on a shared channel it waited 8.8 K
       // cycles a block, 64x64 at 4 MiB, 128 GB/s; before the q|k|v +32 K)
@@ -1703,8 +1708,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       } else {
         prefetch(vname(blk, "fc1"), d.Iv, d.Dv);
       }
-      if (ds_store_pending) em.wait(0);
-      ds_store_pending = false;
+      ds_store_done(B);
       vb.attn_out(t, XN, TMP, H, XN);
       if (rcv == 0) {
         const uint32_t chunks = d.Iv / cv;
@@ -1752,7 +1756,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
           // during its q|k rotary and attention (below), waited for before its proj writes there.
           const uint32_t at = TMP + uint32_t(rTMP - uint64_t(Nt) * d.H * 2) / 64 * 64;
           m.fc2(mt, BIG, at);
-          ds_store = DsStore{at, j};
+          ds_store.emplace(DsStore{m, mt, at});
         } else {
           m.fc2(mt, BIG, TMP);
           m.store(mt, TMP);
@@ -1767,12 +1771,7 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
       const Merger m{.k = k, .d = d, .j = -1, .vec = loaded ? MVEC : VEC, .eps = veps};
       const Tile mt{.mark = "Mf", .r0 = 0, .rows = Nt};
       b.op("mark.begin", {Name{"Mf"}});
-      if (ds_store_pending) em.wait(0);
-      ds_store_pending = false;
-      if (ds_store)  // (the last block's merger)
-        em.copy(fmt::format("Mf.store_ds{}", ds_store->j), ocm(ds_store->at), ddr_.bus(fmt::format("act.ds{}", ds_store->j)),
-                Nt * d.H * 2);
-      ds_store.reset();
+      ds_store_done("Mf");  // (the last block's merger's, if any)
       if (!loaded) em.copy("Mf.load_vectors", ddr_.bus(mname(-1, "vec")), ocm(VEC), d.merger_vec(false) * 2);
       m.norm(mt, H, XN);
       prefetch(mname(-1, "fc2"), d.H, d.Md, 0);
@@ -1977,7 +1976,6 @@ CompiledProgram Compiler::image_program(const ImageShape& s, kernels::Builder* i
     }
     if (early_ds) tl.deepstack(past, Hr, XN, 0);
     else tl.deepstack(past, Hr, TMP);
-    early_ds = false;
     b.op("mark.end", {Name{L}});
   }
   b.op("mark.end", {Name{"prefill"}});
