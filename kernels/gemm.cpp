@@ -688,7 +688,8 @@ void emit_gemm_w4(Builder& b, const sim::Config& cfg, const GemmArgs& a) {
   // the even ones only). Uses p4.
   auto scatter_upper = [&](uint8_t r, bool half, int64_t src, X stride, uint32_t sval, bool pair, uint32_t pes,
                            uint32_t nblk, bool even = false) {
-    for (uint8_t parity = pair ? 2 : 0; parity <= (pair && !even ? 3 : pair ? 2 : 0); ++parity) {  // (p2 even, p3 odd)
+    const uint8_t last = !pair ? 0 : even ? 2 : 3;
+    for (uint8_t parity = pair ? 2 : 0; parity <= last; ++parity) {  // (p2 even, p3 odd)
       upper_p4(pes);
       if (parity) b.op("pand", {P{4}, P{4}, P{parity}});
       const int64_t from = src - (parity == 3 ? 2 * int64_t(nblk) : 0) - int64_t(H) * sval;
